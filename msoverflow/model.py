@@ -1,0 +1,213 @@
+"""The data model shared by every stage of the pipeline. Plain dataclasses, no I/O.
+
+discover layout -> parse names -> TensorEvent (one per tensor file, statistic row or binary slot)
+-> OpExecution (the tensors of one op run) -> rules -> Finding -> Report -> renderers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+INPUT = "input"
+OUTPUT = "output"
+
+# Fault kinds (Finding.kind)
+OVERFLOW = "overflow"          # finite inputs, output inf or beyond the declared dtype's range
+INVALID = "invalid"            # NaN from finite inputs: 0/0, inf-inf, sqrt/log of a negative ...
+SATURATION = "saturation"      # values pinned at the dtype max (Ascend saturation mode)
+NONFINITE_INPUT = "nonfinite-input"  # a graph input / parameter was already non-finite when the dump started
+CROSS_RANK = "cross-rank"      # a collective received a non-finite value from another rank
+FLAGGED = "flagged"            # the hardware overflow flag (Opdebug) fired but the tensors look finite
+
+# Roles of an op execution
+ORIGIN = "origin"
+PROPAGATOR = "propagator"
+CLEAN = "clean"
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """Numbers about one tensor. Counts are exact; min/max/max_abs cover finite values only."""
+    count: int
+    nan: int = 0
+    posinf: int = 0
+    neginf: int = 0
+    min: Optional[float] = None
+    max: Optional[float] = None
+    max_abs: Optional[float] = None
+    over_range: int = 0     # finite values whose |x| exceeds the declared dtype's max
+    at_max: int = 0         # values exactly at +-dtype max (saturated)
+    zero: Optional[int] = None
+    negative: Optional[int] = None
+
+    @property
+    def nonfinite(self) -> int:
+        return self.nan + self.posinf + self.neginf
+
+    @property
+    def bad(self) -> bool:
+        """Holds a value that cannot be represented in the declared dtype."""
+        return self.nonfinite > 0 or self.over_range > 0
+
+
+@dataclass
+class TensorEvent:
+    """One tensor as the dump saw it: a file, a statistic.csv row or a slot of a binary dump file."""
+    source: str                     # file the tensor (or its statistics) came from
+    rank: int
+    graph: str                      # graph id (O0/O1) or model id (ACL/GE)
+    iteration: int
+    op_type: str
+    op_name: str                    # as written in the file name (mapping.csv restored)
+    task_id: int
+    stream_id: int
+    timestamp: int                  # microseconds, per file
+    io: str                         # INPUT | OUTPUT
+    slot: int
+    fmt: str = ""
+    dtype: Optional[str] = None     # declared dtype, canonical numpy-style name ("float16", "bfloat16", ...)
+    shape: Optional[Tuple[int, ...]] = None
+    stats: Optional[TensorStats] = None          # known without reading data (statistic.csv)
+    loader: Optional[Callable[[], "object"]] = field(default=None, repr=False)  # -> TensorData (lazy)
+    payload_dtype: Optional[str] = None          # dtype of the bytes on disk when it differs from `dtype`
+    note: str = ""
+
+    @property
+    def is_float(self) -> bool:
+        return bool(self.dtype) and ("float" in self.dtype)
+
+    @property
+    def is_parameter(self) -> bool:
+        return self.op_type == "Parameter"
+
+
+@dataclass
+class OverflowRecord:
+    """A hardware overflow report (Ascend Opdebug), matched to an op where possible."""
+    source: str
+    rank: int
+    graph: str
+    iteration: int
+    timestamp: int
+    unit: str                       # "AI Core", "AIV", "DHA Atomic Add", ...
+    task_id: int
+    stream_id: int
+    status: int
+    status_words: List[str] = field(default_factory=list)
+    context_id: Optional[int] = None
+    thread_id: Optional[int] = None
+    matched_op: Optional[str] = None   # op_name it was matched to, if any
+
+
+@dataclass
+class GraphNode:
+    """What the saved graph (.ir) knows of one kernel."""
+    full_name: str                  # Default/network-.../Sqrt-op0
+    op_type: str
+    ir_id: str = ""                 # %113
+    inputs: List[str] = field(default_factory=list)  # producers' full names or "param:NAME"
+    forward_name: Optional[str] = None   # full name of the forward op of a gradient node
+    source_file: Optional[str] = None
+    source_line: Optional[int] = None
+    source_code: Optional[str] = None
+    is_backend_cast: bool = False
+    inferred_out: Optional[str] = None   # output dtype the front end inferred
+    kernel_out: Optional[str] = None     # output dtype of the selected kernel
+
+
+@dataclass
+class OpExecution:
+    """One run of one op: its input and output tensors (files of one op carry different timestamps)."""
+    rank: int
+    graph: str
+    iteration: int
+    op_type: str
+    op_name: str
+    task_id: int
+    stream_id: int
+    inputs: List[TensorEvent] = field(default_factory=list)
+    outputs: List[TensorEvent] = field(default_factory=list)
+    flags: List[OverflowRecord] = field(default_factory=list)
+    order: Optional[int] = None       # position in the graph's execution order, when known
+    node: Optional[GraphNode] = None
+
+    @property
+    def time(self) -> int:
+        stamps = [t.timestamp for t in self.inputs + self.outputs] or [r.timestamp for r in self.flags]
+        return min(stamps) if stamps else 0
+
+    @property
+    def is_parameter(self) -> bool:
+        return self.op_type == "Parameter"
+
+
+@dataclass
+class TensorSummary:
+    slot: int
+    io: str
+    dtype: Optional[str]
+    shape: Optional[Tuple[int, ...]]
+    stats: Optional[TensorStats]
+    payload_dtype: Optional[str] = None
+    producer: Optional[str] = None    # the op that produced this input, from the graph
+    note: str = ""
+
+    @property
+    def headroom(self) -> Optional[float]:
+        """max |x| as a fraction of the declared dtype's max (1.0 = at the limit)."""
+        from .dtypes import dtype_max
+        limit = dtype_max(self.dtype)
+        if self.stats is None or self.stats.max_abs is None or not limit:
+            return None
+        return self.stats.max_abs / limit
+
+
+@dataclass
+class Source:
+    file: str
+    line: int
+    code: str
+
+
+@dataclass
+class Finding:
+    """One op execution that produced a bad value, with what the rules concluded about it."""
+    rank: int
+    graph: str
+    iteration: int
+    op_type: str
+    op_name: str
+    role: str                         # ORIGIN | PROPAGATOR
+    kind: str                         # OVERFLOW, INVALID, ...
+    detail: str                       # one line: "fp16 overflow: max |out| 1.3e5 > 65504", "0/0: ..."
+    timestamp: int
+    full_name: Optional[str] = None
+    forward_op: Optional[str] = None
+    cell: Optional[str] = None
+    cell_type: Optional[str] = None
+    source: Optional[Source] = None
+    inputs: List[TensorSummary] = field(default_factory=list)
+    outputs: List[TensorSummary] = field(default_factory=list)
+    flags: List[OverflowRecord] = field(default_factory=list)
+    recommendation: str = ""
+    evidence: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    dump_dir: str
+    first: Optional[Finding]
+    anomalies: List[Finding]           # origins in time order (per rank by step), first included
+    propagation: List[Finding]         # how the first origin spread in its step
+    warnings: List[str]
+    ranks: List[int]
+    iterations: Dict[int, List[int]]   # rank -> iterations seen
+    files: int = 0
+    tensors_read: int = 0
+    layout: str = ""
+    tail_clean: bool = True            # False when later steps were not scanned (early exit)
+    extra: Dict[str, object] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        return "anomaly" if self.first is not None else "clean"
