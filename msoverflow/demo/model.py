@@ -87,13 +87,19 @@ class TinyBaichuan(nn.Cell):
 
 
 class CausalLMLoss(nn.Cell):
-    """Cross entropy in fp32, multiplied by a static loss scale (as fp16 training does)."""
+    """Cross entropy in fp32, multiplied by a loss scale (as fp16 training does).
 
-    def __init__(self, backbone, loss_scale=1024.0):
+    The scale is a Parameter so a schedule can change it between steps without recompiling the graph.
+    """
+
+    def __init__(self, backbone, loss_scale=64.0):
         super().__init__(auto_prefix=False)
         self._backbone = backbone
         self.ce = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-        self.loss_scale = loss_scale
+        self.loss_scale = Parameter(Tensor(loss_scale, mstype.float32), name="loss_scale", requires_grad=False)
+
+    def set_loss_scale(self, value):
+        self.loss_scale.set_data(Tensor(value, mstype.float32))
 
     def construct(self, input_ids, labels):
         logits = ops.cast(self._backbone(input_ids), mstype.float32)
