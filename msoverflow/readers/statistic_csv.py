@@ -1,0 +1,227 @@
+"""statistic.csv (Ascend/GPU O0/O1 and ACL dumps): one row per tensor, read into TensorEvents that carry stats.
+
+Header variants (shared/reference/mindspore-dumps.md "statistic.csv"): 2.1/2.2 write the full list of
+categories, 2.3+ only the configured ones, some writers add a `Format` column or a trailing comma, and the
+NaN column is spelt "NaN Count" or "Nan Count". Columns are matched by normalised name, never by position.
+Reading a row never reads a tensor.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ..dtypes import canonical, dtype_max
+from ..model import INPUT, OUTPUT, TensorEvent, TensorStats
+from ..names import scope_to_file_name
+
+# normalised header -> field. Normalised = lower case, single spaces.
+COLUMNS = {
+    "op type": "op_type", "op name": "op_name", "task id": "task_id", "stream id": "stream_id",
+    "timestamp": "timestamp", "io": "io", "input/output": "io", "slot": "slot", "data size": "data_size",
+    "data type": "dtype", "shape": "shape", "format": "format",
+    "max value": "max", "min value": "min", "avg value": "avg", "count": "count",
+    "negative zero count": "negative_zero", "positive zero count": "positive_zero", "nan count": "nan",
+    "negative inf count": "neginf", "positive inf count": "posinf", "zero count": "zero",
+    "l2 value": "l2", "l2norm value": "l2", "md5": "md5",
+}
+REQUIRED = ("op_type", "op_name", "task_id", "stream_id", "timestamp", "io", "slot")
+NULLS = {"", "null", "none", "nil", "n/a", "-"}
+
+_PREFIXES = ("knumbertype", "mstype.", "ms.", "numpy.", "np.")
+
+
+def normalize_dtype(name: Optional[str]) -> Optional[str]:
+    """'DT_FLOAT16', 'float16', 'Float16', 'kNumberTypeFloat16', 'BFloat16', 'FLOAT' -> canonical numpy name;
+    a spelling nobody knows comes back lower-cased rather than dropped."""
+    if name is None or str(name).strip().lower() in NULLS:
+        return None
+    key = str(name).strip().lower()
+    for prefix in _PREFIXES:
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+    return canonical(key) or key
+
+
+# ---- parsing helpers -------------------------------------------------------------------------------------
+
+def _norm_header(name: str) -> str:
+    return re.sub(r"\s+", " ", name.strip().strip('"').lower())
+
+
+def parse_shape(text: Optional[str]) -> Optional[Tuple[int, ...]]:
+    """'(2,3)', '[2, 3]', '2,3', '()', '[]' -> tuple; '' / 'null' -> None. Raises ValueError on junk."""
+    if text is None:
+        return None
+    body = text.strip().strip('"').strip()
+    if body.lower() in NULLS:
+        return None
+    if body[:1] in "([" and body[-1:] in ")]":
+        body = body[1:-1]
+    parts = [p for p in re.split(r"[,\sx]+", body) if p]
+    return tuple(int(p) for p in parts)
+
+
+def _float(text: Optional[str]) -> Optional[float]:
+    if text is None or text.strip().lower() in NULLS:
+        return None
+    return float(text)  # accepts inf, -inf, nan, 1e5
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    if text is None or text.strip().lower() in NULLS:
+        return None
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)  # "12.0", "1e3"
+        if not value.is_integer():
+            raise ValueError(f"{text!r} is not an integer") from None
+        return int(value)
+
+
+def _rejoin_shape(row: List[str], shape_index: Optional[int], width: int) -> List[str]:
+    """An unquoted '(2,3)' splits into several cells; glue them back when the row is too long."""
+    if shape_index is None or len(row) <= width or shape_index >= len(row):
+        return row
+    cell = row[shape_index].strip()
+    if cell[:1] not in "([" or cell[-1:] in ")]":
+        return row
+    for stop in range(shape_index + 1, len(row)):
+        if row[stop].strip()[-1:] in ")]":
+            return row[:shape_index] + [",".join(row[shape_index:stop + 1])] + row[stop + 1:]
+    return row
+
+
+def read_statistic_csv(path: str, *, rank: int, graph: str, iteration: int,
+                       warn: Callable[[str], None],
+                       loader_for: Optional[Callable[[TensorEvent], Optional[Callable]]] = None
+                       ) -> List[TensorEvent]:
+    """Every readable row of a statistic.csv as a TensorEvent with `stats` (and no loader).
+
+    `loader_for(event)` may return a loader for the matching tensor file when the caller knows one.
+    Bad rows are reported through `warn` (naming the file and the row) and skipped; an unreadable file
+    gives one warning and [].
+    `event.note` lists the statistic categories the file did not record (e.g. "not recorded: nan"), so the
+    caller knows that a 0 count there means "unknown", not "none".
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, newline="", encoding="utf-8-sig", errors="replace") as fh:
+            rows = list(csv.reader(fh))
+    except OSError as exc:
+        warn(f"{path}: cannot read statistic.csv: {exc.strerror or exc}")
+        return []
+    except csv.Error as exc:
+        warn(f"{path}: not a CSV file: {exc}")
+        return []
+    rows = [r for r in rows if any(cell.strip() for cell in r)]
+    if not rows:
+        warn(f"{path}: empty statistic.csv")
+        return []
+    header = [_norm_header(h) for h in rows[0]]
+    columns: Dict[str, int] = {}
+    unknown = []
+    for index, name in enumerate(header):
+        if not name:
+            continue  # trailing comma
+        key = COLUMNS.get(name)
+        if key is None:
+            unknown.append(rows[0][index].strip())
+        elif key not in columns:
+            columns[key] = index
+    missing = [k for k in REQUIRED if k not in columns]
+    if missing:
+        warn(f"{path}: statistic.csv header lacks {', '.join(missing)}: file skipped "
+             f"(header: {','.join(rows[0])})")
+        return []
+    width = max(columns.values()) + 1
+    not_recorded = [k for k in ("nan", "posinf", "neginf", "max", "min") if k not in columns]
+    note = f"not recorded: {', '.join(not_recorded)}" if not_recorded else ""
+
+    events = []
+    for line_no, row in enumerate(rows[1:], start=2):
+        row = _rejoin_shape(row, columns.get("shape"), len(header))
+        cells = {key: (row[i].strip() if i < len(row) else None) for key, i in columns.items()}
+        try:
+            event = _event(path, cells, rank, graph, iteration, note)
+        except (ValueError, OverflowError) as exc:
+            warn(f"{path}: row {line_no} skipped: {exc}")
+            continue
+        if len(row) < width:
+            warn(f"{path}: row {line_no} has {len(row)} cells, header has {width}: missing values read as unknown")
+        if loader_for is not None:
+            event.loader = loader_for(event)
+        events.append(event)
+    return events
+
+
+def _event(path, cells, rank, graph, iteration, note) -> TensorEvent:
+    io = (cells["io"] or "").lower()
+    if io not in (INPUT, OUTPUT):
+        raise ValueError(f"IO is {cells['io']!r}, expected input or output")
+    for key in ("op_type", "op_name"):
+        if not cells[key]:
+            raise ValueError(f"empty {key.replace('_', ' ')}")
+    ints = {}
+    for key in ("task_id", "stream_id", "timestamp", "slot"):
+        value = _int(cells[key])
+        if value is None:
+            raise ValueError(f"{key.replace('_', ' ')} is {cells[key]!r}")
+        ints[key] = value
+    try:
+        shape = parse_shape(cells.get("shape"))
+    except ValueError:
+        raise ValueError(f"shape {cells.get('shape')!r} is not a list of integers") from None
+    dtype = normalize_dtype(cells.get("dtype"))
+    stats = _stats(cells, shape, dtype)
+    return TensorEvent(
+        source=path, rank=rank, graph=str(graph), iteration=iteration,
+        op_type=cells["op_type"], op_name=scope_to_file_name(cells["op_name"]),
+        task_id=ints["task_id"], stream_id=ints["stream_id"], timestamp=ints["timestamp"],
+        io=io, slot=ints["slot"], fmt=cells.get("format") or "", dtype=dtype, shape=shape,
+        stats=stats, note=note)
+
+
+def _stats(cells, shape, dtype) -> TensorStats:
+    count = _int(cells.get("count"))
+    if count is None:
+        count = math.prod(shape) if shape is not None else 0
+    nan = _int(cells.get("nan")) or 0
+    posinf = _int(cells.get("posinf")) or 0
+    neginf = _int(cells.get("neginf")) or 0
+    high, low = _float(cells.get("max")), _float(cells.get("min"))
+    # Some writers put inf/nan into Max/Min instead of (or as well as) the counts: keep the counts honest
+    # (at least one) and the extremes finite, as TensorStats promises.
+    if high is not None and not math.isfinite(high):
+        if math.isnan(high):
+            nan = max(nan, 1)
+        elif high > 0:
+            posinf = max(posinf, 1)
+        else:                      # max is -inf: everything is -inf
+            neginf = max(neginf, 1)
+        high = None
+    if low is not None and not math.isfinite(low):
+        if math.isnan(low):
+            nan = max(nan, 1)
+        elif low < 0:
+            neginf = max(neginf, 1)
+        else:                      # min is +inf: everything is +inf
+            posinf = max(posinf, 1)
+        low = None
+    finite = [abs(v) for v in (high, low) if v is not None]
+    max_abs = max(finite) if finite else None
+    over_range = at_max = 0
+    limit = dtype_max(dtype)
+    if limit is not None and max_abs is not None:
+        # Lower bounds: the file has extremes, not counts.
+        if max_abs > limit:
+            over_range = sum(1 for v in (high, low) if v is not None and abs(v) > limit)
+        elif max_abs == limit:
+            at_max = sum(1 for v in (high, low) if v is not None and abs(v) == limit)
+    zero = _int(cells.get("zero"))
+    return TensorStats(count=count, nan=nan, posinf=posinf, neginf=neginf, min=low, max=high,
+                       max_abs=max_abs, over_range=over_range, at_max=at_max, zero=zero)
