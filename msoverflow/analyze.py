@@ -1,0 +1,221 @@
+"""The pipeline: discover layout -> index file names -> order executions -> evaluate lazily -> rules -> Report.
+
+Per rank, executions are walked in time order (iteration, then timestamp). The first execution whose outputs
+are bad while its inputs are fine is that rank's origin. The rest of that step is scanned cheaply (a tensor
+read stops at its first bad chunk) to show how it spread; later steps are skipped unless `scan_all`.
+Ranks are compared by step, never by their clocks.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Dict, List, Optional, Tuple
+
+from .errors import UserError
+from .evaluate import TensorAccess
+from .index import DumpIndex, build_index
+from .layout import discover
+from .model import (CLEAN, CROSS_RANK, ORIGIN, PROPAGATOR, Finding, OpExecution, Report, Source, TensorEvent,
+                    TensorSummary)
+from .rules import Verdict, judge
+from .rules.knowledge import knowledge
+from .scope import cell_of
+
+
+def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optional[List[int]] = None,
+            scan_all: bool = False, progress: Optional[bool] = None,
+            warn: Optional[Callable[[str], None]] = None) -> Report:
+    warnings: List[str] = []
+
+    def note(message: str):
+        warnings.append(message)
+        if warn:
+            warn(message)
+
+    dirs = discover(path, note)
+    if not dirs:
+        raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
+                        "binary dump, statistic.csv or Opdebug files)")
+    index = build_index(dirs, note, ranks, iterations)
+    if not index.executions and not index.overflow_records:
+        what = "for the selected rank/iteration" if (ranks or iterations) else "that could be read"
+        raise UserError(f"{path}: no tensor files {what}")
+    _attach_overflow_records(index, note)
+
+    access = TensorAccess(note)
+    kn = knowledge()
+    graphs = _GraphCache(index, note)
+    show = sys.stderr.isatty() if progress is None else progress
+    total = sum(len(v) for v in index.executions.values())
+
+    judged: List[Tuple[OpExecution, Verdict]] = []
+    scanned_all = True
+    with _Progress(show, total) as bar:
+        for rank in sorted(index.executions):
+            first_iteration = None
+            earlier_bad = False
+            for ex in index.executions[rank]:
+                if first_iteration is not None and ex.iteration > first_iteration and not scan_all:
+                    scanned_all = False
+                    break
+                bar.advance()
+                verdict = judge(ex, access, kn, earlier_bad)
+                if verdict.role == CLEAN:
+                    continue
+                earlier_bad = True
+                judged.append((ex, verdict))
+                if verdict.role == ORIGIN and first_iteration is None:
+                    first_iteration = ex.iteration
+
+    origins = [(ex, v) for ex, v in judged if v.role == ORIGIN]
+    # No origin anywhere but a rank received bad values: report the earliest cross-rank arrival.
+    if not origins:
+        origins = [(ex, v) for ex, v in judged if v.kind == CROSS_RANK][:1]
+        if origins:
+            note("no rank holds the origin: a collective delivered the first bad value; dump the other ranks")
+    origins.sort(key=lambda pair: (pair[0].iteration, pair[0].rank, pair[0].time))
+    anomalies = [_finding(ex, v, access, graphs, full=True) for ex, v in origins]
+    first = anomalies[0] if anomalies else None
+    propagation: List[Finding] = []
+    if first is not None:
+        first_ex = origins[0][0]
+        propagation = [_finding(ex, v, access, graphs, full=False) for ex, v in judged
+                       if v.role == PROPAGATOR and ex.rank == first_ex.rank and ex.iteration == first_ex.iteration
+                       and ex.time >= first_ex.time]
+    for record in index.overflow_records:
+        if record.matched_op is None:
+            note(f"{record.source}: overflow record ({record.unit}, task {record.task_id}, stream "
+                 f"{record.stream_id}) matches no dumped op in its directory")
+    iterations_seen: Dict[int, List[int]] = {}
+    for rank, executions in index.executions.items():
+        iterations_seen[rank] = sorted({ex.iteration for ex in executions})
+    return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
+                  warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
+                  files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
+                  tail_clean=scanned_all)
+
+
+def _attach_overflow_records(index: DumpIndex, warn):
+    """Opdebug records join the op they name (ids inside the record), earliest timestamp first."""
+    if not index.overflow_records:
+        return
+    try:
+        from .readers.opdebug import match_records
+    except ImportError:
+        return
+    by_dir: Dict[Tuple[int, str, int], List[OpExecution]] = {}
+    for executions in index.executions.values():
+        for ex in executions:
+            by_dir.setdefault((ex.rank, ex.graph, ex.iteration), []).append(ex)
+    for record in index.overflow_records:
+        candidates = by_dir.get((record.rank, record.graph, record.iteration), [])
+        for rec, ex in match_records([record], candidates):
+            if ex is not None:
+                ex.flags.append(rec)
+                rec.matched_op = ex.op_name
+
+
+class _GraphCache:
+    """Saved graphs (.ir), parsed on first need only: most runs need one graph for one finding."""
+
+    def __init__(self, index: DumpIndex, warn):
+        self.index = index
+        self.warn = warn
+        self.cache: Dict[Tuple[int, str], object] = {}
+
+    def node(self, ex: OpExecution):
+        key = (ex.rank, ex.graph)
+        if key not in self.cache:
+            self.cache[key] = None
+            root = self.index.rank_roots.get(key)
+            if root:
+                from .readers.ir_graph import graph_files, load_ir
+                for path in graph_files(root, ex.graph):
+                    try:
+                        self.cache[key] = load_ir(path)
+                        break
+                    except OSError as exc:
+                        self.warn(f"{path}: cannot read saved graph ({exc.strerror})")
+        graph = self.cache[key]
+        return (graph.find(ex.op_name) if graph else None), graph
+
+
+def _summary(event: TensorEvent, access: TensorAccess, producer: Optional[str], full: bool) -> TensorSummary:
+    stats = access.stats(event) if full else event.stats
+    return TensorSummary(slot=event.slot, io=event.io, dtype=event.dtype, shape=event.shape, stats=stats,
+                         payload_dtype=event.payload_dtype, producer=producer, note=event.note)
+
+
+def _finding(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: _GraphCache, full: bool) -> Finding:
+    kn = knowledge()
+    node, graph = graphs.node(ex)
+    op_type, op_name, full_name = ex.op_type, ex.op_name, node.full_name if node else None
+    evidence = list(v.evidence)
+    if v.via_producer and node is not None and v.bad_input is not None:
+        # Inputs-only dump: name the producer of the first bad input as the op that created it.
+        producer = node.inputs[v.bad_input.slot] if v.bad_input.slot < len(node.inputs) else None
+        pnode = graph.by_full.get(producer) if producer else None
+        if pnode is not None:
+            evidence.append(f"seen first as input {v.bad_input.slot} of {ex.op_type} ({ex.op_name})")
+            node, op_type, full_name = pnode, pnode.op_type, pnode.full_name
+            op_name = full_name.replace("/", "_")
+    forward_name = node.forward_name if node else None
+    forward_node = graph.by_full.get(forward_name) if (graph and forward_name) else None
+    forward_op = forward_node.op_type if forward_node else (
+        forward_name.rsplit("/", 1)[-1].rsplit("_", 1)[0] if forward_name else kn.forward_of(op_type))
+    scope_name = full_name or op_name
+    cell, cell_type = cell_of(scope_name, from_file_name=full_name is None)
+    if forward_op is None and not scope_name.startswith("Gradients"):
+        forward_op = op_type
+    source = None
+    src_node = node if (node and node.source_file) else forward_node
+    if src_node is not None and src_node.source_file:
+        source = Source(src_node.source_file, src_node.source_line or 0, src_node.source_code or "")
+    inputs = []
+    if full or v.role == ORIGIN:
+        for e in ex.inputs:
+            producer = node.inputs[e.slot] if node and e.slot < len(node.inputs) else None
+            inputs.append(_summary(e, access, producer, full))
+    outputs = [_summary(e, access, None, full) for e in ex.outputs] if (full or v.role == ORIGIN) else []
+    if node is not None and node.kernel_out and node.inferred_out and node.kernel_out != node.inferred_out:
+        evidence.append(f"kernel ran in {node.kernel_out} while the graph declares {node.inferred_out}")
+    if node is not None and node.is_backend_cast:
+        evidence.append("a Cast the backend inserted (not in the user's code)")
+    for summary in inputs:
+        if summary.headroom is not None and summary.stats is not None and summary.dtype in ("float16", "bfloat16"):
+            evidence.append(f"input {summary.slot} max |x| {summary.stats.max_abs:.6g} = "
+                            f"{summary.headroom:.0%} of {summary.dtype} max")
+    values = {"op_type": op_type, "op_name": op_name, "forward_op": forward_op or op_type,
+              "cell": f"{cell} ({cell_type})" if cell else "its Cell", "dtype": "float16", **v.values}
+    return Finding(rank=ex.rank, graph=ex.graph, iteration=ex.iteration, op_type=op_type, op_name=op_name,
+                   role=v.role, kind=v.kind, detail=v.detail, timestamp=ex.time, full_name=full_name,
+                   forward_op=forward_op, cell=cell, cell_type=cell_type, source=source, inputs=inputs,
+                   outputs=outputs, flags=list(ex.flags),
+                   recommendation=kn.recommend(v.advice, **values) if v.role == ORIGIN else "",
+                   evidence=evidence)
+
+
+class _Progress:
+    """A progress bar on stderr, only on a terminal."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.enabled = enabled and total > 2000
+        self.total = total
+        self._bar = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import Progress
+            self._bar = Progress(transient=True, console=Console(stderr=True))
+            self._bar.start()
+            self._task = self._bar.add_task("scanning ops", total=self.total)
+        return self
+
+    def advance(self):
+        if self._bar is not None:
+            self._bar.advance(self._task)
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.stop()

@@ -1,0 +1,55 @@
+"""`msoverflow analyze DUMP_DIR`: name the first op that created a bad value."""
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def _int_list(text: str):
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or comma-separated numbers, got {text!r}")
+
+
+def register(sub):
+    p = sub.add_parser("analyze", help="find the first op that created inf/NaN/out-of-range values in a dump",
+                       description="Read a MindSpore dump directory (any layout, any level inside it) and name the "
+                                   "first operator that created a non-finite or out-of-range value: op, forward op, "
+                                   "Cell, source line, rank, step, kind of fault and what to do. "
+                                   "Exit codes: 0 clean, 1 anomaly found, 2 error.")
+    p.add_argument("dump_dir", metavar="DUMP_DIR")
+    p.add_argument("--rank", type=_int_list, help="only these ranks (e.g. 0 or 0,7)")
+    p.add_argument("--iteration", type=_int_list, help="only these iterations/steps")
+    p.add_argument("--top", type=int, default=10, help="later origins to list (default 10)")
+    p.add_argument("--all", dest="scan_all", action="store_true",
+                   help="scan every step (default: stop after the step holding the first origin)")
+    p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    p.add_argument("-o", "--output", help="write the report here instead of stdout")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=run)
+    return p
+
+
+def run(args) -> int:
+    from ..analyze import analyze
+    from ..errors import UserError
+    from ..render import render
+
+    if args.output:
+        out_abs = os.path.abspath(args.output)
+        dump_abs = os.path.abspath(args.dump_dir)
+        if out_abs.startswith(dump_abs.rstrip(os.sep) + os.sep):
+            raise UserError(f"{args.output}: refusing to write into the dump directory {args.dump_dir}")
+    report = analyze(args.dump_dir, ranks=args.rank, iterations=args.iteration, scan_all=args.scan_all,
+                     progress=False if args.no_progress else None)
+    text = render(report, args.format, args.top)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise UserError(f"{args.output}: cannot write report ({exc.strerror})")
+    else:
+        print(text, end="")
+    return 1 if report.first is not None else 0

@@ -1,0 +1,225 @@
+"""Validate a MINDSPORE_DUMP_CONFIG file against the rules for one MindSpore version, device and jit level."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Optional, Union
+
+from ..errors import UserError
+from . import detect
+from .rules import (DEVICES, JIT_LEVELS, Situation, bad_items, get_dotted, load_rules, normalise_version,
+                    render, select_mechanism, version_label, version_matches, when_matches)
+
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass
+class Problem:
+    id: str
+    severity: str  # error: MindSpore refuses or dumps nothing; warning: silently changed/ignored; info
+    message: str
+    key: Optional[str] = None
+    mindspore_says: Optional[str] = None
+    fix: Optional[str] = None
+
+    def __str__(self) -> str:
+        text = f"{self.severity}: {self.key + ': ' if self.key else ''}{self.message}"
+        if self.mindspore_says:
+            text += f" (MindSpore: \"{self.mindspore_says}\")"
+        if self.fix:
+            text += f" Fix: {self.fix}."
+        return text
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class Target:
+    """The platform a config is meant for, after defaults and detection."""
+    version: tuple[int, int]
+    device: str
+    jit_level: Optional[str]
+    notes: list  # what was assumed, and why
+
+    @property
+    def version_label(self) -> str:
+        return version_label(self.version)
+
+
+def resolve_target(ms_version: Optional[str], device: Optional[str], jit_level: Optional[str],
+                   *, newest_if_unknown: bool = False) -> Target:
+    notes = []
+    if ms_version is None:
+        ms_version = detect.detect_ms_version()
+        if ms_version:
+            notes.append(f"MindSpore {ms_version} detected (installed package)")
+        elif newest_if_unknown:
+            ms_version = load_rules()["versions"][-1]
+            notes.append(f"no MindSpore installed and no --ms-version: checked against the {ms_version} rules")
+        else:
+            raise UserError("no MindSpore installed here to take the version from: pass --ms-version (e.g. 2.4)")
+    version, warnings = normalise_version(ms_version)
+    notes.extend(warnings)
+    if device is None:
+        device, why = detect.detect_device()
+        notes.append(f"device {device} assumed ({why}); pass --device to choose")
+    device = device.lower()
+    if device not in DEVICES:
+        raise UserError(f"device '{device}' is not one of {', '.join(DEVICES)}")
+    if jit_level is not None:
+        jit_level = jit_level.upper()
+        if jit_level not in JIT_LEVELS:
+            raise UserError(f"jit level '{jit_level}' is not one of {', '.join(JIT_LEVELS)}")
+    return Target(version, device, jit_level, notes)
+
+
+def load_config(source: Union[str, os.PathLike, Mapping]) -> dict:
+    if isinstance(source, Mapping):
+        return dict(source)
+    try:
+        with open(source, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise UserError(f"{source}: cannot read the dump config ({exc.strerror})") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{source}: not valid JSON ({exc}); MindSpore would fail with \"Parse dump json failed\"") from exc
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: a dump config is a JSON object with common_dump_settings, not {type(data).__name__}")
+    return data
+
+
+def infer_mechanism(target: Target, config: Mapping) -> tuple[str, list[Problem]]:
+    """Which dump machinery will read this file; may need the config itself when the jit level is unknown."""
+    problems: list[Problem] = []
+    e2e_enabled = get_dotted(config, "e2e_dump_settings.enable") is True
+    situation = Situation(target.version, target.device, target.jit_level, config=dict(config))
+    if target.device == "ascend" and target.version == (2, 2):
+        return ("e2e" if e2e_enabled else "async"), problems
+    if target.device == "ascend" and target.jit_level is None and version_matches(">=2.3", target.version):
+        if e2e_enabled:
+            problems.append(Problem("jit-level-assumed", "info",
+                                    "no --jit-level given: the enabled e2e block means a jit_level O0/O1 (ms_backend) run"))
+            return "e2e", problems
+        if version_matches("2.3-2.5", target.version):
+            problems.append(Problem("jit-level-assumed", "info",
+                                    "no --jit-level given and no enabled e2e block: checked as a jit_level O2 (ACL) dump; "
+                                    "under O0/O1 this file would dump nothing"))
+            return "acl", problems
+        problems.append(Problem(
+            "no-e2e-block", "error",
+            "no enabled e2e_dump_settings block: under jit_level O0/O1 MindSpore dumps nothing without it, and under "
+            "O2 MindSpore 2.6+ ignores MINDSPORE_DUMP_CONFIG (use msprobe)",
+            key="e2e_dump_settings", fix="add \"e2e_dump_settings\": {\"enable\": true, \"trans_flag\": true}"))
+        return "e2e", problems
+    entry = select_mechanism(situation)
+    if entry.get("unsupported"):
+        problems.append(Problem(f"{entry['id']}-unsupported", "error", " ".join(entry["unsupported"].split())))
+    return entry["id"], problems
+
+
+_TYPES = {
+    "uint": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "string": lambda v: isinstance(v, str),
+    "list": lambda v: isinstance(v, list),
+    "bool": lambda v: isinstance(v, bool),
+}
+_TYPE_WORDS = {"uint": "an unsigned integer", "string": "a string", "list": "a list", "bool": "true or false"}
+
+
+def _key_problems(config: Mapping, target: Target, mechanism: str) -> list[Problem]:
+    problems = []
+    keys = load_rules()["keys"]
+    for section in config:
+        if section not in keys:
+            problems.append(Problem("unknown-section", "warning", f"MindSpore ignores the section '{section}'",
+                                    key=section,
+                                    fix="async_dump_settings was folded into common_dump_settings in 1.3"
+                                    if section == "async_dump_settings" else None))
+    if "common_dump_settings" not in config:
+        problems.append(Problem("missing-common", "error", "the file has no common_dump_settings block",
+                                key="common_dump_settings",
+                                mindspore_says="Check dump json failed, common_dump_settings not found"))
+    for section, spec_by_key in keys.items():
+        block = config.get(section)
+        if block is None:
+            continue
+        if not isinstance(block, Mapping):
+            problems.append(Problem("section-type", "error", f"{section} must be a JSON object", key=section))
+            continue
+        for name in block:
+            if name not in spec_by_key:
+                problems.append(Problem("unknown-key", "warning", f"MindSpore does not read '{name}' (a typo?)",
+                                        key=f"{section}.{name}"))
+        for name, spec in spec_by_key.items():
+            dotted = f"{section}.{name}"
+            value = block.get(name, None)
+            present = name in block
+            required = spec.get("required") or mechanism in spec.get("required_for", []) or (
+                "required_until" in spec and version_matches("<=" + str(spec["required_until"]), target.version))
+            if not present:
+                if required:
+                    problems.append(Problem("missing-key", "error", f"{name} is required here", key=dotted,
+                                            mindspore_says=f"Check dump json failed, {name} not found"))
+                continue
+            if "since" in spec and not version_matches(">=" + str(spec["since"]), target.version):
+                problems.append(Problem("key-too-new", "warning",
+                                        f"{name} arrived in MindSpore {spec['since']}; {target.version_label} ignores it",
+                                        key=dotted))
+                continue
+            if "mechanisms" in spec and mechanism not in spec["mechanisms"]:
+                continue  # reported by a check with a better explanation where it matters
+            if not _TYPES[spec["type"]](value):
+                problems.append(Problem("key-type", "error",
+                                        f"{name} must be {_TYPE_WORDS[spec['type']]}, not {json.dumps(value)}",
+                                        key=dotted,
+                                        mindspore_says=f"Dump config parse failed, {name} should be "
+                                                       f"{'unsigned int' if spec['type'] == 'uint' else spec['type']} type"))
+                continue
+            if "values" in spec and value not in spec["values"]:
+                problems.append(Problem("key-value", "error",
+                                        f"{name} is {json.dumps(value)}; allowed: "
+                                        f"{', '.join(json.dumps(v) for v in spec['values'])}", key=dotted))
+    return problems
+
+
+def _rule_problems(config: Mapping, target: Target, mechanism: str) -> list[Problem]:
+    problems = []
+    situation = Situation(target.version, target.device, target.jit_level, mechanism, config=dict(config))
+    common = config.get("common_dump_settings") if isinstance(config.get("common_dump_settings"), Mapping) else {}
+    for rule in load_rules()["checks"]:
+        if not when_matches(rule["when"], situation):
+            continue
+        value = get_dotted(config, rule["key"]) if rule.get("key") else None
+        predicate = (rule["when"].get("config") or {}).get(rule.get("key"), {})
+        values = dict(common, value=json.dumps(value) if isinstance(value, (list, dict)) else value,
+                      device=target.device.upper() if target.device != "ascend" else "Ascend",
+                      version=target.version_label, jit_level=target.jit_level,
+                      bad_items=", ".join(map(str, bad_items(value, predicate))) or None)
+        problems.append(Problem(rule["id"], rule["severity"], render(rule["message"], **values), key=rule.get("key"),
+                                mindspore_says=rule.get("mindspore_says"),
+                                fix=render(rule["fix"], **values) if rule.get("fix") else None))
+    return problems
+
+
+def check(config: Union[str, os.PathLike, Mapping], ms_version: Optional[str] = None, device: Optional[str] = None,
+          jit_level: Optional[str] = None) -> list[Problem]:
+    """Problems of a dump config (dict or JSON path) for this platform, errors first. Raises UserError when the
+    file cannot be read. Version and device default to the installed MindSpore / this machine."""
+    data = load_config(config)
+    target = resolve_target(ms_version, device, jit_level, newest_if_unknown=True)
+    return check_for_target(data, target)
+
+
+def check_for_target(data: Mapping, target: Target) -> list[Problem]:
+    mechanism, problems = infer_mechanism(target, data)
+    problems = [Problem("assumed", "info", note) for note in target.notes] + problems
+    problems += _key_problems(data, target, mechanism)
+    problems += _rule_problems(data, target, mechanism)
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    return sorted(problems, key=lambda p: order[p.severity])
+
+
+def has_errors(problems) -> bool:
+    return any(p.severity == "error" for p in problems)

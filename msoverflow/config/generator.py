@@ -1,0 +1,254 @@
+"""Build a MINDSPORE_DUMP_CONFIG for a purpose on one platform: skeleton + purpose layers from dump_rules.yaml,
+then the user's options, then the checker. Whatever the checker calls an error is refused here, before MindSpore
+gets to refuse it hours into a run."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Iterable, Optional, Sequence, Union
+
+from ..errors import UserError
+from .checker import Problem, Target, check_for_target, has_errors, infer_mechanism, resolve_target
+from .rules import PURPOSES, Situation, load_rules, render, select_mechanism, when_matches
+
+DEFAULT_CONFIG_NAME = "dump_config.json"
+
+
+class ConfigRefused(UserError):
+    """The requested config cannot work on this platform; `problems` says why."""
+
+    def __init__(self, message: str, problems: Sequence[Problem] = ()):
+        super().__init__(message)
+        self.problems = list(problems)
+
+
+@dataclass
+class DumpConfigResult:
+    purpose: str
+    ms_version: str
+    device: str
+    jit_level: Optional[str]
+    mechanism: str
+    config: dict
+    env: dict                      # variables to export (values are final strings)
+    unset: list                    # variables to unset
+    summary: list                  # plain lines: what the dump will and will not capture
+    warnings: list = field(default_factory=list)
+    problems: list = field(default_factory=list)  # non-error Problems the checker found (warnings, info)
+    env_why: dict = field(default_factory=dict)
+    hints: list = field(default_factory=list)     # commented shell lines
+    config_path: Optional[str] = None
+
+    @property
+    def dump_path(self) -> str:
+        return self.config["common_dump_settings"].get("path", "")
+
+    def to_json(self) -> str:
+        return json.dumps(self.config, indent=4) + "\n"
+
+    def write(self, config_path: Union[str, os.PathLike]) -> str:
+        """Write the JSON config; returns its absolute path and points MINDSPORE_DUMP_CONFIG at it."""
+        config_path = os.path.abspath(os.fspath(config_path))
+        os.makedirs(os.path.dirname(config_path), exist_ok=True)
+        with open(config_path, "w", encoding="utf-8") as fh:
+            fh.write(self.to_json())
+        self.set_config_path(config_path)
+        return config_path
+
+    def set_config_path(self, config_path: str) -> None:
+        self.config_path = config_path
+        self.env["MINDSPORE_DUMP_CONFIG"] = config_path
+
+    def shell_snippet(self) -> str:
+        lines = [f"# msoverflow: {self.purpose} dump, MindSpore {self.ms_version}, {self.device}"
+                 + (f", jit_level {self.jit_level}" if self.jit_level else "")]
+        for name, value in self.env.items():
+            why = self.env_why.get(name)
+            lines.append(f"export {name}={shlex.quote(value)}" + (f"   # {why}" if why else ""))
+        for name in self.unset:
+            why = self.env_why.get(name)
+            lines.append(f"unset {name}" + (f"   # {why}" if why else ""))
+        lines.extend(f"# {hint}" for hint in self.hints)
+        return "\n".join(lines) + "\n"
+
+    def summary_text(self) -> str:
+        return "\n".join(self.summary) + "\n"
+
+    def to_dict(self) -> dict:
+        return {"purpose": self.purpose, "ms_version": self.ms_version, "device": self.device,
+                "jit_level": self.jit_level, "mechanism": self.mechanism, "config": self.config,
+                "config_path": self.config_path, "env": self.env, "unset": self.unset, "summary": self.summary,
+                "warnings": self.warnings, "problems": [p.to_dict() for p in self.problems], "hints": self.hints}
+
+
+# ---- option parsing -------------------------------------------------------------------------------------------
+
+def parse_steps(steps: Union[None, str, int, Iterable[int]]) -> str:
+    """'0|5-8', '0,5-8', 3, [0, 5] or 'all' -> MindSpore's iteration string."""
+    if steps is None:
+        return "0"
+    if isinstance(steps, int):
+        return str(steps)
+    if not isinstance(steps, str):
+        return "|".join(str(int(s)) for s in steps)
+    text = re.sub(r"\s+", "", steps).replace(",", "|")
+    if text != "all" and not re.fullmatch(r"\d+(-\d+)?(\|\d+(-\d+)?)*", text):
+        raise UserError(f"--steps '{steps}' is not \"all\" or steps like 0|5-8")
+    return text
+
+
+def parse_ranks(ranks: Union[None, str, int, Iterable[int]]) -> Optional[list]:
+    """'0,1', '0-3', 0 or [0, 1] -> sorted device ids; None means the default 0..7."""
+    if ranks is None:
+        return None
+    if isinstance(ranks, int):
+        return [ranks]
+    if not isinstance(ranks, str):
+        return sorted({int(r) for r in ranks})
+    ids = set()
+    for part in re.split(r"[,|\s]+", ranks.strip()):
+        if not part:
+            continue
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not match:
+            raise UserError(f"--ranks '{ranks}' is not a list like 0,1 or 0-7")
+        low, high = int(match.group(1)), int(match.group(2) or match.group(1))
+        ids.update(range(low, high + 1))
+    return sorted(ids)
+
+
+def _set_dotted(config: dict, dotted: str, value) -> None:
+    node = config
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+# ---- build ----------------------------------------------------------------------------------------------------
+
+def build(purpose: str, *, ms_version: Optional[str] = None, device: Optional[str] = None,
+          jit_level: Optional[str] = None, path: Optional[str] = None, net_name: str = "Net",
+          steps: Union[None, str, int, Iterable[int]] = None, ranks: Union[None, str, int, Iterable[int]] = None,
+          inputs: bool = False, outputs: bool = False, kernels: Optional[Sequence[str]] = None,
+          statistic_category: Optional[Sequence[str]] = None, overflow_number: Optional[int] = None,
+          multi_rank: Optional[bool] = None, config_path: Optional[str] = None) -> DumpConfigResult:
+    """A dump config for `purpose` (overflow | statistics | tensors | exception) on this platform.
+
+    ms_version defaults to the installed MindSpore (read from package metadata), device to this machine's
+    (Ascend toolkit present -> ascend, else cpu). jit_level matters on Ascend 2.3+ only. path must be absolute
+    (default: ./msoverflow_dump made absolute). Raises ConfigRefused (a UserError) when the combination cannot work.
+    """
+    if purpose not in PURPOSES:
+        raise UserError(f"purpose '{purpose}' is not one of {', '.join(PURPOSES)}")
+    rules = load_rules()
+    target = resolve_target(ms_version, device, jit_level)
+    kernels = [k for k in (kernels or []) if str(k).strip()]
+    support_device = parse_ranks(ranks)
+    if multi_rank is None:
+        multi_rank = bool(support_device and len(support_device) > 1)
+    options = {"kernels": kernels, "multi_rank": multi_rank, "ranks": support_device}
+    situation = Situation(target.version, target.device, target.jit_level, purpose=purpose, options=options)
+    where = f"MindSpore {target.version_label} on {target.device}" + (
+        f" (jit_level {target.jit_level})" if target.jit_level else "")
+
+    mechanism_entry = select_mechanism(situation)
+    if mechanism_entry.get("unsupported"):
+        raise ConfigRefused(f"no {purpose} dump config for {where}: " + " ".join(mechanism_entry["unsupported"].split()))
+    situation.mechanism = mechanism = mechanism_entry["id"]
+
+    config = copy.deepcopy(rules["skeleton"][mechanism])
+    will, wont = [], []
+    for layer in rules["purposes"][purpose]["layers"]:
+        if not when_matches(layer.get("when"), situation):
+            continue
+        if layer.get("refuse"):
+            raise ConfigRefused(f"no {purpose} dump config for {where}: {layer['refuse']}")
+        for dotted, value in (layer.get("set") or {}).items():
+            _set_dotted(config, dotted, value)
+        will.extend(layer.get("will", []))
+        wont.extend(layer.get("wont", []))
+
+    common = config["common_dump_settings"]
+    common["path"] = os.path.abspath("msoverflow_dump") if path is None else os.fspath(path)
+    common["net_name"] = net_name
+    if common.get("iteration") != "all" or steps is not None:
+        common["iteration"] = parse_steps(steps)
+    if support_device is not None:
+        common["support_device"] = support_device
+    if inputs != outputs:
+        common["input_output"] = 1 if inputs else 2
+    if kernels:
+        common["kernels"] = list(kernels)
+        if purpose in ("tensors", "statistics"):
+            common["dump_mode"] = 1
+    if statistic_category is not None:
+        common["statistic_category"] = list(statistic_category)
+    if overflow_number is not None:
+        common["overflow_number"] = int(overflow_number)
+
+    situation.config = config
+    problems = check_for_target(config, Target(target.version, target.device, target.jit_level, []))
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        raise ConfigRefused(f"refusing this {purpose} dump config for {where}: "
+                            + " ".join(str(p) for p in errors), errors)
+
+    env, unset, env_why, hints = {}, [], {}, []
+    for entry in rules["environment"]:
+        if not when_matches(entry.get("when"), situation):
+            continue
+        for name, value in (entry.get("set") or {}).items():
+            env[name] = render(str(value), config_path=config_path or "<path of the JSON file>",
+                               dump_path=common["path"])
+        unset.extend(n for n in entry.get("unset", []) if n not in unset)
+        env_why.update(entry.get("why") or {})
+        if entry.get("hint"):
+            hints.append(entry["hint"])
+        if entry.get("note"):
+            wont.append(entry["note"])
+
+    summary = _summary(purpose, target, mechanism_entry, config, will, wont, rules)
+    result = DumpConfigResult(purpose=purpose, ms_version=target.version_label, device=target.device,
+                              jit_level=target.jit_level, mechanism=mechanism, config=config, env=env, unset=unset,
+                              summary=summary, warnings=list(target.notes) + [str(p) for p in problems],
+                              problems=problems, env_why=env_why, hints=hints)
+    if config_path:
+        result.set_config_path(os.path.abspath(config_path))
+    return result
+
+
+def _summary(purpose, target, mechanism_entry, config, will, wont, rules) -> list:
+    common = config["common_dump_settings"]
+    platform = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}[target.device]
+    lines = [f"{rules['purposes'][purpose]['title'].capitalize()} for MindSpore {target.version_label}, {platform}"
+             + (f", jit_level {target.jit_level}" if target.jit_level else "") + f": {mechanism_entry['title']}."]
+    lines += [f"Will capture: {line}." for line in will]
+    lines += [f"Will not capture: {line}." for line in wont]
+    iteration = common["iteration"]
+    if iteration == "all":
+        lines.append("Steps: every step (iteration \"all\"): watch the disk.")
+    else:
+        lines.append(f"Steps: iteration \"{iteration}\". MindSpore counts graph runs, not your loop: a step that "
+                     "runs two graphs (e.g. an all_finite check) advances the count twice.")
+    per_op = rules["files_per_op"]["tensor"][common["input_output"]]
+    if common.get("op_debug_mode") == 3 and target.device == "ascend":
+        lines.append("Size: only ops that overflowed are written: a handful of files per step when something breaks, "
+                     "none otherwise.")
+    elif common.get("saved_data") == "statistic":
+        lines.append("Size: one statistic.csv per dumped graph and step (one row per op input/output).")
+    elif common.get("op_debug_mode") == 4:
+        lines.append("Size: files only when an op fails.")
+    else:
+        scope = "each listed kernel" if common.get("dump_mode") == 1 else "every op"
+        extra = " plus one Parameter file per weight and graph input" if target.device in ("cpu", "gpu") else ""
+        lines.append(f"Size: expect ~{per_op} files per dumped step for {scope} (inputs and outputs){extra}; "
+                     "a 1000-op network writes thousands of files per step, so keep --steps narrow.")
+    layout = render(mechanism_entry.get("layout", ""), path=common["path"], net_name=common["net_name"])
+    if layout:
+        lines.append(f"Where: {layout}.")
+    return lines

@@ -1,0 +1,89 @@
+"""Lazy tensor evaluation: stats when the dump already has them, otherwise a memory-mapped, chunked read,
+only of the tensors a rule asks about. Unreadable files are reported once and treated as unknown."""
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Tuple
+
+import numpy as np
+
+from . import stats as tensor_stats
+from .dtypes import canonical
+from .model import TensorEvent, TensorStats
+from .readers import npy
+
+
+class TensorAccess:
+    def __init__(self, warn: Callable[[str], None]):
+        self.warn = warn
+        self._scan: Dict[int, Tuple[Optional[bool], bool]] = {}
+        self._stats: Dict[int, Optional[TensorStats]] = {}
+        self.tensors_read = 0
+        self.unreadable = 0
+
+    # -- loading ---------------------------------------------------------------------------------------------
+    def array(self, event: TensorEvent) -> Optional[np.ndarray]:
+        """The tensor as a memory map (nothing read until touched); None when it cannot be read."""
+        if event is None:
+            return None
+        try:
+            if event.loader is not None:
+                return event.loader()
+            if not event.source.endswith(".npy"):
+                return None
+            header = npy.read_header(event.source)
+            declared = canonical(header.header_dtype.name)
+            if event.dtype is None:
+                event.dtype = declared
+            event.shape = header.shape
+            if header.mismatch:
+                event.payload_dtype = canonical(header.payload_dtype.name)
+                if event.payload_dtype == event.dtype:
+                    event.payload_dtype = None
+            return npy.open_array(event.source, header)
+        except npy.NpyError as exc:
+            self._unreadable(event, str(exc))
+        except (OSError, ValueError) as exc:
+            self._unreadable(event, str(exc))
+        return None
+
+    def _unreadable(self, event: TensorEvent, why: str):
+        self.unreadable += 1
+        event.note = f"unreadable: {why}"
+        self.warn(f"{event.source}: {why}; skipped")
+
+    # -- questions rules ask -----------------------------------------------------------------------------------
+    def _scan_of(self, event: TensorEvent) -> Tuple[Optional[bool], bool]:
+        key = id(event)
+        if key not in self._scan:
+            if event.stats is not None:       # statistic.csv: no tensor read
+                self._scan[key] = (event.stats.bad, event.stats.at_max > 0)
+            else:
+                array = self.array(event)
+                if array is None:
+                    self._scan[key] = (None, False)
+                else:
+                    self.tensors_read += 1
+                    self._scan[key] = tensor_stats.scan(array, event.dtype)
+        return self._scan[key]
+
+    def bad(self, event: TensorEvent) -> Optional[bool]:
+        return self._scan_of(event)[0]
+
+    def pinned(self, event: TensorEvent) -> bool:
+        return self._scan_of(event)[1]
+
+    def stats(self, event: Optional[TensorEvent]) -> Optional[TensorStats]:
+        if event is None:
+            return None
+        if event.stats is not None:
+            return event.stats
+        key = id(event)
+        if key not in self._stats:
+            array = self.array(event)
+            self._stats[key] = None if array is None else tensor_stats.compute(array, event.dtype)
+        return self._stats[key]
+
+    def forget(self, event: TensorEvent):
+        """Drop cached results of a tensor nobody will ask about again (keeps memory flat on long scans)."""
+        self._scan.pop(id(event), None)
+        self._stats.pop(id(event), None)

@@ -1,0 +1,175 @@
+"""Build the file index: dump directories -> TensorEvents (file names first, no tensor data read here)
+-> OpExecutions ordered per rank by iteration, then time (graph order breaks ties)."""
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+from . import names
+from .layout import DumpDir
+from .model import INPUT, OpExecution, OverflowRecord, TensorEvent
+from .readers.exec_order import execution_order
+
+Warn = Callable[[str], None]
+
+
+@dataclass
+class DumpIndex:
+    executions: Dict[int, List[OpExecution]] = field(default_factory=dict)   # rank -> ordered executions
+    overflow_records: List[OverflowRecord] = field(default_factory=list)
+    files: int = 0
+    unknown_files: int = 0
+    rank_roots: Dict[Tuple[int, str], Optional[str]] = field(default_factory=dict)  # (rank, graph) -> rank root
+    layouts: List[str] = field(default_factory=list)
+
+
+def _npy_event(path: str, parsed: names.ParsedName, d: DumpDir) -> TensorEvent:
+    return TensorEvent(source=path, rank=d.rank, graph=d.graph, iteration=d.iteration, op_type=parsed.op_type,
+                       op_name=parsed.op_name, task_id=parsed.task_id, stream_id=parsed.stream_id,
+                       timestamp=parsed.timestamp, io=parsed.io or INPUT, slot=parsed.slot or 0, fmt=parsed.fmt,
+                       dtype=parsed.dtype)
+
+
+def _extra_readers():
+    """Readers for what only Ascend writes; absent modules simply mean those files are reported as unread."""
+    readers = {}
+    try:
+        from .readers import statistic_csv
+        readers["statistic"] = statistic_csv
+    except ImportError:
+        pass
+    try:
+        from .readers import dumpdata_bin
+        readers["bin"] = dumpdata_bin
+    except ImportError:
+        pass
+    try:
+        from .readers import opdebug
+        readers["opdebug"] = opdebug
+    except ImportError:
+        pass
+    return readers
+
+
+def events_of_dir(d: DumpDir, warn: Warn, counters: Dict[str, int]) -> Tuple[List[TensorEvent], List[OverflowRecord]]:
+    events: List[TensorEvent] = []
+    records: List[OverflowRecord] = []
+    try:
+        entries = sorted(e.name for e in os.scandir(d.path) if not e.is_dir())
+    except OSError as exc:
+        warn(f"{d.path}: cannot list directory ({exc.strerror})")
+        return events, records
+    mapping = names.read_mapping(os.path.join(d.path, "mapping.csv"), warn) if "mapping.csv" in entries else {}
+    readers = _extra_readers()
+    stat_rows: List[TensorEvent] = []
+    for name in entries:
+        path = os.path.join(d.path, name)
+        if name == "statistic.csv":
+            counters["files"] += 1
+            if "statistic" in readers:
+                stat_rows.extend(readers["statistic"].read_statistic_csv(
+                    path, rank=d.rank, graph=d.graph, iteration=d.iteration, warn=warn))
+            else:
+                warn(f"{path}: statistic.csv is not supported by this build, ignored")
+            continue
+        if name in ("mapping.csv",) or name.startswith("acl_dump"):
+            continue
+        parsed = names.parse(mapping.get(name, name))
+        if parsed is None:
+            if name.endswith((".npy", ".json")) or name.count(".") >= 4:
+                warn(f"{path}: file name not understood, skipped")
+                counters["unknown"] += 1
+            continue
+        counters["files"] += 1
+        if parsed.kind == names.KIND_NPY:
+            events.append(_npy_event(path, parsed, d))
+        elif parsed.kind == names.KIND_OPDEBUG:
+            if "opdebug" in readers:
+                records.extend(readers["opdebug"].read_opdebug(
+                    path, rank=d.rank, graph=d.graph, iteration=d.iteration, file_timestamp=parsed.timestamp,
+                    file_task_id=parsed.task_id, file_stream_id=parsed.stream_id, warn=warn))
+            else:
+                warn(f"{path}: Opdebug files are not supported by this build, ignored")
+        elif parsed.kind == names.KIND_BIN:
+            if "bin" in readers:
+                events.extend(readers["bin"].tensor_events(
+                    path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration, warn=warn))
+            else:
+                warn(f"{path}: binary dump files are not supported by this build, ignored")
+    if stat_rows:
+        events = merge_statistics(events, stat_rows)
+    return events, records
+
+
+def _tensor_key(e: TensorEvent):
+    return (e.op_type, e.op_name, e.task_id, e.stream_id, e.timestamp, e.io, e.slot)
+
+
+def merge_statistics(events: List[TensorEvent], rows: List[TensorEvent]) -> List[TensorEvent]:
+    """statistic.csv rows give stats to the tensor files they describe; rows without a file stand alone."""
+    by_key = {_tensor_key(e): e for e in events}
+    for row in rows:
+        match = by_key.get(_tensor_key(row))
+        if match is not None:
+            match.stats = row.stats
+            match.dtype = match.dtype or row.dtype
+            match.shape = match.shape or row.shape
+        else:
+            events.append(row)
+    return events
+
+
+def group_executions(events: Iterable[TensorEvent], warn: Warn) -> List[OpExecution]:
+    """Tensors of one op run share op/task/stream in one directory; a repeated (io, slot) starts a new run."""
+    groups: Dict[tuple, List[TensorEvent]] = defaultdict(list)
+    for e in events:
+        groups[(e.rank, e.graph, e.iteration, e.op_type, e.op_name, e.task_id, e.stream_id)].append(e)
+    executions: List[OpExecution] = []
+    for key, members in groups.items():
+        members.sort(key=lambda e: e.timestamp)
+        current: Optional[OpExecution] = None
+        seen = set()
+        for e in members:
+            slot_key = (e.io, e.slot)
+            if current is None or slot_key in seen:   # a repeat: the op ran again (loops, micro-batches)
+                current = OpExecution(*key)
+                executions.append(current)
+                seen = set()
+            seen.add(slot_key)
+            (current.inputs if e.io == INPUT else current.outputs).append(e)
+    for ex in executions:
+        ex.inputs.sort(key=lambda e: e.slot)
+        ex.outputs.sort(key=lambda e: e.slot)
+    return executions
+
+
+def build_index(dirs: List[DumpDir], warn: Warn, ranks: Optional[List[int]] = None,
+                iterations: Optional[List[int]] = None) -> DumpIndex:
+    index = DumpIndex()
+    counters = {"files": 0, "unknown": 0}
+    per_rank: Dict[int, List[TensorEvent]] = defaultdict(list)
+    orders: Dict[Tuple[int, str], Dict[str, int]] = {}
+    for d in dirs:
+        if ranks is not None and d.rank not in ranks:
+            continue
+        if iterations is not None and d.iteration not in iterations:
+            continue
+        if d.layout not in index.layouts:
+            index.layouts.append(d.layout)
+        index.rank_roots.setdefault((d.rank, d.graph), d.rank_root)
+        if d.rank_root and (d.rank, d.graph) not in orders:
+            orders[(d.rank, d.graph)] = execution_order(d.rank_root, d.graph, warn)
+        events, records = events_of_dir(d, warn, counters)
+        per_rank[d.rank].extend(events)
+        index.overflow_records.extend(records)
+    index.files = counters["files"]
+    index.unknown_files = counters["unknown"]
+    for rank, events in per_rank.items():
+        executions = group_executions(events, warn)
+        for ex in executions:
+            ex.order = orders.get((rank, ex.graph), {}).get(ex.op_name)
+        executions.sort(key=lambda ex: (ex.iteration, ex.time, ex.order if ex.order is not None else 1 << 30))
+        index.executions[rank] = executions
+    return index

@@ -1,0 +1,111 @@
+"""Find the dump's leaf directories and what each one is (rank, graph, iteration), for every known layout.
+
+O0/O1, CPU, GPU, 2.2 async : {path}/rank_{r}/{net}/{graph}/{iteration}/
+2.2 async overflow files   : {path}/rank_{r}/debug_files/{iteration}/
+O2 ACL dump (2.3-2.5)      : {path}/{step}/{time}/{device}/{model_name}/{model_id}/{iteration}/
+GE dump                    : {path}/{time}/{device}/{model_name}/{model_id}/{iteration}/
+The path given may point at any level inside a dump; leaf directories are interpreted by their absolute path.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+from .errors import UserError
+
+_RANK = re.compile(r"^rank_(\d+)$")
+_DIGITS = re.compile(r"^\d+$")
+_TIME = re.compile(r"^\d{14}$")   # ACL/GE time directory: YYYYMMDDhhmmss
+
+LAYOUT_MS = "mindspore"       # rank_{r}/{net}/{graph}/{iter}
+LAYOUT_DEBUG = "debug_files"  # rank_{r}/debug_files/{iter}
+LAYOUT_ACL = "acl"            # {step}/{time}/{device}/{model}/{model_id}/{iter}
+LAYOUT_GE = "ge"              # {time}/{device}/{model}/{model_id}/{iter}
+LAYOUT_UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class DumpDir:
+    path: str
+    layout: str
+    rank: int
+    graph: str
+    iteration: int
+    net: str = ""
+    rank_root: Optional[str] = None   # rank_{r} directory: graphs/, execution_order/, .dump_metadata/
+    step: Optional[int] = None        # ACL: the step directory
+
+
+def _is_dump_file(name: str) -> bool:
+    return name.endswith(".npy") or name == "statistic.csv" or name.startswith("Opdebug.") or (
+        name.count(".") >= 4 and not name.endswith((".csv", ".json", ".ir", ".pb", ".txt", ".log")))
+
+
+def interpret(path: str) -> DumpDir:
+    """What a directory holding dump files is, from its absolute path."""
+    parts = os.path.abspath(path).split(os.sep)
+
+    def at(i):
+        return parts[i] if len(parts) >= -i else ""
+
+    last = at(-1)
+    if _DIGITS.match(last):
+        iteration = int(last)
+        if at(-2) == "debug_files" and _RANK.match(at(-3)):
+            root = os.sep.join(parts[:-2])
+            return DumpDir(path, LAYOUT_DEBUG, int(_RANK.match(at(-3)).group(1)), "debug", iteration,
+                           rank_root=root)
+        if _DIGITS.match(at(-2)) and _RANK.match(at(-4)):
+            root = os.sep.join(parts[:-3])
+            return DumpDir(path, LAYOUT_MS, int(_RANK.match(at(-4)).group(1)), at(-2), iteration, net=at(-3),
+                           rank_root=root)
+        if _DIGITS.match(at(-2)) and _DIGITS.match(at(-4)) and _TIME.match(at(-5)):
+            step = int(at(-6)) if _DIGITS.match(at(-6)) else None
+            layout = LAYOUT_ACL if step is not None else LAYOUT_GE
+            return DumpDir(path, layout, int(at(-4)), at(-2), iteration, net=at(-3), step=step)
+    rank = next((int(m.group(1)) for m in map(_RANK.match, reversed(parts)) if m), 0)
+    iteration = int(last) if _DIGITS.match(last) else 0
+    return DumpDir(path, LAYOUT_UNKNOWN, rank, "?", iteration)
+
+
+def discover(path: str, warn: Callable[[str], None]) -> List[DumpDir]:
+    """Every directory under `path` that holds dump files, in a stable order. Follows symlinks once (no loops)."""
+    if not os.path.exists(path):
+        raise UserError(f"{path}: no such file or directory")
+    if not os.path.isdir(path):
+        raise UserError(f"{path}: not a directory (give the dump directory, or any directory inside it)")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise UserError(f"{path}: directory is not readable")
+    found: List[DumpDir] = []
+    seen = set()
+    stack = [os.path.abspath(path)]
+    while stack:
+        current = stack.pop()
+        real = os.path.realpath(current)
+        if real in seen:
+            warn(f"{current}: directory visited twice (symlink loop or duplicate link), skipped")
+            continue
+        seen.add(real)
+        try:
+            entries = list(os.scandir(current))
+        except OSError as exc:
+            warn(f"{current}: cannot list directory ({exc.strerror})")
+            continue
+        subdirs = []
+        has_files = False
+        for entry in entries:
+            try:
+                if entry.is_dir():
+                    if entry.name not in ("graphs", "execution_order", ".dump_metadata"):
+                        subdirs.append(entry.path)
+                elif not has_files and _is_dump_file(entry.name):
+                    has_files = True
+            except OSError:
+                warn(f"{entry.path}: cannot stat, skipped")
+        if has_files:
+            found.append(interpret(current))
+        stack.extend(sorted(subdirs, reverse=True))
+    found.sort(key=lambda d: (d.rank, d.iteration, d.graph, d.path))
+    return found

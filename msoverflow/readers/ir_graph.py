@@ -1,0 +1,160 @@
+"""The graph MindSpore saves beside the dump (rank_N/graphs/ms_output_trace_code_graph_{g}.ir).
+
+Per kernel node it gives the full scoped name, the producers of its inputs, inferred vs kernel dtype,
+backend-inserted casts, the forward node of a gradient node, and the user's source line.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Dict, Iterable, List, Optional
+
+from ..model import GraphNode
+from ..names import scope_to_file_name
+
+_NODE = re.compile(r"^\s+%(\w+)\([^)]*\) = ([\w.]+)\(")
+_PARAM = re.compile(r"^%(para\d+)_(\S+?):")
+_REF = re.compile(r"%(\w+)")
+_DTYPE_OUT = re.compile(r"->\s*\(<(?:Ref\[)?Tensor\[(\w+)\]")
+_KERNEL_OUT = re.compile(r"->\s*\(<(\w+?)x\w+")
+_FULLNAME = re.compile(r"# Fullname with scope: \((.*)\)\s*$")
+_SOURCE = re.compile(r"# In file (.*):(\d+)(?:~\d+)?, \d+~\d+/(.*)/\s*$")
+_UNIQUE = re.compile(r'\bunique_id: "(\d+)"')
+_FORWARD = re.compile(r'forward_node_name: "([^"]+)"(?:, forward_unique_id: "(\d+)")?')
+_FRAMEWORK = re.compile(r"[/\\](?:site|dist)-packages[/\\]mindspore[/\\]|[/\\]mindspore[/\\]python[/\\]mindspore[/\\]")
+
+
+def _is_user_code(path: str) -> bool:
+    return not _FRAMEWORK.search(path)
+
+
+def _args(line: str, start: int) -> List[str]:
+    """Top-level arguments of a node call: `%12` references, or literals (kept so slots stay aligned)."""
+    depth, i, args, current = 1, start, [], []
+    while i < len(line):
+        ch = line[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                break
+        if ch == "," and depth == 1:
+            args.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    args.append("".join(current).strip())
+    return [a for a in args if a]
+
+
+class GraphIndex:
+    """Nodes of one saved graph, looked up by full name or by the name as written in dump files."""
+
+    def __init__(self, nodes: List[GraphNode]):
+        self.nodes = nodes
+        self.by_full: Dict[str, GraphNode] = {n.full_name: n for n in nodes}
+        self.by_file: Dict[str, GraphNode] = {scope_to_file_name(n.full_name): n for n in nodes}
+        short: Dict[str, List[GraphNode]] = {}
+        for n in nodes:
+            short.setdefault(n.full_name.rsplit("/", 1)[-1], []).append(n)
+        self.by_short = {k: v[0] for k, v in short.items() if len(v) == 1}
+
+    def find(self, op_name: str) -> Optional[GraphNode]:
+        """The node of a dump file's op name: full-scope (2.x) or short (`Conv2D-op12`, older versions)."""
+        return self.by_file.get(op_name) or self.by_full.get(op_name) or self.by_short.get(op_name)
+
+    def consumers(self, full_name: str) -> List[GraphNode]:
+        return [n for n in self.nodes if full_name in n.inputs]
+
+
+def parse_ir(lines: Iterable[str]) -> GraphIndex:
+    params: Dict[str, str] = {}
+    ids: Dict[str, str] = {}            # %113 -> full name (filled once the node's Fullname line is seen)
+    unique: Dict[str, str] = {}         # unique_id -> full name
+    nodes: List[GraphNode] = []
+    pending_forward: Dict[int, str] = {}
+    current: Optional[dict] = None
+
+    def finish():
+        if current and current.get("full_name"):
+            node = GraphNode(full_name=current["full_name"], op_type=current["op_type"], ir_id=current["id"],
+                             inputs=current["inputs"], is_backend_cast=current["backend_cast"],
+                             inferred_out=current.get("inferred"), kernel_out=current.get("kernel"))
+            src = current.get("source")
+            if src:
+                node.source_file, node.source_line, node.source_code = src
+            ids[current["id"]] = node.full_name
+            if current.get("unique"):
+                unique[current["unique"]] = node.full_name
+            if current.get("forward"):
+                pending_forward[len(nodes)] = current["forward"]
+            nodes.append(node)
+
+    for line in lines:
+        m = _NODE.match(line)
+        if m:
+            finish()
+            op = m.group(2)
+            op_type = op[len("PrimFunc_"):] if op.startswith("PrimFunc_") else op
+            args = [a[1:] if _REF.fullmatch(a) else "const" for a in _args(line, m.end())]
+            current = {"id": m.group(1), "op_type": op_type, "inputs": args,
+                       "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0}
+            u = _UNIQUE.search(line.split("cnode_primal_attrs", 1)[-1]) if "cnode_primal_attrs" in line else None
+            f = _FORWARD.search(line)
+            if f:
+                current["forward"] = (f.group(1), f.group(2))
+            elif u:
+                current["unique"] = u.group(1)
+            continue
+        if current is None:
+            p = _PARAM.match(line)
+            if p:
+                params[p.group(1)] = p.group(2)
+            continue
+        stripped = line.strip()
+        if stripped.startswith(": ("):
+            current["types"] += 1
+            if current["types"] == 1:
+                d = _DTYPE_OUT.search(stripped)
+                current["inferred"] = d.group(1) if d else None
+            elif current["types"] == 2:
+                d = _KERNEL_OUT.search(stripped)
+                current["kernel"] = d.group(1) if d else None
+        elif stripped.startswith("# Fullname with scope:"):
+            f = _FULLNAME.search(stripped)
+            if f:
+                current["full_name"] = f.group(1)
+        elif stripped.startswith("# In file"):
+            s = _SOURCE.search(stripped)
+            if s and (_is_user_code(s.group(1)) or not current.get("source")):
+                current["source"] = (s.group(1), int(s.group(2)), s.group(3).strip())
+        elif not stripped.startswith("#") and not stripped.startswith(":") and stripped and current:
+            finish()
+            current = None
+    finish()
+
+    for node in nodes:
+        node.inputs = [i if i == "const" else ids.get(i) or (f"param:{params[i]}" if i in params else f"%{i}")
+                       for i in node.inputs]
+    for index, (fwd_name, fwd_unique) in pending_forward.items():
+        node = nodes[index]
+        node.forward_name = unique.get(fwd_unique or "") or fwd_name
+    return GraphIndex(nodes)
+
+
+def load_ir(path: str) -> GraphIndex:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return parse_ir(fh)
+
+
+def graph_files(rank_root: str, graph: str) -> List[str]:
+    """Saved graphs for one graph id, best first."""
+    folder = os.path.join(rank_root, "graphs")
+    names = [f"ms_output_trace_code_graph_{graph}.ir", f"trace_code_graph_{graph}.ir"]
+    found = [os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))]
+    if not found and os.path.isdir(folder):
+        found = sorted(os.path.join(folder, n) for n in os.listdir(folder)
+                       if n.endswith(f"_graph_{graph}.ir"))
+    return found

@@ -1,0 +1,63 @@
+"""The documented, stable JSON report (schema: msoverflow/schema/report.schema.json)."""
+from __future__ import annotations
+
+import json
+import math
+from typing import Optional
+
+from ..model import Finding, Report, TensorSummary
+
+SCHEMA_VERSION = 1
+
+
+def _num(x: Optional[float]):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return None
+    return x
+
+
+def tensor_dict(t: TensorSummary) -> dict:
+    s = t.stats
+    return {
+        "slot": t.slot, "dtype": t.dtype, "payload_dtype": t.payload_dtype,
+        "shape": list(t.shape) if t.shape is not None else None,
+        "max_abs": _num(s.max_abs) if s else None, "min": _num(s.min) if s else None, "max": _num(s.max) if s else None,
+        "nan": s.nan if s else None, "posinf": s.posinf if s else None, "neginf": s.neginf if s else None,
+        "over_range": s.over_range if s else None, "zero": s.zero if s else None,
+        "count": s.count if s else None, "headroom": _num(t.headroom), "producer": t.producer,
+    }
+
+
+def finding_dict(f: Finding) -> dict:
+    return {
+        "rank": f.rank, "graph": f.graph, "iteration": f.iteration, "op_type": f.op_type, "op_name": f.op_name,
+        "full_name": f.full_name, "role": f.role, "kind": f.kind, "detail": f.detail, "timestamp": f.timestamp,
+        "forward_op": f.forward_op, "cell": f.cell, "cell_type": f.cell_type,
+        "source": ({"file": f.source.file, "line": f.source.line, "code": f.source.code} if f.source else None),
+        "inputs": [tensor_dict(t) for t in f.inputs], "outputs": [tensor_dict(t) for t in f.outputs],
+        "overflow_flags": [{"unit": r.unit, "status": r.status, "status_words": r.status_words,
+                            "task_id": r.task_id, "stream_id": r.stream_id, "source": r.source} for r in f.flags],
+        "recommendation": f.recommendation, "evidence": f.evidence,
+    }
+
+
+def report_dict(report: Report) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "verdict": report.verdict,
+        "dump_dir": report.dump_dir,
+        "first": finding_dict(report.first) if report.first else None,
+        "anomalies": [finding_dict(f) for f in report.anomalies],
+        "propagation": [{"rank": f.rank, "graph": f.graph, "iteration": f.iteration, "op_type": f.op_type,
+                         "op_name": f.op_name, "full_name": f.full_name, "kind": f.kind, "cell": f.cell}
+                        for f in report.propagation],
+        "warnings": report.warnings,
+        "summary": {"layout": report.layout, "ranks": report.ranks,
+                    "iterations": {str(k): v for k, v in report.iterations.items()},
+                    "files": report.files, "tensors_read": report.tensors_read,
+                    "scanned_all_steps": report.tail_clean},
+    }
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report_dict(report), indent=2, allow_nan=False) + "\n"

@@ -1,0 +1,46 @@
+"""Markdown: the same story as text, for issues and chat."""
+from __future__ import annotations
+
+from typing import List
+
+from ..model import Report, TensorSummary
+from .text import op_label
+
+
+def _row(t: TensorSummary) -> str:
+    s = t.stats
+    g = (lambda x: "-" if x is None else f"{x:.4g}")
+    return (f"| {t.slot} | {t.dtype or '?'}{' (' + t.payload_dtype + ' bytes)' if t.payload_dtype else ''} | "
+            f"{'x'.join(map(str, t.shape)) if t.shape is not None else '?'} | {g(s.max_abs if s else None)} | "
+            f"{f'{t.headroom:.0%}' if t.headroom is not None else '-'} | {s.nan if s else '-'} | "
+            f"{s.posinf if s else '-'} | {s.neginf if s else '-'} |")
+
+
+def render_markdown(report: Report, top: int = 10) -> str:
+    out: List[str] = ["# msoverflow report", ""]
+    f = report.first
+    if f is None:
+        out.append(f"**Clean**: no inf, NaN or out-of-range value in {report.files} files.")
+    else:
+        out.append(f"**Anomaly** ({f.kind}): first created by **{op_label(f)}** on rank {f.rank}, "
+                   f"step {f.iteration}, graph {f.graph}.")
+        out.append("")
+        out.append(f"- what: {f.detail}")
+        if f.source:
+            out.append(f"- source: `{f.source.file}:{f.source.line}` `{f.source.code}`")
+        out.append(f"- op: `{f.full_name or f.op_name}`")
+        if f.recommendation:
+            out.append(f"- fix: {f.recommendation}")
+        for title, tensors in (("Inputs", f.inputs), ("Outputs", f.outputs)):
+            if tensors:
+                out += ["", f"{title}:", "", "| slot | dtype | shape | max abs | of max | nan | +inf | -inf |",
+                        "|---|---|---|---|---|---|---|---|"] + [_row(t) for t in tensors]
+        if f.evidence:
+            out += [""] + [f"- {e}" for e in f.evidence]
+        if len(report.anomalies) > 1:
+            out += ["", "Later origins:", ""]
+            out += [f"- rank {a.rank} step {a.iteration}: {a.kind} in {op_label(a)}: {a.detail}"
+                    for a in report.anomalies[1:top + 1]]
+    if report.warnings:
+        out += ["", f"Warnings ({len(report.warnings)}):", ""] + [f"- {w}" for w in report.warnings[:20]]
+    return "\n".join(out) + "\n"

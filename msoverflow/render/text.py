@@ -1,0 +1,108 @@
+"""Text: a verdict a person can read in five seconds, then the evidence."""
+from __future__ import annotations
+
+import io
+from typing import List
+
+from ..model import Finding, Report, TensorSummary
+
+
+def _g(x) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _where(f: Finding) -> str:
+    return f"rank {f.rank}, step {f.iteration}, graph {f.graph}"
+
+
+def op_label(f: Finding) -> str:
+    label = f.op_type
+    if f.forward_op and f.forward_op != f.op_type:
+        label += f" (backward of {f.forward_op})"
+    if f.cell:
+        label += f" in {f.cell} ({f.cell_type})"
+    return label
+
+
+def tensor_table(title: str, tensors: List[TensorSummary]) -> str:
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False, show_edge=False)
+    for column in ("slot", "dtype", "shape", "max |x|", "of max", "nan", "+inf", "-inf", "produced by"):
+        table.add_column(column, overflow="fold")
+    for t in tensors:
+        s = t.stats
+        dtype = t.dtype or "?"
+        if t.payload_dtype:
+            dtype += f" ({t.payload_dtype} bytes)"
+        producer = (t.producer or "").rsplit("/", 2)
+        table.add_row(str(t.slot), dtype, "x".join(map(str, t.shape)) if t.shape is not None else "?",
+                      _g(s.max_abs if s else None), f"{t.headroom:.0%}" if t.headroom is not None else "-",
+                      str(s.nan) if s else "-", str(s.posinf) if s else "-", str(s.neginf) if s else "-",
+                      "/".join(producer[-2:]) if t.producer else "")
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None, highlight=False, soft_wrap=False).print(table)
+    return out.getvalue().rstrip("\n")
+
+
+def render_text(report: Report, top: int = 10) -> str:
+    lines: List[str] = []
+    f = report.first
+    if f is None:
+        lines.append(f"CLEAN: no inf, NaN or out-of-range value in {report.files} files "
+                     f"(ranks {', '.join(map(str, report.ranks)) or '-'}).")
+    else:
+        lines.append(f"ANOMALY: {f.kind} first created by {op_label(f)}")
+        lines.append(f"  where : {_where(f)}")
+        lines.append(f"  what  : {f.detail}")
+        if f.source:
+            lines.append(f"  source: {f.source.file}:{f.source.line}  {f.source.code}")
+        if f.recommendation:
+            lines.append(f"  fix   : {f.recommendation}")
+        lines.append("")
+        lines.append("Evidence")
+        lines.append(f"  op: {f.full_name or f.op_name}")
+        if f.inputs:
+            lines.append(tensor_table("  inputs", f.inputs))
+        if f.outputs:
+            lines.append(tensor_table("  outputs", f.outputs))
+        for flag in f.flags:
+            lines.append(f"  overflow flag: {flag.unit} status {flag.status:#x} "
+                         f"({', '.join(flag.status_words) or 'overflow'}) from {flag.source}")
+        for item in f.evidence:
+            lines.append(f"  - {item}")
+        if report.propagation:
+            chain = [p.op_type for p in report.propagation]
+            shown = chain[:8] + (["..."] + chain[-3:] if len(chain) > 11 else chain[8:])
+            lines.append(f"  spread in step {f.iteration} through {len(chain)} ops: "
+                         + " -> ".join([f.op_type] + shown))
+        later = report.anomalies[1:]
+        if later:
+            lines.append("")
+            lines.append(f"Later origins ({len(later)}, time order)")
+            for other in later[:top]:
+                lines.append(f"  {_where(other)}: {other.kind} in {op_label(other)} - {other.detail}")
+            if len(later) > top:
+                lines.append(f"  ... {len(later) - top} more (--top N, or --format json)")
+    lines.append("")
+    scanned = (f"Scanned {report.files} files ({report.layout or 'unknown'} layout), read {report.tensors_read} "
+               f"tensors; ranks {', '.join(map(str, report.ranks))}; steps "
+               + "; ".join(f"rank {r}: {_steps(v)}" for r, v in sorted(report.iterations.items())))
+    lines.append(scanned)
+    if not report.tail_clean:
+        lines.append("Steps after the first origin were not scanned (--all scans every step).")
+    if report.warnings:
+        lines.append(f"Warnings ({len(report.warnings)}):")
+        for w in report.warnings[:5]:
+            lines.append(f"  ! {w}")
+        if len(report.warnings) > 5:
+            lines.append(f"  ... {len(report.warnings) - 5} more (--format json lists all)")
+    return "\n".join(lines) + "\n"
+
+
+def _steps(values: List[int]) -> str:
+    if not values:
+        return "-"
+    if values == list(range(values[0], values[-1] + 1)) and len(values) > 2:
+        return f"{values[0]}-{values[-1]}"
+    return ",".join(map(str, values))

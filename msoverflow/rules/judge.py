@@ -1,0 +1,205 @@
+"""Classify one op execution: origin (created the bad value), propagator, or clean; and the kind of fault.
+
+An origin has all float inputs finite and in range, and some output that is not. The kind comes from what the
+inputs were: a zero denominator (0/0 or x/0), an input outside the op's domain (sqrt/log of a negative),
+a cast out of range, saturation (values pinned at the dtype max), or plain overflow.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Protocol
+
+import numpy as np
+
+from ..dtypes import dtype_max
+from ..model import (CLEAN, CROSS_RANK, FLAGGED, INVALID, NONFINITE_INPUT, ORIGIN, OVERFLOW, PROPAGATOR,
+                     SATURATION, OpExecution, TensorEvent, TensorStats)
+from .knowledge import OpKnowledge
+
+
+class TensorAccess(Protocol):
+    def bad(self, event: TensorEvent) -> Optional[bool]: ...        # None: unreadable
+    def pinned(self, event: TensorEvent) -> bool: ...
+    def stats(self, event: TensorEvent) -> Optional[TensorStats]: ...
+    def array(self, event: TensorEvent) -> Optional[np.ndarray]: ...
+
+
+@dataclass
+class Verdict:
+    role: str
+    kind: str = ""
+    detail: str = ""
+    advice: str = "overflow"                  # key into the knowledge's recommendations
+    values: Dict[str, str] = field(default_factory=dict)   # for the recommendation template
+    evidence: List[str] = field(default_factory=list)
+    via_producer: bool = False                # inputs-only dump: the bad value came from this input's producer
+    bad_input: Optional[TensorEvent] = None
+
+
+def _floats(events: List[TensorEvent]) -> List[TensorEvent]:
+    # Unknown dtype (old names, unread header) counts as float until the data says otherwise.
+    return [e for e in events if e.dtype is None or e.is_float]
+
+
+def _fmt(x: Optional[float]) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:.6g}" if abs(x) < 1e6 else f"{x:.4g}"
+
+
+def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: bool) -> Verdict:
+    outs = _floats(ex.outputs)
+    bad_outs = [e for e in outs if access.bad(e)]
+
+    if ex.is_parameter:
+        if not bad_outs:
+            return Verdict(CLEAN)
+        if earlier_bad:
+            return Verdict(PROPAGATOR, NONFINITE_INPUT, f"parameter {ex.op_name} holds non-finite values after the step")
+        return Verdict(ORIGIN, NONFINITE_INPUT, f"{ex.op_name} is non-finite in this dump with no earlier bad op",
+                       advice="nonfinite_input")
+
+    if not ex.outputs:
+        return _judge_inputs_only(ex, access, earlier_bad)
+
+    if not bad_outs:
+        if ex.flags:
+            pinned = [e for e in outs if access.pinned(e)]
+            kind, advice = (SATURATION, "saturation") if pinned else (FLAGGED, "flagged")
+            words = ", ".join(sorted({w for r in ex.flags for w in r.status_words})) or "overflow"
+            return Verdict(ORIGIN, kind, f"Opdebug flagged {words} ({ex.flags[0].unit}) while the tensors look finite",
+                           advice=advice)
+        pinned = [e for e in outs if access.pinned(e)]
+        if pinned and not any(access.pinned(i) for i in _floats(ex.inputs)):
+            limit = dtype_max(pinned[0].dtype)
+            return Verdict(ORIGIN, SATURATION, f"output {pinned[0].slot} pinned at +-{_fmt(limit)} ({pinned[0].dtype} max): "
+                           "saturated overflow", advice="saturation")
+        return Verdict(CLEAN)
+
+    ins = _floats(ex.inputs)
+    bad_ins = [e for e in ins if access.bad(e)]
+    if bad_ins:
+        return Verdict(PROPAGATOR, _nonfinite_kind(access, bad_outs), f"input {bad_ins[0].slot} already bad",
+                       bad_input=bad_ins[0])
+    if kn.is_collective(ex.op_type):
+        return Verdict(PROPAGATOR, CROSS_RANK, f"{ex.op_type} delivered a bad value from another rank",
+                       advice="cross_rank")
+    if not ex.inputs and earlier_bad:
+        return Verdict(PROPAGATOR, _nonfinite_kind(access, bad_outs), "inputs not dumped; an earlier op went bad")
+    verdict = _fault_kind(ex, bad_outs, access, kn)
+    if not ex.inputs:
+        verdict.evidence.append("inputs were not dumped: this is the first bad tensor in time")
+    return verdict
+
+
+def _nonfinite_kind(access: TensorAccess, bad: List[TensorEvent]) -> str:
+    stats = [access.stats(e) for e in bad]
+    if any(s is not None and s.nan for s in stats):
+        return INVALID
+    return OVERFLOW
+
+
+def _judge_inputs_only(ex: OpExecution, access: TensorAccess, earlier_bad: bool) -> Verdict:
+    bad_ins = [e for e in _floats(ex.inputs) if access.bad(e)]
+    if not bad_ins:
+        return Verdict(CLEAN)
+    if earlier_bad:
+        return Verdict(PROPAGATOR, _nonfinite_kind(access, bad_ins), f"input {bad_ins[0].slot} already bad",
+                       bad_input=bad_ins[0])
+    kind = _nonfinite_kind(access, bad_ins)
+    return Verdict(ORIGIN, kind, f"first bad tensor is input {bad_ins[0].slot} of {ex.op_type} "
+                   "(inputs-only dump): it was created by that input's producer", via_producer=True,
+                   bad_input=bad_ins[0])
+
+
+def _fault_kind(ex: OpExecution, bad_outs: List[TensorEvent], access: TensorAccess, kn: OpKnowledge) -> Verdict:
+    out = bad_outs[0]
+    st = access.stats(out) or TensorStats(count=0)
+    by_slot = {e.slot: e for e in ex.inputs}
+    division = kn.division.get(ex.op_type)
+    domain = kn.domain.get(ex.op_type)
+
+    if division is not None:
+        den = by_slot.get(division.get("denominator"))
+        num_slot = division.get("numerator")
+        num = by_slot.get(num_slot) if num_slot is not None else None
+        zero_den = _zero_positions(access, den)
+        if zero_den:
+            both = _zero_over_zero(access, num, den) if num is not None else 0
+            if st.nan and both:
+                return Verdict(ORIGIN, INVALID, f"0/0: denominator (input {den.slot}) is 0 at {zero_den} of "
+                               f"{den_size(den, access)} positions, and the numerator is 0 there too",
+                               advice="zero_over_zero", values={"denominator_slot": str(den.slot)},
+                               evidence=[f"{both} positions are 0/0"])
+            return Verdict(ORIGIN, OVERFLOW, f"division by zero: denominator (input {den.slot}) is 0 at {zero_den} "
+                           "positions", advice="division_by_zero", values={"denominator_slot": str(den.slot)})
+
+    if domain is not None:
+        arg = by_slot.get(domain.get("slot", 0))
+        arg_stats = access.stats(arg) if arg is not None else None
+        needs = str(domain.get("needs", ""))
+        if arg_stats is not None:
+            outside = _outside_domain(arg_stats, needs)
+            if outside:
+                return Verdict(ORIGIN, INVALID, f"{ex.op_type} of {outside} (input {arg.slot} min {_fmt(arg_stats.min)})",
+                               advice="domain", values={"needs": needs})
+
+    if st.nan and not (st.posinf or st.neginf or st.over_range):
+        return Verdict(ORIGIN, INVALID, f"NaN from finite inputs ({st.nan} of {st.count} values)", advice="invalid")
+
+    limit = dtype_max(out.dtype)
+    if ex.op_type == "Cast" and ex.inputs:
+        src = ex.inputs[0]
+        return Verdict(ORIGIN, OVERFLOW, f"{src.dtype or 'float'} -> {out.dtype} cast overflow "
+                       f"(input max |x| {_fmt(_max_abs(access, src))} > {_fmt(limit)})", advice="overflow_cast",
+                       values={"dtype": str(out.dtype)})
+    if st.over_range:
+        payload = f" (the file holds {out.payload_dtype} values)" if out.payload_dtype else ""
+        detail = (f"{out.dtype} overflow: max |output {out.slot}| {_fmt(st.max_abs)} > {_fmt(limit)}, "
+                  f"{st.over_range} values out of range{payload}")
+    else:
+        detail = (f"overflow: output {out.slot} has {st.posinf} +inf, {st.neginf} -inf"
+                  + (f", {st.nan} NaN" if st.nan else "") + f" of {st.count} values")
+    return Verdict(ORIGIN, OVERFLOW, detail, advice="overflow")
+
+
+def den_size(event: TensorEvent, access: TensorAccess) -> int:
+    st = access.stats(event)
+    return st.count if st else 0
+
+
+def _max_abs(access: TensorAccess, event: TensorEvent) -> Optional[float]:
+    st = access.stats(event)
+    return st.max_abs if st else None
+
+
+def _zero_positions(access: TensorAccess, event: Optional[TensorEvent]) -> int:
+    if event is None:
+        return 0
+    st = access.stats(event)
+    return int(st.zero or 0) if st else 0
+
+
+def _zero_over_zero(access: TensorAccess, num: TensorEvent, den: TensorEvent) -> int:
+    a, b = access.array(num), access.array(den)
+    if a is None or b is None:
+        return 0
+    try:
+        both = np.logical_and(np.asarray(a) == 0, np.asarray(b) == 0)
+    except ValueError:          # shapes that do not broadcast: the dump lost something
+        return 0
+    return int(np.count_nonzero(both))
+
+
+def _outside_domain(st: TensorStats, needs: str) -> str:
+    negative = st.negative or 0
+    zero = st.zero or 0
+    if needs == "non-negative" and negative:
+        return f"a negative value ({negative} values < 0)"
+    if needs == "positive" and (negative or zero):
+        return (f"a negative value ({negative} values < 0)" if negative else f"zero ({zero} values)")
+    if needs == "greater than -1" and st.min is not None and st.min <= -1:
+        return "a value <= -1"
+    if needs.startswith("within") and st.max_abs is not None and st.max_abs > 1:
+        return "a value outside [-1, 1]"
+    return ""

@@ -1,0 +1,49 @@
+"""Cell paths from MindSpore scope names.
+
+Full name : Gradients/Default/network-CausalLMLoss/_backbone-TinyBaichuan/lm_head-NormHead/Grad_Sqrt/SqrtGrad-op0
+File name : the same with '/', '\\', '.', ' ' turned into '_' (ambiguous: attribute names hold '_' too).
+Each `attr-Class` segment is one Cell; the path is the attributes from the graph's root Cell down.
+"""
+from __future__ import annotations
+
+import re
+from typing import List, Optional, Tuple
+
+_ROOTS = ("Gradients", "Default", "recompute_Default", "Expand")
+_CLASS_THEN_ATTR = re.compile(r"^(_?[A-Za-z0-9]+)_(.+)$")
+
+
+def cells_in_scope(full_name: str) -> List[Tuple[str, str]]:
+    """[(attribute, class)] for each Cell segment of a full scoped name."""
+    cells = []
+    for segment in full_name.split("/")[:-1]:
+        if "-" in segment and not segment.startswith(("Grad_", "grad")):
+            attr, cls = segment.split("-", 1)
+            cells.append((attr, cls))
+    return cells
+
+
+def cells_in_file_name(op_name: str) -> List[Tuple[str, str]]:
+    """Best effort on a file-name op name, assuming Cell class names hold no '_' (true of nearly all)."""
+    pieces = op_name.split("-")
+    if len(pieces) < 3:
+        return []
+    attr = pieces[0]
+    for root in _ROOTS:
+        attr = attr.replace(root + "_", "")
+    cells = []
+    for piece in pieces[1:-1]:
+        m = _CLASS_THEN_ATTR.match(piece)
+        if not m:
+            break
+        cells.append((attr, m.group(1)))
+        attr = m.group(2)
+    return cells
+
+
+def cell_of(name: str, from_file_name: bool = False) -> Tuple[Optional[str], Optional[str]]:
+    """('network._backbone.lm_head', 'NormHead') or (None, None) outside any Cell."""
+    cells = cells_in_file_name(name) if from_file_name else cells_in_scope(name)
+    if not cells:
+        return None, None
+    return ".".join(attr for attr, _ in cells), cells[-1][1]

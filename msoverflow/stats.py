@@ -1,0 +1,76 @@
+"""Tensor statistics computed in bounded-memory chunks, so peak memory does not grow with tensor size."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import numpy as np
+
+from .dtypes import dtype_max
+from .model import TensorStats
+
+CHUNK = 1 << 20  # elements per chunk (8 MB as float64 at most)
+
+
+def _chunks(array: np.ndarray):
+    flat = array.reshape(-1, order="A") if array.ndim != 1 else array
+    for start in range(0, flat.size, CHUNK):
+        yield flat[start:start + CHUNK]
+
+
+def compute(array: np.ndarray, declared: Optional[str]) -> TensorStats:
+    """Full statistics of a float tensor, judged against its declared dtype (an fp16 file may hold fp32 bytes)."""
+    limit = dtype_max(declared)
+    count = int(array.size)
+    if array.dtype.kind not in "f":
+        if array.dtype.kind in "iub" and count:
+            lo, hi = None, None
+            for chunk in _chunks(array):
+                c_lo, c_hi = chunk.min(), chunk.max()
+                lo = c_lo if lo is None else min(lo, c_lo)
+                hi = c_hi if hi is None else max(hi, c_hi)
+            return TensorStats(count=count, min=float(lo), max=float(hi), max_abs=float(max(abs(lo), abs(hi))))
+        return TensorStats(count=count)
+    nan = posinf = neginf = over = at_max = zero = negative = 0
+    lo = hi = None
+    for chunk in _chunks(array):
+        finite = np.isfinite(chunk)
+        n_finite = int(np.count_nonzero(finite))
+        if n_finite != chunk.size:
+            isnan = np.isnan(chunk)
+            nan += int(np.count_nonzero(isnan))
+            posinf += int(np.count_nonzero(np.isposinf(chunk)))
+            neginf += int(np.count_nonzero(np.isneginf(chunk)))
+            values = chunk[finite]
+        else:
+            values = chunk
+        if values.size:
+            c_lo, c_hi = float(values.min()), float(values.max())
+            lo = c_lo if lo is None else min(lo, c_lo)
+            hi = c_hi if hi is None else max(hi, c_hi)
+            zero += int(values.size - np.count_nonzero(values))
+            negative += int(np.count_nonzero(values < 0))
+            if limit is not None:
+                magnitude = np.abs(values)
+                over += int(np.count_nonzero(magnitude > limit))
+                at_max += int(np.count_nonzero(magnitude == limit))
+    max_abs = None if lo is None else max(abs(lo), abs(hi))
+    return TensorStats(count=count, nan=nan, posinf=posinf, neginf=neginf, min=lo, max=hi, max_abs=max_abs,
+                       over_range=over, at_max=at_max, zero=zero, negative=negative)
+
+
+def scan(array: np.ndarray, declared: Optional[str]) -> Tuple[bool, bool]:
+    """(bad, pinned): bad stops at the first chunk holding a non-finite or out-of-range value (cheap for
+    propagated tensors); pinned = some value sits exactly at the declared dtype's max (saturation)."""
+    if array.dtype.kind != "f" or array.size == 0:
+        return False, False
+    limit = dtype_max(declared)
+    pinned = False
+    for chunk in _chunks(array):
+        if not np.isfinite(chunk).all():
+            return True, pinned
+        if limit is not None:
+            peak = float(np.abs(chunk).max())
+            if peak > limit:
+                return True, pinned
+            pinned = pinned or peak == limit
+    return False, pinned
