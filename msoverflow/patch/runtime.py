@@ -299,8 +299,7 @@ def _retype_parameter(param, dtype, where, result: PatchResult, kind="parameter"
     param.assign_value(ops.cast(param, dtype))
     result.changes.append(Change(kind, where, _dtype_name(old), _dtype_name(dtype)))
     result._retyped.append(param)
-    result._undo.append(lambda: param.assign_value(ops.cast(param.value() if hasattr(param, "value") else param,
-                                                            old)))
+    result._undo.append(lambda: param.assign_value(ops.cast(param, old)))
 
 
 def _set_attr(obj, name, value, where, kind, result: PatchResult, before="", after="") -> None:
