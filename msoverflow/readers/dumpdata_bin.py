@@ -293,6 +293,11 @@ def tensor_events(path: str, *, rank: int, graph: str, iteration: int,
         task_id = parsed.task_id if task_id is None else task_id
         stream_id = parsed.stream_id if stream_id is None else stream_id
         timestamp = parsed.timestamp if timestamp is None else timestamp
+    if op_name is None and header.op_name:
+        op_name = names.scope_to_file_name(header.op_name)
+    if op_type is None and header.op_name:
+        # "…/Grad_MatMul/MatMul-op5" -> "MatMul"
+        op_type = header.op_name.rsplit("/", 1)[-1].split("-op")[0]
     events = []
     for slot in header.slots():
         loader = None
@@ -300,7 +305,7 @@ def tensor_events(path: str, *, rank: int, graph: str, iteration: int,
             loader = _make_loader(path, slot)
         events.append(TensorEvent(
             source=path, rank=rank, graph=str(graph), iteration=iteration,
-            op_type=op_type or "", op_name=op_name or header.op_name,
+            op_type=op_type or "", op_name=op_name or "",
             task_id=task_id if task_id is not None else -1,
             stream_id=stream_id if stream_id is not None else -1,
             timestamp=timestamp if timestamp is not None else header.dump_time,

@@ -1,0 +1,535 @@
+"""Writers for the files only Ascend produces, built FROM THE DOCUMENTED FORMAT (shared/reference/mindspore-dumps.md),
+not recorded from a device: binary dump files, statistic.csv, Opdebug overflow records, and a seed scenario
+that reproduces the field case (8-rank pipeline-parallel Baichuan2-13B whose NormHead SqrtGrad overflows first).
+
+Importable by tests (`sys.path.insert(0, "<repo>/scripts")`) and runnable:
+    python scripts/ascend_fixtures.py OUTDIR [--layout o0|async22|acl] [--formats opdebug,bin,statistic,npy]
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import struct
+import sys
+from typing import Dict, Iterable, List, Optional, Sequence
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from msoverflow.readers import _protobuf as pb  # noqa: E402
+from msoverflow.readers.dumpdata_bin import DATA_TYPES, FORMATS, MINDSPORE_DTYPE_WORDS  # noqa: E402
+
+DATA_TYPE_ENUM = {dtype: number for number, dtype in DATA_TYPES.items()}
+FORMAT_ENUM = {name: number for number, name in FORMATS.items()}
+OPDEBUG_MAGIC = 0x5A5A5A5A
+MAX_FILE_NAME = 255
+
+
+# ---- binary dump files --------------------------------------------------------------------------------
+
+def _format_number(fmt) -> int:
+    return fmt if isinstance(fmt, int) else FORMAT_ENUM[fmt]
+
+
+def _shape_message(shape: Sequence[int], packed: bool) -> bytes:
+    if packed:
+        return pb.field_packed_varints(1, shape) if len(shape) else b""
+    return b"".join(pb.field_varint(1, d) for d in shape)
+
+
+def encode_dump_header(op_name: str, inputs: Sequence[np.ndarray] = (), outputs: Sequence[np.ndarray] = (), *,
+                       formats=None, data_type_override: Optional[Dict] = None, dump_time: int = 0,
+                       version: str = "2.0", inline_data: bool = False, packed_shapes: bool = True,
+                       original_shapes: Optional[Dict] = None) -> bytes:
+    """The DumpData protobuf: version=1, dump_time=2, output=3, input=4, op_name=6.
+    `formats`: one format (name or enum) for all tensors, or a dict {(io, slot): format}.
+    `data_type_override`: {(io, slot): enum number} to write a data_type the arrays do not have."""
+    overrides = data_type_override or {}
+    message = pb.field_bytes(1, version) + pb.field_varint(2, dump_time)
+
+    def tensor(io, slot, array):
+        array = np.ascontiguousarray(array)
+        fmt = formats.get((io, slot), "ND") if isinstance(formats, dict) else (formats or "ND")
+        data_type = overrides.get((io, slot), DATA_TYPE_ENUM[array.dtype.name])
+        data_no, size_no, orig_no = (5, 6, 7) if io == "output" else (4, 5, 6)
+        body = pb.field_varint(1, data_type) + pb.field_varint(2, _format_number(fmt))
+        body += pb.field_bytes(3, _shape_message(array.shape, packed_shapes))
+        if inline_data:
+            body += pb.field_bytes(data_no, array.tobytes())
+        body += pb.field_varint(size_no, array.nbytes)
+        if original_shapes and (io, slot) in original_shapes:
+            body += pb.field_bytes(orig_no, _shape_message(original_shapes[(io, slot)], packed_shapes))
+        return body
+
+    for slot, array in enumerate(outputs):
+        message += pb.field_bytes(3, tensor("output", slot, array))
+    for slot, array in enumerate(inputs):
+        message += pb.field_bytes(4, tensor("input", slot, array))
+    message += pb.field_bytes(6, op_name)
+    return message
+
+
+def write_dump_bin(path: str, op_name: str, inputs: Sequence[np.ndarray] = (), outputs: Sequence[np.ndarray] = (),
+                   *, formats=None, data_type_override: Optional[Dict] = None, dump_time: int = 0,
+                   inline_data: bool = False, packed_shapes: bool = True, original_shapes: Optional[Dict] = None,
+                   header_length_override: Optional[int] = None, truncate_payload: int = 0) -> str:
+    """`[uint64 LE header length][DumpData][raw bytes of inputs, then outputs]` (documented format).
+    Malformed variants for tests: `header_length_override` writes a wrong length, `truncate_payload` drops
+    that many bytes from the end."""
+    header = encode_dump_header(op_name, inputs, outputs, formats=formats, data_type_override=data_type_override,
+                                dump_time=dump_time, inline_data=inline_data, packed_shapes=packed_shapes,
+                                original_shapes=original_shapes)
+    payload = b"" if inline_data else b"".join(np.ascontiguousarray(a).tobytes() for a in list(inputs) + list(outputs))
+    length = len(header) if header_length_override is None else header_length_override
+    blob = struct.pack("<Q", length) + header + payload
+    if truncate_payload:
+        blob = blob[:-truncate_payload]
+    _write(path, blob)
+    return path
+
+
+def _write(path: str, data) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "wb" if isinstance(data, bytes) else "w", **({} if isinstance(data, bytes) else {"newline": ""})) as fh:
+        fh.write(data)
+
+
+# ---- statistic.csv ----------------------------------------------------------------------------------
+
+PREFIX = ["Op Type", "Op Name", "Task ID", "Stream ID", "Timestamp", "IO", "Slot", "Data Size", "Data Type", "Shape"]
+FULL_22 = ["Max Value", "Min Value", "Avg Value", "Count", "Negative Zero Count", "Positive Zero Count",
+           "NaN Count", "Negative Inf Count", "Positive Inf Count", "Zero Count", "L2 Value", "MD5"]
+DEFAULT_23 = ["Max Value", "Min Value", "Avg Value", "Count", "Nan Count", "Negative Inf Count",
+              "Positive Inf Count", "Zero Count", "L2Norm Value"]
+VARIANTS = ("2.2", "2.3", "format-col", "trailing-comma", "unquoted-shape", "minimal")
+
+
+def _stat_cells(array: np.ndarray) -> Dict[str, str]:
+    values = np.asarray(array)
+    flat = values.astype(np.float64).ravel() if values.dtype.kind in "fiub" else np.zeros(0)
+    finite = flat[np.isfinite(flat)]
+    null = "null"
+
+    def num(v):
+        return repr(float(v)) if values.dtype.kind == "f" else str(int(v))
+    cells = {
+        "max value": num(finite.max()) if finite.size else null,
+        "min value": num(finite.min()) if finite.size else null,
+        "avg value": repr(float(finite.mean())) if finite.size else null,
+        "count": str(values.size),
+        "negative zero count": str(int(np.count_nonzero((flat == 0) & np.signbit(flat)))),
+        "positive zero count": str(int(np.count_nonzero((flat == 0) & ~np.signbit(flat)))),
+        "nan count": str(int(np.count_nonzero(np.isnan(flat)))),
+        "negative inf count": str(int(np.count_nonzero(np.isneginf(flat)))),
+        "positive inf count": str(int(np.count_nonzero(np.isposinf(flat)))),
+        "zero count": str(int(np.count_nonzero(flat == 0))),
+        "l2 value": repr(float(np.sqrt((finite ** 2).sum()))) if finite.size else null,
+        "md5": hashlib.md5(values.tobytes()).hexdigest(),
+    }
+    cells["l2norm value"] = cells["l2 value"]
+    return cells
+
+
+def _dtype_word(dtype: np.dtype, style: str) -> str:
+    if style == "DT":
+        return {"float32": "DT_FLOAT", "float64": "DT_DOUBLE"}.get(dtype.name, "DT_" + dtype.name.upper())
+    if style == "MindSpore":
+        return MINDSPORE_DTYPE_WORDS[dtype.name]
+    return dtype.name
+
+
+def write_statistic_csv(path: str, rows: Iterable[dict], variant: str = "2.2", *,
+                        categories: Optional[Sequence[str]] = None, dtype_style: str = "numpy") -> str:
+    """statistic.csv in one of the documented header variants (documented format):
+    "2.2" full list ("NaN Count", "L2 Value"); "2.3" configured categories only ("Nan Count", "L2Norm Value",
+    `categories` picks them); "format-col" = 2.3 plus a Format column; "trailing-comma" = 2.2 with a comma
+    ending every line; "unquoted-shape" = 2.2 with Shape written bare (so "(2,3)" spans cells);
+    "minimal" = the prefix plus Max/Min only.
+    Each row: op_type, op_name, task_id, stream_id, timestamp, io, slot, array (stats are computed from it),
+    optional "declared_dtype" (a different dtype to write), "format", and "override" {header: text}."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown statistic.csv variant {variant!r}; one of {VARIANTS}")
+    if variant in ("2.2", "trailing-comma", "unquoted-shape"):
+        stats_columns = list(FULL_22)
+    elif variant == "minimal":
+        stats_columns = ["Max Value", "Min Value"]
+    else:
+        stats_columns = list(categories or DEFAULT_23)
+    header = PREFIX[:9] + (["Format"] if variant == "format-col" else []) + ["Shape"] + stats_columns
+    lines = []
+    for row in rows:
+        array = np.asarray(row["array"])
+        stats = _stat_cells(array)
+        shape = "(" + ",".join(str(d) for d in array.shape) + ")"
+        base = {"op type": row["op_type"], "op name": row["op_name"], "task id": str(row["task_id"]),
+                "stream id": str(row["stream_id"]), "timestamp": str(row["timestamp"]), "io": row["io"],
+                "slot": str(row["slot"]), "data size": str(array.nbytes),
+                "data type": row.get("declared_dtype") or _dtype_word(array.dtype, dtype_style),
+                "format": row.get("format", "ND"), "shape": shape}
+        base.update(stats)
+        for key, text in (row.get("override") or {}).items():
+            base[key.lower()] = text
+        lines.append([base[h.lower()] for h in header])
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        if variant == "unquoted-shape":
+            for cells in [header] + lines:
+                fh.write(",".join(cells) + "\n")
+        else:
+            writer = csv.writer(fh, lineterminator="\n")
+            for cells in [header] + lines:
+                writer.writerow(cells + ([""] if variant == "trailing-comma" else []))
+    return path
+
+
+# ---- Opdebug records ------------------------------------------------------------------------------
+
+def _info(record: dict) -> dict:
+    return {"model_id": record.get("model_id", 1), "stream_id": record.get("stream_id", 0),
+            "task_id": record.get("task_id", 0), "task_type": record.get("task_type", 0),
+            "pc_start": record.get("pc_start", "0x124080000000"), "para_base": record.get("para_base", "0x124100000000")}
+
+
+def opdebug_json_doc(records: Sequence[dict], style: str = "old") -> dict:
+    """records: {"unit": "AI Core"|"DHA Atomic Add"|"L2 Atomic Add" (old) or "AIC"|"AIV"|"AICPU"|"SDMA" (new),
+    "task_id", "stream_id", "status", optional "context_id", "thread_id", "block_idx", "model_id"}."""
+    if style == "old":
+        doc = {}
+        for unit in ("DHA Atomic Add", "L2 Atomic Add", "AI Core"):
+            doc[unit] = dict(_info({}), status=0)
+            if unit == "AI Core":
+                doc[unit].update(kernel_code="0x0", block_idx=0)
+        for record in records:
+            entry = dict(_info(record), status=record["status"])
+            if record["unit"] == "AI Core":
+                entry.update(kernel_code=record.get("kernel_code", "0x124080001000"),
+                             block_idx=record.get("block_idx", 0))
+            doc[record["unit"]] = entry
+        return doc
+    if style == "new":
+        acc = []
+        for record in records:
+            data = dict(_info(record), context_id=record.get("context_id", 0), thread_id=record.get("thread_id", 0),
+                        core_id=record.get("core_id", 0), block_id=record.get("block_idx", 0), status=record["status"])
+            acc.append({"valid": 1, "acc_type": record["unit"], "rsv": 0, "data_len": 88, "data": data})
+        return {"magic": hex(OPDEBUG_MAGIC), "version": 1, "acc_list": acc[0] if len(acc) == 1 else acc}
+    raise ValueError(f"unknown Opdebug JSON style {style!r}")
+
+
+def write_opdebug_json(path: str, records: Sequence[dict], style: str = "old") -> str:
+    """An Opdebug JSON overflow file, old ("AI Core"/"DHA Atomic Add"/"L2 Atomic Add") or new (magic/acc_list)
+    style (documented format)."""
+    _write(path, json.dumps(opdebug_json_doc(records, style), indent=2))
+    return path
+
+
+def opdebug_raw(records: Sequence[dict], style: str = "old") -> bytes:
+    """The raw record bytes: old 2048-byte layout or the new magic 0x5A5A5A5A layout (documented format)."""
+    if style == "old":
+        raw = bytearray(2048)
+        by_unit = {r["unit"]: r for r in records}
+
+        def info(offset, record):
+            fields = _info(record)
+            values = [fields[k] if not isinstance(fields[k], str) else int(fields[k], 16) for k in
+                      ("model_id", "stream_id", "task_id", "task_type", "pc_start", "para_base")]
+            struct.pack_into("<6Q", raw, offset, *values)
+        info(0, by_unit.get("DHA Atomic Add", {}))
+        info(128, by_unit.get("L2 Atomic Add", {}))
+        info(256, by_unit.get("AI Core", {}))
+        struct.pack_into("<Q", raw, 512, by_unit.get("DHA Atomic Add", {}).get("status", 0))
+        struct.pack_into("<Q", raw, 768, by_unit.get("L2 Atomic Add", {}).get("status", 0))
+        core = by_unit.get("AI Core", {})
+        struct.pack_into("<3Q", raw, 1024, 0x124080001000, core.get("block_idx", 0), core.get("status", 0))
+        return bytes(raw)
+    types = {"AIC": 0, "AIV": 1, "AICPU": 2, "SDMA": 3}
+    out = struct.pack("<II", OPDEBUG_MAGIC, 1)
+    for record in records:
+        unit = record["unit"]
+        common = [record.get("model_id", 1), record["stream_id"], record["task_id"], record.get("task_type", 0),
+                  record.get("context_id", 0)]
+        if unit in ("AIC", "AIV"):
+            values = common + [record.get("thread_id", 0), 0x124080000000, 0x124100000000,
+                               record.get("core_id", 0), record.get("block_idx", 0), record["status"]]
+        elif unit == "AICPU":
+            values = common + [0, record.get("thread_id", 0), record["status"]]
+        else:
+            values = common + [record.get("thread_id", 0), 0, 0, 0, record["status"]]
+        out += struct.pack("<4I", 1, types[unit], 0, 8 * len(values)) + struct.pack(f"<{len(values)}Q", *values)
+    return out
+
+
+def write_opdebug_bin(path: str, records: Sequence[dict], style: str = "old", *, dump_time: int = 0) -> str:
+    """A binary Opdebug file: a DumpData file whose output[0] (uint8) holds the raw record (documented format)."""
+    raw = np.frombuffer(opdebug_raw(records, style), dtype=np.uint8)
+    return write_dump_bin(path, "Node_OpDebug", inputs=[], outputs=[raw], dump_time=dump_time)
+
+
+# ---- npy dump files (MindSpore 2.4+ naming) -------------------------------------------------------------
+
+def npy_name(op_type, op_name, task, stream, ts, io, slot, fmt, dtype: np.dtype) -> str:
+    return f"{op_type}.{op_name}.{task}.{stream}.{ts}.{io}.{slot}.{fmt}.{MINDSPORE_DTYPE_WORDS[np.dtype(dtype).name]}.npy"
+
+
+# ---- the seed scenario ----------------------------------------------------------------------------------
+
+SCOPE = "Default/network-MFTrainOneStepCell/network-_VirtualDatasetCell/_backbone-Baichuan13BV2ForCausalLM"
+LAYER0 = SCOPE + "/model-Baichuan13BV2Model/layers-CellList/0-Baichuan13BDecodeLayer/attention-Baichuan13BAttention"
+HEAD = SCOPE + "/lm_head-NormHead"
+SQRTGRAD_FULL_NAME = "Gradients/" + HEAD + "/Grad_Sqrt/SqrtGrad-op0"
+BASE_TIME_US = 1_700_000_000_000_000
+ITERATION_US = 1_000_000
+COMPUTE_STREAM, COMM_STREAM = 2, 5
+
+
+def file_op_name(full_name: str) -> str:
+    return full_name.replace("/", "_").replace("\\", "_").replace(" ", "_")
+
+
+def _ops_for(stage: int, last: bool, overflow: bool, origin: bool, rng: np.random.RandomState):
+    """(rel_time_us, op_type, full_name, inputs, outputs, stream, note) for one rank and one iteration."""
+    f16 = np.float16
+
+    def act(scale=1.0):
+        return (rng.standard_normal((4, 8)) * scale).astype(f16)
+    nan = np.full((4, 8), np.nan, f16)
+    ops = []
+    if not last:
+        x = act()
+        ops.append((100, "MatMul", LAYER0 + "/wq-Linear/MatMul-op0", [x, act(0.02)], [act()], COMPUTE_STREAM, ""))
+        ops.append((300, "Send", SCOPE + "/Send-op0", [act()], [], COMM_STREAM, ""))
+    else:
+        weight = (rng.standard_normal((4, 8)) * 0.02).astype(f16)
+        weight[3, :] = f16(0.002)               # one vocabulary row almost zero: tiny norm
+        weight[3, 0] = f16(0.0)
+        square = (weight.astype(np.float32) ** 2).astype(f16)
+        norm = np.sqrt((weight.astype(np.float32) ** 2).sum(axis=1, keepdims=True)).astype(f16)
+        ops.append((400, "Receive", SCOPE + "/Receive-op0", [], [act()], COMM_STREAM, ""))
+        ops.append((450, "Square", HEAD + "/Square-op0", [weight], [square], COMPUTE_STREAM, ""))
+        ops.append((500, "ReduceSum", HEAD + "/ReduceSum-op0", [square], [norm ** 2], COMPUTE_STREAM, ""))
+        ops.append((550, "Sqrt", HEAD + "/Sqrt-op0", [norm ** 2], [norm], COMPUTE_STREAM, ""))
+        ops.append((600, "RealDiv", HEAD + "/RealDiv-op0", [weight, norm], [(weight / norm).astype(f16)],
+                    COMPUTE_STREAM, ""))
+        ops.append((700, "MatMul", HEAD + "/MatMul-op1", [act(), (weight / norm).astype(f16)], [act(4.0)],
+                    COMPUTE_STREAM, "weight input stored FRACTAL_NZ"))
+        dy = (rng.standard_normal((4, 1)) * 4).astype(f16)
+        dy[3, 0] = f16(47580.0) if (overflow and origin) else f16(20.0)   # fp16 gradient near its max
+        ops.append((1000, "RealDiv", "Gradients/" + HEAD + "/Grad_RealDiv/RealDiv-op1", [act(), norm], [dy],
+                    COMPUTE_STREAM, ""))
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            grad = (dy.astype(np.float32) / (2 * norm.astype(np.float32))).astype(f16)  # 47580/(2*0.0008) -> inf
+            spread = np.broadcast_to(grad, (4, 8)).astype(f16)
+            wgrad = (2 * weight.astype(np.float32) * spread.astype(np.float32)).astype(f16)  # inf * 0 -> NaN
+        ops.append((1100, "SqrtGrad", SQRTGRAD_FULL_NAME, [norm, dy], [grad], COMPUTE_STREAM,
+                    "origin" if overflow and origin else ""))
+        ops.append((1200, "BroadcastTo", "Gradients/" + HEAD + "/Grad_ReduceSum/BroadcastTo-op0", [grad], [spread],
+                    COMPUTE_STREAM, ""))
+        ops.append((1300, "Mul", "Gradients/" + HEAD + "/Grad_Square/Mul-op3", [weight, spread], [wgrad],
+                    COMPUTE_STREAM, ""))
+        reduced = nan.copy() if overflow else (wgrad.astype(np.float32) * 4).astype(f16)
+        ops.append((1500, "AllReduce", SCOPE + "/AllReduce-op0", [wgrad], [reduced], COMM_STREAM,
+                    "" if origin or not overflow else "distractor: NaN received from the origin rank"))
+        ops.append((1700, "Send", SCOPE + "/Send-op1", [reduced], [], COMM_STREAM, ""))
+    if not last:
+        received = nan.copy() if overflow else act()
+        ops.append((1800, "Receive", SCOPE + "/Receive-op1", [], [received], COMM_STREAM,
+                    "distractor: NaN received from the last stage" if overflow else ""))
+        with np.errstate(invalid="ignore"):
+            out = (received.astype(np.float32) @ act(0.02).astype(np.float32).T @ act(0.1).astype(np.float32)
+                   ).astype(f16)
+        ops.append((1900, "MatMul", "Gradients/" + LAYER0 + "/wq-Linear/Grad_MatMul/MatMul-op5",
+                    [received, act(0.1)], [out], COMPUTE_STREAM, "propagator" if overflow else ""))
+    norm_in = np.array([np.nan if overflow else 3.5], np.float32)
+    norm_out = np.array([np.nan if overflow else 14.0], np.float32)
+    ops.append((2500, "AllReduce", SCOPE + "/clip_grad_norm-ClipGradNorm/AllReduce-op1", [norm_in], [norm_out],
+                COMM_STREAM, "distractor: global grad norm is NaN" if overflow else ""))
+    return ops
+
+
+def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "bin", "statistic"),
+                        layout: str = "async22", ranks: int = 8, stages: int = 2, iterations: Sequence[int] = (0, 1),
+                        overflow_iteration: int = 1, origin_rank: Optional[int] = None,
+                        opdebug_style: str = "old", opdebug_encoding: str = "json",
+                        statistic_variant: str = "2.2", clock_offsets_us: Optional[Dict[int, int]] = None,
+                        net: str = "Baichuan13BV2", graph: int = 0) -> dict:
+    """Write the seed case (documented formats, not a device recording) and describe it.
+
+    8 ranks, `stages` pipeline stages (ranks 0..3 stage 0, 4..7 stage 1 by default). In `overflow_iteration`
+    NormHead's SqrtGrad on `origin_rank` (last stage) gets an fp16 input of 47580 and writes inf; two Opdebug
+    records name it. Later in true time: the DP AllReduce on the other last-stage ranks and the Receive/global
+    norm AllReduce on stage 0 turn NaN (distractors), and one distractor Opdebug record flags stage 0's MatMul.
+    Clocks: the origin rank runs 10 s ahead and rank 2 runs 3 s behind, so the rank with the smallest raw
+    timestamp is a distractor (`raw_earliest` in the description), never the origin.
+
+    formats: any of "opdebug", "bin", "statistic", "npy". layout: "o0" (rank_{r}/{net}/{graph}/{iter}),
+    "async22" (the same, Opdebug files under rank_{r}/debug_files/{iter}), "acl"
+    ({step}/{time}/{device}/{model}/{model_id}/{iter} + mapping.csv + acl_dump_{device}.json).
+    """
+    if layout not in ("o0", "async22", "acl"):
+        raise ValueError(f"unknown layout {layout!r}")
+    unknown = set(formats) - {"opdebug", "bin", "statistic", "npy"}
+    if unknown:
+        raise ValueError(f"unknown formats {sorted(unknown)}")
+    ranks_per_stage = ranks // stages
+    last_stage = stages - 1
+    origin_rank = ranks_per_stage * last_stage + 1 if origin_rank is None else origin_rank
+    offsets = {r: 0 for r in range(ranks)}
+    offsets.update({origin_rank: 10_000_000, 2 % ranks: -3_000_000} if clock_offsets_us is None else clock_offsets_us)
+    root = os.path.abspath(out_dir)
+    description = {"root": root, "layout": layout, "formats": list(formats), "ranks": ranks, "stages": stages,
+                   "ranks_per_stage": ranks_per_stage, "iterations": list(iterations),
+                   "overflow_iteration": overflow_iteration, "clock_offsets_us": offsets, "dirs": {},
+                   "opdebug_files": [], "distractors": [], "files": 0, "mapping": {}, "label":
+                   "built from the documented formats (shared/reference/mindspore-dumps.md), not recorded on Ascend"}
+    bad_events = []   # (raw ts, true ts, rank, op_type, op_name, kind) of non-finite outputs and Opdebug records
+    for rank in range(ranks):
+        stage = rank // ranks_per_stage
+        rng = np.random.RandomState(1000 + rank)
+        order_names: List[str] = []
+        for iteration in iterations:
+            overflow = iteration == overflow_iteration
+            directory, debug_dir = _dirs(root, layout, rank, iteration, net, graph)
+            description["dirs"].setdefault(rank, {})[iteration] = directory
+            base = BASE_TIME_US + iteration * ITERATION_US + rank * 3 + offsets[rank]
+            true_base = BASE_TIME_US + iteration * ITERATION_US + rank * 3
+            stat_rows = []
+            mapping_rows = []
+            ops = _ops_for(stage, stage == last_stage, overflow, rank == origin_rank, rng)
+            for task, (rel, op_type, full_name, inputs, outputs, stream, note) in enumerate(ops, start=11):
+                if full_name not in order_names:
+                    order_names.append(full_name)
+                name = file_op_name(full_name)
+                ts_in, ts_out = base + rel, base + rel + 7       # each file carries its own timestamp
+                stream_id = stream
+                formats_map = {("input", 1): "FRACTAL_NZ"} if "FRACTAL_NZ" in note else None
+                if "bin" in formats:
+                    file_name = f"{op_type}.{name}.{task}.{stream_id}.{ts_in}"
+                    target = _long_name(file_name, mapping_rows)
+                    write_dump_bin(os.path.join(directory, target), full_name, inputs, outputs,
+                                   formats=formats_map, dump_time=ts_in)
+                    description["files"] += 1
+                if "npy" in formats:
+                    for io, arrays, ts in (("input", inputs, ts_in), ("output", outputs, ts_out)):
+                        for slot, array in enumerate(arrays):
+                            fmt = (formats_map or {}).get((io, slot), "DefaultFormat")
+                            file_name = npy_name(op_type, name, task, stream_id, ts, io, slot, fmt, array.dtype)
+                            target = _long_name(file_name, mapping_rows)
+                            os.makedirs(directory, exist_ok=True)
+                            np.save(os.path.join(directory, target), array)
+                            description["files"] += 1
+                for io, arrays, ts in (("input", inputs, ts_in), ("output", outputs, ts_out)):
+                    for slot, array in enumerate(arrays):
+                        stat_rows.append({"op_type": op_type, "op_name": name, "task_id": task,
+                                          "stream_id": stream_id, "timestamp": ts, "io": io, "slot": slot,
+                                          "array": array, "format": (formats_map or {}).get((io, slot), "ND")})
+                if overflow and outputs and not np.isfinite(outputs[0].astype(np.float64)).all():
+                    bad_events.append((ts_out, true_base + rel + 7, rank, op_type, name, "tensor"))
+                if overflow and note.startswith("distractor"):
+                    description["distractors"].append({"rank": rank, "op_type": op_type, "op_name": name,
+                                                       "timestamp": ts_out, "why": note})
+                if overflow and note == "origin":
+                    description["origin"] = {
+                        "rank": rank, "iteration": iteration, "op_type": op_type, "op_name": name,
+                        "full_name": full_name, "task_id": task, "stream_id": stream_id,
+                        "input_timestamp": ts_in, "output_timestamp": ts_out, "true_time": true_base + rel,
+                        "input_max": float(np.abs(inputs[1].astype(np.float32)).max()), "dir": directory}
+                    if "opdebug" in formats:
+                        for k, delay in enumerate((40, 90)):     # two records name the same SqrtGrad
+                            path = _write_opdebug(debug_dir, opdebug_encoding, opdebug_style, ts_out + delay,
+                                                  file_task=2 + k, unit="AIV" if opdebug_style == "new" else "AI Core",
+                                                  task=task, stream=stream_id, status=0x20, block=3 + k)
+                            description["opdebug_files"].append(path)
+                            bad_events.append((ts_out + delay, true_base + rel + 7 + delay, rank, "Opdebug", name,
+                                               "opdebug"))
+                if overflow and note == "propagator" and rank == 2 % ranks and "opdebug" in formats:
+                    path = _write_opdebug(debug_dir, opdebug_encoding, opdebug_style, ts_out + 50, file_task=4,
+                                          unit="AIC" if opdebug_style == "new" else "AI Core", task=task,
+                                          stream=stream_id, status=0x20, block=0)
+                    description["opdebug_files"].append(path)
+                    description["distractors"].append({"rank": rank, "op_type": "Opdebug", "op_name": name,
+                                                       "timestamp": ts_out + 50,
+                                                       "why": "distractor Opdebug: MatMul fed NaN from Receive"})
+                    bad_events.append((ts_out + 50, true_base + rel + 57, rank, "Opdebug", name, "opdebug"))
+            if "statistic" in formats:
+                write_statistic_csv(os.path.join(directory, "statistic.csv"), stat_rows, statistic_variant)
+                description["files"] += 1
+            if mapping_rows:
+                with open(os.path.join(directory, "mapping.csv"), "w", newline="") as fh:
+                    csv.writer(fh, lineterminator="\n").writerows(mapping_rows)
+                description["mapping"].update({r[0]: r[1] for r in mapping_rows})
+        _rank_extras(root, layout, rank, net, graph, order_names, iterations)
+    if layout == "acl":
+        for device in range(ranks):
+            _write(os.path.join(root, f"acl_dump_{device}.json"), json.dumps(
+                {"dump": {"dump_path": root, "dump_mode": "all", "dump_op_switch": "on", "dump_debug": "on",
+                          "dump_list": []}}, indent=2))
+    raw = min(bad_events)
+    true = min(bad_events, key=lambda e: e[1])
+    description["raw_earliest"] = {"rank": raw[2], "op_type": raw[3], "op_name": raw[4], "timestamp": raw[0],
+                                   "kind": raw[5]}
+    description["true_earliest"] = {"rank": true[2], "op_type": true[3], "op_name": true[4], "timestamp": true[0]}
+    return description
+
+
+def _dirs(root, layout, rank, iteration, net, graph):
+    if layout == "acl":
+        directory = os.path.join(root, str(iteration), "20231120111111", str(rank), "kernel_graph_1", "1",
+                                 str(iteration))
+        return directory, directory
+    directory = os.path.join(root, f"rank_{rank}", net, str(graph), str(iteration))
+    if layout == "async22":
+        return directory, os.path.join(root, f"rank_{rank}", "debug_files", str(iteration))
+    return directory, directory
+
+
+def _long_name(file_name: str, mapping_rows: list) -> str:
+    """Names over 255 characters are replaced by a short one listed in mapping.csv (as MindSpore does)."""
+    if len(file_name) <= MAX_FILE_NAME:
+        return file_name
+    short = hashlib.sha1(file_name.encode()).hexdigest()[:24] + (".npy" if file_name.endswith(".npy") else "")
+    mapping_rows.append([short, file_name])
+    return short
+
+
+def _write_opdebug(directory, encoding, style, ts, *, file_task, unit, task, stream, status, block):
+    record = {"unit": unit, "task_id": task, "stream_id": stream, "status": status, "block_idx": block}
+    if encoding == "bin":
+        return write_opdebug_bin(os.path.join(directory, f"Opdebug.Node_OpDebug.{file_task}.1.{ts}"), [record],
+                                 style, dump_time=ts)
+    return write_opdebug_json(os.path.join(directory, f"Opdebug.Node_OpDebug.{file_task}.1.{ts}.output.0.json"),
+                              [record], style)
+
+
+def _rank_extras(root, layout, rank, net, graph, order_names, iterations):
+    """The per-rank execution-order files O0/O1 dumps carry (graph order, not the real run order)."""
+    if layout == "acl":
+        return
+    rank_root = os.path.join(root, f"rank_{rank}")
+    _write(os.path.join(rank_root, "execution_order", f"ms_execution_order_graph_{graph}.csv"),
+           "NodeExecutionOrder-FullNameWithScope\n" + "".join(n + "\n" for n in order_names))
+    _write(os.path.join(rank_root, "execution_order", f"ms_global_execution_order_graph_{graph}.csv"),
+           "".join(f"{i}\n" for i in iterations))
+
+
+def main(argv=None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("--layout", default="async22", choices=["o0", "async22", "acl"])
+    parser.add_argument("--formats", default="opdebug,bin,statistic")
+    parser.add_argument("--opdebug-style", default="old", choices=["old", "new"])
+    args = parser.parse_args(argv)
+    description = build_seed_scenario(args.out_dir, formats=args.formats.split(","), layout=args.layout,
+                                      opdebug_style=args.opdebug_style)
+    summary = {k: v for k, v in description.items() if k not in ("dirs", "mapping", "distractors")}
+    summary["distractors"] = len(description["distractors"])
+    summary["mapped_names"] = len(description["mapping"])
+    print(json.dumps(summary, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
