@@ -1,0 +1,142 @@
+"""`msoverflow convert SRC [-o OUTDIR]`: Ascend binary dump files -> npy files named like MindSpore's npy dumps.
+
+Writes only into OUTDIR (never into the dump), keeping SRC's sub-directories so ranks/iterations do not collide.
+Binary Opdebug files become the JSON form (`....output.0.json`) that npy-mode dumps write.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+HELP = "convert Ascend binary dump files to npy (writes only into OUTDIR)"
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "convert", help=HELP, description=HELP + ". Output names: "
+        "{op_type}.{op_name}.{task}.{stream}.{ts}.{input|output}.{slot}.{format}.{DType}.npy")
+    parser.add_argument("src", metavar="SRC", help="a binary dump file or a directory (searched recursively)")
+    parser.add_argument("-o", "--output", metavar="OUTDIR",
+                        help="where to write (required for a directory; default for a file: the current directory)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only print errors and the summary")
+    parser.set_defaults(run=run)
+    return parser
+
+
+MAX_FILE_NAME = 255
+_NOT_DUMPS = (".npy", ".csv", ".json", ".ir", ".pb", ".txt", ".log", ".dat", ".py", ".yaml", ".yml")
+
+
+def _inside(path: str, directory: str) -> bool:
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _candidates(src: str):
+    """(file, directory relative to SRC) for every file that could be a binary dump."""
+    if os.path.isfile(src):
+        yield src, ""
+        return
+    for current, dirs, files in os.walk(src):
+        dirs[:] = sorted(d for d in dirs if d not in ("graphs", "execution_order", ".dump_metadata"))
+        for name in sorted(files):
+            if name.endswith(_NOT_DUMPS) or name in ("mapping.csv", "statistic.csv"):
+                continue
+            yield os.path.join(current, name), os.path.relpath(current, src)
+
+
+def _mapping(directory: str, cache: dict) -> dict:
+    if directory not in cache:
+        from ..names import read_mapping
+        path = os.path.join(directory, "mapping.csv")
+        cache[directory] = read_mapping(path, lambda message: None) if os.path.exists(path) else {}
+    return cache[directory]
+
+
+def run(args) -> int:
+    import csv
+    import hashlib
+    import json
+
+    import numpy as np
+
+    from .. import names
+    from ..errors import UserError
+    from ..readers import dumpdata_bin, opdebug
+
+    src = os.path.abspath(args.src)
+    if not os.path.exists(src):
+        raise UserError(f"{args.src}: no such file or directory")
+    if os.path.isdir(src) and not args.output:
+        raise UserError(f"{args.src} is a directory: give -o OUTDIR (convert never writes into the dump)")
+    out_root = os.path.abspath(args.output or os.getcwd())
+    src_dir = src if os.path.isdir(src) else os.path.dirname(src)
+    if _inside(out_root, src_dir):
+        raise UserError(f"{out_root}: output directory is inside the dump directory {src_dir}; "
+                        "choose an OUTDIR outside it (convert never writes into the dump)")
+    if os.path.exists(out_root) and not os.path.isdir(out_root):
+        raise UserError(f"{out_root}: output exists and is not a directory")
+
+    def say(message):
+        if not args.quiet:
+            print(message)
+
+    skipped, written, converted = [], 0, 0
+    long_names: dict = {}
+    mappings: dict = {}
+    for path, relative in _candidates(src):
+        base = os.path.basename(path)
+        original = _mapping(os.path.dirname(path), mappings).get(base, base)
+        target_dir = os.path.join(out_root, relative)
+        if opdebug.is_opdebug_file(original):
+            try:
+                doc = opdebug.opdebug_as_json(path)
+            except opdebug.OpdebugFormatError as exc:
+                skipped.append(str(exc))
+                continue
+            os.makedirs(target_dir, exist_ok=True)
+            with open(os.path.join(target_dir, original + ".output.0.json"), "w") as fh:
+                json.dump(doc, fh, indent=2)
+            written += 1
+            converted += 1
+            continue
+        parsed = names.parse(original)
+        if parsed is None or parsed.kind != names.KIND_BIN:
+            skipped.append(f"{path}: not a binary dump file name ({{op_type}}.{{op_name}}.{{task}}.{{stream}}.{{ts}})")
+            continue
+        try:
+            header = dumpdata_bin.read_dump_header(path)
+        except dumpdata_bin.DumpFormatError as exc:
+            skipped.append(str(exc))
+            continue
+        os.makedirs(target_dir, exist_ok=True)
+        wrote_any = False
+        for slot in header.slots():
+            if not slot.readable:
+                skipped.append(f"{path}: {slot.problem}")
+                continue
+            note = dumpdata_bin.layout_note(slot)
+            if note:
+                say(f"note: {path}: {slot.io} {slot.slot}: {note}")
+            word = dumpdata_bin.MINDSPORE_DTYPE_WORDS[slot.dtype]
+            name = (f"{parsed.op_type}.{parsed.op_name}.{parsed.task_id}.{parsed.stream_id}.{parsed.timestamp}."
+                    f"{slot.io}.{slot.slot}.{slot.format_name}.{word}.npy")
+            if len(name) > MAX_FILE_NAME:   # as MindSpore does: a short name, listed in mapping.csv
+                short = hashlib.sha1(name.encode()).hexdigest()[:24] + ".npy"
+                long_names.setdefault(target_dir, []).append((short, name))
+                name = short
+            # np.save streams the memmap view: no full copy of the tensor in memory.
+            np.save(os.path.join(target_dir, name), dumpdata_bin.tensor_view(path, slot))
+            written += 1
+            wrote_any = True
+        converted += wrote_any
+    for directory, rows in long_names.items():
+        with open(os.path.join(directory, "mapping.csv"), "a", newline="") as fh:
+            csv.writer(fh, lineterminator="\n").writerows(rows)
+    for reason in skipped:
+        print(f"skipped: {reason}", file=sys.stderr)
+    print(f"converted {converted} file(s) into {written} file(s) in {out_root}; skipped {len(skipped)}")
+    if converted == 0:
+        raise UserError(f"{args.src}: no readable binary dump file found"
+                        + (f" ({len(skipped)} skipped, see above)" if skipped else ""))
+    return 0
