@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence, Union
 
 from ..errors import UserError
-from .checker import Problem, Target, check_for_target, has_errors, infer_mechanism, resolve_target
+from .checker import Problem, Target, check_for_target, resolve_target
 from .rules import PURPOSES, Situation, load_rules, render, select_mechanism, when_matches
 
 DEFAULT_CONFIG_NAME = "dump_config.json"

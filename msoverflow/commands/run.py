@@ -1,0 +1,44 @@
+"""`msoverflow run [options] -- COMMAND...`: dump a run into a fresh directory, then analyze it."""
+from __future__ import annotations
+
+import argparse
+
+from ..config.options import PURPOSE_HELP, add_config_options
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "run", help="run a training command under a dump, then analyze it",
+        usage="msoverflow run [options] -- COMMAND [ARGS...]",
+        description="Write a dump config into a fresh directory, run COMMAND with MINDSPORE_DUMP_CONFIG set (its "
+                    "output passes through, its exit code is reported), then run `msoverflow analyze` on the dump. "
+                    "Exit code: the analysis' (0 clean, 1 anomaly, 2 error; a failed command with a clean dump "
+                    "gives 2), or the command's own when the analysis is skipped.")
+    parser.add_argument("--purpose", choices=["overflow", "statistics", "tensors", "exception"],
+                        help=PURPOSE_HELP + " (default: overflow)")
+    add_config_options(parser)
+    parser.add_argument("--dump-dir", metavar="DIR",
+                        help="fresh (absent or empty) directory for the dump; default ./msoverflow_runs/run_<time>")
+    parser.add_argument("--no-analyze", action="store_true", help="only run and dump")
+    parser.add_argument("--analyze-arg", dest="analyze_args", action="append", default=[], metavar="ARG",
+                        help="extra argument for msoverflow analyze (repeatable)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after '--'")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config.options import options_from_args
+    from ..config.runner import run_and_analyze
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    purpose, options = options_from_args(args)
+    if options.get("path") is not None:
+        from ..errors import UserError
+
+        raise UserError("msoverflow run writes the dump into --dump-dir; use --dump-dir instead of --path")
+    outcome = run_and_analyze(command, args.dump_dir, purpose=purpose, analyze=not args.no_analyze,
+                              analyze_args=args.analyze_args, **options)
+    return outcome.exit_code
