@@ -67,6 +67,8 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
                 if verdict.role == ORIGIN and first_iteration is None:
                     first_iteration = ex.iteration
 
+    if not judged and access.unreadable and not access.tensors_read and not _has_statistics(index):
+        raise UserError(f"{path}: none of the tensor files could be read ({warnings[-1] if warnings else ''})")
     origins = [(ex, v) for ex, v in judged if v.role == ORIGIN]
     # No origin anywhere but a rank received bad values: report the earliest cross-rank arrival.
     if not origins:
@@ -93,6 +95,10 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
                   warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
                   files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
                   tail_clean=scanned_all)
+
+
+def _has_statistics(index: DumpIndex) -> bool:
+    return any(e.stats is not None for exs in index.executions.values() for ex in exs for e in ex.outputs)
 
 
 def _attach_overflow_records(index: DumpIndex, warn):

@@ -1,0 +1,87 @@
+"""The analyze command as a user meets it: exit codes, one-line errors, outputs, start-up cost."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
+from synth_dump import SynthDump  # noqa: E402
+
+from msoverflow.cli import main  # noqa: E402
+
+
+def _snapshot(root):
+    return sorted((p, os.stat(os.path.join(p, f)).st_mtime_ns, f) for p, _, files in os.walk(root) for f in files)
+
+
+@pytest.fixture
+def dump(tmp_path):
+    d = SynthDump(str(tmp_path / "dump"))
+    d.op(0, "Add", "Default_Add-op0", [np.ones(2, np.float32)], [np.ones(2, np.float32)])
+    d.op(0, "Exp", "Default_Exp-op0", [np.ones(2, np.float32)], [np.array([np.inf, 1], np.float32)])
+    return tmp_path / "dump"
+
+
+def test_exit_1_on_anomaly_and_json_to_file(dump, tmp_path, capsys):
+    before = _snapshot(dump)
+    out = tmp_path / "report.json"
+    assert main(["analyze", str(dump), "--format", "json", "-o", str(out)]) == 1
+    assert json.loads(out.read_text())["first"]["op_type"] == "Exp"
+    assert _snapshot(dump) == before          # nothing written into the dump
+
+
+def test_exit_0_when_clean(tmp_path, capsys):
+    d = SynthDump(str(tmp_path))
+    d.op(0, "Add", "Default_Add-op0", [np.ones(2, np.float32)], [np.ones(2, np.float32)])
+    assert main(["analyze", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith("CLEAN")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p / "missing", "no such file"),
+    (lambda p: (p / "f").write_text("x") and p / "f", "not a directory"),
+    (lambda p: (p / "empty").mkdir() or p / "empty", "no dump files found"),
+])
+def test_bad_input_is_one_line_exit_2_without_traceback(tmp_path, make, message):
+    target = make(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "msoverflow", "analyze", str(target)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and str(target) in proc.stderr
+
+
+def test_only_corrupt_files_is_an_error_naming_them(tmp_path):
+    folder = tmp_path / "rank_0" / "Net" / "0" / "0"
+    folder.mkdir(parents=True)
+    (folder / "Add.Default_Add-op0.0.0.1.output.0.DefaultFormat.Float32.npy").write_bytes(b"\x93NUMPY garbage")
+    proc = subprocess.run([sys.executable, "-m", "msoverflow", "analyze", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "none of the tensor files could be read" in proc.stderr and "not a valid npy" in proc.stderr
+
+
+def test_refuses_to_write_the_report_into_the_dump(dump):
+    assert main(["analyze", str(dump), "-o", str(dump / "r.txt")]) == 2
+    assert not (dump / "r.txt").exists()
+
+
+def test_rank_and_iteration_filters(tmp_path, capsys):
+    for rank in (0, 1):
+        d = SynthDump(str(tmp_path), rank=rank)
+        d.op(0, "Exp", "Default_Exp-op0", [np.ones(2, np.float32)], [np.array([np.inf, 1], np.float32)])
+    main(["analyze", str(tmp_path), "--rank", "1", "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["summary"]["ranks"] == [1] and report["first"]["rank"] == 1
+    assert main(["analyze", str(tmp_path), "--iteration", "5"]) == 2
+
+
+def test_help_starts_without_importing_mindspore_or_numpy():
+    code = ("import sys, msoverflow.cli as c; c.build_parser(); "
+            "print(sorted(m for m in ('mindspore', 'numpy', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    for argv in (["--help"], ["analyze", "--help"]):
+        proc = subprocess.run([sys.executable, "-m", "msoverflow", *argv], capture_output=True, text=True)
+        assert proc.returncode == 0 and "usage" in proc.stdout
