@@ -1,0 +1,154 @@
+"""Carries the runtime patch into a user's unmodified training script (`msoverflow patch --verify -- python train.py`).
+
+The verifier puts a generated `sitecustomize.py` first on PYTHONPATH and names a spec file in
+MSOVERFLOW_PATCH_SPEC. Python runs sitecustomize at start-up; it calls `install()`, which waits for MindSpore's
+`mindspore.nn.cell` module to load and then wraps `Cell.__call__`: the first time a Cell is called from outside
+any other Cell (a TrainOneStepCell, a Model's train network, a bare network) the patch is applied to it, before
+graph mode compiles it. What happened is written to the spec's log file at exit, including "never found".
+"""
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+import threading
+
+SPEC_ENV = "MSOVERFLOW_PATCH_SPEC"
+
+SITECUSTOMIZE = '''\
+# Written by `msoverflow patch --verify`: loads the runtime precision patch into this Python process.
+import os as _os
+import sys as _sys
+try:
+    from msoverflow.patch import hook as _msoverflow_hook
+    _msoverflow_hook.install()
+except Exception as _exc:  # the training must still start; the verifier reports the missing patch
+    _sys.stderr.write("msoverflow: could not install the precision patch hook: %r\\n" % (_exc,))
+# Run the sitecustomize this file shadows, if there is one.
+_here = _os.path.dirname(_os.path.abspath(__file__))
+try:
+    import importlib.machinery as _machinery
+    _spec = _machinery.PathFinder.find_spec(
+        "sitecustomize", [p for p in _sys.path if _os.path.abspath(p or ".") != _here])
+    if _spec is not None and _spec.loader is not None:
+        _module = type(_os)("_shadowed_sitecustomize")
+        _module.__file__ = _spec.origin
+        _spec.loader.exec_module(_module)
+except Exception as _exc:
+    _sys.stderr.write("msoverflow: the original sitecustomize failed: %r\\n" % (_exc,))
+'''
+
+
+def write_hook(hook_dir: str, spec: dict, spec_path: str) -> dict:
+    """Write sitecustomize + spec; return the environment variables that activate them."""
+    os.makedirs(hook_dir, exist_ok=True)
+    with open(os.path.join(hook_dir, "sitecustomize.py"), "w", encoding="utf-8") as fh:
+        fh.write(SITECUSTOMIZE)
+    with open(spec_path, "w", encoding="utf-8") as fh:
+        json.dump(spec, fh, indent=2)
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    paths = [hook_dir, package_parent] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {SPEC_ENV: spec_path, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+class _State:
+    def __init__(self, spec: dict):
+        from .targets import Target
+        self.spec = spec
+        self.target = Target.from_dict(spec["target"])
+        self.dtype = spec.get("dtype", "float32")
+        self.log = {"target": spec["target"], "dtype": self.dtype, "applied": [], "searched": [], "errors": [],
+                    "hooked": False}
+        self.visited = set()
+        self.local = threading.local()
+
+    def write_log(self):
+        path = self.spec.get("log")
+        if not path:
+            return
+        self.log["found"] = bool(self.log["applied"])
+        if not self.log["applied"]:
+            sys.stderr.write(f"msoverflow: the precision patch target ({self.target.describe()}) was never found "
+                             f"in any network this run called; searched: "
+                             f"{', '.join(s['root'] for s in self.log['searched']) or 'no Cell was ever called'}\n")
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.log, fh, indent=2)
+
+
+_state = None
+
+
+def install() -> None:
+    """Activate the patch described by $MSOVERFLOW_PATCH_SPEC in this process (no-op when it is unset)."""
+    global _state
+    spec_path = os.environ.get(SPEC_ENV)
+    if not spec_path or _state is not None:
+        return
+    with open(spec_path, encoding="utf-8") as fh:
+        _state = _State(json.load(fh))
+    atexit.register(_state.write_log)
+    module = sys.modules.get("mindspore.nn.cell")
+    if module is not None:
+        _wrap_cell_call(module)
+    else:
+        sys.meta_path.insert(0, _CellModuleWatcher())
+
+
+class _CellModuleWatcher(importlib.abc.MetaPathFinder):
+    """Lets `mindspore.nn.cell` load normally, then wraps Cell.__call__."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "mindspore.nn.cell":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        original_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            original_exec(module)
+            _wrap_cell_call(module)
+
+        spec.loader.exec_module = exec_module
+        sys.meta_path.remove(self)
+        return spec
+
+
+def _wrap_cell_call(module) -> None:
+    cell_class = module.Cell
+    original_call = cell_class.__call__
+
+    def __call__(self, *args, **kwargs):
+        local = _state.local
+        depth = getattr(local, "depth", 0)
+        if depth == 0 and id(self) not in _state.visited:
+            _state.visited.add(id(self))
+            _patch_root(self)
+        local.depth = depth + 1
+        try:
+            return original_call(self, *args, **kwargs)
+        finally:
+            local.depth = depth
+
+    cell_class.__call__ = __call__
+    _state.log["hooked"] = True
+
+
+def _patch_root(root) -> None:
+    from .runtime import TargetNotFound, apply
+    name = type(root).__name__
+    try:
+        result = apply(root, _state.target, _state.dtype)
+    except TargetNotFound as exc:
+        _state.log["searched"].append({"root": name, "message": str(exc)})
+        return
+    except Exception as exc:  # reported by the verifier; the run goes on unpatched
+        _state.log["errors"].append({"root": name, "message": f"{type(exc).__name__}: {exc}"})
+        sys.stderr.write(f"msoverflow: applying the precision patch to {name} failed: {exc}\n")
+        return
+    entry = {"root": name, **result.to_dict()}
+    _state.log["applied"].append(entry)
+    sys.stderr.write(f"msoverflow: {result.describe()}\n")

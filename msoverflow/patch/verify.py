@@ -1,0 +1,350 @@
+"""Prove a precision patch: re-run the user's training with dump on, analyse the new dump, compare before/after.
+
+    result = verify(report, ["python", "train.py"], dtype="float32", workdir="/tmp/msov")
+    print(result.render()); sys.exit(result.exit_code)
+
+The runtime patch reaches the unmodified script through msoverflow.patch.hook. With how="none" the command is
+run as it is (a source or YAML patch already written). An op-only target that does not fix the run is widened
+to its owning Cell (when the report names it) and run again.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import List, Optional, Union
+
+from ..errors import UserError
+from .targets import Target, check_dtype, load_report, target_from_report
+
+_LOSS = re.compile(r"\bloss\b[^0-9a-z+\-]{0,3}\s*([-+]?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf|infinity))", re.I)
+_PARAMS_FINITE = re.compile(r"params(?:eters)?[ _]finite[:=]?\s*(true|false)", re.I)
+_DUMP_PATH_OK = re.compile(r"^[A-Za-z0-9\-_/]+$")
+
+
+@dataclass
+class RunOutcome:
+    label: str                      # "baseline", "patched", "widened"
+    target: Optional[Target]
+    returncode: int
+    dump_dir: str
+    report: Optional[dict] = None
+    report_path: Optional[str] = None
+    analysis_error: Optional[str] = None
+    losses: List[float] = field(default_factory=list)
+    params_finite: List[bool] = field(default_factory=list)
+    patch_log: Optional[dict] = None
+    output_tail: List[str] = field(default_factory=list)
+
+    @property
+    def first(self) -> Optional[dict]:
+        return (self.report or {}).get("first")
+
+    @property
+    def clean_dump(self) -> bool:
+        return self.report is not None and self.report.get("verdict") == "clean"
+
+    @property
+    def loss_finite(self) -> Optional[bool]:
+        return all(math.isfinite(v) for v in self.losses) if self.losses else None
+
+    @property
+    def weights_finite(self) -> Optional[bool]:
+        return all(self.params_finite) if self.params_finite else None
+
+    @property
+    def patch_applied(self) -> Optional[bool]:
+        if self.patch_log is None:
+            return None
+        return bool(self.patch_log.get("applied"))
+
+    @property
+    def healthy(self) -> bool:
+        return (self.returncode == 0 and self.clean_dump and self.loss_finite is not False
+                and self.weights_finite is not False and self.patch_applied is not False)
+
+
+@dataclass
+class VerifyResult:
+    target: Target
+    dtype: str
+    command: List[str]
+    before: Optional[dict]           # the origin the patch is meant to remove
+    runs: List[RunOutcome] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def final(self) -> Optional[RunOutcome]:
+        patched = [r for r in self.runs if r.label != "baseline"]
+        return patched[-1] if patched else None
+
+    @property
+    def fixed(self) -> bool:
+        return self.final is not None and self.final.healthy
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.fixed else 1
+
+    def to_dict(self) -> dict:
+        return {"target": self.target.to_dict(), "dtype": self.dtype, "command": self.command,
+                "fixed": self.fixed, "before": _brief(self.before), "notes": self.notes,
+                "runs": [{"label": r.label, "target": r.target.to_dict() if r.target else None,
+                          "returncode": r.returncode, "dump_dir": r.dump_dir, "report": r.report_path,
+                          "verdict": (r.report or {}).get("verdict"), "first": _brief(r.first),
+                          "analysis_error": r.analysis_error, "losses": r.losses,
+                          "params_finite": r.params_finite, "patch_log": r.patch_log} for r in self.runs]}
+
+    def render(self) -> str:
+        lines = [f"verify: {self.target.describe()} in {self.dtype}", f"  command: {' '.join(self.command)}"]
+        lines.append(f"  before: {_describe_finding(self.before) if self.before else 'no origin known'}")
+        for run in self.runs:
+            lines.append(f"  {run.label} run" + (f" ({run.target.describe()})" if run.target and run.label != "baseline"
+                                                 else "") + ":")
+            lines += ["    " + line for line in _describe_run(run, self.before)]
+        lines += [f"  note: {n}" for n in self.notes]
+        lines.append("result: " + self._verdict())
+        return "\n".join(lines)
+
+    def _verdict(self) -> str:
+        final = self.final
+        if final is None:
+            return "NOT VERIFIED: no patched run"
+        if self.fixed:
+            return (f"FIXED: {'the origin is gone, ' if self.before else ''}the new dump has no anomaly, "
+                    f"loss and parameters finite")
+        reasons = []
+        if final.patch_applied is False:
+            reasons.append("the patch target was never found in the running network")
+        if final.analysis_error:
+            reasons.append(f"the new dump could not be analysed ({final.analysis_error})")
+        elif not final.clean_dump:
+            if _same_region(self.before, final.first):
+                reasons.append("the overflow is still there")
+            else:
+                reasons.append(f"the origin moved: next origin {_describe_finding(final.first)}")
+        if final.loss_finite is False:
+            reasons.append("the loss is not finite")
+        if final.weights_finite is False:
+            reasons.append("parameters are not finite")
+        if final.returncode != 0:
+            reasons.append(f"the command exited with {final.returncode}")
+        return "NOT FIXED: " + ("; ".join(reasons) or "see above")
+
+
+def _brief(finding: Optional[dict]) -> Optional[dict]:
+    if not finding:
+        return None
+    return {k: finding.get(k) for k in ("op_type", "full_name", "kind", "cell", "cell_type", "forward_op", "source")}
+
+
+def _describe_finding(f: Optional[dict]) -> str:
+    if not f:
+        return "none"
+    where = f.get("cell") or "?"
+    if f.get("cell_type"):
+        where += f" ({f['cell_type']})"
+    src = f.get("source") or {}
+    at = f", {os.path.basename(src['file'])}:{src['line']}" if src.get("file") else ""
+    return f"{f.get('kind', 'anomaly')} in {f.get('op_type')} [{f.get('full_name') or f.get('op_name')}], Cell {where}{at}"
+
+
+def _same_region(before: Optional[dict], after: Optional[dict]) -> bool:
+    if not before or not after:
+        return False
+    b, a = before.get("cell") or "", after.get("cell") or ""
+    if b and a and (a == b or a.startswith(b + ".")):
+        return True
+    return before.get("op_type") == after.get("op_type") and b == a
+
+
+def _describe_run(run: RunOutcome, before: Optional[dict]) -> List[str]:
+    out = []
+    log = run.patch_log
+    if log is not None:
+        if log.get("applied"):
+            for entry in log["applied"]:
+                kinds = {}
+                for c in entry.get("changes", []):
+                    kinds.setdefault(c["kind"], []).append(c["where"])
+                summary = ", ".join(f"{k} x{len(v)}" for k, v in kinds.items())
+                out.append(f"patch applied in {entry['root']} at {', '.join(entry['cells'])}: {summary}")
+                out += [f"warning: {w}" for w in entry.get("warnings", [])]
+        else:
+            searched = ", ".join(s["root"] for s in log.get("searched", [])) or "no Cell was called"
+            out.append(f"PATCH TARGET NOT FOUND (searched: {searched})")
+        out += [f"patch error in {e['root']}: {e['message']}" for e in log.get("errors", [])]
+    steps = len(run.losses)
+    if steps:
+        out.append(f"exit {run.returncode}; {steps} step(s), loss {run.losses[0]:.4g} -> {run.losses[-1]:.4g} "
+                   f"({'finite' if run.loss_finite else 'NOT finite'})"
+                   + ("" if run.weights_finite is None else
+                      f"; parameters {'finite' if run.weights_finite else 'NOT finite'}"))
+    else:
+        out.append(f"exit {run.returncode}; no loss found in the output")
+    if run.analysis_error:
+        out.append(f"analysis failed: {run.analysis_error}")
+    elif run.clean_dump:
+        out.append("new dump: no anomaly" + (" (the origin is gone)" if before else ""))
+    else:
+        first = run.first
+        tag = "still" if _same_region(before, first) else "next origin:"
+        out.append(f"new dump: {tag} {_describe_finding(first)}")
+    if run.returncode != 0 and run.output_tail:
+        out.append("last output: " + " | ".join(run.output_tail[-3:]))
+    return out
+
+
+def _parse_output(lines: List[str]):
+    losses, finite = [], []
+    for line in lines:
+        m = _LOSS.search(line)
+        if m:
+            text = m.group(1).lower()
+            losses.append(float("inf" if text.startswith("inf") else text))
+        m = _PARAMS_FINITE.search(line)
+        if m:
+            finite.append(m.group(1).lower() == "true")
+    return losses, finite
+
+
+def dump_config(dump_path: str, net_name: str = "Net") -> dict:
+    """The synchronous (e2e) tensor dump that works on CPU, GPU and Ascend O0/O1."""
+    return {"common_dump_settings": {"dump_mode": 0, "path": dump_path, "net_name": net_name, "iteration": "all",
+                                     "saved_data": "tensor", "input_output": 0, "kernels": [],
+                                     "support_device": [0, 1, 2, 3, 4, 5, 6, 7], "op_debug_mode": 0},
+            "e2e_dump_settings": {"enable": True, "trans_flag": True}}
+
+
+def _run_with_dump(command: List[str], dump_dir: str, workdir: str, extra_env: dict, echo: bool, cwd=None):
+    config_path = os.path.join(workdir, f"dump_config_{os.path.basename(dump_dir)}.json")
+    with open(config_path, "w", encoding="utf-8") as fh:
+        json.dump(dump_config(dump_dir), fh, indent=2)
+    env = dict(os.environ)
+    env.pop("MS_ACL_DUMP_CFG_PATH", None)     # O0/O1 dumps need it unset
+    env.update(extra_env)
+    env["MINDSPORE_DUMP_CONFIG"] = config_path
+    lines = []
+    try:
+        proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace")
+    except OSError as exc:
+        raise UserError(f"{command[0]}: cannot run the training command ({exc.strerror})")
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if echo and "[WARNING]" not in line:
+            sys.stdout.write("    | " + line)
+            sys.stdout.flush()
+    return proc.wait(), lines
+
+
+def analyse(dump_dir: str, out_path: str):
+    """Run `msoverflow analyze` in-process; returns (report or None, error or None)."""
+    from .. import cli
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+        code = cli.main(["analyze", dump_dir, "--format", "json", "-o", out_path])
+    if code not in (0, 1) or not os.path.exists(out_path):
+        message = buffer.getvalue().strip().splitlines()
+        return None, (message[-1] if message else f"msoverflow analyze exited with {code}")
+    with open(out_path, encoding="utf-8") as fh:
+        return json.load(fh), None
+
+
+def run_once(label: str, command: List[str], workdir: str, target: Optional[Target], dtype: str,
+             echo: bool = True, cwd=None) -> RunOutcome:
+    """One training run with dump on; with a target, the runtime patch is injected through the hook."""
+    from .hook import write_hook
+    run_dir = os.path.join(workdir, label)
+    dump_dir = os.path.join(run_dir, "dump")
+    os.makedirs(run_dir, exist_ok=True)
+    extra_env, log_path = {}, None
+    if target is not None:
+        log_path = os.path.join(run_dir, "patch_log.json")
+        spec = {"target": target.to_dict(), "dtype": dtype, "log": log_path}
+        extra_env = write_hook(os.path.join(run_dir, "hook"), spec, os.path.join(run_dir, "patch_spec.json"))
+    if echo:
+        print(f"  {label} run: {' '.join(command)}", flush=True)
+    code, lines = _run_with_dump(command, dump_dir, workdir, extra_env, echo, cwd=cwd)
+    losses, finite = _parse_output(lines)
+    outcome = RunOutcome(label=label, target=target, returncode=code, dump_dir=dump_dir,
+                         losses=losses, params_finite=finite, output_tail=[l for l in lines if "[WARNING]" not in l][-5:])
+    if log_path:
+        if os.path.exists(log_path):
+            with open(log_path, encoding="utf-8") as fh:
+                outcome.patch_log = json.load(fh)
+        else:
+            outcome.patch_log = {"applied": [], "searched": [], "errors": [
+                {"root": "-", "message": "the patch hook never ran (is the command a Python process?)"}]}
+    if os.path.isdir(dump_dir):
+        report_path = os.path.join(run_dir, "report.json")
+        outcome.report, outcome.analysis_error = analyse(dump_dir, report_path)
+        outcome.report_path = report_path if outcome.report is not None else None
+    else:
+        outcome.analysis_error = "the run wrote no dump (did it reach a training step?)"
+    return outcome
+
+
+def _resolve(report_or_target) -> (Target, Optional[dict]):
+    if isinstance(report_or_target, Target):
+        return report_or_target, report_or_target.origin
+    if isinstance(report_or_target, str):
+        report_or_target = load_report(report_or_target)
+    if isinstance(report_or_target, dict):
+        target = target_from_report(report_or_target)
+        return target, report_or_target.get("first")
+    raise TypeError("verify() takes an analysis report (dict or path) or a Target")
+
+
+def verify(report_or_target: Union[dict, str, Target], command: List[str], dtype: str = "float32",
+           workdir: Optional[str] = None, *, how: str = "runtime", widen: bool = True,
+           baseline: Optional[bool] = None, echo: bool = True, cwd: Optional[str] = None) -> VerifyResult:
+    """Re-run `command` with dump on and the patch in place; analyse; widen an op-only patch if it falls short.
+
+    how: "runtime" injects msoverflow.patch.apply through the hook; "none" runs the command unchanged (the
+    source or YAML patch was written beforehand). baseline: also run unpatched first (default: only when no
+    report tells what the origin was).
+    """
+    check_dtype(dtype)
+    if not command:
+        raise UserError("--verify needs the training command after `--`, e.g. -- python train.py")
+    if how not in ("runtime", "none"):
+        raise UserError(f"verify: how must be 'runtime' or 'none', got {how!r}")
+    target, before = _resolve(report_or_target)
+    workdir = os.path.abspath(workdir or tempfile.mkdtemp(prefix="msoverflow-verify-"))
+    if not _DUMP_PATH_OK.match(workdir):
+        raise UserError(f"{workdir}: MindSpore dump paths may hold only letters, digits, '-', '_' and '/'; "
+                        f"choose another --workdir")
+    os.makedirs(workdir, exist_ok=True)
+    result = VerifyResult(target=target, dtype=dtype, command=list(command), before=before)
+    if baseline if baseline is not None else before is None:
+        base = run_once("baseline", command, workdir, None, dtype, echo, cwd)
+        result.runs.append(base)
+        if before is None:
+            result.before = before = base.first
+            if target.origin is None and base.first:
+                target.origin = base.first
+    patched = run_once("patched", command, workdir, target if how == "runtime" else None, dtype, echo, cwd)
+    result.runs.append(patched)
+    if not patched.healthy and how == "runtime" and target.scope == "op":
+        if not widen:
+            result.notes.append(f"computing only {target.op} in {dtype} is not enough; widen the patch to the "
+                                f"owning Cell (--cell {(before or {}).get('cell') or 'PATH'})")
+        else:
+            try:
+                wider = target.widened()
+            except UserError as exc:
+                result.notes.append(f"computing only {target.op} in {dtype} is not enough, and {exc}")
+            else:
+                result.notes.append(f"computing only {target.op} in {dtype} was not enough (its gradient is cast "
+                                    f"back to fp16 at the island's edge): widened to {wider.describe()}")
+                result.runs.append(run_once("widened", command, workdir, wider, dtype, echo, cwd))
+                result.target = wider
+    return result
