@@ -1,0 +1,63 @@
+"""Shared pytest set-up: the `mindspore` marker and the session-scoped real-dump fixture.
+
+Nothing heavy is imported here: MindSpore runs only in the generator's subprocesses, and only when a test asks
+for `real_dumps`.
+"""
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+GENERATOR_PATH = REPO / "scripts" / "gen_real_dumps.py"
+# Set to a directory to generate/reuse the real dumps there instead of .fixture-cache/realdumps/<key>/.
+OUT_DIR_ENV = "MSOVERFLOW_REAL_DUMPS_DIR"
+
+
+def mindspore_available() -> bool:
+    # find_spec, not import: `import mindspore` costs seconds and hundreds of MB in the test process.
+    return importlib.util.find_spec("mindspore") is not None
+
+
+def load_generator():
+    """scripts/gen_real_dumps.py as a module (scripts/ is not a package); one shared instance per session."""
+    module = sys.modules.get("gen_real_dumps")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("gen_real_dumps", GENERATOR_PATH)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["gen_real_dumps"] = module  # dataclasses need the module registered while it executes
+        spec.loader.exec_module(module)
+    return module
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "mindspore: runs real MindSpore on CPU (skipped when mindspore is not installed)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if mindspore_available():
+        return
+    skip = pytest.mark.skip(reason="mindspore is not installed (pip install 'msoverflow[mindspore]')")
+    for item in items:
+        if "mindspore" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def real_dumps():
+    """Mapping case name -> Path of that case's `dump` dir, from real MindSpore CPU runs.
+
+    `real_dumps.case(name)` is the case's case.json (command, dump config, expected_* facts, observed);
+    `real_dumps.root` the directory holding every case. All cases are generated on first use (about 30 s on
+    2 cores) and cached on disk by a key over the generator, the case scripts, msoverflow/demo and the MindSpore
+    version. Looking up a case that failed raises CaseFailed with the tail of its run.log.
+    """
+    if not mindspore_available():
+        pytest.skip("mindspore is not installed (pip install 'msoverflow[mindspore]')")
+    generator = load_generator()
+    out_dir = os.environ.get(OUT_DIR_ENV) or None
+    # sys.__stderr__ so the one-time ~30 s pause is explained even under pytest's output capture.
+    return generator.ensure_cases(out_dir=out_dir,
+                                  progress=lambda msg: print(f"[real dumps] {msg}", file=sys.__stderr__, flush=True))
