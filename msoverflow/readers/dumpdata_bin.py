@@ -149,7 +149,7 @@ def _tensor(buf, span, io: str, index: int, path: str) -> TensorSlot:
         slot.problem = f"unknown data_type {data_type} ({name}) for {io} {index}: not read"
     if data_span is not None and data_span[1] > data_span[0]:
         slot.inline = True
-        slot.offset = HEADER_LENGTH_BYTES + data_span[0]
+        slot.offset = data_span[0]          # spans are offsets into the whole file
         slot.size = data_span[1] - data_span[0]
     return slot
 

@@ -60,7 +60,7 @@ def parse_shape(text: Optional[str]) -> Optional[Tuple[int, ...]]:
         return None
     if body[:1] in "([" and body[-1:] in ")]":
         body = body[1:-1]
-    parts = [p for p in re.split(r"[,\sx]+", body) if p]
+    parts = [p for p in re.split(r"[,\s]+", body) if p]
     return tuple(int(p) for p in parts)
 
 
@@ -168,7 +168,10 @@ def _event(path, cells, rank, graph, iteration, note) -> TensorEvent:
             raise ValueError(f"empty {key.replace('_', ' ')}")
     ints = {}
     for key in ("task_id", "stream_id", "timestamp", "slot"):
-        value = _int(cells[key])
+        try:
+            value = _int(cells[key])
+        except ValueError:
+            value = None
         if value is None:
             raise ValueError(f"{key.replace('_', ' ')} is {cells[key]!r}")
         ints[key] = value
