@@ -254,6 +254,9 @@ def layout_note(slot: TensorSlot) -> str:
         return ""
     if slot.size % _itemsize(slot.dtype):
         return f"{slot.size} bytes is not a whole number of {slot.dtype} values; read flat"
+    if slot.format_name in PLAIN_FORMATS:
+        return (f"size {slot.size} bytes holds {count} {slot.dtype} values but shape {list(slot.shape)} has "
+                f"{slot.numel}; read flat")
     return (f"stored as {slot.format_name} ({count} values for shape {list(slot.shape)}); "
             "read flat, device layout not restored")
 

@@ -1,0 +1,154 @@
+"""`msoverflow convert`: Ascend binary dumps -> npy named like MindSpore's npy dumps, written only into OUTDIR.
+
+The binary dumps are fixtures built FROM THE DOCUMENTED FORMAT by scripts/ascend_fixtures.py (no Ascend here).
+"""
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from msoverflow import cli, names
+from msoverflow.readers import opdebug as od
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _fixtures():
+    module = sys.modules.get("ascend_fixtures")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("ascend_fixtures", REPO / "scripts" / "ascend_fixtures.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["ascend_fixtures"] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+fx = _fixtures()
+
+
+def _snapshot(root):
+    """Every path under root with its size and mtime: the dump must be left exactly as it was."""
+    result = {}
+    for current, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(current, name)
+            st = os.stat(path)
+            result[path] = (st.st_size, st.st_mtime_ns)
+    return result
+
+
+@pytest.fixture
+def dump(tmp_path):
+    """A small two-rank dump in the O0/O1 layout, built from the documented binary format."""
+    root = tmp_path / "dump"
+    arrays = {}
+    for rank in (0, 1):
+        d = root / f"rank_{rank}" / "Net" / "0" / "3"
+        x = np.arange(6, dtype=np.float16).reshape(2, 3) + rank
+        w = np.arange(4, dtype=np.int32) * (rank + 1)
+        y = np.array([np.inf, 1.0, np.nan], np.float32)
+        name = f"SqrtGrad.Gradients_Default_NormHead_Grad_Sqrt_SqrtGrad-op0.18.2.17000000000011{rank}"
+        fx.write_dump_bin(str(d / name), "Gradients/Default/NormHead/Grad_Sqrt/SqrtGrad-op0", [x, w], [y],
+                          formats={("input", 1): "NCHW"})
+        arrays[rank] = (d, name, x, w, y)
+        (d / "statistic.csv").write_text("not touched\n")
+    fx.write_opdebug_bin(str(root / "rank_1" / "Net" / "0" / "3" / "Opdebug.Node_OpDebug.2.1.1700000000001200"),
+                         [{"unit": "AI Core", "task_id": 18, "stream_id": 2, "status": 0x20}], "old")
+    return root, arrays
+
+
+def test_convert_directory_writes_npy_named_like_mindspore(dump, tmp_path, capsys):
+    """Binary dumps built from the documented format become npy files with MindSpore 2.4+ names and the same
+    values; the dump directory is untouched."""
+    root, arrays = dump
+    before = _snapshot(root)
+    out = tmp_path / "out"
+    assert cli.main(["convert", str(root), "-o", str(out)]) == 0
+    assert _snapshot(root) == before
+    for rank, (d, name, x, w, y) in arrays.items():
+        target = out / d.relative_to(root)
+        stem = name
+        files = sorted(p.name for p in target.glob(stem + ".*.npy"))
+        assert files == sorted([f"{stem}.input.0.ND.Float16.npy", f"{stem}.input.1.NCHW.Int32.npy",
+                                f"{stem}.output.0.ND.Float32.npy"])
+        np.testing.assert_array_equal(np.load(target / f"{stem}.input.0.ND.Float16.npy"), x)
+        np.testing.assert_array_equal(np.load(target / f"{stem}.input.1.NCHW.Int32.npy"), w)
+        np.testing.assert_array_equal(np.load(target / f"{stem}.output.0.ND.Float32.npy"), y)
+        parsed = names.parse(f"{stem}.output.0.ND.Float32.npy")
+        assert (parsed.op_type, parsed.task_id, parsed.io, parsed.dtype) == ("SqrtGrad", 18, "output", "float32")
+    # The binary Opdebug record becomes the JSON that npy-mode dumps write, readable by the Opdebug reader.
+    [converted] = list(out.rglob("Opdebug.Node_OpDebug.*.output.0.json"))
+    records = od.read_opdebug(str(converted), rank=1, graph="0", iteration=3, warn=lambda m: None)
+    assert [(r.unit, r.task_id, r.stream_id, r.status_words) for r in records] == [
+        ("AI Core", 18, 2, ["float overflow"])]
+    assert "converted 3 file(s)" in capsys.readouterr().out
+
+
+def test_convert_single_file_to_cwd(dump, tmp_path, monkeypatch):
+    """A single binary dump (documented format) converts into the current directory when it is not the dump."""
+    root, arrays = dump
+    d, name, x, _, _ = arrays[0]
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert cli.main(["convert", str(d / name)]) == 0
+    np.testing.assert_array_equal(np.load(work / f"{name}.input.0.ND.Float16.npy"), x)
+
+
+def test_convert_refuses_to_write_into_the_dump(dump, tmp_path, monkeypatch, capsys):
+    root, arrays = dump
+    before = _snapshot(root)
+    assert cli.main(["convert", str(root)]) == 2                                      # no -o for a directory
+    assert cli.main(["convert", str(root), "-o", str(root / "rank_0" / "npy")]) == 2  # OUTDIR inside the dump
+    d, name, *_ = arrays[0]
+    monkeypatch.chdir(d)
+    assert cli.main(["convert", str(d / name)]) == 2                                  # cwd is the dump dir
+    err = capsys.readouterr().err
+    assert "give -o OUTDIR" in err and "inside the dump directory" in err
+    assert "Traceback" not in err
+    assert _snapshot(root) == before
+
+
+def test_convert_unusable_input_exits_2(tmp_path, capsys):
+    """Files that are not binary dumps (a truncated one built from the documented format, and junk)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    fx.write_dump_bin(str(src / "Add.Add-op1.1.1.5"), "Add-op1", [np.ones(3, np.float32)], [],
+                      header_length_override=999)
+    (src / "Mul.Mul-op2.1.1.6").write_bytes(b"junk")
+    assert cli.main(["convert", str(src), "-o", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert "skipped:" in captured.err and "runs past the end of the file" in captured.err
+    assert "no readable binary dump file" in captured.err
+    assert cli.main(["convert", str(tmp_path / "nope"), "-o", str(tmp_path / "out")]) == 2
+
+
+def test_convert_skips_unknown_dtype_but_writes_the_rest(tmp_path, capsys):
+    """A binary dump built from the documented format with one tensor of data_type 27 (undocumented)."""
+    src = tmp_path / "src"
+    a, b = np.ones(4, np.float16), np.arange(3, dtype=np.int64)
+    fx.write_dump_bin(str(src / "Cast.Cast-op1.7.2.99"), "Cast-op1", [a], [b], data_type_override={("input", 0): 27})
+    out = tmp_path / "out"
+    assert cli.main(["convert", str(src), "-o", str(out)]) == 0
+    assert [p.name for p in out.iterdir()] == ["Cast.Cast-op1.7.2.99.output.0.ND.Int64.npy"]
+    assert "unknown data_type 27" in capsys.readouterr().err
+
+
+def test_convert_restores_mapped_names_and_maps_long_outputs(tmp_path):
+    """Documented mapping.csv: a short random file name stands for a name over 255 characters; the npy
+    names would be too long as well, so they get short names and a mapping.csv in OUTDIR."""
+    src = tmp_path / "src"
+    long_op = "Gradients_" + "_".join(f"layer{i}-DecoderLayer" for i in range(14)) + "_MatMul-op5"
+    original = f"MatMul.{long_op}.14.2.1700000000001900"
+    assert len(original) > 255
+    fx.write_dump_bin(str(src / "3f2a9c"), long_op, [np.ones(2, np.float16)], [np.ones(2, np.float16)])
+    (src / "mapping.csv").write_text(f"3f2a9c,{original}\n")
+    out = tmp_path / "out"
+    assert cli.main(["convert", str(src), "-o", str(out)]) == 0
+    mapping = names.read_mapping(str(out / "mapping.csv"), lambda m: None)
+    assert sorted(mapping.values()) == [f"{original}.input.0.ND.Float16.npy", f"{original}.output.0.ND.Float16.npy"]
+    assert all((out / short).exists() and len(short) <= 255 for short in mapping)
