@@ -106,7 +106,20 @@ def bad_items(value, predicate: Mapping) -> list:
         return [v for v in value if not re.search(predicate["has_item_not_matching"], str(v))]
     if "has_item_matching" in predicate:
         return [v for v in value if re.search(predicate["has_item_matching"], str(v))]
+    if "has_overlapping_types" in predicate:
+        return [f"'{a}' also matches every '{b}'" for a, b in overlapping_types(value)]
     return []
+
+
+def is_op_type(kernel) -> bool:
+    """MindSpore treats a kernel entry without '/' or '-op' (and not name-regex) as an op type."""
+    text = str(kernel).replace(" ", "")
+    return not text.startswith("name-regex(") and "/" not in text and "-op" not in text
+
+
+def overlapping_types(kernels) -> list:
+    types = [str(k) for k in kernels if is_op_type(k)]
+    return [(a, b) for a in types for b in types if a != b and a.lower() in b.lower()]
 
 
 def predicate_matches(value, predicate: Mapping) -> bool:
@@ -132,6 +145,8 @@ def predicate_matches(value, predicate: Mapping) -> bool:
             ok = bool(value) == bool(arg)
         elif op in ("has_item_not_in", "has_item_matching", "has_item_not_matching"):
             ok = bool(bad_items(value, {op: arg}))
+        elif op == "has_overlapping_types":
+            ok = isinstance(value, list) and bool(overlapping_types(value)) == bool(arg)
         else:
             raise ValueError(f"dump_rules.yaml: unknown predicate '{op}'")
         if not ok:
@@ -164,7 +179,10 @@ def when_matches(when: Optional[Mapping], situation: Situation) -> bool:
                 return False
         elif key == "config":
             for dotted, predicate in expected.items():
-                if not predicate_matches(get_dotted(situation.config, dotted), predicate):
+                value = get_dotted(situation.config, dotted)
+                if value is _ABSENT and "missing_as" in predicate:
+                    value = predicate["missing_as"]  # MindSpore's default for an absent key
+                if not predicate_matches(value, {k: v for k, v in predicate.items() if k != "missing_as"}):
                     return False
         elif key == "options":
             for name, predicate in expected.items():

@@ -1,0 +1,49 @@
+"""Regenerate the golden dump configs: `python tests/golden/config/regenerate.py`, then REVIEW the diff before
+committing (each file is what msoverflow promises to write for one MindSpore version / device / jit level).
+
+Inputs are fixed (path /data/dump, config /data/dump_config.json, ranks 0-7) so the files change only when the
+rules in configs/dump_rules.yaml or the generator change.
+"""
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2]))
+
+from msoverflow.config.generator import ConfigRefused, build  # noqa: E402
+from msoverflow.config.rules import PURPOSES, load_rules  # noqa: E402
+
+FIXED = {"path": "/data/dump", "config_path": "/data/dump_config.json", "ranks": "0-7"}
+KERNELS = {"tensors": ["name-regex(.*NormHead.*)"]}
+
+
+def cases():
+    for version in load_rules()["versions"]:
+        for jit_level in ("O0", "O1", "O2"):
+            yield f"ascend-{version}-{jit_level}", {"ms_version": version, "device": "ascend", "jit_level": jit_level}
+        for device in ("gpu", "cpu"):
+            yield f"{device}-{version}", {"ms_version": version, "device": device}
+
+
+def golden_for(platform: dict) -> dict:
+    out = {"inputs": {**platform, **FIXED}, "purposes": {}}
+    for purpose in PURPOSES:
+        try:
+            result = build(purpose, kernels=KERNELS.get(purpose), **platform, **FIXED)
+        except ConfigRefused as exc:
+            out["purposes"][purpose] = {"refused": str(exc)}
+            continue
+        out["purposes"][purpose] = {"mechanism": result.mechanism, "config": result.config, "env": result.env,
+                                    "unset": result.unset, "problems": [p.id for p in result.problems]}
+    return out
+
+
+def main():
+    for name, platform in cases():
+        (HERE / f"{name}.json").write_text(json.dumps(golden_for(platform), indent=2, sort_keys=True) + "\n")
+    print(f"wrote golden configs to {HERE}")
+
+
+if __name__ == "__main__":
+    main()
