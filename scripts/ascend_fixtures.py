@@ -93,8 +93,12 @@ def write_dump_bin(path: str, op_name: str, inputs: Sequence[np.ndarray] = (), o
 
 def _write(path: str, data) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "wb" if isinstance(data, bytes) else "w", **({} if isinstance(data, bytes) else {"newline": ""})) as fh:
-        fh.write(data)
+    if isinstance(data, bytes):
+        with open(path, "wb") as fh:
+            fh.write(data)
+    else:
+        with open(path, "w", newline="") as fh:
+            fh.write(data)
 
 
 # ---- statistic.csv ----------------------------------------------------------------------------------
@@ -190,7 +194,8 @@ def write_statistic_csv(path: str, rows: Iterable[dict], variant: str = "2.2", *
 def _info(record: dict) -> dict:
     return {"model_id": record.get("model_id", 1), "stream_id": record.get("stream_id", 0),
             "task_id": record.get("task_id", 0), "task_type": record.get("task_type", 0),
-            "pc_start": record.get("pc_start", "0x124080000000"), "para_base": record.get("para_base", "0x124100000000")}
+            "pc_start": record.get("pc_start", "0x124080000000"),
+            "para_base": record.get("para_base", "0x124100000000")}
 
 
 def opdebug_json_doc(records: Sequence[dict], style: str = "old") -> dict:
@@ -271,7 +276,8 @@ def write_opdebug_bin(path: str, records: Sequence[dict], style: str = "old", *,
 # ---- npy dump files (MindSpore 2.4+ naming) -------------------------------------------------------------
 
 def npy_name(op_type, op_name, task, stream, ts, io, slot, fmt, dtype: np.dtype) -> str:
-    return f"{op_type}.{op_name}.{task}.{stream}.{ts}.{io}.{slot}.{fmt}.{MINDSPORE_DTYPE_WORDS[np.dtype(dtype).name]}.npy"
+    word = MINDSPORE_DTYPE_WORDS[np.dtype(dtype).name]
+    return f"{op_type}.{op_name}.{task}.{stream}.{ts}.{io}.{slot}.{fmt}.{word}.npy"
 
 
 # ---- the seed scenario ----------------------------------------------------------------------------------
@@ -364,7 +370,8 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
     Clocks: the origin rank runs 10 s ahead and rank 2 runs 3 s behind, so the rank with the smallest raw
     timestamp is a distractor (`raw_earliest` in the description), never the origin.
 
-    formats: any of "opdebug", "bin", "statistic", "npy". layout: "o0" (rank_{r}/{net}/{graph}/{iter}),
+    formats: any of "opdebug", "bin", "statistic", "npy". layout: "o0" (rank_{r}/{net}/{graph}/{iter}, also
+    2.2 async's task-sink layout, Opdebug files beside the op files),
     "async22" (the same, Opdebug files under rank_{r}/debug_files/{iter}), "acl"
     ({step}/{time}/{device}/{model}/{model_id}/{iter} + mapping.csv + acl_dump_{device}.json).
     """

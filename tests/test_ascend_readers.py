@@ -322,6 +322,7 @@ def test_statistic_csv_bad_rows_warn_and_skip(tmp_path):
 
 
 def test_statistic_csv_unusable_files_warn(tmp_path):
+    """An empty statistic.csv, one without the documented header, and a missing one: warnings, no crash."""
     warnings = Warnings()
     empty = tmp_path / "empty" / "statistic.csv"
     empty.parent.mkdir()
@@ -428,6 +429,7 @@ def test_opdebug_status_zero_warns(tmp_path):
 
 @pytest.mark.parametrize("content", ['{"AI Core": {"status": 32', "[1, 2]", '{"version": 1}', "\xff\xfe"])
 def test_opdebug_bad_json_warns(tmp_path, content):
+    """Opdebug JSON files that break the documented format (cut short, wrong shape, no unit, not UTF-8)."""
     path = tmp_path / "Opdebug.Node_OpDebug.1.1.5.output.0.json"
     path.write_bytes(content.encode("latin-1"))
     warnings = Warnings()
@@ -444,6 +446,7 @@ def test_opdebug_bad_binary_warns(tmp_path):
 
 
 def test_decode_status():
+    """AI Core status bits from the documented table; atomic units: any status > 0 is an overflow."""
     assert od.decode_status("AI Core", 0) == []
     assert od.decode_status("AIV", 0x20) == ["float overflow"]
     assert od.decode_status("AI Core", 0x80 | 0x400) == ["negative value converted to unsigned",
@@ -459,6 +462,8 @@ def _record(task=18, stream=2, source="Opdebug.Node_OpDebug.2.1.900.output.0.jso
 
 
 def test_match_records_by_ids_inside_record_earliest_first():
+    """The record's own task/stream ids pick the op, earliest dump file first; the Opdebug file name's ids
+    (the OpDebug node's own, per the documented format) are not used when the record has ids."""
     candidates = [("SqrtGrad", "SqrtGrad-op0", 18, 2, 500), ("SqrtGrad", "SqrtGrad-op0-late", 18, 2, 800),
                   ("SqrtGrad", "SqrtGrad-op0-early", 18, 2, 300),
                   # the ids from the Opdebug FILE NAME (task 2, stream 1): a decoy that must not win
@@ -469,6 +474,8 @@ def test_match_records_by_ids_inside_record_earliest_first():
 
 
 def test_match_records_falls_back_to_file_name_ids_and_reports_unmatched():
+    """A record without ids falls back to the documented Opdebug file-name ids; an unmatched one comes back
+    with None so the caller can report it."""
     candidates = [{"op_type": "Cast", "op_name": "Cast-op9", "task_id": 2, "stream_id": 1, "timestamp": 100}]
     no_ids = _record(task=-1, stream=-1)
     unmatched = _record(task=99, stream=9)

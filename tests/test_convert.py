@@ -3,7 +3,6 @@
 The binary dumps are fixtures built FROM THE DOCUMENTED FORMAT by scripts/ascend_fixtures.py (no Ascend here).
 """
 import importlib.util
-import json
 import os
 import sys
 from pathlib import Path
@@ -100,6 +99,8 @@ def test_convert_single_file_to_cwd(dump, tmp_path, monkeypatch):
 
 
 def test_convert_refuses_to_write_into_the_dump(dump, tmp_path, monkeypatch, capsys):
+    """Binary dumps built from the documented format: no OUTDIR, an OUTDIR inside the dump, or a cwd that is
+    the dump directory -> exit 2 with one line, and the dump is left exactly as it was."""
     root, arrays = dump
     before = _snapshot(root)
     assert cli.main(["convert", str(root)]) == 2                                      # no -o for a directory
