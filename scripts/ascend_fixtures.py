@@ -108,7 +108,7 @@ FULL_22 = ["Max Value", "Min Value", "Avg Value", "Count", "Negative Zero Count"
            "NaN Count", "Negative Inf Count", "Positive Inf Count", "Zero Count", "L2 Value", "MD5"]
 DEFAULT_23 = ["Max Value", "Min Value", "Avg Value", "Count", "Nan Count", "Negative Inf Count",
               "Positive Inf Count", "Zero Count", "L2Norm Value"]
-VARIANTS = ("2.2", "2.3", "format-col", "trailing-comma", "unquoted-shape", "minimal")
+VARIANTS = ("2.1", "2.2", "2.3", "format-col", "trailing-comma", "unquoted-shape", "minimal")
 
 
 def _stat_cells(array: np.ndarray) -> Dict[str, str]:
@@ -156,7 +156,7 @@ def write_statistic_csv(path: str, rows: Iterable[dict], variant: str = "2.2", *
     optional "declared_dtype" (a different dtype to write), "format", and "override" {header: text}."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown statistic.csv variant {variant!r}; one of {VARIANTS}")
-    if variant in ("2.2", "trailing-comma", "unquoted-shape"):
+    if variant in ("2.1", "2.2", "trailing-comma", "unquoted-shape"):
         stats_columns = list(FULL_22)
     elif variant == "minimal":
         stats_columns = ["Max Value", "Min Value"]
@@ -360,7 +360,7 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
                         overflow_iteration: int = 1, origin_rank: Optional[int] = None,
                         opdebug_style: str = "old", opdebug_encoding: str = "json",
                         statistic_variant: str = "2.2", clock_offsets_us: Optional[Dict[int, int]] = None,
-                        net: str = "Baichuan13BV2", graph: int = 0) -> dict:
+                        net: str = "Baichuan13BV2", graph: int = 0, saturation: bool = False) -> dict:
     """Write the seed case (documented formats, not a device recording) and describe it.
 
     8 ranks, `stages` pipeline stages (ranks 0..3 stage 0, 4..7 stage 1 by default). In `overflow_iteration`
@@ -374,6 +374,8 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
     2.2 async's task-sink layout, Opdebug files beside the op files),
     "async22" (the same, Opdebug files under rank_{r}/debug_files/{iter}), "acl"
     ({step}/{time}/{device}/{model}/{model_id}/{iter} + mapping.csv + acl_dump_{device}.json).
+    saturation=True writes what Ascend's saturation mode leaves: inf pinned at +-dtype max, NaN as 0, so only
+    the pinned values and the Opdebug records show the overflow.
     """
     if layout not in ("o0", "async22", "acl"):
         raise ValueError(f"unknown layout {layout!r}")
@@ -387,6 +389,7 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
     offsets.update({origin_rank: 10_000_000, 2 % ranks: -3_000_000} if clock_offsets_us is None else clock_offsets_us)
     root = os.path.abspath(out_dir)
     description = {"root": root, "layout": layout, "formats": list(formats), "ranks": ranks, "stages": stages,
+                   "saturation": saturation,
                    "ranks_per_stage": ranks_per_stage, "iterations": list(iterations),
                    "overflow_iteration": overflow_iteration, "clock_offsets_us": offsets, "dirs": {},
                    "opdebug_files": [], "distractors": [], "files": 0, "mapping": {}, "label":
@@ -405,6 +408,8 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
             stat_rows = []
             mapping_rows = []
             ops = _ops_for(stage, stage == last_stage, overflow, rank == origin_rank, rng)
+            if saturation:
+                ops = [op[:3] + ([_saturate(a) for a in op[3]], [_saturate(a) for a in op[4]]) + op[5:] for op in ops]
             for task, (rel, op_type, full_name, inputs, outputs, stream, note) in enumerate(ops, start=11):
                 if full_name not in order_names:
                     order_names.append(full_name)
@@ -432,7 +437,7 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
                         stat_rows.append({"op_type": op_type, "op_name": name, "task_id": task,
                                           "stream_id": stream_id, "timestamp": ts, "io": io, "slot": slot,
                                           "array": array, "format": (formats_map or {}).get((io, slot), "ND")})
-                if overflow and outputs and not np.isfinite(outputs[0].astype(np.float64)).all():
+                if overflow and outputs and _looks_bad(outputs[0]):
                     bad_events.append((ts_out, true_base + rel + 7, rank, op_type, name, "tensor"))
                 if overflow and note.startswith("distractor"):
                     description["distractors"].append({"rank": rank, "op_type": op_type, "op_name": name,
@@ -479,6 +484,21 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
                                    "kind": raw[5]}
     description["true_earliest"] = {"rank": true[2], "op_type": true[3], "op_name": true[4], "timestamp": true[0]}
     return description
+
+
+def _saturate(array: np.ndarray) -> np.ndarray:
+    """Saturation mode: +-inf becomes +-dtype max, NaN becomes 0."""
+    if array.dtype.kind != "f":
+        return array
+    top = np.finfo(array.dtype).max
+    return np.nan_to_num(array, nan=0.0, posinf=top, neginf=-top).astype(array.dtype)
+
+
+def _looks_bad(array: np.ndarray) -> bool:
+    if array.dtype.kind != "f":
+        return False
+    values = array.astype(np.float64)
+    return bool((~np.isfinite(values)).any() or (np.abs(values) >= float(np.finfo(array.dtype).max)).any())
 
 
 def _dirs(root, layout, rank, iteration, net, graph):

@@ -583,3 +583,20 @@ def test_seed_scenario_bin_only_has_no_opdebug_or_statistics(tmp_path):
     files = list(_all_files(d["root"]))
     assert not any(os.path.basename(p).startswith("Opdebug") or p.endswith("statistic.csv") for p in files)
     assert d["opdebug_files"] == [] and d["origin"]["op_type"] == "SqrtGrad"
+
+
+def test_seed_scenario_saturation_mode(tmp_path):
+    """Seed case built from the documented formats as saturation mode leaves it: SqrtGrad's output pinned at
+    65504 instead of inf, NaN turned to 0; the Opdebug records still name SqrtGrad."""
+    d = fx.build_seed_scenario(str(tmp_path / "s"), formats=("opdebug", "bin", "statistic"), layout="o0",
+                               saturation=True)
+    origin = d["origin"]
+    stats = sc.read_statistic_csv(os.path.join(origin["dir"], "statistic.csv"), rank=origin["rank"], graph="0",
+                                  iteration=1, warn=Warnings())
+    out = [e.stats for e in stats if e.op_type == "SqrtGrad" and e.io == "output"][0]
+    assert out.nonfinite == 0 and out.at_max >= 1 and out.max == 65504
+    assert not any(e.stats.nonfinite for e in stats), "saturation mode leaves no inf/NaN"
+    origin_records = [r for p in d["opdebug_files"] if f"rank_{origin['rank']}" in p
+                      for r in od.read_opdebug(p, rank=origin["rank"], graph="0", iteration=1, warn=Warnings())]
+    assert len(origin_records) == 2 and all(r.task_id == origin["task_id"] for r in origin_records)
+    assert d["raw_earliest"]["rank"] != origin["rank"]

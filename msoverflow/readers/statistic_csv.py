@@ -189,14 +189,25 @@ def _event(path, cells, rank, graph, iteration, note) -> TensorEvent:
         stats=stats, note=note)
 
 
+_COLUMN_TITLES = {"count": "Count", "nan": "NaN Count", "posinf": "Positive Inf Count",
+                  "neginf": "Negative Inf Count", "max": "Max Value", "min": "Min Value", "zero": "Zero Count"}
+
+
+def _number(cells, key, parse):
+    try:
+        return parse(cells.get(key))
+    except ValueError:
+        raise ValueError(f"{_COLUMN_TITLES.get(key, key)} is {cells.get(key)!r}, not a number") from None
+
+
 def _stats(cells, shape, dtype) -> TensorStats:
-    count = _int(cells.get("count"))
+    count = _number(cells, "count", _int)
     if count is None:
         count = math.prod(shape) if shape is not None else 0
-    nan = _int(cells.get("nan")) or 0
-    posinf = _int(cells.get("posinf")) or 0
-    neginf = _int(cells.get("neginf")) or 0
-    high, low = _float(cells.get("max")), _float(cells.get("min"))
+    nan = _number(cells, "nan", _int) or 0
+    posinf = _number(cells, "posinf", _int) or 0
+    neginf = _number(cells, "neginf", _int) or 0
+    high, low = _number(cells, "max", _float), _number(cells, "min", _float)
     # Some writers put inf/nan into Max/Min instead of (or as well as) the counts: keep the counts honest
     # (at least one) and the extremes finite, as TensorStats promises.
     if high is not None and not math.isfinite(high):
@@ -225,6 +236,6 @@ def _stats(cells, shape, dtype) -> TensorStats:
             over_range = sum(1 for v in (high, low) if v is not None and abs(v) > limit)
         elif max_abs == limit:
             at_max = sum(1 for v in (high, low) if v is not None and abs(v) == limit)
-    zero = _int(cells.get("zero"))
+    zero = _number(cells, "zero", _int)
     return TensorStats(count=count, nan=nan, posinf=posinf, neginf=neginf, min=low, max=high,
                        max_abs=max_abs, over_range=over_range, at_max=at_max, zero=zero)
