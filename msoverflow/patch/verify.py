@@ -223,14 +223,28 @@ def dump_config(dump_path: str, net_name: str = "Net") -> dict:
             "e2e_dump_settings": {"enable": True, "trans_flag": True}}
 
 
+def _dump_env(dump_dir: str, workdir: str) -> (dict, list):
+    """Config file + environment for a tensor dump of every step: msoverflow.config's generator (which knows
+    the MindSpore version and device rules) when it is installed, else the e2e dump that CPU/GPU/Ascend O0 take."""
+    config_path = os.path.join(workdir, f"dump_config_{os.path.basename(os.path.dirname(dump_dir))}.json")
+    try:
+        from ..config.generator import build
+        from ..config.runner import run_env
+    except ImportError:
+        with open(config_path, "w", encoding="utf-8") as fh:
+            json.dump(dump_config(dump_dir), fh, indent=2)
+        env = dict(os.environ)
+        env.pop("MS_ACL_DUMP_CFG_PATH", None)     # O0/O1 dumps need it unset
+        env["MINDSPORE_DUMP_CONFIG"] = config_path
+        return env, []
+    result = build("overflow", path=dump_dir, steps="all")
+    result.write(config_path)
+    return run_env(result), list(result.warnings)
+
+
 def _run_with_dump(command: List[str], dump_dir: str, workdir: str, extra_env: dict, echo: bool, cwd=None):
-    config_path = os.path.join(workdir, f"dump_config_{os.path.basename(dump_dir)}.json")
-    with open(config_path, "w", encoding="utf-8") as fh:
-        json.dump(dump_config(dump_dir), fh, indent=2)
-    env = dict(os.environ)
-    env.pop("MS_ACL_DUMP_CFG_PATH", None)     # O0/O1 dumps need it unset
+    env, _ = _dump_env(dump_dir, workdir)
     env.update(extra_env)
-    env["MINDSPORE_DUMP_CONFIG"] = config_path
     lines = []
     try:
         proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
