@@ -276,3 +276,16 @@ def test_cache_key_changes_with_a_case_script(tmp_path, monkeypatch):
 def test_unknown_case_name_is_rejected(tmp_path):
     with pytest.raises(KeyError, match="no_such_case"):
         gen.ensure_cases(["no_such_case"], out_dir=tmp_path)
+
+
+@pytest.mark.mindspore
+def test_regenerating_a_case_gives_identical_tensors(real_dumps, tmp_path):
+    """Fixtures must not drift between runs (unseeded initialisers once made sqrt_negative differ every run)."""
+    def contents(dump):
+        # Timestamps differ per run; everything else in the name and every byte must not.
+        return {re.sub(r"\.\d+\.(input|output)\.", r".TS.\1.", str(t.path.relative_to(dump))): t.path.read_bytes()
+                for t in gen.iter_tensor_files(dump)}
+
+    record = gen.run_case(gen.CASES_BY_NAME["sqrt_negative"], tmp_path)
+    assert record["ok"], gen.failure_message(tmp_path / "sqrt_negative", record)
+    assert contents(tmp_path / "sqrt_negative" / "dump") == contents(real_dumps["sqrt_negative"])

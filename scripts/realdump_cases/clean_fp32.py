@@ -19,6 +19,7 @@ class Regressor(nn.Cell):
 def main():
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
+    ms.set_seed(0)  # initialisers not given explicitly (e.g. nn.Dense bias) are random: keep runs identical
     net = Regressor()
     train_step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.01))
     rs = np.random.RandomState(1)

@@ -15,6 +15,7 @@ LOSS_SCALES = (1.0, 4.0, 256.0)
 def main():
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device("CPU")
+    ms.set_seed(0)  # initialisers not given explicitly (e.g. nn.Dense bias) are random: keep runs identical
     net = TinyBaichuan()
     loss_net = CausalLMLoss(net, 1.0)
     optimizer = nn.SGD(net.trainable_params(), learning_rate=1e-4)

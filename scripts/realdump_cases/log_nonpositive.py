@@ -26,6 +26,7 @@ class Regressor(nn.Cell):
 def main():
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
+    ms.set_seed(0)  # initialisers not given explicitly (e.g. nn.Dense bias) are random: keep runs identical
     net = Regressor()
     train_step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.01))
     counts = np.random.RandomState(1).uniform(1, 10, (4, 8)).astype(np.float32)

@@ -48,6 +48,7 @@ def main():
     args = parser.parse_args()
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
+    ms.set_seed(0)  # initialisers not given explicitly (e.g. nn.Dense bias) are random: keep runs identical
     net = TinyLM()
     train_step = nn.TrainOneStepCell(TokenAveragedLoss(net, args.formula), nn.SGD(net.trainable_params(), 0.01))
     rs = np.random.RandomState(1)
