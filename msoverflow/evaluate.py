@@ -30,7 +30,7 @@ class TensorAccess:
                 return event.loader()
             if not event.source.endswith(".npy"):
                 return None
-            header = npy.read_header(event.source)
+            header, array = npy.load(event.source)
             declared = canonical(header.header_dtype.name)
             if event.dtype is None:
                 event.dtype = declared
@@ -39,7 +39,7 @@ class TensorAccess:
                 event.payload_dtype = canonical(header.payload_dtype.name)
                 if event.payload_dtype == event.dtype:
                     event.payload_dtype = None
-            return npy.open_array(event.source, header)
+            return array
         except npy.NpyError as exc:
             self._unreadable(event, str(exc))
         except (OSError, ValueError) as exc:

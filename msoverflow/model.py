@@ -50,7 +50,7 @@ class TensorStats:
         return self.nonfinite > 0 or self.over_range > 0
 
 
-@dataclass
+@dataclass(slots=True)
 class TensorEvent:
     """One tensor as the dump saw it: a file, a statistic.csv row or a slot of a binary dump file."""
     source: str                     # file the tensor (or its statistics) came from
@@ -115,7 +115,7 @@ class GraphNode:
     kernel_out: Optional[str] = None     # output dtype of the selected kernel
 
 
-@dataclass
+@dataclass(slots=True)
 class OpExecution:
     """One run of one op: its input and output tensors (files of one op carry different timestamps)."""
     rank: int

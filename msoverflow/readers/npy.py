@@ -5,7 +5,10 @@ name AND the npy header while holding fp32 bytes. The payload size tells the tru
 """
 from __future__ import annotations
 
+import ast
+import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -31,24 +34,58 @@ class NpyHeader:
         return self.header_dtype != self.payload_dtype
 
 
-def read_header(path: str) -> NpyHeader:
+SMALL = 1 << 20   # files up to this size are read in one go; larger ones are memory-mapped
+
+_MAGIC = b"\x93NUMPY"
+_FAST_HEADER = re.compile(r"^\{'descr': '([<>|=][a-zA-Z]\d+|\|b1)', 'fortran_order': (True|False), "
+                          r"'shape': \(([\d, ]*)\), \}\s*$")
+
+
+def _parse_header_dict(text: str):
+    m = _FAST_HEADER.match(text)
+    if m:  # the exact form numpy (and MindSpore) write: no need for a Python-literal parser
+        shape = tuple(int(d) for d in m.group(3).replace(" ", "").split(",") if d)
+        return shape, m.group(2) == "True", np.dtype(m.group(1))
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-            elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-            else:
-                shape, fortran, dtype = np.lib.format._read_array_header(fh, version)  # 3.0
-            offset = fh.tell()
+        d = ast.literal_eval(text)
+        return tuple(d["shape"]), bool(d["fortran_order"]), np.lib.format.descr_to_dtype(d["descr"])
+    except (ValueError, SyntaxError, KeyError, TypeError) as exc:
+        raise NpyError(f"not a valid npy file (bad header: {str(exc)[:60]})") from None
+
+
+def _parse_prefix(prefix: bytes, size: int):
+    if len(prefix) < 10 or not prefix.startswith(_MAGIC):
+        raise NpyError("not a valid npy file (no NUMPY magic)")
+    major = prefix[6]
+    if major == 1:
+        length, start = int.from_bytes(prefix[8:10], "little"), 10
+    elif major in (2, 3):
+        length, start = int.from_bytes(prefix[8:12], "little"), 12
+    else:
+        raise NpyError(f"not a valid npy file (format version {major})")
+    if start + length > size:
+        raise NpyError("truncated inside the npy header")
+    encoding = "utf8" if major == 3 else "latin1"
+    if start + length > len(prefix):
+        return None, start, start + length, encoding
+    return prefix[start:start + length].decode(encoding), start, start + length, encoding
+
+
+def read_header(path: str, prefix: Optional[bytes] = None, size: Optional[int] = None) -> NpyHeader:
+    try:
+        size = os.path.getsize(path) if size is None else size
+        if prefix is None:
+            with open(path, "rb") as fh:
+                prefix = fh.read(4096)
+        text, start, offset, encoding = _parse_prefix(prefix, size)
+        if text is None:  # a header longer than the first read
+            with open(path, "rb") as fh:
+                text = fh.read(offset)[start:].decode(encoding)
     except OSError as exc:
         raise NpyError(f"cannot read ({exc.strerror})") from None
-    except (ValueError, EOFError, SyntaxError) as exc:
-        raise NpyError(f"not a valid npy file ({str(exc).splitlines()[0][:80]})") from None
+    shape, fortran, dtype = _parse_header_dict(text)
     shape = tuple(int(d) for d in shape)
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    count = math.prod(shape) if shape else 1
     payload = size - offset
     expected = count * dtype.itemsize
     payload_dtype = dtype
@@ -73,11 +110,30 @@ def open_array(path: str, header: Optional[NpyHeader] = None) -> np.ndarray:
     header = header or read_header(path)
     if header.payload_dtype.hasobject:
         raise NpyError("object arrays are not tensors")
-    count = int(np.prod(header.shape, dtype=np.int64)) if header.shape else 1
+    count = math.prod(header.shape) if header.shape else 1
     if count == 0:
         return np.zeros(header.shape, header.payload_dtype)
     return np.memmap(path, dtype=header.payload_dtype, mode="r", offset=header.offset, shape=header.shape,
                      order="F" if header.fortran else "C")
+
+
+def load(path: str) -> Tuple[NpyHeader, np.ndarray]:
+    """Header and data; small files in one read, large ones memory-mapped so memory stays flat."""
+    try:
+        size = os.path.getsize(path)
+        if size > SMALL:
+            header = read_header(path, size=size)
+            return header, open_array(path, header)
+        with open(path, "rb") as fh:
+            blob = fh.read()
+    except OSError as exc:
+        raise NpyError(f"cannot read ({exc.strerror})") from None
+    header = read_header(path, blob, len(blob))
+    if header.payload_dtype.hasobject:
+        raise NpyError("object arrays are not tensors")
+    count = math.prod(header.shape) if header.shape else 1
+    array = np.frombuffer(blob, dtype=header.payload_dtype, count=count, offset=header.offset)
+    return header, array.reshape(header.shape, order="F" if header.fortran else "C")
 
 
 def header_dtype_name(header: NpyHeader) -> Optional[str]:
