@@ -432,7 +432,9 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
                             os.makedirs(directory, exist_ok=True)
                             np.save(os.path.join(directory, target), array)
                             description["files"] += 1
-                for io, arrays, ts in (("input", inputs, ts_in), ("output", outputs, ts_out)):
+                # A binary dump file holds the whole op under one timestamp; npy files carry one each.
+                stat_out_ts = ts_in if "bin" in formats else ts_out
+                for io, arrays, ts in (("input", inputs, ts_in), ("output", outputs, stat_out_ts)):
                     for slot, array in enumerate(arrays):
                         stat_rows.append({"op_type": op_type, "op_name": name, "task_id": task,
                                           "stream_id": stream_id, "timestamp": ts, "io": io, "slot": slot,

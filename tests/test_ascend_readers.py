@@ -600,3 +600,27 @@ def test_seed_scenario_saturation_mode(tmp_path):
                       for r in od.read_opdebug(p, rank=origin["rank"], graph="0", iteration=1, warn=Warnings())]
     assert len(origin_records) == 2 and all(r.task_id == origin["task_id"] for r in origin_records)
     assert d["raw_earliest"]["rank"] != origin["rank"]
+
+
+def test_tensor_events_take_a_parsed_name(tmp_path):
+    """Binary dump built from the documented format under a short mapped name: the caller's parsed original
+    name (mapping.csv restored) names the events."""
+    path = fx.write_dump_bin(str(tmp_path / "3f2a9c"), "Default/Long/MatMul-op5", [np.ones(2, np.float16)], [])
+    parsed = names.parse("MatMul.Default_Long_MatMul-op5.14.2.1700000000001900")
+    [event] = db.tensor_events(path, parsed, rank=1, graph="0", iteration=2, warn=Warnings())
+    assert (event.op_type, event.op_name, event.task_id, event.stream_id, event.timestamp) == (
+        "MatMul", "Default_Long_MatMul-op5", 14, 2, 1700000000001900)
+    # Without a parsed name, the header's full op name stands in (in file-name form).
+    [event] = db.tensor_events(path, rank=1, graph="0", iteration=2, warn=Warnings())
+    assert (event.op_type, event.op_name, event.task_id) == ("MatMul", "Default_Long_MatMul-op5", -1)
+
+
+def test_opdebug_entry_without_ids_takes_file_ids(tmp_path):
+    """Old-style JSON (documented format) whose flagged entry carries no ids: the file-name ids are the
+    fallback, and ids inside an entry always win."""
+    path = tmp_path / "Opdebug.Node_OpDebug.7.3.55.output.0.json"
+    path.write_text(json.dumps({"AI Core": {"status": 32}, "L2 Atomic Add": {"task_id": 9, "stream_id": 1,
+                                                                             "status": 1}}))
+    records = od.read_opdebug(str(path), rank=0, graph="0", iteration=0, file_timestamp=55, file_task_id=7,
+                              file_stream_id=3, warn=Warnings())
+    assert [(r.unit, r.task_id, r.stream_id) for r in records] == [("AI Core", 7, 3), ("L2 Atomic Add", 9, 1)]

@@ -267,7 +267,7 @@ def read_tensor(path: str, io: str, slot: int, header: Optional[DumpHeader] = No
     return tensor_view(header.path, header.slot(io, slot))
 
 
-def tensor_events(path: str, *, rank: int, graph: str, iteration: int,
+def tensor_events(path: str, parsed=None, *, rank: int, graph: str, iteration: int,
                   op_type: Optional[str] = None, op_name: Optional[str] = None,
                   task_id: Optional[int] = None, stream_id: Optional[int] = None,
                   timestamp: Optional[int] = None,
@@ -275,8 +275,8 @@ def tensor_events(path: str, *, rank: int, graph: str, iteration: int,
                   header: Optional[DumpHeader] = None) -> List[TensorEvent]:
     """One TensorEvent per input/output of a binary dump file, each with a lazy memmap `loader`.
 
-    Name fields the caller passes (from its file-name parser, mapping.csv restored) win; missing ones come
-    from msoverflow.names.parse on the file name, then from the header (op_name, dump_time). Unreadable
+    Name fields: explicit keywords win, then `parsed` (a msoverflow.names.ParsedName of the file name with
+    mapping.csv restored), then names.parse of the file name, then the header (op_name, dump_time). Unreadable
     tensors get an event with no loader and the reason in `note`; problems are also passed to `warn`.
     An unreadable header -> warn, [].
     """
@@ -289,7 +289,7 @@ def tensor_events(path: str, *, rank: int, graph: str, iteration: int,
             return []
     for problem in header.problems:
         warn(problem)
-    parsed = names.parse(os.path.basename(path))
+    parsed = parsed or names.parse(os.path.basename(path))
     if parsed:
         op_type = parsed.op_type if op_type is None else op_type
         op_name = parsed.op_name if op_name is None else op_name

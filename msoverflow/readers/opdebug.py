@@ -194,10 +194,12 @@ def read_entries(path: str) -> List[dict]:
 
 
 def read_opdebug(path: str, *, rank: int, graph: str, iteration: int, file_timestamp: Optional[int] = None,
+                 file_task_id: Optional[int] = None, file_stream_id: Optional[int] = None,
                  warn: Callable[[str], None] = lambda message: None) -> List[OverflowRecord]:
     """OverflowRecords for the entries with status != 0. An unreadable file or one with no flagged entry
-    gives a warning and []. Entries without their own ids get task_id/stream_id -1 (match_records then
-    falls back to the ids in the file name)."""
+    gives a warning and []. The record's timestamp is the file's (`file_timestamp`, else from the name).
+    Entries without ids of their own take `file_task_id`/`file_stream_id` when given, else -1 (match_records
+    then falls back to the ids in the file name); ids inside the entry always win."""
     path = os.fspath(path)
     try:
         entries = read_entries(path)
@@ -214,13 +216,17 @@ def read_opdebug(path: str, *, rank: int, graph: str, iteration: int, file_times
         records.append(OverflowRecord(
             source=path, rank=rank, graph=str(graph), iteration=iteration, timestamp=file_timestamp,
             unit=entry["unit"],
-            task_id=entry["task_id"] if entry["task_id"] is not None else -1,
-            stream_id=entry["stream_id"] if entry["stream_id"] is not None else -1,
+            task_id=_first(entry["task_id"], file_task_id, -1),
+            stream_id=_first(entry["stream_id"], file_stream_id, -1),
             status=entry["status"], status_words=decode_status(entry["unit"], entry["status"]),
             context_id=entry.get("context_id"), thread_id=entry.get("thread_id")))
     if not records:
         warn(f"{path}: no overflow flagged (status 0 in every entry)")
     return records
+
+
+def _first(*values):
+    return next(v for v in values if v is not None)
 
 
 # ---- matching records to dump files ------------------------------------------------------------------
