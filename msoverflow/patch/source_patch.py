@@ -260,8 +260,8 @@ def _relocate(text: str, line: int, code: str, path: str) -> int:
         return line
     hits = [i + 1 for i, l in enumerate(lines) if " ".join(l.split()) == wanted]
     if not hits:
-        raise UserError(f"{path}:{line} no longer holds `{code.strip()}` and no other line does; "
-                        f"the file changed since the analysis: re-run msoverflow analyze")
+        raise UserError(f"{path}:{line} does not hold `{code.strip()}`, nor does any other line: not the file the "
+                        f"analysis saw, or it changed since (re-run msoverflow analyze, or give --line)")
     return min(hits, key=lambda h: abs(h - line))
 
 
@@ -270,7 +270,7 @@ def plan(path: str, line: int, dtype: str = "float32", code: str = "") -> Source
     to find the line again if the file moved); nothing is written."""
     check_dtype(dtype)
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8", newline="") as fh:
             original = fh.read()
     except OSError as exc:
         raise UserError(f"{path}: cannot read the model source ({exc.strerror})")
@@ -316,22 +316,28 @@ def plan(path: str, line: int, dtype: str = "float32", code: str = "") -> Source
 
 
 def write(patch: SourcePatch) -> Optional[str]:
-    """Write the patched file atomically (temp file + os.replace) after saving a `.orig` backup; returns it."""
+    """Write the patched file (atomic, with a `.orig` backup); returns the backup's path, None if unchanged."""
     if not patch.changed:
         return None
-    backup = patch.path + ".orig"
+    return write_text(patch.path, patch.patched)
+
+
+def write_text(path: str, text: str) -> str:
+    """Replace `path` by `text` atomically (temp file in the same directory + os.replace), keeping its mode,
+    after copying the original to `path.orig` (`.orig.1`, ... if that exists). Returns the backup's path."""
+    backup = path + ".orig"
     n = 1
     while os.path.exists(backup):
-        backup = f"{patch.path}.orig.{n}"
+        backup = f"{path}.orig.{n}"
         n += 1
-    shutil.copy2(patch.path, backup)
-    directory = os.path.dirname(os.path.abspath(patch.path))
-    fd, tmp = tempfile.mkstemp(prefix=".msoverflow-", suffix=".py", dir=directory)
+    shutil.copy2(path, backup)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".msoverflow-", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(patch.patched)
-        shutil.copymode(patch.path, tmp)
-        os.replace(tmp, patch.path)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        shutil.copymode(path, tmp)
+        os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

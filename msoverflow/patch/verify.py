@@ -189,10 +189,16 @@ def _describe_run(run: RunOutcome, before: Optional[dict]) -> List[str]:
                       f"; parameters {'finite' if run.weights_finite else 'NOT finite'}"))
     else:
         out.append(f"exit {run.returncode}; no loss found in the output")
+    summary = (run.report or {}).get("summary") or {}
+    size = ""
+    if summary.get("files") is not None:
+        steps = sorted({i for its in (summary.get("iterations") or {}).values() for i in its})
+        size = f" ({summary['files']} files" + (f", {summary['tensors_read']} tensors read" if summary.get(
+            "tensors_read") is not None else "") + (f", iterations {steps[0]}-{steps[-1]}" if steps else "") + ")"
     if run.analysis_error:
         out.append(f"analysis failed: {run.analysis_error}")
     elif run.clean_dump:
-        out.append("new dump: no anomaly" + (" (the origin is gone)" if before else ""))
+        out.append(f"new dump{size}: no anomaly" + (" (the origin is gone)" if before else ""))
     else:
         first = run.first
         tag = "still" if _same_region(before, first) else "next origin:"
@@ -264,7 +270,7 @@ def analyse(dump_dir: str, out_path: str):
     from .. import cli
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-        code = cli.main(["analyze", dump_dir, "--format", "json", "-o", out_path])
+        code = cli.main(["analyze", dump_dir, "--format", "json", "-o", out_path, "--no-progress"])
     if code not in (0, 1) or not os.path.exists(out_path):
         message = buffer.getvalue().strip().splitlines()
         return None, (message[-1] if message else f"msoverflow analyze exited with {code}")

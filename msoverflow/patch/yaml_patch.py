@@ -117,7 +117,7 @@ class YamlPatch:
         for name, old, new in self.changes:
             lines.append(f"  {name}: {old if old is not None else '(absent)'} -> {new}")
         if not self.uncovered and not self.changes:
-            lines.append(f"  already patched: the fields are {self.dtype}")
+            lines.append("  nothing to change: already patched")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -231,7 +231,8 @@ def plan(path: str, target: Target, dtype: str = "float32", *, allow_global: boo
     for name, value in wanted.items():
         old = config.get(name)
         if old is not None and (str(old) == value or str(old) not in NARROWER[dtype] + (value,)):
-            continue   # already as wide as the island (never narrow a float32 field to bfloat16)
+            result.notes.append(f"{name} is already {old}: wide enough for a {dtype} island")
+            continue   # never narrow a float32 field to bfloat16
         if name in config and old is not None and not isinstance(old, (dict, list)):
             line, col = config.lc.value(name)
             _replace_value(lines, line, col, value)

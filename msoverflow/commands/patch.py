@@ -1,0 +1,197 @@
+"""`msoverflow patch`: compute the overflow's region in float32/bfloat16 (runtime, MindFormers YAML or source) and
+optionally prove it by re-running the training with dump on (`--verify -- python train.py ...`)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "patch", help="patch the precision where the overflow was born, and verify by re-running",
+        usage="msoverflow patch (--from REPORT | --dump DIR | --cell PATH_OR_TYPE | --op TYPE) [options] "
+              "[--verify -- COMMAND ...]",
+        description="Compute the region where the first overflow was born in float32 (or bfloat16). The region is "
+                    "the owning Cell of the culprit op, with its Parameters, constants and explicit casts. "
+                    "Three ways: runtime (msoverflow.patch.apply, injected into an unmodified script by --verify), "
+                    "a MindFormers YAML (--yaml CONFIG) or the model's source (--how source, diff by default, "
+                    "--write to apply). Exit codes: 0 patched/fixed, 1 verify shows it is not fixed, 2 error.")
+    what = parser.add_argument_group("what to patch")
+    what.add_argument("--from", dest="report", metavar="REPORT", help="msoverflow analyze --format json output")
+    what.add_argument("--dump", metavar="DIR", help="a dump directory: analyse it first")
+    what.add_argument("--cell", metavar="PATH_OR_TYPE",
+                      help="a Cell by attribute path (network._backbone.lm_head) or class name (NormHead)")
+    what.add_argument("--op", metavar="TYPE", help="only this forward op type (e.g. Sqrt); verify widens it if needed")
+    what.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                      help="island dtype (default float32; bfloat16 keeps fp32's range at half the memory)")
+    how = parser.add_argument_group("how")
+    how.add_argument("--how", choices=["runtime", "yaml", "source"],
+                     help="default: yaml with --yaml, source with --source/--write, else runtime with --verify, "
+                          "else show the source diff")
+    how.add_argument("--yaml", metavar="CONFIG", help="MindFormers YAML to patch (model.model_config)")
+    how.add_argument("--allow-global", action="store_true",
+                     help="YAML: allow whole-model fields (compute_dtype, param_init_type) when no field covers "
+                          "the culprit alone")
+    how.add_argument("--mf-generation", choices=["1.x", "2.x"], help="YAML field names (default: detected)")
+    how.add_argument("--source", metavar="FILE", help="model source to patch (default: the report's source file)")
+    how.add_argument("--line", type=int, help="culprit line in --source (default: the report's)")
+    how.add_argument("--write", action="store_true",
+                     help="write the YAML/source patch (atomic, keeps FILE.orig); default: show the diff")
+    check = parser.add_argument_group("verify")
+    check.add_argument("--verify", action="store_true",
+                       help="re-run COMMAND (after --) with dump on and the patch in place; compare before/after")
+    check.add_argument("--workdir", metavar="DIR", help="where verify keeps dumps and reports (default: a temp dir)")
+    check.add_argument("--no-widen", action="store_true",
+                       help="verify: do not widen an op-only patch to its Cell when it falls short")
+    check.add_argument("--json", dest="json_out", metavar="FILE", help="also write the result as JSON here")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after '--'")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def _report_from_dump(dump_dir: str) -> dict:
+    from .. import cli
+    from ..errors import UserError
+    from ..patch.verify import analyse
+    if not os.path.isdir(dump_dir):
+        raise UserError(f"{dump_dir}: not a directory")
+    out = os.path.join(tempfile.mkdtemp(prefix="msoverflow-patch-"), "report.json")
+    report, error = analyse(dump_dir, out)
+    if report is None:
+        raise UserError(f"{dump_dir}: analysis failed: {error}")
+    print(f"analysed {dump_dir} -> {out}")
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import UserError
+    from ..patch.targets import load_report, target_from_args, target_from_report
+
+    command = list(args.command or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if command and not args.verify:
+        raise UserError("a command after '--' is only used with --verify")
+    if args.verify and not command:
+        raise UserError("--verify needs the training command after '--', e.g. -- python train.py")
+
+    report = None
+    if args.report and args.dump:
+        raise UserError("give either --from REPORT or --dump DIR, not both")
+    if args.report:
+        report = load_report(args.report)
+    elif args.dump:
+        report = _report_from_dump(args.dump)
+    if report is not None and (report.get("verdict") == "clean" or not report.get("first")) \
+            and not (args.cell or args.op):
+        print(f"{args.report or args.dump}: the analysis found no anomaly; nothing to patch")
+        return 0
+    if args.cell or args.op:
+        target = target_from_args(args.cell, args.op, report)
+    elif report is not None:
+        target = target_from_report(report, args.report or args.dump)
+    else:
+        raise UserError("nothing to patch: give --from REPORT, --dump DIR, --cell PATH_OR_TYPE or --op TYPE")
+
+    how = args.how or ("yaml" if args.yaml else "source" if (args.source or args.write) else
+                       "runtime" if args.verify else None)
+    result = {"target": target.to_dict(), "dtype": args.dtype, "how": how}
+    code = 0
+    if how == "yaml":
+        code = _yaml(args, target, result)
+    elif how == "source":
+        code = _source(args, target, result)
+    elif how is None:
+        if target.source:
+            code = _source(args, target, result)
+        print()
+        _runtime_hint(args, target)
+    if args.verify:
+        if how in ("yaml", "source") and not args.write:
+            raise UserError(f"--verify with --how {how} runs the files on disk: add --write (or verify the runtime "
+                            f"patch with --how runtime)")
+        from ..patch.verify import verify
+        print(f"verifying: re-running with dump on ({'runtime patch' if how == 'runtime' else how + ' patch on disk'})")
+        outcome = verify(target, command, args.dtype, args.workdir, how="runtime" if how == "runtime" else "none",
+                         widen=not args.no_widen, baseline=report is None)
+        print(outcome.render())
+        result["verify"] = outcome.to_dict()
+        code = outcome.exit_code
+    if args.json_out:
+        with open(args.json_out, "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=2, default=str)
+    return code
+
+
+def _runtime_hint(args, target) -> None:
+    where = target.cell or target.op
+    kind = "cell" if target.scope == "cell" else "op"
+    print(f"runtime patch: {target.describe()} in {args.dtype}")
+    print("  in your script, before the first step:")
+    print("    from msoverflow.patch import apply, Target")
+    print(f"    apply(train_network, Target({kind}={where!r}), {args.dtype!r})   # result.undo() reverts it")
+    source = f"--from {args.report}" if args.report else (f"--dump {args.dump}" if args.dump else f"--{kind} {where}")
+    print(f"  or, without editing the script: msoverflow patch {source} --verify -- python train.py ...")
+
+
+def _source(args, target, result: dict) -> int:
+    from ..errors import UserError
+    from ..patch import source_patch
+
+    path, line, code = args.source, args.line, ""
+    if target.source and not line:
+        # Another path (e.g. a copy of the model file) keeps the report's line; its code text re-finds the
+        # line if it moved and refuses a file that does not hold it.
+        path = path or target.source.file
+        line = target.source.line
+        code = target.source.code
+    if not path:
+        raise UserError("no source location: the report has none; give --source FILE --line N")
+    if not line:
+        raise UserError(f"{path}: which line? give --line N (the culprit's line)")
+    patch = source_patch.plan(path, line, args.dtype, code=code)
+    print(patch.describe())
+    result["source"] = {"path": path, "line": patch.line, "function": patch.function, "already": patch.already,
+                        "changes": patch.changes}
+    if patch.already:
+        return 0
+    if args.write:
+        backup = source_patch.write(patch)
+        print(f"wrote {path} (backup: {backup})")
+        result["source"]["backup"] = backup
+    else:
+        sys.stdout.write(patch.diff())
+        print(f"(diff only: add --write to apply it; {path}.orig keeps the original)")
+    return 0
+
+
+def _yaml(args, target, result: dict) -> int:
+    from ..errors import UserError
+    from ..patch import source_patch, yaml_patch
+
+    if not args.yaml:
+        raise UserError("--how yaml needs --yaml CONFIG (the MindFormers YAML to patch)")
+    patch = yaml_patch.plan(args.yaml, target, args.dtype, allow_global=args.allow_global,
+                            generation=args.mf_generation)
+    print(patch.describe())
+    result["yaml"] = {"path": args.yaml, "rule": patch.rule, "generation": patch.generation,
+                      "changes": patch.changes, "uncovered": patch.uncovered}
+    if patch.uncovered:
+        if target.source or (args.source and args.line):
+            print()
+            return _source(args, target, result)
+        print("no source location known for the fallback: give --source FILE --line N, or use the runtime patch")
+        _runtime_hint(args, target)
+        return 0
+    if patch.changed:
+        if args.write:
+            backup = source_patch.write_text(args.yaml, patch.patched)
+            print(f"wrote {args.yaml} (backup: {backup})")
+            result["yaml"]["backup"] = backup
+        else:
+            sys.stdout.write(patch.diff())
+            print(f"(diff only: add --write to apply it; {args.yaml}.orig keeps the original)")
+    return 0
