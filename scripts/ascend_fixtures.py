@@ -360,7 +360,8 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
                         overflow_iteration: int = 1, origin_rank: Optional[int] = None,
                         opdebug_style: str = "old", opdebug_encoding: str = "json",
                         statistic_variant: str = "2.2", clock_offsets_us: Optional[Dict[int, int]] = None,
-                        net: str = "Baichuan13BV2", graph: int = 0, saturation: bool = False) -> dict:
+                        net: str = "Baichuan13BV2", graph: int = 0, saturation: bool = False,
+                        distractor_opdebug: Optional[bool] = None) -> dict:
     """Write the seed case (documented formats, not a device recording) and describe it.
 
     8 ranks, `stages` pipeline stages (ranks 0..3 stage 0, 4..7 stage 1 by default). In `overflow_iteration`
@@ -376,7 +377,11 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
     ({step}/{time}/{device}/{model}/{model_id}/{iter} + mapping.csv + acl_dump_{device}.json).
     saturation=True writes what Ascend's saturation mode leaves: inf pinned at +-dtype max, NaN as 0, so only
     the pinned values and the Opdebug records show the overflow.
+    distractor_opdebug: write the stage-0 MatMul Opdebug record (default: yes, except in saturation mode,
+    where that MatMul is fed zeros instead of NaN and would not overflow).
     """
+    if distractor_opdebug is None:
+        distractor_opdebug = not saturation
     if layout not in ("o0", "async22", "acl"):
         raise ValueError(f"unknown layout {layout!r}")
     unknown = set(formats) - {"opdebug", "bin", "statistic", "npy"}
@@ -458,7 +463,8 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
                             description["opdebug_files"].append(path)
                             bad_events.append((ts_out + delay, true_base + rel + 7 + delay, rank, "Opdebug", name,
                                                "opdebug"))
-                if overflow and note == "propagator" and rank == 2 % ranks and "opdebug" in formats:
+                if (overflow and note == "propagator" and rank == 2 % ranks and "opdebug" in formats
+                        and distractor_opdebug):
                     path = _write_opdebug(debug_dir, opdebug_encoding, opdebug_style, ts_out + 50, file_task=4,
                                           unit="AIC" if opdebug_style == "new" else "AI Core", task=task,
                                           stream=stream_id, status=0x20, block=0)
@@ -550,9 +556,12 @@ def main(argv=None) -> int:
     parser.add_argument("--layout", default="async22", choices=["o0", "async22", "acl"])
     parser.add_argument("--formats", default="opdebug,bin,statistic")
     parser.add_argument("--opdebug-style", default="old", choices=["old", "new"])
+    parser.add_argument("--opdebug-encoding", default="json", choices=["json", "bin"])
+    parser.add_argument("--saturation", action="store_true", help="inf pinned at the dtype max, NaN as 0")
     args = parser.parse_args(argv)
     description = build_seed_scenario(args.out_dir, formats=args.formats.split(","), layout=args.layout,
-                                      opdebug_style=args.opdebug_style)
+                                      opdebug_style=args.opdebug_style, opdebug_encoding=args.opdebug_encoding,
+                                      saturation=args.saturation)
     summary = {k: v for k, v in description.items() if k not in ("dirs", "mapping", "distractors")}
     summary["distractors"] = len(description["distractors"])
     summary["mapped_names"] = len(description["mapping"])

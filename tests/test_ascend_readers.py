@@ -599,7 +599,8 @@ def test_seed_scenario_saturation_mode(tmp_path):
     origin_records = [r for p in d["opdebug_files"] if f"rank_{origin['rank']}" in p
                       for r in od.read_opdebug(p, rank=origin["rank"], graph="0", iteration=1, warn=Warnings())]
     assert len(origin_records) == 2 and all(r.task_id == origin["task_id"] for r in origin_records)
-    assert d["raw_earliest"]["rank"] != origin["rank"]
+    # NaN arrives as 0 in saturation mode, so stage 0's MatMul has nothing to flag.
+    assert len(d["opdebug_files"]) == 2
 
 
 def test_tensor_events_take_a_parsed_name(tmp_path):
