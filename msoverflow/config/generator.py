@@ -210,7 +210,7 @@ def build(purpose: str, *, ms_version: Optional[str] = None, device: Optional[st
         if entry.get("hint"):
             hints.append(entry["hint"])
         if entry.get("note"):
-            wont.append(entry["note"])
+            hints.append(entry["note"])
 
     summary = _summary(purpose, target, mechanism_entry, config, will, wont, rules)
     result = DumpConfigResult(purpose=purpose, ms_version=target.version_label, device=target.device,
