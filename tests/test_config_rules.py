@@ -266,3 +266,26 @@ def test_detected_version_comes_from_package_metadata():
         pytest.skip("mindspore not installed")
     assert detect_ms_version() == installed
     assert build("overflow", device="cpu", path="/tmp/x").ms_version == ".".join(installed.split(".")[:2])
+
+
+def test_check_infers_the_dump_machinery_when_jit_level_is_unknown():
+    ascend = dict(CPU_OK, common_dump_settings=dict(CPU_OK["common_dump_settings"], op_debug_mode=3))
+    assert "jit-level-assumed" in ids(check(ascend, "2.4", "ascend"), "info")
+    assert not has_errors(check(ascend, "2.4", "ascend"))
+    no_e2e = {"common_dump_settings": ascend["common_dump_settings"]}
+    assert "no-e2e-block" in ids(check(no_e2e, "2.6", "ascend"), "error")
+    # 2.4 without e2e block: read as an O2 (ACL) dump, where overflow needs no e2e block
+    assert not has_errors(check(no_e2e, "2.4", "ascend"))
+
+
+def test_check_o2_from_2_6_says_the_file_is_ignored():
+    problems = check({"common_dump_settings": CPU_OK["common_dump_settings"]}, "2.7", "ascend", "O2")
+    unsupported = [p for p in problems if p.id == "msprobe-unsupported"]
+    assert unsupported and unsupported[0].severity == "error" and "msprobe" in unsupported[0].message
+
+
+def test_shell_snippet_says_how_graphs_are_saved():
+    e2e = build("overflow", ms_version="2.10", device="cpu", path="/d").shell_snippet()
+    assert "rank_N/graphs/ms_output_trace_code_graph_*.ir itself" in e2e
+    acl = build("overflow", ms_version="2.5", device="ascend", jit_level="O2", path="/d").shell_snippet()
+    assert "export MS_DEV_SAVE_GRAPHS=1" in acl and "export MS_DEV_SAVE_GRAPHS_PATH=/d/graphs" in acl

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import re
 import string
 from dataclasses import dataclass, field
@@ -16,8 +17,10 @@ PURPOSES = ("overflow", "statistics", "tensors", "exception")
 
 
 def configs_dir() -> Path:
-    """The repository's configs/ directory (data shipped next to the package in this checkout)."""
-    return Path(__file__).resolve().parents[2] / "configs"
+    """The repository's configs/ directory (data next to the package in this checkout); MSOVERFLOW_CONFIGS_DIR
+    points elsewhere, e.g. for an install without the repository."""
+    override = os.environ.get("MSOVERFLOW_CONFIGS_DIR")
+    return Path(override) if override else Path(__file__).resolve().parents[2] / "configs"
 
 
 @functools.lru_cache(maxsize=None)
