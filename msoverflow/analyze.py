@@ -19,7 +19,7 @@ from .model import (CLEAN, CROSS_RANK, ORIGIN, PROPAGATOR, Finding, OpExecution,
                     TensorSummary)
 from .rules import Verdict, judge
 from .rules.knowledge import knowledge
-from .scope import cell_of
+from .scope import cell_of, enclosing_class
 
 
 def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optional[List[int]] = None,
@@ -177,12 +177,23 @@ def _finding(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: _GraphCa
     src_node = node if (node and node.source_file) else forward_node
     if src_node is not None and src_node.source_file:
         source = Source(src_node.source_file, src_node.source_line or 0, src_node.source_code or "")
+    if cell_type is None and source is not None and v.role == ORIGIN:
+        cell_type = enclosing_class(source.file, source.line)
+        if cell_type:
+            evidence.append(f"Cell {cell_type} taken from the source file (the scope name carries no Cell)")
     inputs = []
     if full or v.role == ORIGIN:
         for e in ex.inputs:
             producer = node.inputs[e.slot] if node and e.slot < len(node.inputs) else None
             inputs.append(_summary(e, access, producer, full))
     outputs = [_summary(e, access, None, full) for e in ex.outputs] if (full or v.role == ORIGIN) else []
+    den_slot = v.values.get("denominator_slot")
+    if den_slot is not None and node is not None and int(den_slot) < len(node.inputs) and graph is not None:
+        den_node = graph.by_full.get(node.inputs[int(den_slot)])
+        if den_node is not None:
+            code = f": {den_node.source_code}" if den_node.source_code else ""
+            evidence.append(f"the zero denominator (input {den_slot}) comes from {den_node.op_type} "
+                            f"{den_node.full_name}{code}")
     if node is not None and node.kernel_out and node.inferred_out and node.kernel_out != node.inferred_out:
         evidence.append(f"kernel ran in {node.kernel_out} while the graph declares {node.inferred_out}")
     if node is not None and node.is_backend_cast:

@@ -47,3 +47,20 @@ def cell_of(name: str, from_file_name: bool = False) -> Tuple[Optional[str], Opt
     if not cells:
         return None, None
     return ".".join(attr for attr, _ in cells), cells[-1][1]
+
+
+def enclosing_class(path: str, line: int) -> Optional[str]:
+    """The class whose body holds `line` of a Python source file (the Cell when the scope name lost it,
+    as in @jit functions); None when the file is not here or not parseable."""
+    import ast
+    try:
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if best is None or node.lineno > best.lineno:
+                best = node
+    return best.name if best else None

@@ -48,11 +48,12 @@ def test_zero_over_zero_names_the_denominator(tmp_path):
     assert "skip the step" in r.first.recommendation.lower()
 
 
-def test_division_by_zero_of_a_nonzero_numerator_is_an_overflow(tmp_path):
+def test_division_by_zero_of_a_nonzero_numerator_is_invalid_not_a_precision_overflow(tmp_path):
     d = SynthDump(str(tmp_path))
     d.op(0, "RealDiv", "Default_RealDiv-op0", [fin(2), np.array([1.0, 0.0], F32)], [np.array([1, np.inf], F32)])
     r = analyze(str(tmp_path))
-    assert r.first.kind == "overflow" and "division by zero" in r.first.detail
+    assert r.first.kind == "invalid" and "division by zero" in r.first.detail
+    assert "guard the denominator" in r.first.recommendation.lower()
 
 
 @pytest.mark.parametrize("op, arg, out, words", [

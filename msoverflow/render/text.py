@@ -21,6 +21,8 @@ def op_label(f: Finding) -> str:
         label += f" (backward of {f.forward_op})"
     if f.cell:
         label += f" in {f.cell} ({f.cell_type})"
+    elif f.cell_type:
+        label += f" in a {f.cell_type}"
     return label
 
 
@@ -36,7 +38,7 @@ def tensor_table(title: str, tensors: List[TensorSummary]) -> str:
         if t.payload_dtype:
             dtype += f" ({t.payload_dtype} bytes)"
         producer = (t.producer or "").rsplit("/", 2)
-        table.add_row(str(t.slot), dtype, "x".join(map(str, t.shape)) if t.shape is not None else "?",
+        table.add_row(str(t.slot), dtype, _shape(t.shape),
                       _g(s.max_abs if s else None), f"{t.headroom:.0%}" if t.headroom is not None else "-",
                       str(s.nan) if s else "-", str(s.posinf) if s else "-", str(s.neginf) if s else "-",
                       "/".join(producer[-2:]) if t.producer else "")
@@ -98,6 +100,12 @@ def render_text(report: Report, top: int = 10) -> str:
         if len(report.warnings) > 5:
             lines.append(f"  ... {len(report.warnings) - 5} more (--format json lists all)")
     return "\n".join(lines) + "\n"
+
+
+def _shape(shape) -> str:
+    if shape is None:
+        return "?"
+    return "x".join(map(str, shape)) if shape else "scalar"
 
 
 def _steps(values: List[int]) -> str:

@@ -131,8 +131,11 @@ def _fault_kind(ex: OpExecution, bad_outs: List[TensorEvent], access: TensorAcce
                                f"{den_size(den, access)} positions, and the numerator is 0 there too",
                                advice="zero_over_zero", values={"denominator_slot": str(den.slot)},
                                evidence=[f"{both} positions are 0/0"])
-            return Verdict(ORIGIN, OVERFLOW, f"division by zero: denominator (input {den.slot}) is 0 at {zero_den} "
-                           "positions", advice="division_by_zero", values={"denominator_slot": str(den.slot)})
+            # x/0 is not a precision problem: no dtype holds it, so it is invalid, not an overflow.
+            whole = zero_den == den_size(den, access)
+            return Verdict(ORIGIN, INVALID, f"division by zero: denominator (input {den.slot}) is 0 at {zero_den} "
+                           f"of {den_size(den, access)} positions", advice="zero_over_zero" if whole else
+                           "division_by_zero", values={"denominator_slot": str(den.slot)})
 
     if domain is not None:
         arg = by_slot.get(domain.get("slot", 0))
