@@ -93,7 +93,9 @@ def load_config(source: Union[str, os.PathLike, Mapping]) -> dict:
 def infer_mechanism(target: Target, config: Mapping) -> tuple[str, list[Problem]]:
     """Which dump machinery will read this file; may need the config itself when the jit level is unknown."""
     problems: list[Problem] = []
-    e2e_enabled = get_dotted(config, "e2e_dump_settings.enable") is True
+    # Up to 2.5 the block's `enable` decides; from 2.6 on the block's presence does (DumpJsonParser).
+    e2e_enabled = (get_dotted(config, "e2e_dump_settings.enable") is True
+                   or (version_matches(">=2.6", target.version) and isinstance(config.get("e2e_dump_settings"), Mapping)))
     situation = Situation(target.version, target.device, target.jit_level, config=dict(config))
     if target.device == "ascend" and target.version == (2, 2):
         return ("e2e" if e2e_enabled else "async"), problems
