@@ -94,6 +94,8 @@ def run_and_analyze(command: Sequence[str], dump_dir: Union[None, str, os.PathLi
           + (f" {result.jit_level}" if result.jit_level else "") + f" -> {directory}", file=log)
     for line in result.summary:
         print(f"  {line}", file=log)
+    for warning in result.warnings:
+        print(f"  note: {warning}", file=log)
     log.flush()
     try:
         completed = subprocess.run(list(command), env=run_env(result))
