@@ -101,6 +101,22 @@ def test_cpu_tensors_config_dumps_only_listed_kernels_and_outputs(work_dir):
     assert any(op_type == "MatMul" for op_type, _, _ in files)  # a NormHead op picked by the regex alone
 
 
+THREE_CALLS = TINY_NET.replace("print(Net()(", "net = Net()\nfor _ in range(3):\n    print(net(")
+
+
+def test_cpu_config_options_steps_inputs_ranks_are_honoured(work_dir):
+    dump_dir = work_dir / "dump"
+    result = build("overflow", device="cpu", path=str(dump_dir), inputs=True, steps="0|2", ranks="0")
+    assert result.config["common_dump_settings"]["input_output"] == 1
+    script = work_dir / "three_calls.py"
+    script.write_text(THREE_CALLS)
+    proc = run_under(result.config, work_dir, [str(script)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {p.name for p in dump_dir.glob("rank_0/Net/0/*")} == {"0", "2"}  # graph runs 0 and 2 of 0, 1, 2
+    files = op_names_in(dump_dir)
+    assert files and {io for _, _, io in files} == {"input"}
+
+
 REFUSED_ON_CPU = [
     # (what the user asks for, how the config differs, checker rule id)
     ("statistics", {"saved_data": "statistic"}, "statistic-on-cpu"),
