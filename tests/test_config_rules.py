@@ -212,7 +212,7 @@ def test_cpu_overflow_config_and_promise():
     assert common["op_debug_mode"] == 0 and common["saved_data"] == "tensor" and common["iteration"] == "0|5-8"
     assert result.config["e2e_dump_settings"] == {"enable": True, "trans_flag": True}
     summary = result.summary_text()
-    assert "overflow-only filtering is not available, every op is dumped" in summary and "files per dumped step" in summary
+    assert "overflow-only filtering is not available, every op is dumped" in summary and "files per op per dumped step" in summary
     snippet = result.shell_snippet()
     assert "export MINDSPORE_DUMP_CONFIG=/tmp/c.json" in snippet and "unset MS_ACL_DUMP_CFG_PATH" in snippet
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Optional, Union
+from typing import Mapping, Optional, Union
 
 from ..errors import UserError
 from . import detect

@@ -244,10 +244,10 @@ def _summary(purpose, target, mechanism_entry, config, will, wont, rules) -> lis
     elif common.get("op_debug_mode") == 4:
         lines.append("Size: files only when an op fails.")
     else:
-        scope = "each listed kernel" if common.get("dump_mode") == 1 else "every op"
-        extra = " plus one Parameter file per weight and graph input" if target.device in ("cpu", "gpu") else ""
-        lines.append(f"Size: expect ~{per_op} files per dumped step for {scope} (inputs and outputs){extra}; "
-                     "a 1000-op network writes thousands of files per step, so keep --steps narrow.")
+        scope = "listed kernels only" if common.get("dump_mode") == 1 else "every op"
+        extra = ", plus one Parameter file per weight and graph input" if target.device in ("cpu", "gpu") else ""
+        lines.append(f"Size: expect ~{per_op} files per op per dumped step ({scope}){extra}; a 1000-op network "
+                     "writes thousands of files per step, so keep --steps narrow.")
     layout = render(mechanism_entry.get("layout", ""), path=common["path"], net_name=common["net_name"])
     if layout:
         lines.append(f"Where: {layout}.")
