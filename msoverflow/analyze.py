@@ -48,34 +48,57 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     show = sys.stderr.isatty() if progress is None else progress
     total = sum(len(v) for v in index.executions.values())
 
+    # Opdebug records mean the hardware watched every op on every rank: the ops it flagged are the overflows,
+    # and other tensors need no read (collectives aside: they tell which rank a bad value came from).
+    flags_answer = bool(index.overflow_records)
     judged: List[Tuple[OpExecution, Verdict]] = []
+    after_arrival = set()      # origins on a rank that had already received a bad value from another rank
     scanned_all = True
     with _Progress(show, total) as bar:
         for rank in sorted(index.executions):
             first_iteration = None
             earlier_bad = False
+            arrived = set()    # iterations in which a collective delivered a bad value to this rank
             for ex in index.executions[rank]:
                 if first_iteration is not None and ex.iteration > first_iteration and not scan_all:
                     scanned_all = False
                     break
                 bar.advance()
-                verdict = judge(ex, access, kn, earlier_bad)
+                verdict = judge(ex, access, kn, earlier_bad, flags_answer=flags_answer)
                 if verdict.role == CLEAN:
                     continue
                 earlier_bad = True
                 judged.append((ex, verdict))
-                if verdict.role == ORIGIN and first_iteration is None:
-                    first_iteration = ex.iteration
+                if verdict.kind == CROSS_RANK:
+                    arrived.add(ex.iteration)
+                if verdict.role == ORIGIN:
+                    if ex.iteration in arrived:
+                        after_arrival.add(id(ex))
+                    if first_iteration is None:
+                        first_iteration = ex.iteration
 
+    if flags_answer:
+        _mark_arrivals_before_origins(index, judged, access, kn, after_arrival)
     if not judged and access.unreadable and not access.tensors_read and not _has_statistics(index):
         raise UserError(f"{path}: none of the tensor files could be read ({warnings[-1] if warnings else ''})")
+    reads_to_decide = access.tensors_read
     origins = [(ex, v) for ex, v in judged if v.role == ORIGIN]
     # No origin anywhere but a rank received bad values: report the earliest cross-rank arrival.
     if not origins:
         origins = [(ex, v) for ex, v in judged if v.kind == CROSS_RANK][:1]
         if origins:
             note("no rank holds the origin: a collective delivered the first bad value; dump the other ranks")
-    origins.sort(key=lambda pair: (pair[0].iteration, pair[0].rank, pair[0].time))
+    # Ranks by step, never by clock; within a step, an origin on a rank that had not yet received a bad value
+    # from another rank comes before one that had (pipeline: the last stage's backward feeds the earlier stages).
+    # Clock offsets between ranks cancel in the time since the rank's own step began.
+    step_start: Dict[Tuple[int, int], int] = {}
+    for rank, executions in index.executions.items():
+        for ex in executions:
+            key = (rank, ex.iteration)
+            step_start[key] = min(step_start.get(key, ex.time), ex.time)
+    origins.sort(key=lambda pair: (pair[0].iteration, id(pair[0]) in after_arrival,
+                                   pair[0].time - step_start.get((pair[0].rank, pair[0].iteration), 0),
+                                   pair[0].rank))
     anomalies = [_finding(ex, v, access, graphs, full=True) for ex, v in origins]
     first = anomalies[0] if anomalies else None
     propagation: List[Finding] = []
@@ -94,7 +117,29 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
                   files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
-                  tail_clean=scanned_all)
+                  tail_clean=scanned_all, extra={"tensors_read_to_decide": reads_to_decide})
+
+
+def _mark_arrivals_before_origins(index: DumpIndex, judged, access: TensorAccess, kn, after_arrival: set):
+    """When several ranks hold a flagged origin in the same first step, read their collectives' outputs (few
+    tensors) to see which ranks had already received a bad value from another rank before their origin."""
+    origins = [ex for ex, v in judged if v.role == ORIGIN]
+    if not origins:
+        return
+    step = min(ex.iteration for ex in origins)
+    first_on_rank: Dict[int, OpExecution] = {}
+    for ex in origins:
+        if ex.iteration == step and (ex.rank not in first_on_rank or ex.time < first_on_rank[ex.rank].time):
+            first_on_rank[ex.rank] = ex
+    if len(first_on_rank) < 2:
+        return
+    for rank, origin in first_on_rank.items():
+        for ex in index.executions[rank]:
+            if ex.iteration != step or ex.time >= origin.time or not kn.is_collective(ex.op_type):
+                continue
+            if judge(ex, access, kn, earlier_bad=False).kind == CROSS_RANK:
+                after_arrival.add(id(origin))
+                break
 
 
 def _has_statistics(index: DumpIndex) -> bool:
@@ -113,9 +158,16 @@ def _attach_overflow_records(index: DumpIndex, warn):
     for executions in index.executions.values():
         for ex in executions:
             by_dir.setdefault((ex.rank, ex.graph, ex.iteration), []).append(ex)
+    by_step: Dict[Tuple[int, int], List[OpExecution]] = {}
+    for (rank, _graph, iteration), executions in by_dir.items():
+        by_step.setdefault((rank, iteration), []).extend(executions)
     for record in index.overflow_records:
         candidates = by_dir.get((record.rank, record.graph, record.iteration), [])
-        for rec, ex in match_records([record], candidates):
+        pairs = match_records([record], candidates)
+        if all(ex is None for _, ex in pairs):
+            # 2.2 async: rank_{r}/debug_files/{iter}/ holds the records, rank_{r}/{net}/{graph}/{iter}/ the ops.
+            pairs = match_records([record], by_step.get((record.rank, record.iteration), []))
+        for rec, ex in pairs:
             if ex is not None:
                 ex.flags.append(rec)
                 rec.matched_op = ex.op_name

@@ -66,6 +66,10 @@ class TensorAccess:
                     self._scan[key] = tensor_stats.scan(array, event.dtype)
         return self._scan[key]
 
+    def known_bad(self, event: TensorEvent) -> Optional[bool]:
+        """What the dump's own statistics say, without reading the tensor; None when they say nothing."""
+        return event.stats.bad if event.stats is not None else None
+
     def bad(self, event: TensorEvent) -> Optional[bool]:
         return self._scan_of(event)[0]
 

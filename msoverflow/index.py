@@ -108,10 +108,14 @@ def _tensor_key(e: TensorEvent):
 
 
 def merge_statistics(events: List[TensorEvent], rows: List[TensorEvent]) -> List[TensorEvent]:
-    """statistic.csv rows give stats to the tensor files they describe; rows without a file stand alone."""
-    by_key = {_tensor_key(e): e for e in events}
+    """statistic.csv rows give stats to the tensor files they describe (same op, io, slot; the nearest timestamp,
+    since a row and its file need not carry the same one); rows without a file stand alone."""
+    by_key: Dict[tuple, List[TensorEvent]] = defaultdict(list)
+    for e in events:
+        by_key[_tensor_key(e)[:4] + _tensor_key(e)[5:]].append(e)
     for row in rows:
-        match = by_key.get(_tensor_key(row))
+        candidates = [e for e in by_key.get(_tensor_key(row)[:4] + _tensor_key(row)[5:], []) if e.stats is None]
+        match = min(candidates, key=lambda e: abs(e.timestamp - row.timestamp), default=None)
         if match is not None:
             match.stats = row.stats
             match.dtype = match.dtype or row.dtype

@@ -6,6 +6,7 @@ a cast out of range, saturation (values pinned at the dtype max), or plain overf
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Protocol
 
@@ -19,6 +20,7 @@ from .knowledge import OpKnowledge
 
 class TensorAccess(Protocol):
     def bad(self, event: TensorEvent) -> Optional[bool]: ...        # None: unreadable
+    def known_bad(self, event: TensorEvent) -> Optional[bool]: ...  # from the dump's statistics, no read
     def pinned(self, event: TensorEvent) -> bool: ...
     def stats(self, event: TensorEvent) -> Optional[TensorStats]: ...
     def array(self, event: TensorEvent) -> Optional[np.ndarray]: ...
@@ -47,7 +49,12 @@ def _fmt(x: Optional[float]) -> str:
     return f"{x:.6g}" if abs(x) < 1e6 else f"{x:.4g}"
 
 
-def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: bool) -> Verdict:
+def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: bool,
+          flags_answer: bool = False) -> Verdict:
+    """flags_answer: the hardware's overflow records cover this step, so only flagged ops (and collectives, which
+    tell whether a bad value came from another rank) are worth a tensor read."""
+    if flags_answer:
+        return _judge_by_flags(ex, access, kn)
     outs = _floats(ex.outputs)
     bad_outs = [e for e in outs if access.bad(e)]
 
@@ -70,6 +77,9 @@ def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: b
             return Verdict(ORIGIN, kind, f"Opdebug flagged {words} ({ex.flags[0].unit}) while the tensors look finite",
                            advice=advice)
         pinned = [e for e in outs if access.pinned(e)]
+        if pinned and kn.is_collective(ex.op_type):
+            return Verdict(PROPAGATOR, CROSS_RANK, f"{ex.op_type} delivered values pinned at the dtype max from "
+                           "another rank", advice="cross_rank")
         if pinned and not any(access.pinned(i) for i in _floats(ex.inputs)):
             limit = dtype_max(pinned[0].dtype)
             return Verdict(ORIGIN, SATURATION, f"output {pinned[0].slot} pinned at +-{_fmt(limit)} ({pinned[0].dtype} max): "
@@ -90,6 +100,35 @@ def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: b
     if not ex.inputs:
         verdict.evidence.append("inputs were not dumped: this is the first bad tensor in time")
     return verdict
+
+
+def _judge_by_flags(ex: OpExecution, access: TensorAccess, kn: OpKnowledge) -> Verdict:
+    """Opdebug names the ops that overflowed: decide from the records and any statistics, reading no tensor."""
+    known_in = [access.known_bad(e) for e in _floats(ex.inputs)]
+    known_out = [access.known_bad(e) for e in _floats(ex.outputs)]
+    if not ex.flags:
+        if any(known_out):
+            if kn.is_collective(ex.op_type) and not any(known_in):
+                return Verdict(PROPAGATOR, CROSS_RANK, f"{ex.op_type} delivered a bad value from another rank",
+                               advice="cross_rank")
+            return Verdict(PROPAGATOR, _nonfinite_kind_known(ex, access), "not flagged by the hardware: propagated")
+        return Verdict(CLEAN)
+    words = ", ".join(sorted({w for r in ex.flags for w in r.status_words})) or "overflow"
+    unit = ex.flags[0].unit
+    if any(known_in):
+        return Verdict(PROPAGATOR, OVERFLOW, f"flagged ({words}, {unit}) but an input was already bad")
+    pinned = [e for e in ex.outputs if e.stats is not None and e.stats.at_max and not e.stats.nonfinite]
+    if pinned and not any(known_out):
+        return Verdict(ORIGIN, SATURATION, f"Opdebug flagged {words} ({unit}); output {pinned[0].slot} pinned at the "
+                       f"{pinned[0].dtype} max (saturation mode)", advice="saturation")
+    return Verdict(ORIGIN, OVERFLOW, f"Opdebug flagged {words} ({unit}, task {ex.flags[0].task_id}, stream "
+                   f"{ex.flags[0].stream_id})", advice="overflow",
+                   evidence=[f"{len(ex.flags)} overflow record(s): " + ", ".join(
+                       os.path.basename(r.source) for r in ex.flags[:3])])
+
+
+def _nonfinite_kind_known(ex: OpExecution, access: TensorAccess) -> str:
+    return INVALID if any(e.stats is not None and e.stats.nan for e in ex.outputs) else OVERFLOW
 
 
 def _nonfinite_kind(access: TensorAccess, bad: List[TensorEvent]) -> str:

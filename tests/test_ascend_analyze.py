@@ -1,0 +1,101 @@
+"""`msoverflow analyze` on what Ascend writes. The fixtures are BUILT FROM THE DOCUMENTED FORMAT
+(scripts/ascend_fixtures.py, shared/reference/mindspore-dumps.md), not recorded on a device: the seed scenario is an
+8-rank, 2-stage pipeline-parallel Baichuan2-13B-like dump where NormHead's SqrtGrad on the last stage overflows
+first (fp16 input 47580), with Opdebug records, statistic.csv and binary dumps, later distractor overflows on other
+ranks, and skewed clocks (the smallest raw timestamp belongs to a distractor)."""
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
+from ascend_fixtures import build_seed_scenario  # noqa: E402
+
+from msoverflow.analyze import analyze  # noqa: E402
+from msoverflow.cli import main  # noqa: E402
+from msoverflow.render.json_report import report_dict  # noqa: E402
+
+SCHEMA = os.path.join(os.path.dirname(__file__), os.pardir, "msoverflow", "schema", "report.schema.json")
+
+VARIANTS = {
+    "opdebug+bin+statistic, 2.2 debug_files": dict(formats=("opdebug", "bin", "statistic"), layout="async22"),
+    "opdebug+bin, O0 layout": dict(formats=("opdebug", "bin"), layout="o0"),
+    "binary opdebug records + bin": dict(formats=("opdebug", "bin"), opdebug_encoding="bin"),
+    "new-style opdebug + npy, ACL layout": dict(formats=("opdebug", "npy"), layout="acl", opdebug_style="new"),
+    "statistic.csv alone": dict(formats=("statistic",)),
+    "binary dumps alone": dict(formats=("bin",)),
+    "npy alone, O0 layout": dict(formats=("npy",), layout="o0"),
+}
+
+
+def _seed(tmp_path, **options):
+    return build_seed_scenario(str(tmp_path / "dump"), **options)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_seed_case_names_normhead_sqrtgrad_on_the_last_stage(tmp_path, variant):
+    desc = _seed(tmp_path, **VARIANTS[variant])
+    report = analyze(desc["root"], progress=False)
+    f = report.first
+    origin = desc["origin"]
+    assert (f.rank, f.iteration, f.op_type) == (origin["rank"], origin["iteration"], "SqrtGrad")
+    assert (f.kind, f.forward_op, f.cell_type) == ("overflow", "Sqrt", "NormHead")
+    assert f.cell.endswith("lm_head")
+    assert desc["raw_earliest"]["rank"] != origin["rank"]      # a raw-clock sort would have picked a distractor
+    assert not [w for w in report.warnings if "matches no dumped op" in w]
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(report_dict(report), json.load(open(SCHEMA)))
+
+
+@pytest.mark.parametrize("variant", ["opdebug+bin+statistic, 2.2 debug_files", "statistic.csv alone"])
+def test_no_tensor_is_read_when_statistics_answer(tmp_path, variant):
+    report = analyze(_seed(tmp_path, **VARIANTS[variant])["root"], progress=False)
+    assert report.tensors_read == 0
+    f = report.first
+    assert max(t.stats.max_abs for t in f.inputs) == pytest.approx(47580, rel=1e-3)
+
+
+@pytest.mark.parametrize("variant", ["opdebug+bin, O0 layout", "binary opdebug records + bin",
+                                     "new-style opdebug + npy, ACL layout"])
+def test_opdebug_records_decide_without_reading_tensors(tmp_path, variant):
+    """Only the origin rank is flagged: the records answer, and the only tensors read are the origin's own."""
+    report = analyze(_seed(tmp_path, distractor_opdebug=False, **VARIANTS[variant])["root"], progress=False)
+    assert report.extra["tensors_read_to_decide"] == 0
+    f = report.first
+    assert report.tensors_read <= len(f.inputs) + len(f.outputs)   # only the origin's own tensors, for evidence
+    assert f.flags and "float overflow" in f.flags[0].status_words
+    assert max(t.stats.max_abs for t in f.inputs) == pytest.approx(47580, rel=1e-3)
+
+
+def test_a_second_flagged_rank_costs_only_its_collectives_reads(tmp_path):
+    """Rank 2's MatMul is flagged too (a distractor downstream of rank 5): reading the collectives that ran
+    before it on rank 2 shows it had received a bad value, so rank 5 stays first."""
+    desc = _seed(tmp_path, **VARIANTS["opdebug+bin, O0 layout"])
+    report = analyze(desc["root"], progress=False)
+    assert (report.first.rank, report.first.op_type) == (5, "SqrtGrad")
+    assert [a.rank for a in report.anomalies] == [5, 2]
+    assert 0 < report.extra["tensors_read_to_decide"] <= 4
+
+
+def test_binary_dumps_alone_read_tensors_and_skip_propagators_on_other_ranks(tmp_path):
+    report = analyze(_seed(tmp_path, **VARIANTS["binary dumps alone"])["root"], progress=False)
+    assert report.tensors_read > 0
+    assert [a.rank for a in report.anomalies][0] == 5
+    assert all(a.op_type not in ("AllReduce", "Receive") for a in report.anomalies)
+
+
+@pytest.mark.parametrize("formats", [("opdebug", "bin", "statistic"), ("bin",)])
+def test_saturation_mode_pinned_values_and_flags(tmp_path, formats):
+    desc = _seed(tmp_path, formats=formats, saturation=True, distractor_opdebug="opdebug" in formats)
+    f = analyze(desc["root"], progress=False).first
+    assert (f.rank, f.op_type, f.kind) == (5, "SqrtGrad", "saturation")
+    assert "INFNAN_MODE" in f.recommendation
+
+
+def test_cli_json_on_acl_layout_and_exit_code(tmp_path, capsys):
+    desc = _seed(tmp_path, **VARIANTS["new-style opdebug + npy, ACL layout"])
+    assert main(["analyze", desc["root"], "--format", "json", "--no-progress"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["summary"]["layout"] == "acl" and report["first"]["op_type"] == "SqrtGrad"
+    assert len(report["summary"]["ranks"]) == 8
