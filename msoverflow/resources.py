@@ -7,6 +7,11 @@ import sys
 
 
 def config_dir() -> str:
+    """MSOVERFLOW_CONFIGS_DIR, else configs/ beside the package (checkout, editable install), else the copy a
+    regular install puts in {prefix}/share/msoverflow/configs."""
+    override = os.environ.get("MSOVERFLOW_CONFIGS_DIR")
+    if override:
+        return override
     here = os.path.dirname(os.path.abspath(__file__))
     for candidate in (os.path.join(os.path.dirname(here), "configs"),
                       os.path.join(sys.prefix, "share", "msoverflow", "configs")):

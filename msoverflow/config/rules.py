@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-import os
 import re
 import string
 from dataclasses import dataclass, field
@@ -10,6 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ..errors import UserError
+from ..resources import config_dir
 
 DEVICES = ("ascend", "gpu", "cpu")
 JIT_LEVELS = ("O0", "O1", "O2")
@@ -17,10 +17,7 @@ PURPOSES = ("overflow", "statistics", "tensors", "exception")
 
 
 def configs_dir() -> Path:
-    """The repository's configs/ directory (data next to the package in this checkout); MSOVERFLOW_CONFIGS_DIR
-    points elsewhere, e.g. for an install without the repository."""
-    override = os.environ.get("MSOVERFLOW_CONFIGS_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "configs"
+    return Path(config_dir())
 
 
 @functools.lru_cache(maxsize=None)

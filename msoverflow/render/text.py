@@ -87,9 +87,13 @@ def render_text(report: Report, top: int = 10) -> str:
             if len(later) > top:
                 lines.append(f"  ... {len(later) - top} more (--top N, or --format json)")
     lines.append("")
+    per_rank = {r: _steps(v) for r, v in sorted(report.iterations.items())}
+    if len(set(per_rank.values())) == 1:
+        steps = f"steps {next(iter(per_rank.values()))} on every rank"
+    else:
+        steps = "steps " + "; ".join(f"rank {r}: {v}" for r, v in per_rank.items())
     scanned = (f"Scanned {report.files} files ({report.layout or 'unknown'} layout), read {report.tensors_read} "
-               f"tensors; ranks {', '.join(map(str, report.ranks))}; steps "
-               + "; ".join(f"rank {r}: {_steps(v)}" for r, v in sorted(report.iterations.items())))
+               f"tensors; ranks {_steps(report.ranks)}; {steps}")
     lines.append(scanned)
     if not report.tail_clean:
         lines.append("Steps after the first origin were not scanned (--all scans every step).")

@@ -6,7 +6,6 @@ a cast out of range, saturation (values pinned at the dtype max), or plain overf
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Protocol
 
@@ -122,9 +121,7 @@ def _judge_by_flags(ex: OpExecution, access: TensorAccess, kn: OpKnowledge) -> V
         return Verdict(ORIGIN, SATURATION, f"Opdebug flagged {words} ({unit}); output {pinned[0].slot} pinned at the "
                        f"{pinned[0].dtype} max (saturation mode)", advice="saturation")
     return Verdict(ORIGIN, OVERFLOW, f"Opdebug flagged {words} ({unit}, task {ex.flags[0].task_id}, stream "
-                   f"{ex.flags[0].stream_id})", advice="overflow",
-                   evidence=[f"{len(ex.flags)} overflow record(s): " + ", ".join(
-                       os.path.basename(r.source) for r in ex.flags[:3])])
+                   f"{ex.flags[0].stream_id})", advice="overflow")
 
 
 def _nonfinite_kind_known(ex: OpExecution, access: TensorAccess) -> str:
