@@ -120,3 +120,58 @@ def test_target_never_found_is_reported(overflow_report, tmp_path):
     assert [s["root"] for s in run.patch_log["searched"]] == ["TrainOneStepCell"]
     assert "PATCH TARGET NOT FOUND" in result.render()
     assert "the patch target was never found" in result.render()
+
+
+JIT_TRAIN = '''\
+# Functional training: the network is only ever called inside @ms.jit, so no Cell.__call__ reaches Python.
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+from msoverflow.demo.model import TinyBaichuan, CausalLMLoss, batches
+
+ms.set_context(mode=ms.PYNATIVE_MODE)
+ms.set_device("CPU")
+net = TinyBaichuan()
+loss_net = CausalLMLoss(net, 64.0)
+optimizer = nn.SGD(net.trainable_params(), learning_rate=0.01)
+grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
+
+
+@ms.jit
+def train_step(ids, labels):
+    loss, grads = grad_fn(ids, labels)
+    optimizer(grads)
+    return loss
+
+
+for step, (ids, labels) in enumerate(batches(2)):
+    loss = train_step(ids, labels)
+    finite = all(bool(np.isfinite(p.asnumpy().astype(np.float32)).all()) for p in net.trainable_params())
+    print(f"step {step}: loss {float(loss.asnumpy()):.4f} params finite: {finite}", flush=True)
+'''
+
+
+def test_runtime_patch_reaches_a_network_called_only_inside_jit(overflow_report, tmp_path):
+    """The hook patches the built networks when the optimizer is constructed, before its states are cloned."""
+    from msoverflow.patch import load_report, target_from_report
+    from msoverflow.patch.verify import verify
+    script = tmp_path / "jit_train.py"
+    script.write_text(JIT_TRAIN)
+    result = verify(target_from_report(load_report(overflow_report)), [sys.executable, str(script)], "float32",
+                    str(tmp_path / "w"), echo=False)
+    run = result.final
+    assert run.patch_log["applied"][0]["root"] == "CausalLMLoss"
+    assert run.params_finite == [True, True]
+    assert result.fixed, result.render()
+
+
+def test_patch_from_a_dump_directory_analyses_it_without_writing_into_it(overflow_report, capsys):
+    import os
+    dump_dir = os.path.join(os.path.dirname(overflow_report), "dump")
+    before = sorted(os.path.join(d, f) for d, _, files in os.walk(dump_dir) for f in files)
+    assert cli.main(["patch", "--dump", dump_dir]) == 0
+    out = capsys.readouterr().out
+    assert "source patch: NormHead.construct" in out and "(diff only" in out
+    assert "apply(train_network, Target(cell='network._backbone.lm_head'), 'float32')" in out
+    after = sorted(os.path.join(d, f) for d, _, files in os.walk(dump_dir) for f in files)
+    assert after == before

@@ -2,9 +2,12 @@
 
 The verifier puts a generated `sitecustomize.py` first on PYTHONPATH and names a spec file in
 MSOVERFLOW_PATCH_SPEC. Python runs sitecustomize at start-up; it calls `install()`, which waits for MindSpore's
-`mindspore.nn.cell` module to load and then wraps `Cell.__call__`: the first time a Cell is called from outside
-any other Cell (a TrainOneStepCell, a Model's train network, a bare network) the patch is applied to it, before
-graph mode compiles it. What happened is written to the spec's log file at exit, including "never found".
+`mindspore.nn.cell` module to load and then hooks two moments, both before anything is compiled:
+  - an Optimizer is being constructed: the networks built so far are complete, and patching them now means the
+    optimizer clones its states from the already widened Parameters. This is the only moment a script that
+    calls its network solely inside `@ms.jit` functions (value_and_grad training) offers;
+  - a Cell is called from outside any other Cell (a TrainOneStepCell, a Model's train network, a bare network).
+What happened is written to the spec's log file at exit, including "never found".
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import json
 import os
 import sys
 import threading
+import weakref
 
 SPEC_ENV = "MSOVERFLOW_PATCH_SPEC"
 
@@ -64,6 +68,7 @@ class _State:
                     "hooked": False}
         self.visited = set()
         self.local = threading.local()
+        self.cells = []          # weak references to every Cell constructed, to find the roots later
 
     def write_log(self):
         path = self.spec.get("log")
@@ -120,6 +125,13 @@ class _CellModuleWatcher(importlib.abc.MetaPathFinder):
 def _wrap_cell_call(module) -> None:
     cell_class = module.Cell
     original_call = cell_class.__call__
+    original_init = cell_class.__init__
+
+    def __init__(self, *args, **kwargs):
+        if any(k.__name__ == "Optimizer" for k in type(self).__mro__):
+            _patch_built_roots()
+        original_init(self, *args, **kwargs)
+        _state.cells.append(weakref.ref(self))
 
     def __call__(self, *args, **kwargs):
         local = _state.local
@@ -133,8 +145,23 @@ def _wrap_cell_call(module) -> None:
         finally:
             local.depth = depth
 
+    cell_class.__init__ = __init__
     cell_class.__call__ = __call__
     _state.log["hooked"] = True
+
+
+def _patch_built_roots() -> None:
+    """Patch every Cell built so far that is nobody's child (the networks), once each."""
+    alive = [c for c in (ref() for ref in _state.cells) if c is not None]
+    _state.cells = [weakref.ref(c) for c in alive]
+    children = set()
+    for cell in alive:
+        children.update(id(child) for child in vars(cell).get("_cells", {}).values() if child is not None)
+    for cell in alive:
+        if id(cell) in children or id(cell) in _state.visited or not vars(cell).get("_cells"):
+            continue
+        _state.visited.add(id(cell))
+        _patch_root(cell)
 
 
 def _patch_root(root) -> None:

@@ -199,10 +199,12 @@ def _describe_run(run: RunOutcome, before: Optional[dict]) -> List[str]:
         out.append(f"analysis failed: {run.analysis_error}")
     elif run.clean_dump:
         out.append(f"new dump{size}: no anomaly" + (" (the origin is gone)" if before else ""))
+    elif run.label == "baseline":
+        out.append(f"dump{size}: first origin {_describe_finding(run.first)}")
     else:
         first = run.first
         tag = "still" if _same_region(before, first) else "next origin:"
-        out.append(f"new dump: {tag} {_describe_finding(first)}")
+        out.append(f"new dump{size}: {tag} {_describe_finding(first)}")
     if run.returncode != 0 and run.output_tail:
         out.append("last output: " + " | ".join(run.output_tail[-3:]))
     return out
