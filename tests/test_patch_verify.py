@@ -49,9 +49,12 @@ def test_verify_runtime_patch_turns_the_demo_clean(overflow_report, tmp_path, ca
     assert run["verdict"] == "clean" and run["first"] is None
     assert run["params_finite"] == [True, True, True]          # weights finite over several steps
     assert all(abs(v) < 1e6 for v in run["losses"]) and len(run["losses"]) == 3
+    # patched when the optimizer was built (before it cloned its states), seen again in TrainOneStepCell
     applied = run["patch_log"]["applied"]
-    assert applied and applied[0]["root"] == "TrainOneStepCell"
-    assert applied[0]["cells"] == ["network._backbone.lm_head"]
+    assert [a["root"] for a in applied] == ["CausalLMLoss", "TrainOneStepCell"]
+    assert applied[0]["cells"] == ["_backbone.lm_head"]
+    assert {c["kind"] for c in applied[0]["changes"]} >= {"parameter", "wrap", "flags"}
+    assert [c["kind"] for c in applied[1]["changes"]] == ["note"]
     report = json.loads(open(run["report"]).read())
     assert report["summary"]["iterations"]["0"] == [0, 1, 2]    # all three steps were dumped and read
 
@@ -63,7 +66,7 @@ def test_sqrt_only_patch_is_shown_insufficient_then_widened(overflow_report, tmp
     result = verify(target, TRAIN + ["--steps", "2"], "float32", str(tmp_path / "w"), echo=False)
     sqrt_only, widened = result.runs
     assert sqrt_only.label == "patched" and sqrt_only.target.op == "Sqrt"
-    assert sqrt_only.patch_log["applied"][0]["cells"] == ["network._backbone.lm_head.sqrt"]
+    assert sqrt_only.patch_log["applied"][0]["cells"] == ["_backbone.lm_head.sqrt"]
     assert not sqrt_only.healthy
     assert not sqrt_only.clean_dump and sqrt_only.weights_finite is False
     assert widened.label == "widened" and widened.target.cell == "network._backbone.lm_head"
@@ -117,7 +120,7 @@ def test_target_never_found_is_reported(overflow_report, tmp_path):
     assert result.exit_code == 1
     run = result.final
     assert run.patch_applied is False
-    assert [s["root"] for s in run.patch_log["searched"]] == ["TrainOneStepCell"]
+    assert [s["root"] for s in run.patch_log["searched"]] == ["CausalLMLoss", "TrainOneStepCell"]
     assert "PATCH TARGET NOT FOUND" in result.render()
     assert "the patch target was never found" in result.render()
 

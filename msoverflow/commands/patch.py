@@ -104,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         code = _yaml(args, target, result)
     elif how == "source":
         code = _source(args, target, result)
+    elif how == "runtime" and not args.verify:
+        _runtime_hint(args, target)
     elif how is None:
         if target.source:
             code = _source(args, target, result)

@@ -240,6 +240,15 @@ def apply(network, target: Union[Target, str], dtype: str = "float32", *,
     island = getattr(mstype, dtype)
     narrow = tuple(getattr(mstype, n) for n in NARROWER[dtype])
     result = PatchResult(target=target, dtype=dtype)
+    try:
+        _apply_into(network, target, island, narrow, result, optimizer_states)
+    except BaseException:
+        result.undo()     # never leave a half-built island behind
+        raise
+    return result
+
+
+def _apply_into(network, target: Target, island, narrow, result: PatchResult, optimizer_states: bool) -> None:
     mirror_sources = []
     if target.scope == "op":
         _apply_op(network, target, island, narrow, result)
@@ -256,7 +265,6 @@ def apply(network, target: Union[Target, str], dtype: str = "float32", *,
             _build_island(path, cell, parent, attr, island, narrow, result)
     if optimizer_states:
         _convert_mirrors(network, result, mirror_sources + result._retyped)
-    return result
 
 
 def _build_island(path, cell, parent, attr, island, narrow, result: PatchResult) -> None:

@@ -136,6 +136,10 @@ class VerifyResult:
             reasons.append("parameters are not finite")
         if final.returncode != 0:
             reasons.append(f"the command exited with {final.returncode}")
+            if self.dtype == "bfloat16" and any("Unsupported" in line or "bfloat16" in line.lower()
+                                                for line in final.output_tail):
+                reasons.append("bfloat16 kernels are missing on this device (CPU lacks bf16 Sqrt/MatMul/...): "
+                               "verify with --dtype float32 here, bfloat16 on Ascend")
         return "NOT FIXED: " + ("; ".join(reasons) or "see above")
 
 
