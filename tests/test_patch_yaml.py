@@ -4,12 +4,9 @@ The wheels are downloaded with `pip download --no-deps` into a temp dir (never c
 reason when PyPI is unreachable or a wheel ships no configs/.
 """
 import difflib
-import io
-import os
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML

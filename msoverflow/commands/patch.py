@@ -53,7 +53,6 @@ def register(subparsers):
 
 
 def _report_from_dump(dump_dir: str) -> dict:
-    from .. import cli
     from ..errors import UserError
     from ..patch.verify import analyse
     if not os.path.isdir(dump_dir):

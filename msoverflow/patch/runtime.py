@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Tuple, Union
+from typing import Callable, List, Tuple, Union
 
 from ..errors import UserError, require_mindspore
 from .targets import NARROWER, Target, check_dtype, describe_candidates, path_matches

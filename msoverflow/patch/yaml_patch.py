@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
