@@ -63,16 +63,21 @@ def test_island_keeps_weights_finite_over_several_steps(ms, mode):
     assert mirrors and all(str(p.dtype) == "Float32" for p in mirrors)
 
 
+# O1 is left out: amp's rewrite-based O1 already fails on the unpatched demo model in MindSpore 2.10
+# ("The name 'square_opt' is not defined"), so it cannot tell anything about the island.
+@pytest.mark.parametrize("amp_level", ["O2", "O3"])
 @pytest.mark.parametrize("amp_first", [True, False], ids=["amp-then-patch", "patch-then-amp"])
-def test_composes_with_amp_in_either_order(ms, amp_first):
+def test_composes_with_amp_in_either_order(ms, amp_first, amp_level):
     from mindspore._c_expression import MixedPrecisionType
-    history, result, step, net = _train(ms, "graph", patch="network._backbone.lm_head", amp_level="O3",
+    history, result, step, net = _train(ms, "graph", patch="network._backbone.lm_head", amp_level=amp_level,
                                         amp_first=amp_first, optimizer="momentum")
     assert all(np.isfinite(loss) and finite for loss, finite in history), history
-    island = step.network._backbone
-    island = getattr(island, "_backbone", island).lm_head     # amp O3 wraps the backbone in _OutputTo32
+    backbone = step.network._backbone
+    backbone = getattr(backbone, "_backbone", backbone)      # amp O2/O3 wrap the backbone in _OutputTo32
+    island = backbone.lm_head
     assert type(island).__name__ == "PrecisionIsland"
     # amp's to_float(fp16) reached every Cell but the island's
+    assert backbone.layers[0].mlp.mixed_precision_type == MixedPrecisionType.FP16
     assert island.inner.mixed_precision_type == MixedPrecisionType.FP32
     assert island.mixed_precision_type == MixedPrecisionType.FP32
     assert any(c.kind == "optimizer-state" and c.where.startswith("moments.") for c in result.changes)
