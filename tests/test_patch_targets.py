@@ -77,3 +77,19 @@ def test_cli_argument_errors(tmp_path, capsys):
     assert "--cell" in capsys.readouterr().err
     assert cli.main(["patch", "--from", str(report), "--how", "source", "--verify", "--", "python", "x.py"]) == 2
     assert "add --write" in capsys.readouterr().err
+
+
+def test_verify_reads_loss_and_parameter_finiteness_from_common_log_lines():
+    import math
+    from msoverflow.patch.verify import _parse_output
+    losses, finite = _parse_output([
+        "step 0: loss 226.9761 params finite: True",          # msoverflow.demo.train
+        "epoch: 1 step: 1, loss is 2.302585",                  # mindspore.train.LossMonitor
+        "loss: [nan]",
+        "step 2: scaled loss inf grads finite: False",
+        "lossy 5",
+        "step 3: loss 1.0 params finite: False",
+    ])
+    assert losses[:2] == [226.9761, 2.302585] and math.isnan(losses[2]) and losses[3] == math.inf
+    assert losses[4:] == [1.0]
+    assert finite == [True, False]

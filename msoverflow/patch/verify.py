@@ -24,7 +24,9 @@ from typing import List, Optional, Union
 from ..errors import UserError
 from .targets import Target, check_dtype, load_report, target_from_report
 
-_LOSS = re.compile(r"\bloss\b[^0-9a-z+\-]{0,3}\s*([-+]?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf|infinity))", re.I)
+# "loss 2.3", "loss: 2.3", "loss=nan", "loss is 2.3" (LossMonitor), "loss: [2.3]", "scaled loss inf"
+_LOSS = re.compile(r"\bloss(?:\s+is)?\s*[:=]?\s*[\[(]?\s*([-+]?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf(?:inity)?))\b",
+                   re.I)
 _PARAMS_FINITE = re.compile(r"params(?:eters)?[ _]finite[:=]?\s*(true|false)", re.I)
 _DUMP_PATH_OK = re.compile(r"^[A-Za-z0-9\-_/]+$")
 
