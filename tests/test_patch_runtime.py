@@ -124,6 +124,8 @@ def test_op_only_patch_wraps_the_primitive_and_warns(ms):
     assert type(net.lm_head.sqrt).__name__ == "OpIsland"
     assert str(net.lm_head.weight.dtype) == "Float16", "an op-only patch does not touch the Parameters"
     assert any("widen to the owning Cell" in w for w in result.warnings)
+    again = apply(net, Target(op="Sqrt"), "float32")
+    assert [c.kind for c in again.changes] == ["note"] and type(net.lm_head.sqrt.prim).__name__ == "Sqrt"
     result.undo()
     assert type(net.lm_head.sqrt).__name__ == "Sqrt"
 

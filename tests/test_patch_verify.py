@@ -66,7 +66,9 @@ def test_sqrt_only_patch_is_shown_insufficient_then_widened(overflow_report, tmp
     result = verify(target, TRAIN + ["--steps", "2"], "float32", str(tmp_path / "w"), echo=False)
     sqrt_only, widened = result.runs
     assert sqrt_only.label == "patched" and sqrt_only.target.op == "Sqrt"
-    assert sqrt_only.patch_log["applied"][0]["cells"] == ["_backbone.lm_head.sqrt"]
+    first_root, second_root = sqrt_only.patch_log["applied"]
+    assert first_root["cells"] == ["_backbone.lm_head.sqrt"]
+    assert [c["kind"] for c in second_root["changes"]] == ["note"]     # not wrapped twice
     assert not sqrt_only.healthy
     assert not sqrt_only.clean_dump and sqrt_only.weights_finite is False
     assert widened.label == "widened" and widened.target.cell == "network._backbone.lm_head"

@@ -380,8 +380,11 @@ def _apply_op(network, target: Target, island, narrow, result: PatchResult) -> N
     owners = find_cells(network, Target(cell=target.cell)) if target.cell else list(_walk(network))
     found = False
     for path, cell, _, _ in owners:
+        if type(cell).__name__ == "OpIsland" and _is_island(cell):
+            continue      # its `prim` is the primitive already wrapped
         cell = _inner(cell)
-        for name, value in list(vars(cell).items()):
+        # primitives live in __dict__, an OpIsland that replaced one in _cells
+        for name, value in list(vars(cell).items()) + list(cell._cells.items()):
             if _is_island(value) and getattr(value, "prim", None) is not None and value.prim.name == target.op:
                 found = True
                 result.cells.append(f"{path}.{name}" if path else name)

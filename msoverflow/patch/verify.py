@@ -79,6 +79,7 @@ class VerifyResult:
     dtype: str
     command: List[str]
     before: Optional[dict]           # the origin the patch is meant to remove
+    workdir: str = ""
     runs: List[RunOutcome] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
 
@@ -96,7 +97,7 @@ class VerifyResult:
         return 0 if self.fixed else 1
 
     def to_dict(self) -> dict:
-        return {"target": self.target.to_dict(), "dtype": self.dtype, "command": self.command,
+        return {"target": self.target.to_dict(), "dtype": self.dtype, "command": self.command, "workdir": self.workdir,
                 "fixed": self.fixed, "before": _brief(self.before), "notes": self.notes,
                 "runs": [{"label": r.label, "target": r.target.to_dict() if r.target else None,
                           "returncode": r.returncode, "dump_dir": r.dump_dir, "report": r.report_path,
@@ -105,7 +106,8 @@ class VerifyResult:
                           "params_finite": r.params_finite, "patch_log": r.patch_log} for r in self.runs]}
 
     def render(self) -> str:
-        lines = [f"verify: {self.target.describe()} in {self.dtype}", f"  command: {' '.join(self.command)}"]
+        lines = [f"verify: {self.target.describe()} in {self.dtype}", f"  command: {' '.join(self.command)}",
+                 f"  dumps and reports: {self.workdir}"]
         lines.append(f"  before: {_describe_finding(self.before) if self.before else 'no origin known'}")
         for run in self.runs:
             lines.append(f"  {run.label} run" + (f" ({run.target.describe()})" if run.target and run.label != "baseline"
@@ -351,7 +353,7 @@ def verify(report_or_target: Union[dict, str, Target], command: List[str], dtype
         raise UserError(f"{workdir}: MindSpore dump paths may hold only letters, digits, '-', '_' and '/'; "
                         f"choose another --workdir")
     os.makedirs(workdir, exist_ok=True)
-    result = VerifyResult(target=target, dtype=dtype, command=list(command), before=before)
+    result = VerifyResult(target=target, dtype=dtype, command=list(command), before=before, workdir=workdir)
     if baseline if baseline is not None else before is None:
         base = run_once("baseline", command, workdir, None, dtype, echo, cwd)
         result.runs.append(base)
