@@ -125,6 +125,20 @@ def merge_statistics(events: List[TensorEvent], rows: List[TensorEvent]) -> List
     return events
 
 
+def _drop_duplicates(events: List[TensorEvent], warn: Warn) -> List[TensorEvent]:
+    """The same tensor twice (a copied directory, a linked file): keep the first, say so once per file."""
+    seen: Dict[tuple, str] = {}
+    kept = []
+    for e in events:
+        key = (e.graph, e.iteration) + _tensor_key(e)
+        if key in seen:
+            warn(f"{e.source}: duplicate of {seen[key]}, ignored")
+            continue
+        seen[key] = e.source
+        kept.append(e)
+    return kept
+
+
 def group_executions(events: Iterable[TensorEvent], warn: Warn) -> List[OpExecution]:
     """Tensors of one op run share op/task/stream in one directory; a repeated (io, slot) starts a new run."""
     groups: Dict[tuple, List[TensorEvent]] = defaultdict(list)
@@ -171,6 +185,7 @@ def build_index(dirs: List[DumpDir], warn: Warn, ranks: Optional[List[int]] = No
     index.files = counters["files"]
     index.unknown_files = counters["unknown"]
     for rank, events in per_rank.items():
+        events = _drop_duplicates(events, warn)
         executions = group_executions(events, warn)
         for ex in executions:
             ex.order = orders.get((rank, ex.graph), {}).get(ex.op_name)

@@ -178,3 +178,16 @@ def test_clean_dump_and_json_schema(tmp_path):
     jsonschema.validate(bad, schema)
     assert bad["verdict"] == "anomaly" and bad["first"]["op_type"] == "Exp"
     assert bad["first"]["outputs"][0]["posinf"] == 1
+
+
+def test_duplicate_tensor_files_are_reported_once_and_ignored(tmp_path):
+    d = SynthDump(str(tmp_path / "dump"))
+    d.op(0, "Exp", "Default_Exp-op0", [fin(2)], [np.array([np.inf, 1], F32)])
+    folder = d.dir(0)
+    twin = tmp_path / "dump" / "copy" / "rank_0" / "Net" / "0" / "0"   # a copied step directory
+    os.makedirs(twin)
+    for name in os.listdir(folder):
+        os.link(os.path.join(folder, name), str(twin / name))
+    r = analyze(str(tmp_path / "dump"))
+    assert r.first.op_type == "Exp" and len(r.anomalies) == 1 and r.propagation == []
+    assert sum("duplicate of" in w for w in r.warnings) == 2
