@@ -21,7 +21,11 @@ GLOBAL_PLACEHOLDER = "ISLAND"
 
 
 def mapping_path() -> Path:
-    return Path(__file__).resolve().parents[2] / "configs" / "mindformers_precision.yaml"
+    from ..resources import config_path
+    try:
+        return Path(config_path("mindformers_precision.yaml"))
+    except FileNotFoundError as exc:
+        raise UserError(f"mindformers_precision.yaml: {exc}")
 
 
 @functools.lru_cache(maxsize=None)
