@@ -44,6 +44,9 @@ def register(subparsers):
     check.add_argument("--verify", action="store_true",
                        help="re-run COMMAND (after --) with dump on and the patch in place; compare before/after")
     check.add_argument("--workdir", metavar="DIR", help="where verify keeps dumps and reports (default: a temp dir)")
+    check.add_argument("--device", choices=["ascend", "gpu", "cpu"], help="device of the re-run (default: detected)")
+    check.add_argument("--jit-level", choices=["O0", "O1", "O2"], help="jit level of the re-run (Ascend 2.3+)")
+    check.add_argument("--ms-version", help="MindSpore version of the re-run (default: the installed one)")
     check.add_argument("--no-widen", action="store_true",
                        help="verify: do not widen an op-only patch to its Cell when it falls short")
     check.add_argument("--json", dest="json_out", metavar="FILE", help="also write the result as JSON here")
@@ -117,7 +120,9 @@ def run(args: argparse.Namespace) -> int:
         from ..patch.verify import verify
         print(f"verifying: re-running with dump on ({'runtime patch' if how == 'runtime' else how + ' patch on disk'})")
         outcome = verify(target, command, args.dtype, args.workdir, how="runtime" if how == "runtime" else "none",
-                         widen=not args.no_widen, baseline=report is None)
+                         widen=not args.no_widen, baseline=report is None,
+                         dump_options={k: v for k, v in (("device", args.device), ("jit_level", args.jit_level),
+                                                         ("ms_version", args.ms_version)) if v})
         print(outcome.render())
         result["verify"] = outcome.to_dict()
         code = outcome.exit_code

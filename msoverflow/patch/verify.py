@@ -231,35 +231,20 @@ def _parse_output(lines: List[str]):
     return losses, finite
 
 
-def dump_config(dump_path: str, net_name: str = "Net") -> dict:
-    """The synchronous (e2e) tensor dump that works on CPU, GPU and Ascend O0/O1."""
-    return {"common_dump_settings": {"dump_mode": 0, "path": dump_path, "net_name": net_name, "iteration": "all",
-                                     "saved_data": "tensor", "input_output": 0, "kernels": [],
-                                     "support_device": [0, 1, 2, 3, 4, 5, 6, 7], "op_debug_mode": 0},
-            "e2e_dump_settings": {"enable": True, "trans_flag": True}}
-
-
-def _dump_env(dump_dir: str, workdir: str) -> (dict, list):
-    """Config file + environment for a tensor dump of every step: msoverflow.config's generator (which knows
-    the MindSpore version and device rules) when it is installed, else the e2e dump that CPU/GPU/Ascend O0 take."""
+def _dump_env(dump_dir: str, workdir: str, dump_options: Optional[dict] = None) -> (dict, list):
+    """Config file + environment for an overflow dump of every step, from msoverflow.config's generator (which
+    knows the MindSpore version, device and jit-level rules)."""
+    from ..config.generator import build
+    from ..config.runner import run_env
     config_path = os.path.join(workdir, f"dump_config_{os.path.basename(os.path.dirname(dump_dir))}.json")
-    try:
-        from ..config.generator import build
-        from ..config.runner import run_env
-    except ImportError:
-        with open(config_path, "w", encoding="utf-8") as fh:
-            json.dump(dump_config(dump_dir), fh, indent=2)
-        env = dict(os.environ)
-        env.pop("MS_ACL_DUMP_CFG_PATH", None)     # O0/O1 dumps need it unset
-        env["MINDSPORE_DUMP_CONFIG"] = config_path
-        return env, []
-    result = build("overflow", path=dump_dir, steps="all")
+    result = build("overflow", path=dump_dir, steps="all", **(dump_options or {}))
     result.write(config_path)
     return run_env(result), list(result.warnings)
 
 
-def _run_with_dump(command: List[str], dump_dir: str, workdir: str, extra_env: dict, echo: bool, cwd=None):
-    env, _ = _dump_env(dump_dir, workdir)
+def _run_with_dump(command: List[str], dump_dir: str, workdir: str, extra_env: dict, echo: bool, cwd=None,
+                   dump_options: Optional[dict] = None):
+    env, _ = _dump_env(dump_dir, workdir, dump_options)
     env.update(extra_env)
     lines = []
     try:
@@ -289,7 +274,7 @@ def analyse(dump_dir: str, out_path: str):
 
 
 def run_once(label: str, command: List[str], workdir: str, target: Optional[Target], dtype: str,
-             echo: bool = True, cwd=None) -> RunOutcome:
+             echo: bool = True, cwd=None, dump_options: Optional[dict] = None) -> RunOutcome:
     """One training run with dump on; with a target, the runtime patch is injected through the hook."""
     from .hook import write_hook
     run_dir = os.path.join(workdir, label)
@@ -302,7 +287,7 @@ def run_once(label: str, command: List[str], workdir: str, target: Optional[Targ
         extra_env = write_hook(os.path.join(run_dir, "hook"), spec, os.path.join(run_dir, "patch_spec.json"))
     if echo:
         print(f"  {label} run: {' '.join(command)}", flush=True)
-    code, lines = _run_with_dump(command, dump_dir, workdir, extra_env, echo, cwd=cwd)
+    code, lines = _run_with_dump(command, dump_dir, workdir, extra_env, echo, cwd=cwd, dump_options=dump_options)
     losses, finite = _parse_output(lines)
     outcome = RunOutcome(label=label, target=target, returncode=code, dump_dir=dump_dir,
                          losses=losses, params_finite=finite, output_tail=[l for l in lines if "[WARNING]" not in l][-5:])
@@ -335,12 +320,14 @@ def _resolve(report_or_target) -> (Target, Optional[dict]):
 
 def verify(report_or_target: Union[dict, str, Target], command: List[str], dtype: str = "float32",
            workdir: Optional[str] = None, *, how: str = "runtime", widen: bool = True,
-           baseline: Optional[bool] = None, echo: bool = True, cwd: Optional[str] = None) -> VerifyResult:
+           baseline: Optional[bool] = None, echo: bool = True, cwd: Optional[str] = None,
+           dump_options: Optional[dict] = None) -> VerifyResult:
     """Re-run `command` with dump on and the patch in place; analyse; widen an op-only patch if it falls short.
 
     how: "runtime" injects msoverflow.patch.apply through the hook; "none" runs the command unchanged (the
     source or YAML patch was written beforehand). baseline: also run unpatched first (default: only when no
-    report tells what the origin was).
+    report tells what the origin was). dump_options: msoverflow.config.build keywords for the re-run's dump
+    (device, jit_level, ms_version; detected when left out).
     """
     check_dtype(dtype)
     if not command:
@@ -355,13 +342,13 @@ def verify(report_or_target: Union[dict, str, Target], command: List[str], dtype
     os.makedirs(workdir, exist_ok=True)
     result = VerifyResult(target=target, dtype=dtype, command=list(command), before=before, workdir=workdir)
     if baseline if baseline is not None else before is None:
-        base = run_once("baseline", command, workdir, None, dtype, echo, cwd)
+        base = run_once("baseline", command, workdir, None, dtype, echo, cwd, dump_options)
         result.runs.append(base)
         if before is None:
             result.before = before = base.first
             if target.origin is None and base.first:
                 target.origin = base.first
-    patched = run_once("patched", command, workdir, target if how == "runtime" else None, dtype, echo, cwd)
+    patched = run_once("patched", command, workdir, target if how == "runtime" else None, dtype, echo, cwd, dump_options)
     result.runs.append(patched)
     if not patched.healthy and how == "runtime" and target.scope == "op":
         if not widen:
@@ -375,6 +362,6 @@ def verify(report_or_target: Union[dict, str, Target], command: List[str], dtype
             else:
                 result.notes.append(f"computing only {target.op} in {dtype} was not enough (its gradient is cast "
                                     f"back to fp16 at the island's edge): widened to {wider.describe()}")
-                result.runs.append(run_once("widened", command, workdir, wider, dtype, echo, cwd))
+                result.runs.append(run_once("widened", command, workdir, wider, dtype, echo, cwd, dump_options))
                 result.target = wider
     return result
