@@ -116,7 +116,7 @@ def main(argv=None):
             rows.append((label, wall, rss, extra))
         shape = f"{args.ranks} ranks x {args.ops} ops x {args.steps} steps, {args.elements} fp32/tensor"
         if args.markdown:
-            print(f"| dump | method | wall s | peak RSS MB | result |\n|---|---|---|---|---|")
+            print("| dump | method | wall s | peak RSS MB | result |\n|---|---|---|---|---|")
             for label, wall, rss, extra in rows:
                 print(f"| {shape} | {label} | {wall:.2f} | {rss:.0f} | {extra} |")
         else:

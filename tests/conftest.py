@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-GENERATOR_PATH = REPO / "scripts" / "gen_real_dumps.py"
+# Test modules import the fixture writers in scripts/ (synth_dump, ascend_fixtures, gen_real_dumps) directly.
+sys.path.insert(0, str(REPO / "scripts"))
 # Set to a directory to generate/reuse the real dumps there instead of .fixture-cache/realdumps/<key>/.
 OUT_DIR_ENV = "MSOVERFLOW_REAL_DUMPS_DIR"
 
@@ -22,14 +23,9 @@ def mindspore_available() -> bool:
 
 
 def load_generator():
-    """scripts/gen_real_dumps.py as a module (scripts/ is not a package); one shared instance per session."""
-    module = sys.modules.get("gen_real_dumps")
-    if module is None:
-        spec = importlib.util.spec_from_file_location("gen_real_dumps", GENERATOR_PATH)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["gen_real_dumps"] = module  # dataclasses need the module registered while it executes
-        spec.loader.exec_module(module)
-    return module
+    """scripts/gen_real_dumps.py (scripts/ is on sys.path for every test module)."""
+    import gen_real_dumps
+    return gen_real_dumps
 
 
 def pytest_configure(config):

@@ -7,10 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
-from synth_dump import SynthDump  # noqa: E402
+from synth_dump import SynthDump
 
-from msoverflow.cli import main  # noqa: E402
+from msoverflow.cli import main
 
 
 def _snapshot(root):

@@ -5,16 +5,14 @@ first (fp16 input 47580), with Opdebug records, statistic.csv and binary dumps, 
 ranks, and skewed clocks (the smallest raw timestamp belongs to a distractor)."""
 import json
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
-from ascend_fixtures import build_seed_scenario  # noqa: E402
+from ascend_fixtures import build_seed_scenario
 
-from msoverflow.analyze import analyze  # noqa: E402
-from msoverflow.cli import main  # noqa: E402
-from msoverflow.render.json_report import report_dict  # noqa: E402
+from msoverflow.analyze import analyze
+from msoverflow.cli import main
+from msoverflow.render.json_report import report_dict
 
 SCHEMA = os.path.join(os.path.dirname(__file__), os.pardir, "msoverflow", "schema", "report.schema.json")
 

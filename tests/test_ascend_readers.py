@@ -4,35 +4,22 @@ No Ascend device here: every fixture below is built by scripts/ascend_fixtures.p
 (shared/reference/mindspore-dumps.md), and the protobuf decoder is also checked against bytes serialised by the
 real protobuf library.
 """
-import importlib.util
 import json
 import os
 import struct
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+import ascend_fixtures as fx  # scripts/ is on sys.path (tests/conftest.py)
 
 from msoverflow import names
 from msoverflow.readers import dumpdata_bin as db
 from msoverflow.readers import opdebug as od
 from msoverflow.readers import statistic_csv as sc
 
-REPO = Path(__file__).resolve().parents[1]
 
-
-def _load_fixtures():
-    module = sys.modules.get("ascend_fixtures")
-    if module is None:
-        spec = importlib.util.spec_from_file_location("ascend_fixtures", REPO / "scripts" / "ascend_fixtures.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["ascend_fixtures"] = module
-        spec.loader.exec_module(module)
-    return module
-
-
-fx = _load_fixtures()
 
 ALL_DTYPES = ["float16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "int64",
               "uint32", "uint64", "bool"]

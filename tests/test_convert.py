@@ -2,31 +2,17 @@
 
 The binary dumps are fixtures built FROM THE DOCUMENTED FORMAT by scripts/ascend_fixtures.py (no Ascend here).
 """
-import importlib.util
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+import ascend_fixtures as fx  # scripts/ is on sys.path (tests/conftest.py)
+
 from msoverflow import cli, names
 from msoverflow.readers import opdebug as od
 
-REPO = Path(__file__).resolve().parents[1]
 
-
-def _fixtures():
-    module = sys.modules.get("ascend_fixtures")
-    if module is None:
-        spec = importlib.util.spec_from_file_location("ascend_fixtures", REPO / "scripts" / "ascend_fixtures.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["ascend_fixtures"] = module
-        spec.loader.exec_module(module)
-    return module
-
-
-fx = _fixtures()
 
 
 def _snapshot(root):

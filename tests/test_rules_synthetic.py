@@ -2,16 +2,14 @@
 The real-MindSpore counterparts live in tests/test_real_dumps_analyze.py."""
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "scripts"))
-from synth_dump import SynthDump, ir_node  # noqa: E402
+from synth_dump import SynthDump, ir_node
 
-from msoverflow.analyze import analyze  # noqa: E402
-from msoverflow.render.json_report import render_json  # noqa: E402
+from msoverflow.analyze import analyze
+from msoverflow.render.json_report import render_json
 
 F16 = np.float16
 F32 = np.float32

@@ -164,19 +164,24 @@ def _source(args, target, result: dict) -> int:
                         "changes": patch.changes}
     if patch.already:
         return 0
+    _write_or_show(args, path, patch, result["source"])
+    return 0
+
+
+def _write_or_show(args, path: str, patch, entry: dict):
+    """--write: atomic write with a backup; otherwise the dry-run diff."""
+    from ..patch.textfile import write_atomic
     if args.write:
-        backup = source_patch.write(patch)
-        print(f"wrote {path} (backup: {backup})")
-        result["source"]["backup"] = backup
+        entry["backup"] = write_atomic(path, patch.patched)
+        print(f"wrote {path} (backup: {entry['backup']})")
     else:
         sys.stdout.write(patch.diff())
         print(f"(diff only: add --write to apply it; {path}.orig keeps the original)")
-    return 0
 
 
 def _yaml(args, target, result: dict) -> int:
     from ..errors import UserError
-    from ..patch import source_patch, yaml_patch
+    from ..patch import yaml_patch
 
     if not args.yaml:
         raise UserError("--how yaml needs --yaml CONFIG (the MindFormers YAML to patch)")
@@ -193,11 +198,5 @@ def _yaml(args, target, result: dict) -> int:
         _runtime_hint(args, target)
         return 0
     if patch.changed:
-        if args.write:
-            backup = source_patch.write_text(args.yaml, patch.patched)
-            print(f"wrote {args.yaml} (backup: {backup})")
-            result["yaml"]["backup"] = backup
-        else:
-            sys.stdout.write(patch.diff())
-            print(f"(diff only: add --write to apply it; {args.yaml}.orig keeps the original)")
+        _write_or_show(args, args.yaml, patch, result["yaml"])
     return 0

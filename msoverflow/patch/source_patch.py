@@ -11,11 +11,7 @@ A marker comment makes the patch idempotent: a second run reports "already patch
 """
 from __future__ import annotations
 
-import difflib
-import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from typing import List, Optional, Set
 
@@ -24,6 +20,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider, ParentNodeProvide
 
 from ..errors import UserError
 from .targets import NARROWER, check_dtype
+from .textfile import unified_diff, write_atomic
 
 MARKER = "# msoverflow: precision island"
 _LOW_DTYPE_TEXT = re.compile(r"float16|bfloat16|\bfp16\b|\bbf16\b|\bhalf\b")
@@ -47,10 +44,7 @@ class SourcePatch:
         return not self.already and self.patched != self.original
 
     def diff(self) -> str:
-        if not self.changed:
-            return ""
-        return "".join(difflib.unified_diff(self.original.splitlines(True), self.patched.splitlines(True),
-                                            fromfile=self.path, tofile=f"{self.path} (patched)"))
+        return unified_diff(self.path, self.original, self.patched) if self.changed else ""
 
     def describe(self) -> str:
         if self.already:
@@ -319,27 +313,4 @@ def write(patch: SourcePatch) -> Optional[str]:
     """Write the patched file (atomic, with a `.orig` backup); returns the backup's path, None if unchanged."""
     if not patch.changed:
         return None
-    return write_text(patch.path, patch.patched)
-
-
-def write_text(path: str, text: str) -> str:
-    """Replace `path` by `text` atomically (temp file in the same directory + os.replace), keeping its mode,
-    after copying the original to `path.orig` (`.orig.1`, ... if that exists). Returns the backup's path."""
-    backup = path + ".orig"
-    n = 1
-    while os.path.exists(backup):
-        backup = f"{path}.orig.{n}"
-        n += 1
-    shutil.copy2(path, backup)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".msoverflow-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        shutil.copymode(path, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return backup
+    return write_atomic(patch.path, patch.patched)

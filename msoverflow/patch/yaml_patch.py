@@ -7,7 +7,6 @@ byte-for-byte as they were. The result is re-read and checked: only the intended
 """
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..errors import UserError
 from .targets import NARROWER, Target, check_dtype
+from .textfile import unified_diff
 
 GLOBAL_PLACEHOLDER = "ISLAND"
 
@@ -100,10 +100,7 @@ class YamlPatch:
         return self.uncovered is None and not self.changed
 
     def diff(self) -> str:
-        if not self.changed:
-            return ""
-        return "".join(difflib.unified_diff(self.original.splitlines(True), self.patched.splitlines(True),
-                                            fromfile=self.path, tofile=f"{self.path} (patched)"))
+        return unified_diff(self.path, self.original, self.patched) if self.changed else ""
 
     def describe(self) -> str:
         head = f"MindFormers YAML patch ({self.generation} field names) for {self.culprit.describe()}"
