@@ -114,10 +114,25 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     iterations_seen: Dict[int, List[int]] = {}
     for rank, executions in index.executions.items():
         iterations_seen[rank] = sorted({ex.iteration for ex in executions})
+    extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": _metadata(index, note)}
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
                   files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
-                  tail_clean=scanned_all, extra={"tensors_read_to_decide": reads_to_decide})
+                  tail_clean=scanned_all, extra=extra)
+
+
+def _metadata(index: DumpIndex, warn) -> Dict[str, object]:
+    """MindSpore version, device and the dump config, from the first rank's .dump_metadata/ (when written)."""
+    from .readers.exec_order import dump_metadata
+    for root in sorted({r for r in index.rank_roots.values() if r}):
+        meta = dump_metadata(root, warn)
+        if meta:
+            runtime = meta.get("runtime") or {}
+            common = (meta.get("dump_config") or {}).get("common_dump_settings") or {}
+            return {"version": runtime.get("ms_version"), "device_target": runtime.get("device_target"),
+                    "dump_mode": common.get("dump_mode"), "input_output": common.get("input_output"),
+                    "op_debug_mode": common.get("op_debug_mode"), "saved_data": common.get("saved_data")}
+    return {}
 
 
 def _mark_arrivals_before_origins(index: DumpIndex, judged, access: TensorAccess, kn, after_arrival: set):

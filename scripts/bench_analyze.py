@@ -43,6 +43,23 @@ for _, path in sorted(files):
 """
 
 
+def add_statistics(root: str):
+    """statistic.csv beside the npy files of every step directory, as Ascend O0/O1 dumps write it
+    (built from the documented format by scripts/ascend_fixtures.py)."""
+    from ascend_fixtures import write_statistic_csv
+    from msoverflow.names import parse
+    for folder, _, files in os.walk(root):
+        rows = []
+        for name in files:
+            p = parse(name)
+            if p is not None and p.kind == "npy":
+                rows.append({"op_type": p.op_type, "op_name": p.op_name, "task_id": p.task_id,
+                             "stream_id": p.stream_id, "timestamp": p.timestamp, "io": p.io, "slot": p.slot,
+                             "array": np.load(os.path.join(folder, name))})
+        if rows:
+            write_statistic_csv(os.path.join(folder, "statistic.csv"), rows)
+
+
 def build(root: str, ranks: int, ops: int, steps: int, elements: int) -> str:
     rng = np.random.default_rng(0)
     base = rng.normal(size=elements).astype(np.float32)
@@ -79,10 +96,14 @@ def main(argv=None):
     p.add_argument("--elements", type=int, default=1024, help="float32 values per tensor")
     p.add_argument("--dir", help="build the dump here (default: a temporary directory, removed afterwards)")
     p.add_argument("--markdown", action="store_true", help="print the result as a Markdown table row set")
+    p.add_argument("--statistics", action="store_true",
+                   help="also write statistic.csv per step directory (Ascend O0/O1): analyze then reads no tensor")
     p.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.build_only:
         print(build(args.dir, args.ranks, args.ops, args.steps, args.elements))
+        if args.statistics:
+            add_statistics(args.dir)
         return
 
     root = args.dir or tempfile.mkdtemp(prefix="msoverflow-bench-")
@@ -91,7 +112,8 @@ def main(argv=None):
         # Built in a child process: the measured children must not inherit the builder's memory (ru_maxrss).
         origin = subprocess.run([sys.executable, os.path.abspath(__file__), "--build-only", "--dir", root,
                                  "--ranks", str(args.ranks), "--ops", str(args.ops), "--steps", str(args.steps),
-                                 "--elements", str(args.elements)], check=True, capture_output=True,
+                                 "--elements", str(args.elements)] + (["--statistics"] if args.statistics else []),
+                                check=True, capture_output=True,
                                 text=True).stdout.strip()
         files = 2 * args.ranks * args.ops * args.steps
         size_mb = files * (args.elements * 4 + 128) / 2**20
@@ -114,7 +136,8 @@ def main(argv=None):
             else:
                 extra = f"{out.strip()} files"
             rows.append((label, wall, rss, extra))
-        shape = f"{args.ranks} ranks x {args.ops} ops x {args.steps} steps, {args.elements} fp32/tensor"
+        shape = f"{args.ranks} ranks x {args.ops} ops x {args.steps} steps, {args.elements} fp32/tensor" + (
+            ", with statistic.csv" if args.statistics else "")
         if args.markdown:
             print("| dump | method | wall s | peak RSS MB | result |\n|---|---|---|---|---|")
             for label, wall, rss, extra in rows:

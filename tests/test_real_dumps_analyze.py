@@ -102,6 +102,8 @@ def test_json_cli_on_a_real_dump_matches_the_schema_and_never_writes_into_the_du
     schema_path = os.path.join(os.path.dirname(__file__), os.pardir, "msoverflow", "schema", "report.schema.json")
     jsonschema.validate(report, json.load(open(schema_path)))
     assert report["first"]["source"]["line"] > 0 and report["first"]["cell_type"] == "NormHead"
+    meta = report["summary"]["mindspore"]                 # from rank_0/.dump_metadata
+    assert meta["device_target"] == "CPU" and meta["version"].startswith("2.") and meta["input_output"] == 0
     assert sorted(os.listdir(dump / "rank_0" / "Net" / "0" / "0")) == before
 
 

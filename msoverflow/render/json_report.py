@@ -56,7 +56,8 @@ def report_dict(report: Report) -> dict:
                     "iterations": {str(k): v for k, v in report.iterations.items()},
                     "files": report.files, "tensors_read": report.tensors_read,
                     "tensors_read_to_decide": report.extra.get("tensors_read_to_decide", report.tensors_read),
-                    "scanned_all_steps": report.tail_clean},
+                    "scanned_all_steps": report.tail_clean,
+                    "mindspore": report.extra.get("mindspore") or {}},
     }
 
 

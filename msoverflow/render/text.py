@@ -92,7 +92,11 @@ def render_text(report: Report, top: int = 10) -> str:
         steps = f"steps {next(iter(per_rank.values()))} on every rank"
     else:
         steps = "steps " + "; ".join(f"rank {r}: {v}" for r, v in per_rank.items())
-    scanned = (f"Scanned {report.files} files ({report.layout or 'unknown'} layout), read {report.tensors_read} "
+    meta = report.extra.get("mindspore") or {}
+    written_by = (f", MindSpore {meta['version']} {meta.get('device_target') or ''}".rstrip()
+                  if meta.get("version") else "")
+    scanned = (f"Scanned {report.files} files ({report.layout or 'unknown'} layout{written_by}), read "
+               f"{report.tensors_read} "
                f"tensors; ranks {_steps(report.ranks)}; {steps}")
     lines.append(scanned)
     if not report.tail_clean:
