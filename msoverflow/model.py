@@ -25,7 +25,7 @@ PROPAGATOR = "propagator"
 CLEAN = "clean"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TensorStats:
     """Numbers about one tensor. Counts are exact; min/max/max_abs cover finite values only."""
     count: int

@@ -12,6 +12,20 @@ CHUNK = 1 << 20  # elements per chunk (8 MB as float64 at most)
 
 
 def _chunks(array: np.ndarray):
+    """Flat chunks in storage order (statistics do not depend on order). A memory-mapped tensor is read with
+    plain file reads into one reused-size buffer: touching the map would leave every page of a large tensor
+    resident, so peak memory would grow with tensor size."""
+    if isinstance(array, np.memmap) and array.filename and (array.flags.c_contiguous or array.flags.f_contiguous):
+        with open(array.filename, "rb") as fh:
+            fh.seek(array.offset)
+            remaining = array.size
+            while remaining > 0:
+                chunk = np.fromfile(fh, dtype=array.dtype, count=min(CHUNK, remaining))
+                if chunk.size == 0:
+                    return
+                remaining -= chunk.size
+                yield chunk
+        return
     flat = array.reshape(-1, order="A") if array.ndim != 1 else array
     for start in range(0, flat.size, CHUNK):
         yield flat[start:start + CHUNK]

@@ -13,6 +13,8 @@ import os
 import re
 from typing import Callable, Dict, List, Optional, Tuple
 
+import numpy as np
+
 from ..dtypes import canonical, dtype_max
 from ..model import INPUT, OUTPUT, TensorEvent, TensorStats
 from ..names import scope_to_file_name
@@ -109,6 +111,12 @@ def read_statistic_csv(path: str, *, rank: int, graph: str, iteration: int,
     caller knows that a 0 count there means "unknown", not "none".
     """
     path = os.fspath(path)
+    fast = _read_with_pandas(path, rank, graph, iteration)
+    if fast is not None:
+        if loader_for is not None:
+            for event in fast:
+                event.loader = loader_for(event)
+        return fast
     try:
         with open(path, newline="", encoding="utf-8-sig", errors="replace") as fh:
             rows = list(csv.reader(fh))
@@ -159,6 +167,89 @@ def read_statistic_csv(path: str, *, rank: int, graph: str, iteration: int,
     return events
 
 
+def _read_with_pandas(path: str, rank: int, graph: str, iteration: int) -> Optional[List[TensorEvent]]:
+    """The fast path for well-formed files (real dumps hold 10^5 rows per step): pandas' C parser and
+    column-wise conversion. Anything unusual (ragged rows, a bad value, a missing column) returns None and the
+    row-by-row reader above handles the file, with its per-row warnings."""
+    import pandas as pd
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig", skipinitialspace=True)
+    except Exception:     # pandas raises many kinds on odd files; the careful reader explains them
+        return None
+    columns: Dict[str, str] = {}
+    for name in frame.columns:
+        key = COLUMNS.get(_norm_header(str(name)))
+        if key is not None and key not in columns:
+            columns[key] = name
+    if any(k not in columns for k in REQUIRED) or frame.empty:
+        return None
+    text = {key: frame[name] for key, name in columns.items()}   # skipinitialspace took leading blanks
+    io = text["io"].str.strip().str.lower()
+    if not io.isin([INPUT, OUTPUT]).all() or (text["op_type"] == "").any() or (text["op_name"] == "").any():
+        return None
+    size = len(frame)
+
+    def numbers(key, integer):
+        if key not in text:
+            return [None] * size
+        cells = text[key]
+        values = pd.to_numeric(cells, errors="coerce")          # "inf", "-inf", "nan" parse too
+        missing = values.isna().to_numpy()
+        null = np.zeros(size, dtype=bool)
+        if missing.any():                                      # string work only on the few odd cells
+            odd = cells[missing].str.strip().str.lower()
+            if not (odd.isin(NULLS) | odd.isin({"nan", "-nan"})).all():
+                raise ValueError(key)
+            null[missing] = odd.isin(NULLS).to_numpy()
+        array = values.to_numpy(dtype=float)
+        if integer:
+            if (array[~null] % 1 != 0).any():
+                raise ValueError(key)
+            out = array.astype(np.int64, copy=False).tolist() if not missing.any() else [
+                None if n else int(v) for v, n in zip(array.tolist(), null.tolist())]
+            return out
+        out = array.tolist()
+        if null.any():
+            out = [None if n else v for v, n in zip(out, null.tolist())]
+        return out
+
+    try:
+        ints = {k: numbers(k, True) for k in ("task_id", "stream_id", "timestamp", "slot")}
+        if any(v is None for k in ints for v in ints[k]):
+            return None
+        counts = {k: numbers(k, True) for k in ("count", "nan", "posinf", "neginf", "zero")}
+        extremes = {k: numbers(k, False) for k in ("max", "min")}
+        shapes: Dict[str, Optional[Tuple[int, ...]]] = {}
+        shape_text = text["shape"].str.strip().tolist() if "shape" in text else [""] * size
+        for cell in set(shape_text):
+            shapes[cell] = parse_shape(cell)
+    except (ValueError, OverflowError):
+        return None
+    dtypes = {cell: normalize_dtype(cell) for cell in set(text["dtype"].tolist())} if "dtype" in text else {}
+    not_recorded = [k for k in ("nan", "posinf", "neginf", "max", "min") if k not in columns]
+    note = f"not recorded: {', '.join(not_recorded)}" if not_recorded else ""
+    graph = str(graph)
+    fmt = text["format"].str.strip().tolist() if "format" in text else [""] * size
+    dtype_text = text["dtype"].tolist() if "dtype" in text else [None] * size
+    names: Dict[str, str] = {}
+    events = []
+    for i, (op_type, op_name, io_i) in enumerate(zip(text["op_type"].str.strip().tolist(),
+                                                     text["op_name"].str.strip().tolist(), io.tolist())):
+        shape = shapes[shape_text[i]]
+        dtype = dtypes.get(dtype_text[i])
+        name = names.get(op_name)
+        if name is None:
+            name = names[op_name] = scope_to_file_name(op_name)
+        stats = stats_from_numbers(counts["count"][i], counts["nan"][i], counts["posinf"][i],
+                                   counts["neginf"][i], extremes["max"][i], extremes["min"][i],
+                                   counts["zero"][i], shape, dtype)
+        events.append(TensorEvent(
+            source=path, rank=rank, graph=graph, iteration=iteration, op_type=op_type, op_name=name,
+            task_id=ints["task_id"][i], stream_id=ints["stream_id"][i], timestamp=ints["timestamp"][i],
+            io=io_i, slot=ints["slot"][i], fmt=fmt[i], dtype=dtype, shape=shape, stats=stats, note=note))
+    return events
+
+
 def _event(path, cells, rank, graph, iteration, note) -> TensorEvent:
     io = (cells["io"] or "").lower()
     if io not in (INPUT, OUTPUT):
@@ -201,13 +292,16 @@ def _number(cells, key, parse):
 
 
 def _stats(cells, shape, dtype) -> TensorStats:
-    count = _number(cells, "count", _int)
+    return stats_from_numbers(_number(cells, "count", _int), _number(cells, "nan", _int),
+                              _number(cells, "posinf", _int), _number(cells, "neginf", _int),
+                              _number(cells, "max", _float), _number(cells, "min", _float),
+                              _number(cells, "zero", _int), shape, dtype)
+
+
+def stats_from_numbers(count, nan, posinf, neginf, high, low, zero, shape, dtype) -> TensorStats:
     if count is None:
         count = math.prod(shape) if shape is not None else 0
-    nan = _number(cells, "nan", _int) or 0
-    posinf = _number(cells, "posinf", _int) or 0
-    neginf = _number(cells, "neginf", _int) or 0
-    high, low = _number(cells, "max", _float), _number(cells, "min", _float)
+    nan, posinf, neginf = nan or 0, posinf or 0, neginf or 0
     # Some writers put inf/nan into Max/Min instead of (or as well as) the counts: keep the counts honest
     # (at least one) and the extremes finite, as TensorStats promises.
     if high is not None and not math.isfinite(high):
@@ -236,6 +330,5 @@ def _stats(cells, shape, dtype) -> TensorStats:
             over_range = sum(1 for v in (high, low) if v is not None and abs(v) > limit)
         elif max_abs == limit:
             at_max = sum(1 for v in (high, low) if v is not None and abs(v) == limit)
-    zero = _number(cells, "zero", _int)
     return TensorStats(count=count, nan=nan, posinf=posinf, neginf=neginf, min=low, max=high,
                        max_abs=max_abs, over_range=over_range, at_max=at_max, zero=zero)
