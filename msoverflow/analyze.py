@@ -51,31 +51,8 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     # Opdebug records mean the hardware watched every op on every rank: the ops it flagged are the overflows,
     # and other tensors need no read (collectives aside: they tell which rank a bad value came from).
     flags_answer = bool(index.overflow_records)
-    judged: List[Tuple[OpExecution, Verdict]] = []
-    after_arrival = set()      # origins on a rank that had already received a bad value from another rank
-    scanned_all = True
     with _Progress(show, total) as bar:
-        for rank in sorted(index.executions):
-            first_iteration = None
-            earlier_bad = False
-            arrived = set()    # iterations in which a collective delivered a bad value to this rank
-            for ex in index.executions[rank]:
-                if first_iteration is not None and ex.iteration > first_iteration and not scan_all:
-                    scanned_all = False
-                    break
-                bar.advance()
-                verdict = judge(ex, access, kn, earlier_bad, flags_answer=flags_answer)
-                if verdict.role == CLEAN:
-                    continue
-                earlier_bad = True
-                judged.append((ex, verdict))
-                if verdict.kind == CROSS_RANK:
-                    arrived.add(ex.iteration)
-                if verdict.role == ORIGIN:
-                    if ex.iteration in arrived:
-                        after_arrival.add(id(ex))
-                    if first_iteration is None:
-                        first_iteration = ex.iteration
+        judged, after_arrival, scanned_all = _scan(index, access, kn, scan_all, flags_answer, bar)
 
     if flags_answer:
         _mark_arrivals_before_origins(index, judged, access, kn, after_arrival)
@@ -88,17 +65,7 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
         origins = [(ex, v) for ex, v in judged if v.kind == CROSS_RANK][:1]
         if origins:
             note("no rank holds the origin: a collective delivered the first bad value; dump the other ranks")
-    # Ranks by step, never by clock; within a step, an origin on a rank that had not yet received a bad value
-    # from another rank comes before one that had (pipeline: the last stage's backward feeds the earlier stages).
-    # Clock offsets between ranks cancel in the time since the rank's own step began.
-    step_start: Dict[Tuple[int, int], int] = {}
-    for rank, executions in index.executions.items():
-        for ex in executions:
-            key = (rank, ex.iteration)
-            step_start[key] = min(step_start.get(key, ex.time), ex.time)
-    origins.sort(key=lambda pair: (pair[0].iteration, id(pair[0]) in after_arrival,
-                                   pair[0].time - step_start.get((pair[0].rank, pair[0].iteration), 0),
-                                   pair[0].rank))
+    _order_origins(index, origins, after_arrival)
     anomalies = [_finding(ex, v, access, graphs, full=True) for ex, v in origins]
     first = anomalies[0] if anomalies else None
     propagation: List[Finding] = []
@@ -119,6 +86,49 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
                   warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
                   files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
                   tail_clean=scanned_all, extra=extra)
+
+
+def _scan(index: DumpIndex, access: TensorAccess, kn, scan_all: bool, flags_answer: bool, bar):
+    """Judge each rank's executions in time order; stop a rank after the step of its first origin."""
+    judged: List[Tuple[OpExecution, Verdict]] = []
+    after_arrival = set()      # origins on a rank that had already received a bad value from another rank
+    scanned_all = True
+    for rank in sorted(index.executions):
+        first_iteration = None
+        earlier_bad = False
+        arrived = set()        # iterations in which a collective delivered a bad value to this rank
+        for ex in index.executions[rank]:
+            if first_iteration is not None and ex.iteration > first_iteration and not scan_all:
+                scanned_all = False
+                break
+            bar.advance()
+            verdict = judge(ex, access, kn, earlier_bad, flags_answer=flags_answer)
+            if verdict.role == CLEAN:
+                continue
+            earlier_bad = True
+            judged.append((ex, verdict))
+            if verdict.kind == CROSS_RANK:
+                arrived.add(ex.iteration)
+            if verdict.role == ORIGIN:
+                if ex.iteration in arrived:
+                    after_arrival.add(id(ex))
+                if first_iteration is None:
+                    first_iteration = ex.iteration
+    return judged, after_arrival, scanned_all
+
+
+def _order_origins(index: DumpIndex, origins: List[Tuple[OpExecution, Verdict]], after_arrival: set):
+    """Ranks by step, never by clock. Within a step, an origin on a rank that had not yet received a bad value
+    from another rank comes first (pipeline: the last stage's backward feeds the earlier stages), then the time
+    since the rank's own step began (clock offsets between ranks cancel), then the rank."""
+    step_start: Dict[Tuple[int, int], int] = {}
+    for rank, executions in index.executions.items():
+        for ex in executions:
+            key = (rank, ex.iteration)
+            step_start[key] = min(step_start.get(key, ex.time), ex.time)
+    origins.sort(key=lambda pair: (pair[0].iteration, id(pair[0]) in after_arrival,
+                                   pair[0].time - step_start.get((pair[0].rank, pair[0].iteration), 0),
+                                   pair[0].rank))
 
 
 def _metadata(index: DumpIndex, warn) -> Dict[str, object]:
