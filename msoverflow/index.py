@@ -10,6 +10,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from . import names
 from .layout import DumpDir
 from .model import INPUT, OpExecution, OverflowRecord, TensorEvent
+from .readers import dumpdata_bin, opdebug, statistic_csv
 from .readers.exec_order import execution_order
 
 Warn = Callable[[str], None]
@@ -32,25 +33,9 @@ def _npy_event(path: str, parsed: names.ParsedName, d: DumpDir) -> TensorEvent:
                        dtype=parsed.dtype)
 
 
-def _extra_readers():
-    """Readers for what only Ascend writes; absent modules simply mean those files are reported as unread."""
-    readers = {}
-    try:
-        from .readers import statistic_csv
-        readers["statistic"] = statistic_csv
-    except ImportError:
-        pass
-    try:
-        from .readers import dumpdata_bin
-        readers["bin"] = dumpdata_bin
-    except ImportError:
-        pass
-    try:
-        from .readers import opdebug
-        readers["opdebug"] = opdebug
-    except ImportError:
-        pass
-    return readers
+def _is_binary_dump(name: str) -> bool:
+    parsed = names.parse(name)
+    return parsed is not None and parsed.kind == names.KIND_BIN
 
 
 def events_of_dir(d: DumpDir, warn: Warn, counters: Dict[str, int]) -> Tuple[List[TensorEvent], List[OverflowRecord]]:
@@ -62,20 +47,23 @@ def events_of_dir(d: DumpDir, warn: Warn, counters: Dict[str, int]) -> Tuple[Lis
         warn(f"{d.path}: cannot list directory ({exc.strerror})")
         return events, records
     mapping = names.read_mapping(os.path.join(d.path, "mapping.csv"), warn) if "mapping.csv" in entries else {}
-    readers = _extra_readers()
     stat_rows: List[TensorEvent] = []
+    if "statistic.csv" in entries:
+        counters["files"] += 1
+        stat_rows = statistic_csv.read_statistic_csv(os.path.join(d.path, "statistic.csv"), rank=d.rank,
+                                                     graph=d.graph, iteration=d.iteration, warn=warn)
+    npy_files = sum(1 for name in entries if name.endswith(".npy"))
+    # When statistic.csv has a row for every npy file here (and there is no binary file to join), its rows are
+    # the events: no file name needs parsing and no tensor will be read.
+    rows_suffice = bool(stat_rows) and len(stat_rows) >= npy_files and not any(
+        _is_binary_dump(n) for n in entries)
+    if rows_suffice:
+        counters["files"] += npy_files
     for name in entries:
+        if name in ("statistic.csv", "mapping.csv") or name.startswith("acl_dump") or (
+                rows_suffice and name.endswith(".npy")):
+            continue
         path = os.path.join(d.path, name)
-        if name == "statistic.csv":
-            counters["files"] += 1
-            if "statistic" in readers:
-                stat_rows.extend(readers["statistic"].read_statistic_csv(
-                    path, rank=d.rank, graph=d.graph, iteration=d.iteration, warn=warn))
-            else:
-                warn(f"{path}: statistic.csv is not supported by this build, ignored")
-            continue
-        if name in ("mapping.csv",) or name.startswith("acl_dump"):
-            continue
         parsed = names.parse(mapping.get(name, name))
         if parsed is None:
             if name.endswith((".npy", ".json")) or name.count(".") >= 4:
@@ -86,18 +74,14 @@ def events_of_dir(d: DumpDir, warn: Warn, counters: Dict[str, int]) -> Tuple[Lis
         if parsed.kind == names.KIND_NPY:
             events.append(_npy_event(path, parsed, d))
         elif parsed.kind == names.KIND_OPDEBUG:
-            if "opdebug" in readers:
-                records.extend(readers["opdebug"].read_opdebug(
-                    path, rank=d.rank, graph=d.graph, iteration=d.iteration, file_timestamp=parsed.timestamp,
-                    file_task_id=parsed.task_id, file_stream_id=parsed.stream_id, warn=warn))
-            else:
-                warn(f"{path}: Opdebug files are not supported by this build, ignored")
+            records.extend(opdebug.read_opdebug(
+                path, rank=d.rank, graph=d.graph, iteration=d.iteration, file_timestamp=parsed.timestamp,
+                file_task_id=parsed.task_id, file_stream_id=parsed.stream_id, warn=warn))
         elif parsed.kind == names.KIND_BIN:
-            if "bin" in readers:
-                events.extend(readers["bin"].tensor_events(
-                    path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration, warn=warn))
-            else:
-                warn(f"{path}: binary dump files are not supported by this build, ignored")
+            events.extend(dumpdata_bin.tensor_events(
+                path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration, warn=warn))
+    if rows_suffice:
+        return stat_rows, records
     if stat_rows:
         events = merge_statistics(events, stat_rows)
     return events, records

@@ -24,6 +24,7 @@ VARIANTS = {
     "statistic.csv alone": dict(formats=("statistic",)),
     "binary dumps alone": dict(formats=("bin",)),
     "npy alone, O0 layout": dict(formats=("npy",), layout="o0"),
+    "npy + statistic.csv, O0 layout": dict(formats=("npy", "statistic"), layout="o0"),
 }
 
 
@@ -46,7 +47,8 @@ def test_seed_case_names_normhead_sqrtgrad_on_the_last_stage(tmp_path, variant):
     jsonschema.validate(report_dict(report), json.load(open(SCHEMA)))
 
 
-@pytest.mark.parametrize("variant", ["opdebug+bin+statistic, 2.2 debug_files", "statistic.csv alone"])
+@pytest.mark.parametrize("variant", ["opdebug+bin+statistic, 2.2 debug_files", "statistic.csv alone",
+                                     "npy + statistic.csv, O0 layout"])
 def test_no_tensor_is_read_when_statistics_answer(tmp_path, variant):
     report = analyze(_seed(tmp_path, **VARIANTS[variant])["root"], progress=False)
     assert report.tensors_read == 0
