@@ -34,6 +34,8 @@ def _npy_event(path: str, parsed: names.ParsedName, d: DumpDir) -> TensorEvent:
 
 
 def _is_binary_dump(name: str) -> bool:
+    if name.endswith((".npy", ".csv", ".json")) or name.startswith("Opdebug."):
+        return False
     parsed = names.parse(name)
     return parsed is not None and parsed.kind == names.KIND_BIN
 
