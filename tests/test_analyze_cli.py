@@ -84,3 +84,15 @@ def test_help_starts_without_importing_mindspore_or_numpy():
     for argv in (["--help"], ["analyze", "--help"]):
         proc = subprocess.run([sys.executable, "-m", "msoverflow", *argv], capture_output=True, text=True)
         assert proc.returncode == 0 and "usage" in proc.stdout
+
+
+def test_progress_bar_goes_to_stderr_never_into_the_report(tmp_path, capsys):
+    from msoverflow.analyze import analyze
+    from msoverflow.render import render
+    d = SynthDump(str(tmp_path))
+    for i in range(2100):                      # long enough for the bar
+        d.tensor(0, "Add", f"Default_Add-op{i}", "output", 0, np.ones(2, np.float32))
+    report = analyze(str(tmp_path), progress=True)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert render(report, "text").startswith("CLEAN")

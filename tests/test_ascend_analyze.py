@@ -99,3 +99,17 @@ def test_cli_json_on_acl_layout_and_exit_code(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["summary"]["layout"] == "acl" and report["first"]["op_type"] == "SqrtGrad"
     assert len(report["summary"]["ranks"]) == 8
+
+
+def test_ge_dump_layout_without_step_directories(tmp_path):
+    """GE dump: {time}/{device}/{model}/{model_id}/{iteration}/, i.e. the ACL layout without the step level
+    (made here from the ACL seed by merging its step directories)."""
+    import shutil
+    desc = _seed(tmp_path, formats=("opdebug", "npy"), layout="acl", opdebug_style="new", distractor_opdebug=False)
+    ge = tmp_path / "ge"
+    for step_dir in sorted(p for p in (tmp_path / "dump").iterdir() if p.is_dir()):
+        shutil.copytree(step_dir, ge, dirs_exist_ok=True)
+    report = analyze(str(ge), progress=False)
+    assert report.layout == "ge"
+    assert (report.first.rank, report.first.iteration, report.first.op_type) == (
+        desc["origin"]["rank"], desc["origin"]["iteration"], "SqrtGrad")

@@ -56,6 +56,7 @@ def test_normhead_fp16_story(real_dumps):
     assert "float32" in f.recommendation and "whole region" in f.recommendation
     chain = [p.op_type for p in r.propagation]
     assert chain[0] == "Cast" and "Parameter" in chain   # the overflow reaches the updated weights
+    assert "lm_head_weight" in {p.op_name for p in r.propagation if p.op_type == "Parameter"}
     assert len(r.anomalies) == 1                         # propagators are not reported as origins
 
 

@@ -74,7 +74,8 @@ def render_text(report: Report, top: int = 10) -> str:
         for item in f.evidence:
             lines.append(f"  - {item}")
         if report.propagation:
-            chain = [p.op_type for p in report.propagation]
+            chain = [f"{p.op_type}({p.op_name})" if p.op_type == "Parameter" else p.op_type
+                     for p in report.propagation]
             shown = chain[:8] + (["..."] + chain[-3:] if len(chain) > 11 else chain[8:])
             lines.append(f"  spread in step {f.iteration} through {len(chain)} ops: "
                          + " -> ".join([f.op_type] + shown))
