@@ -247,6 +247,17 @@ def default_out_dir() -> Path:
     return DEFAULT_CACHE_ROOT / cache_key()
 
 
+def _prune_stale_cache(current: Path):
+    """Dumps made under an older key (another generator, case script, demo model or MindSpore version) are
+    never used again: remove them so the cache holds one set."""
+    import shutil
+    if not DEFAULT_CACHE_ROOT.is_dir():
+        return
+    for old in DEFAULT_CACHE_ROOT.iterdir():
+        if old.is_dir() and old != current:
+            shutil.rmtree(old, ignore_errors=True)
+
+
 # ----------------------------------------------------------------------------------------------- dump scan
 
 @dataclasses.dataclass
@@ -543,7 +554,10 @@ def ensure_cases(names: Optional[Sequence[str]] = None, out_dir: Optional[Path] 
     unknown = [n for n in names if n not in CASES_BY_NAME]
     if unknown:
         raise KeyError(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES_BY_NAME)}")
-    out_dir = Path(out_dir) if out_dir else default_out_dir()
+    if out_dir is None:
+        out_dir = default_out_dir()
+        _prune_stale_cache(out_dir)
+    out_dir = Path(out_dir)
     with _locked(out_dir):
         records = {}
         todo = []
