@@ -4,14 +4,14 @@ from __future__ import annotations
 from typing import List
 
 from ..model import Report, TensorSummary
-from .text import op_label
+from .text import op_label, shape_text
 
 
 def _row(t: TensorSummary) -> str:
     s = t.stats
     g = (lambda x: "-" if x is None else f"{x:.4g}")
     return (f"| {t.slot} | {t.dtype or '?'}{' (' + t.payload_dtype + ' bytes)' if t.payload_dtype else ''} | "
-            f"{'x'.join(map(str, t.shape)) if t.shape is not None else '?'} | {g(s.max_abs if s else None)} | "
+            f"{shape_text(t.shape)} | {g(s.max_abs if s else None)} | "
             f"{f'{t.headroom:.0%}' if t.headroom is not None else '-'} | {s.nan if s else '-'} | "
             f"{s.posinf if s else '-'} | {s.neginf if s else '-'} |")
 

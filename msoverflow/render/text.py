@@ -38,7 +38,7 @@ def tensor_table(title: str, tensors: List[TensorSummary]) -> str:
         if t.payload_dtype:
             dtype += f" ({t.payload_dtype} bytes)"
         producer = (t.producer or "").rsplit("/", 2)
-        table.add_row(str(t.slot), dtype, _shape(t.shape),
+        table.add_row(str(t.slot), dtype, shape_text(t.shape),
                       _g(s.max_abs if s else None), f"{t.headroom:.0%}" if t.headroom is not None else "-",
                       str(s.nan) if s else "-", str(s.posinf) if s else "-", str(s.neginf) if s else "-",
                       "/".join(producer[-2:]) if t.producer else "")
@@ -111,7 +111,7 @@ def render_text(report: Report, top: int = 10) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _shape(shape) -> str:
+def shape_text(shape) -> str:
     if shape is None:
         return "?"
     return "x".join(map(str, shape)) if shape else "scalar"
