@@ -6,20 +6,19 @@ import importlib
 import sys
 
 from . import __version__
-from .errors import UserError
+from .errors import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_USAGE, UserError, file_of
 
 # Each module in msoverflow/commands defines register(subparsers) -> parser with set_defaults(run=...).
 COMMANDS = ["analyze", "convert", "config", "run", "patch", "demo"]
-
-EXIT_CLEAN, EXIT_ANOMALY, EXIT_ERROR = 0, 1, 2
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="msoverflow",
         description="Find the first MindSpore operator that overflowed (which op, Cell, source line, rank, step), "
-                    "explain it, and patch the precision. Exit codes: 0 clean, 1 anomaly found, 2 error.")
+                    "explain it, and patch the precision. " + EXIT_CODES_HELP)
     parser.add_argument("--version", action="version", version=f"msoverflow {__version__}")
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error (exit 4)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
@@ -32,20 +31,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _split_debug(argv):
+    """--debug is accepted anywhere before a `--` (which passes the rest to a user's command)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    debug = "--debug" in argv[:cut]
+    return [a for a in argv[:cut] if a != "--debug"] + argv[cut:], debug
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
 def main(argv=None) -> int:
+    argv, debug = _split_debug(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()
-        return EXIT_ERROR
+        return EXIT_USAGE
     try:
         return int(args.run(args) or 0)
     except UserError as exc:
-        print(f"msoverflow: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        print(f"msoverflow: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("msoverflow: interrupted", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - the contract: one line and exit 4, never a bare traceback
+        if debug:
+            import traceback
+            traceback.print_exc()
+        where = file_of(exc)
+        where = f" while reading {where!r}" if where else ""
+        print(f"msoverflow: internal error{where}: {type(exc).__name__}: {_one_line(exc)[:300]}"
+              + ("" if debug else " (--debug shows the traceback)"), file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -1,3 +1,24 @@
+"""Errors and exit codes: the contract every command follows.
+
+0 clean, 1 anomaly found, 2 bad input or usage (one line naming the file and the problem), 3 inconclusive
+(nothing wrong was seen, but what could hold an origin was not understood or not read), 4 internal error
+(one line naming the file being read; the traceback only with --debug).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, List
+
+EXIT_CLEAN = 0
+EXIT_ANOMALY = 1
+EXIT_USAGE = 2
+EXIT_INCONCLUSIVE = 3
+EXIT_INTERNAL = 4
+
+EXIT_CODES_HELP = ("Exit codes: 0 clean, 1 anomaly found, 2 bad input or usage, 3 inconclusive "
+                   "(not everything that could hold an origin was understood and read), 4 internal error.")
+
+
 class UserError(Exception):
     """Bad input the user can fix: printed as one line, exit code 2, no traceback."""
 
@@ -15,3 +36,29 @@ def require_mindspore(what: str):
     except ImportError as exc:
         raise MindSporeMissing(what) from exc
     return mindspore
+
+
+# The files being read right now (innermost last), so that an internal error can name the file that caused it.
+_reading: List[str] = []
+
+
+@contextlib.contextmanager
+def reading(path: str) -> Iterator[None]:
+    """Mark `path` as the file being read: an unexpected exception inside names it (exit 4)."""
+    _reading.append(str(path))
+    try:
+        yield
+    except BaseException as exc:
+        if not getattr(exc, "msoverflow_file", None):
+            try:
+                exc.msoverflow_file = str(path)
+            except (AttributeError, TypeError):
+                pass
+        raise
+    finally:
+        _reading.pop()
+
+
+def file_of(exc: BaseException) -> str:
+    """The file an exception was raised while reading, or the innermost file still open for reading."""
+    return getattr(exc, "msoverflow_file", None) or (_reading[-1] if _reading else "")

@@ -19,6 +19,18 @@ NONFINITE_INPUT = "nonfinite-input"  # a graph input / parameter was already non
 CROSS_RANK = "cross-rank"      # a collective received a non-finite value from another rank
 FLAGGED = "flagged"            # the hardware overflow flag (Opdebug) fired but the tensors look finite
 
+# Verdicts (Report.verdict): exit codes 0, 1, 3
+VERDICT_CLEAN = "clean"                # what could hold an origin was understood and read: nothing bad
+VERDICT_ANOMALY = "anomaly"            # a bad value was found (Report.first names where it was created)
+VERDICT_INCONCLUSIVE = "inconclusive"  # nothing bad seen, but not everything was understood/read (reasons given)
+
+# Per-rank statuses (RankStatus.status)
+RANK_ORIGIN = "origin"            # a bad value was created on this rank
+RANK_RECEIVED = "received"        # this rank's first bad value arrived through a collective (`via`)
+RANK_FLAGGED = "flagged"          # only the hardware flag says so: the inputs that would decide were not dumped
+RANK_CLEAN = "clean"
+RANK_NOT_DUMPED = "not dumped"    # an expected rank has no files
+
 # Roles of an op execution
 ORIGIN = "origin"
 PROPAGATOR = "propagator"
@@ -194,6 +206,18 @@ class Finding:
 
 
 @dataclass
+class RankStatus:
+    """One row of the per-rank table: where each rank first went bad, and how."""
+    rank: int
+    status: str                        # RANK_*
+    iteration: Optional[int] = None    # first bad step
+    op_name: Optional[str] = None      # first bad op on that rank
+    op_type: Optional[str] = None
+    via: Optional[str] = None          # the collective that delivered the bad value ("AllReduce <op_name>")
+    note: str = ""
+
+
+@dataclass
 class Report:
     dump_dir: str
     first: Optional[Finding]
@@ -207,7 +231,12 @@ class Report:
     layout: str = ""
     tail_clean: bool = True            # False when later steps were not scanned (early exit)
     extra: Dict[str, object] = field(default_factory=dict)
+    rank_status: List[RankStatus] = field(default_factory=list)   # every dumped or expected rank
+    coverage: List[str] = field(default_factory=list)      # what the dump config could not show (caveats on clean)
+    inconclusive: List[str] = field(default_factory=list)  # why a verdict without findings is not "clean"
 
     @property
     def verdict(self) -> str:
-        return "anomaly" if self.first is not None else "clean"
+        if self.first is not None:
+            return VERDICT_ANOMALY
+        return VERDICT_INCONCLUSIVE if self.inconclusive else VERDICT_CLEAN

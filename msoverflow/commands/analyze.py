@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_CODES_HELP, EXIT_INCONCLUSIVE
+
 
 def _int_list(text: str):
     try:
@@ -17,7 +19,7 @@ def register(sub):
                        description="Read a MindSpore dump directory (any layout, any level inside it) and name the "
                                    "first operator that created a non-finite or out-of-range value: op, forward op, "
                                    "Cell, source line, rank, step, kind of fault and what to do. "
-                                   "Exit codes: 0 clean, 1 anomaly found, 2 error.")
+                                   + EXIT_CODES_HELP)
     p.add_argument("dump_dir", metavar="DUMP_DIR")
     p.add_argument("--rank", type=_int_list, help="only these ranks (e.g. 0 or 0,7)")
     p.add_argument("--iteration", type=_int_list, help="only these iterations/steps")
@@ -52,4 +54,4 @@ def run(args) -> int:
             raise UserError(f"{args.output}: cannot write report ({exc.strerror})")
     else:
         print(text, end="")
-    return 1 if report.first is not None else 0
+    return {"anomaly": EXIT_ANOMALY, "inconclusive": EXIT_INCONCLUSIVE}.get(report.verdict, EXIT_CLEAN)
