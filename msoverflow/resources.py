@@ -1,23 +1,25 @@
-"""Locate the data tables in configs/ (beside the package in a checkout or editable install, or installed data)."""
+"""Locate msoverflow's data tables (dump rules, presets, op knowledge, MindFormers precision fields).
+
+They live inside the package (msoverflow/data/) and load through importlib.resources, so an install never picks up
+another package's top-level `configs/` (every MindFormers wheel installs one into site-packages) and
+`pip install --target DIR` carries them along. MSOVERFLOW_CONFIGS_DIR overrides the directory (tests, experiments).
+"""
 from __future__ import annotations
 
 import functools
 import os
-import sys
+from importlib import resources
 
 
 def config_dir() -> str:
-    """MSOVERFLOW_CONFIGS_DIR, else configs/ beside the package (checkout, editable install), else the copy a
-    regular install puts in {prefix}/share/msoverflow/configs."""
     override = os.environ.get("MSOVERFLOW_CONFIGS_DIR")
     if override:
         return override
-    here = os.path.dirname(os.path.abspath(__file__))
-    for candidate in (os.path.join(os.path.dirname(here), "configs"),
-                      os.path.join(sys.prefix, "share", "msoverflow", "configs")):
-        if os.path.isdir(candidate):
-            return candidate
-    raise FileNotFoundError("msoverflow's configs/ directory is missing from this installation")
+    data = resources.files("msoverflow") / "data"
+    path = os.fspath(data)   # a real directory for every install msoverflow supports (not zipped)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"msoverflow's data directory is missing from this installation ({path})")
+    return path
 
 
 def config_path(*parts: str) -> str:

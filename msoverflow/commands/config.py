@@ -23,7 +23,7 @@ def register(subparsers):
                         help="where to write the JSON (default ./dump_config.json; '-' prints it instead)")
     parser.add_argument("--json", action="store_true", help="print the whole result (config, env, summary) as JSON")
     parser.add_argument("--check", metavar="FILE", help="validate an existing dump config and explain each problem")
-    parser.add_argument("--list-presets", action="store_true", help="list the presets in configs/presets/")
+    parser.add_argument("--list-presets", action="store_true", help="list the presets in msoverflow/data/presets/")
     parser.set_defaults(run=run)
     return parser
 

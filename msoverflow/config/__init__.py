@@ -5,7 +5,7 @@
     result.write("/data/dump_config.json"); print(result.shell_snippet()); print(result.summary_text())
     problems = check("/data/dump_config.json", ms_version="2.4", device="ascend", jit_level="O0")
 
-The per-version facts live in configs/dump_rules.yaml, not in this code.
+The per-version facts live in msoverflow/data/dump_rules.yaml, not in this code.
 """
 from .checker import Problem, check, has_errors
 from .generator import ConfigRefused, DumpConfigResult, build

@@ -10,7 +10,7 @@ PURPOSE_HELP = ("overflow: first-overflow hunt; statistics: per-tensor stats wit
 def add_config_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("dump config options")
     group.add_argument("--preset", metavar="NAME|FILE",
-                       help="start from a preset in configs/presets/ (or a copied YAML file); flags override it")
+                       help="start from a preset in msoverflow/data/presets/ (or a copied YAML file); flags override it")
     group.add_argument("--ms-version", metavar="V",
                        help="MindSpore version, e.g. 2.4 (default: the installed mindspore package)")
     group.add_argument("--device", choices=["ascend", "gpu", "cpu"],

@@ -1,4 +1,4 @@
-"""Presets: YAML files of `msoverflow config` options in configs/presets/, meant to be copied and edited."""
+"""Presets: YAML files of `msoverflow config` options in msoverflow/data/presets/, meant to be copied and edited."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,7 +17,7 @@ def presets_dir() -> Path:
 
 
 def list_presets() -> dict:
-    """name -> description of every preset shipped in configs/presets/."""
+    """name -> description of every preset shipped in msoverflow/data/presets/."""
     found = {}
     for path in sorted(presets_dir().glob("*.yaml")):
         try:

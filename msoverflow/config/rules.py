@@ -1,4 +1,4 @@
-"""Load configs/dump_rules.yaml and evaluate its `when:` conditions. No MindSpore knowledge lives here: it is in the YAML."""
+"""Load msoverflow/data/dump_rules.yaml and evaluate its `when:` conditions. No MindSpore knowledge lives here: it is in the YAML."""
 from __future__ import annotations
 
 import functools

@@ -1,6 +1,6 @@
 """MindFormers YAML patch: set the model_config precision field(s) that cover the overflow's origin.
 
-The culprit -> field mapping is data (configs/mindformers_precision.yaml). ruamel.yaml's round-trip loader finds
+The culprit -> field mapping is data (msoverflow/data/mindformers_precision.yaml). ruamel.yaml's round-trip loader finds
 each field and the line/column of its value; the edit then replaces just that value token in the original text
 (or adds one line next to the other precision fields), so comments, key order, quoting and indentation stay
 byte-for-byte as they were. The result is re-read and checked: only the intended fields may differ.

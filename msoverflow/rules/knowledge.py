@@ -1,4 +1,4 @@
-"""Op knowledge from configs/op_knowledge.yaml."""
+"""Op knowledge from msoverflow/data/op_knowledge.yaml."""
 from __future__ import annotations
 
 import functools

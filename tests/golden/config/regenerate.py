@@ -2,7 +2,7 @@
 committing (each file is what msoverflow promises to write for one MindSpore version / device / jit level).
 
 Inputs are fixed (path /data/dump, config /data/dump_config.json, ranks 0-7) so the files change only when the
-rules in configs/dump_rules.yaml or the generator change.
+rules in msoverflow/data/dump_rules.yaml or the generator change.
 """
 import json
 import sys
