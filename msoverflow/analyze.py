@@ -15,6 +15,8 @@ from .errors import UserError
 from .evaluate import TensorAccess
 from .index import DumpIndex, build_index
 from .layout import discover
+from .parallel import count_files, map_reduce
+from .scan import has_hardware_flags, plan_units
 from .model import (CLEAN, CROSS_RANK, ORIGIN, PROPAGATOR, Finding, OpExecution, Report, Source, TensorEvent,
                     TensorSummary)
 from .rules import Verdict, judge
@@ -24,7 +26,10 @@ from .scope import cell_of, enclosing_class
 
 def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optional[List[int]] = None,
             scan_all: bool = False, progress: Optional[bool] = None,
-            warn: Optional[Callable[[str], None]] = None) -> Report:
+            warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = None,
+            scheduler: Optional[str] = None) -> Report:
+    """jobs: worker processes (None: from the CPU count, for dumps large enough); scheduler: a Dask scheduler
+    address to run the per-rank scans on (msoverflow/parallel.py)."""
     warnings: List[str] = []
 
     def note(message: str):
@@ -36,26 +41,33 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     if not dirs:
         raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
                         "binary dump, statistic.csv or Opdebug files)")
-    index = build_index(dirs, note, ranks, iterations)
-    if not index.executions and not index.overflow_records:
-        what = "for the selected rank/iteration" if (ranks or iterations) else "that could be read"
-        raise UserError(f"{path}: no tensor files {what}")
-    _attach_overflow_records(index, note)
-
+    units = plan_units(dirs, ranks, iterations)
     access = TensorAccess(note)
     kn = knowledge()
-    graphs = _GraphCache(index, note)
     show = sys.stderr.isatty() if progress is None else progress
-    total = sum(len(v) for v in index.executions.values())
 
-    # Opdebug records mean the hardware watched every op on every rank: the ops it flagged are the overflows,
-    # and other tensors need no read (collectives aside: they tell which rank a bad value came from).
-    flags_answer = bool(index.overflow_records)
-    with _Progress(show, total) as bar:
-        judged, after_arrival, scanned_all = _scan(index, access, kn, scan_all, flags_answer, bar)
+    if has_hardware_flags(units):
+        # Opdebug records mean the hardware watched every op on every rank: the ops it flagged are the
+        # overflows, and other tensors need no read (collectives aside: they tell which rank a bad value came
+        # from). The records answer across ranks, so these dumps (flagged ops only) are judged in one piece.
+        index = build_index(dirs, note, ranks, iterations)
+        _require_tensors(index, path, ranks, iterations)
+        _attach_overflow_records(index, note)
+        flags_answer = bool(index.overflow_records)
+        with _Progress(show, sum(len(v) for v in index.executions.values())) as bar:
+            judged, after_arrival, scanned_all = _scan(index, access, kn, scan_all, flags_answer, bar)
+        if flags_answer:
+            _mark_arrivals_before_origins(index, judged, access, kn, after_arrival)
+    else:
+        # map: each (rank, step) on its own into a summary; reduce: ordered summaries (msoverflow/parallel.py)
+        files = count_files(units)
+        with _Progress(show, files) as bar:
+            index, judged, after_arrival, scanned_all = map_reduce(
+                units, kn, scan_all, access, note, jobs=jobs, scheduler=scheduler, files=files,
+                advance=bar.advance)
+        _require_tensors(index, path, ranks, iterations)
+    graphs = _GraphCache(index, note)
 
-    if flags_answer:
-        _mark_arrivals_before_origins(index, judged, access, kn, after_arrival)
     if not judged and access.unreadable and not access.tensors_read and not _has_statistics(index):
         raise UserError(f"{path}: none of the tensor files could be read ({warnings[-1] if warnings else ''})")
     reads_to_decide = access.tensors_read
@@ -78,14 +90,18 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
         if record.matched_op is None:
             note(f"{record.source}: overflow record ({record.unit}, task {record.task_id}, stream "
                  f"{record.stream_id}) matches no dumped op in its directory")
-    iterations_seen: Dict[int, List[int]] = {}
-    for rank, executions in index.executions.items():
-        iterations_seen[rank] = sorted({ex.iteration for ex in executions})
+    iterations_seen: Dict[int, List[int]] = dict(index.iterations)
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": _metadata(index, note)}
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
-                  warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
+                  warnings=warnings, ranks=sorted(index.iterations), iterations=iterations_seen,
                   files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
                   tail_clean=scanned_all, extra=extra)
+
+
+def _require_tensors(index: DumpIndex, path: str, ranks, iterations):
+    if not index.iterations and not index.overflow_records:
+        what = "for the selected rank/iteration" if (ranks or iterations) else "that could be read"
+        raise UserError(f"{path}: no tensor files {what}")
 
 
 def _scan(index: DumpIndex, access: TensorAccess, kn, scan_all: bool, flags_answer: bool, bar):
@@ -121,11 +137,7 @@ def _order_origins(index: DumpIndex, origins: List[Tuple[OpExecution, Verdict]],
     """Ranks by step, never by clock. Within a step, an origin on a rank that had not yet received a bad value
     from another rank comes first (pipeline: the last stage's backward feeds the earlier stages), then the time
     since the rank's own step began (clock offsets between ranks cancel), then the rank."""
-    step_start: Dict[Tuple[int, int], int] = {}
-    for rank, executions in index.executions.items():
-        for ex in executions:
-            key = (rank, ex.iteration)
-            step_start[key] = min(step_start.get(key, ex.time), ex.time)
+    step_start = index.step_start
     origins.sort(key=lambda pair: (pair[0].iteration, id(pair[0]) in after_arrival,
                                    pair[0].time - step_start.get((pair[0].rank, pair[0].iteration), 0),
                                    pair[0].rank))
@@ -168,7 +180,7 @@ def _mark_arrivals_before_origins(index: DumpIndex, judged, access: TensorAccess
 
 
 def _has_statistics(index: DumpIndex) -> bool:
-    return any(e.stats is not None for exs in index.executions.values() for ex in exs for e in ex.outputs)
+    return index.has_statistics or any(e.stats is not None for exs in index.executions.values() for ex in exs for e in ex.outputs)
 
 
 def _attach_overflow_records(index: DumpIndex, warn):
@@ -306,9 +318,9 @@ class _Progress:
             self._task = self._bar.add_task("scanning ops", total=self.total)
         return self
 
-    def advance(self):
+    def advance(self, n: int = 1):
         if self._bar is not None:
-            self._bar.advance(self._task)
+            self._bar.advance(self._task, n)
 
     def __exit__(self, *exc):
         if self._bar is not None:

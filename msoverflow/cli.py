@@ -8,11 +8,30 @@ import sys
 from . import __version__
 from .errors import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_USAGE, UserError, file_of
 
-# Each module in msoverflow/commands defines register(subparsers) -> parser with set_defaults(run=...).
-COMMANDS = ["analyze", "convert", "config", "run", "patch", "demo"]
+# Command name -> one-line help. Only the command being run is imported (msoverflow/commands/NAME.py defines
+# register(subparsers) -> parser with set_defaults(run=...)); the others appear in --help from this table alone,
+# so `--help` and `analyze` import no other command's code (config pulls in the dump-config tables, patch libcst).
+COMMANDS = {
+    "analyze": "find the first op that created inf/NaN/out-of-range values in a dump",
+    "convert": "convert Ascend binary dump files to npy (writes only into OUTDIR)",
+    "config": "write or check a MindSpore dump config",
+    "run": "run a training command under a dump, then analyze it",
+    "patch": "patch the precision where the overflow was born, and verify by re-running",
+    "demo": "overflow -> dump -> analyze -> patch -> verify, on a tiny real MindSpore model",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_in(argv) -> str:
+    """The command named on the line (the first word that is one), before any `--`."""
+    for word in argv:
+        if word == "--":
+            break
+        if word in COMMANDS:
+            return word
+    return ""
+
+
+def build_parser(argv=None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="msoverflow",
         description="Find the first MindSpore operator that overflowed (which op, Cell, source line, rank, step), "
@@ -20,14 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"msoverflow {__version__}")
     parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error (exit 4)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(f".commands.{name}", __package__)
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.commands.{name}":
-                raise
-            continue
-        module.register(sub)
+    chosen = _command_in(argv or [])
+    for name, help_text in COMMANDS.items():
+        if name == chosen:
+            try:
+                importlib.import_module(f".commands.{name}", __package__).register(sub)
+                continue
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{__package__}.commands.{name}":
+                    raise
+        sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
@@ -45,7 +66,7 @@ def _one_line(text: str) -> str:
 
 def main(argv=None) -> int:
     argv, debug = _split_debug(argv)
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()

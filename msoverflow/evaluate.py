@@ -46,6 +46,19 @@ class TensorAccess:
             self._unreadable(event, str(exc))
         return None
 
+    def seed(self, event: TensorEvent, header: "npy.NpyHeader", bad: bool, pinned: bool):
+        """What a batch check already found for an npy tensor (msoverflow/scan.py), as array() and a scan would
+        have recorded it. The caller counts the read."""
+        declared = canonical(header.header_dtype.name)
+        if event.dtype is None:
+            event.dtype = declared
+        event.shape = header.shape
+        if header.mismatch:
+            event.payload_dtype = canonical(header.payload_dtype.name)
+            if event.payload_dtype == event.dtype:
+                event.payload_dtype = None
+        self._scan[id(event)] = (bad, pinned)
+
     def _unreadable(self, event: TensorEvent, why: str):
         self.unreadable += 1
         event.note = f"unreadable: {why}"

@@ -24,6 +24,10 @@ class DumpIndex:
     unknown_files: int = 0
     rank_roots: Dict[Tuple[int, str], Optional[str]] = field(default_factory=dict)  # (rank, graph) -> rank root
     layouts: List[str] = field(default_factory=list)
+    # Per step, kept apart from `executions` (which may hold only the executions that need a closer look):
+    iterations: Dict[int, List[int]] = field(default_factory=dict)       # rank -> steps that hold op runs
+    step_start: Dict[Tuple[int, int], int] = field(default_factory=dict)  # (rank, step) -> earliest timestamp
+    has_statistics: bool = False
 
 
 def _npy_event(path: str, parsed: names.ParsedName, d: DumpDir) -> TensorEvent:
@@ -177,4 +181,9 @@ def build_index(dirs: List[DumpDir], warn: Warn, ranks: Optional[List[int]] = No
             ex.order = orders.get((rank, ex.graph), {}).get(ex.op_name)
         executions.sort(key=lambda ex: (ex.iteration, ex.time, ex.order if ex.order is not None else 1 << 30))
         index.executions[rank] = executions
+        for ex in executions:
+            key = (rank, ex.iteration)
+            index.step_start[key] = min(index.step_start.get(key, ex.time), ex.time)
+            index.has_statistics = index.has_statistics or any(e.stats is not None for e in ex.outputs)
+        index.iterations[rank] = sorted({ex.iteration for ex in executions})
     return index

@@ -99,6 +99,75 @@ def _parse_opdebug(name: str) -> Optional[ParsedName]:
     return ParsedName(KIND_OPDEBUG, "Opdebug", ".".join(tokens[1:-3]), *ids)
 
 
+@dataclass
+class NpyNames:
+    """Many npy file names parsed at once, as columns (row i = names[rows[i]]). `prefix` is the
+    `{op_type}.{op_name}.{task}.{stream}` part: it alone tells which op run a file belongs to."""
+    rows: list
+    prefix: list
+    timestamp: list
+    io: list
+    slot: list
+    fmt: list
+    dtype: list
+    rejected: list            # indices of names that are not npy dump names
+
+
+_IO = frozenset(("input", "output"))
+
+
+def parse_many(filenames) -> NpyNames:
+    """Bulk form of parse() for npy names: two right splits per name instead of a regex per token. Names the
+    split cannot settle go through parse(), so both always agree."""
+    out = NpyNames([], [], [], [], [], [], [], [])
+    dtype_of: Dict[str, Optional[str]] = {}
+    for i, name in enumerate(filenames):
+        parts = name[:-4].rsplit(".", 5) if name.endswith(".npy") else ()
+        if len(parts) == 6 and parts[2] in _IO:
+            dtype = dtype_of.get(parts[5], "")
+            if dtype == "":
+                dtype = dtype_of[parts[5]] = canonical(parts[5])
+            if dtype is None or parts[0].count(".") < 3:   # no dtype field, or too short for one: let parse() say
+                parts = ()
+            else:
+                parts = parts[:5]
+        elif len(parts) >= 5:
+            parts = name[:-4].rsplit(".", 4)
+            dtype = None
+            if parts[2] not in _IO or parts[0].count(".") < 3:
+                parts = ()
+        else:
+            parts = ()
+        if not parts or not (parts[1].isdigit() and parts[1].isascii() and parts[3].isdigit()
+                             and parts[3].isascii()):
+            parsed = parse(name)
+            if parsed is None or parsed.kind != KIND_NPY:
+                out.rejected.append(i)
+                continue
+            parts = (f"{parsed.op_type}.{parsed.op_name}.{parsed.task_id}.{parsed.stream_id}",
+                     str(parsed.timestamp), parsed.io, str(parsed.slot), parsed.fmt)
+            dtype = parsed.dtype
+        out.rows.append(i)
+        out.prefix.append(parts[0])
+        out.timestamp.append(int(parts[1]))
+        out.io.append(parts[2])
+        out.slot.append(int(parts[3]))
+        out.fmt.append(parts[4])
+        out.dtype.append(dtype)
+    return out
+
+
+def split_prefix(prefix: str) -> Optional[tuple]:
+    """`{op_type}.{op_name}.{task}.{stream}` -> (op_type, op_name, task, stream); None when it is not one."""
+    tokens = prefix.split(".")
+    if len(tokens) < 4 or not all(_DIGITS.match(t) for t in tokens[-2:]):
+        return None
+    op_name = ".".join(tokens[1:-2])
+    if not op_name:
+        return None
+    return tokens[0], op_name, int(tokens[-2]), int(tokens[-1])
+
+
 def read_mapping(path: str, warn) -> Dict[str, str]:
     """mapping.csv: `{random name},{original name}` rows (names over 255 chars are replaced by a random one)."""
     mapping: Dict[str, str] = {}

@@ -6,6 +6,7 @@ name AND the npy header while holding fp32 bytes. The payload size tells the tru
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import os
 import re
@@ -41,7 +42,9 @@ _FAST_HEADER = re.compile(r"^\{'descr': '([<>|=][a-zA-Z]\d+|\|b1)', 'fortran_ord
                           r"'shape': \(([\d, ]*)\), \}\s*$")
 
 
+@functools.lru_cache(maxsize=1024)
 def _parse_header_dict(text: str):
+    """Cached: the tensors of one dump share a handful of header texts."""
     m = _FAST_HEADER.match(text)
     if m:  # the exact form numpy (and MindSpore) write: no need for a Python-literal parser
         shape = tuple(int(d) for d in m.group(3).replace(" ", "").split(",") if d)
@@ -117,23 +120,50 @@ def open_array(path: str, header: Optional[NpyHeader] = None) -> np.ndarray:
                      order="F" if header.fortran else "C")
 
 
-def load(path: str) -> Tuple[NpyHeader, np.ndarray]:
-    """Header and data; small files in one read, large ones memory-mapped so memory stays flat."""
+FIRST_READ = 1 << 16
+
+
+def read_start(path: str) -> Tuple[bytes, bool]:
+    """The file's bytes up to SMALL + 1 with plain reads (one open, no stat): (bytes, True) when that is the
+    whole file, (first bytes, False) for a larger one."""
+    fd = os.open(path, os.O_RDONLY)
     try:
-        size = os.path.getsize(path)
-        if size > SMALL:
-            header = read_header(path, size=size)
-            return header, open_array(path, header)
-        with open(path, "rb") as fh:
-            blob = fh.read()
-    except OSError as exc:
-        raise NpyError(f"cannot read ({exc.strerror})") from None
+        blob = os.read(fd, FIRST_READ)
+        if len(blob) < FIRST_READ:
+            return blob, True
+        parts = [blob]
+        total = len(blob)
+        while total <= SMALL:
+            more = os.read(fd, SMALL + 1 - total)
+            if not more:
+                break
+            parts.append(more)
+            total += len(more)
+        return b"".join(parts), total <= SMALL
+    finally:
+        os.close(fd)
+
+
+def from_bytes(path: str, blob: bytes) -> Tuple[NpyHeader, np.ndarray]:
+    """Header and data of a whole small file already in memory."""
     header = read_header(path, blob, len(blob))
     if header.payload_dtype.hasobject:
         raise NpyError("object arrays are not tensors")
     count = math.prod(header.shape) if header.shape else 1
     array = np.frombuffer(blob, dtype=header.payload_dtype, count=count, offset=header.offset)
     return header, array.reshape(header.shape, order="F" if header.fortran else "C")
+
+
+def load(path: str) -> Tuple[NpyHeader, np.ndarray]:
+    """Header and data; small files in one read, large ones memory-mapped so memory stays flat."""
+    try:
+        blob, whole = read_start(path)
+        if not whole:
+            header = read_header(path, blob[:4096], os.path.getsize(path))
+            return header, open_array(path, header)
+    except OSError as exc:
+        raise NpyError(f"cannot read ({exc.strerror})") from None
+    return from_bytes(path, blob)
 
 
 def header_dtype_name(header: NpyHeader) -> Optional[str]:

@@ -332,3 +332,169 @@ def stats_from_numbers(count, nan, posinf, neginf, high, low, zero, shape, dtype
             at_max = sum(1 for v in (high, low) if v is not None and abs(v) == limit)
     return TensorStats(count=count, nan=nan, posinf=posinf, neginf=neginf, min=low, max=high,
                        max_abs=max_abs, over_range=over_range, at_max=at_max, zero=zero)
+
+
+# ---- columns (the scan's fast path) ---------------------------------------------------------------------
+
+_NULL_SPELLINGS = sorted({v for n in NULLS for v in (n, n.upper(), n.title())})
+_INT_FIELDS = ("task_id", "stream_id", "timestamp", "slot", "count", "nan", "posinf", "neginf", "zero")
+_FLOAT_FIELDS = ("max", "min")
+_TEXT_FIELDS = ("op_type", "op_name", "io", "dtype", "shape", "format")
+
+
+class _Text:
+    """A text column as distinct values (stripped) and one code per row."""
+
+    def __init__(self, codes, values):
+        self.codes, self.values = codes, values
+
+
+class StatTable:
+    """A statistic.csv as numpy columns (pyarrow's CSV reader, only the needed columns). Rows are never turned
+    into objects unless asked for (`events`)."""
+
+    def __init__(self, path: str, columns: Dict[str, object], size: int, note: str):
+        self.path, self.columns, self.size, self.note = path, columns, size, note
+
+    def _numbers(self, key):
+        return self.columns.get(key)          # (values, null mask) or None when the file lacks the column
+
+    def suspicious(self):
+        """Rows that may hold a bad or saturated value (a superset of what TensorStats.bad / at_max say)."""
+        bad = np.zeros(self.size, dtype=bool)
+        for key in ("nan", "posinf", "neginf"):
+            column = self._numbers(key)
+            if column is not None:
+                bad |= (column[0] > 0) & ~column[1]
+        magnitude = np.zeros(self.size)
+        for key in _FLOAT_FIELDS:
+            column = self._numbers(key)
+            if column is not None:
+                values, null = column
+                bad |= ~np.isfinite(values) & ~null
+                magnitude = np.fmax(magnitude, np.where(null, 0.0, np.abs(values)))
+        dtype = self.columns.get("dtype")
+        if dtype is not None:
+            limits = np.array([dtype_max(normalize_dtype(v)) or np.inf for v in dtype.values] or [np.inf])
+            bad |= magnitude >= limits[dtype.codes]
+        return bad
+
+    def group_codes(self):
+        """One code per op (op type, op name, task, stream) and how many there are."""
+        if getattr(self, "_groups", None) is not None:
+            return self._groups
+        key = np.stack([self.columns["op_type"].codes, self.columns["op_name"].codes,
+                        self.columns["task_id"][0], self.columns["stream_id"][0]], axis=1)
+        _, codes = np.unique(key, axis=0, return_inverse=True)
+        codes = codes.reshape(-1)
+        self._groups = (codes, int(codes.max()) + 1 if codes.size else 0)
+        return self._groups
+
+    def has_duplicates(self) -> bool:
+        """The same tensor twice (the object path reports and drops those)."""
+        codes, _ = self.group_codes()
+        key = np.stack([codes, self.columns["timestamp"][0], self.columns["io"].codes, self.columns["slot"][0]],
+                       axis=1)
+        return len(np.unique(key, axis=0)) != self.size
+
+    def first_timestamp(self) -> Optional[int]:
+        return int(self.columns["timestamp"][0].min()) if self.size else None
+
+    def events(self, rows, rank: int, graph: str, iteration: int) -> List[TensorEvent]:
+        """TensorEvents for the given rows, exactly as read_statistic_csv makes them."""
+        c = self.columns
+        graph = str(graph)
+        op_names = [scope_to_file_name(v) for v in c["op_name"].values]
+        dtypes = [normalize_dtype(v) for v in c["dtype"].values] if "dtype" in c else None
+        shapes = [parse_shape(v) for v in c["shape"].values] if "shape" in c else None
+
+        def number(key, row, kind):
+            column = c.get(key)
+            if column is None or column[1][row]:
+                return None
+            return kind(column[0][row])
+
+        events = []
+        for row in rows.tolist():
+            shape = shapes[c["shape"].codes[row]] if shapes is not None else None
+            dtype = dtypes[c["dtype"].codes[row]] if dtypes is not None else None
+            stats = stats_from_numbers(number("count", row, int), number("nan", row, int),
+                                       number("posinf", row, int), number("neginf", row, int),
+                                       number("max", row, float), number("min", row, float),
+                                       number("zero", row, int), shape, dtype)
+            events.append(TensorEvent(
+                source=self.path, rank=rank, graph=graph, iteration=iteration,
+                op_type=c["op_type"].values[c["op_type"].codes[row]], op_name=op_names[c["op_name"].codes[row]],
+                task_id=int(c["task_id"][0][row]), stream_id=int(c["stream_id"][0][row]),
+                timestamp=int(c["timestamp"][0][row]), io=c["io"].values[c["io"].codes[row]],
+                slot=int(c["slot"][0][row]),
+                fmt=c["format"].values[c["format"].codes[row]] if "format" in c else "",
+                dtype=dtype, shape=shape, stats=stats, note=self.note))
+        return events
+
+
+def read_columns(path: str) -> Optional[StatTable]:
+    """A well-formed statistic.csv as columns; None for anything unusual (read_statistic_csv then explains it
+    row by row) or when pyarrow is not installed."""
+    try:
+        import pyarrow as pa
+        from pyarrow import csv as pa_csv
+    except ImportError:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            header_line = fh.readline().decode("utf-8", errors="replace")
+        header = next(csv.reader([header_line]))
+    except (OSError, csv.Error, StopIteration):
+        return None
+    fields: Dict[str, str] = {}
+    for name in header:
+        key = COLUMNS.get(_norm_header(name))
+        if key is not None and key not in fields:
+            fields[key] = name
+    wanted = {k: v for k, v in fields.items() if k in _INT_FIELDS + _FLOAT_FIELDS + _TEXT_FIELDS}
+    if any(k not in fields for k in REQUIRED) or len(set(wanted.values())) != len(wanted) \
+            or len(set(header)) != len(header) or header_line.startswith("\ufeff"):
+        return None
+    types = {name: (pa.int64() if k in _INT_FIELDS else pa.float64() if k in _FLOAT_FIELDS else pa.string())
+             for k, name in wanted.items()}
+    try:
+        table = pa_csv.read_csv(path, convert_options=pa_csv.ConvertOptions(
+            include_columns=list(wanted.values()), column_types=types, null_values=_NULL_SPELLINGS,
+            strings_can_be_null=False, quoted_strings_can_be_null=False))
+    except (pa.ArrowException, OSError, ValueError):
+        return None
+    size = table.num_rows
+    columns: Dict[str, object] = {}
+    for key, name in wanted.items():
+        column = table.column(name)
+        if key in _TEXT_FIELDS:
+            encoded = column.dictionary_encode().combine_chunks()
+            codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            values = [v.strip() if v is not None else "" for v in encoded.dictionary.to_pylist()]
+            if key == "dtype":         # read_statistic_csv normalises the cell as written
+                values = [v if v is not None else "" for v in encoded.dictionary.to_pylist()]
+            columns[key] = _Text(codes, values)
+            continue
+        null = column.is_null().to_numpy(zero_copy_only=False) if column.null_count else np.zeros(size, bool)
+        values = column.fill_null(0).to_numpy() if column.null_count else column.to_numpy()
+        if key in ("task_id", "stream_id", "timestamp", "slot") and null.any():
+            return None
+        columns[key] = (np.asarray(values), null)
+    io = columns["io"]
+    io.values = [v.lower() for v in io.values]
+    if any(v not in (INPUT, OUTPUT) for v in io.values):
+        return None
+    if any(not v for k in ("op_type", "op_name") for v in columns[k].values):
+        return None
+    if "shape" in columns:
+        try:
+            for v in columns["shape"].values:
+                parse_shape(v)
+        except ValueError:
+            return None
+    not_recorded = [k for k in ("nan", "posinf", "neginf", "max", "min") if k not in fields]
+    result = StatTable(path, columns, size, f"not recorded: {', '.join(not_recorded)}" if not_recorded else "")
+    if size and result.has_duplicates():
+        return None
+    return result

@@ -1,0 +1,172 @@
+"""Where the map runs, and the reduce.
+
+    units (rank, step) --map: scan.scan_unit--> UnitSummary --reduce--> DumpIndex + judged executions --> analyze
+
+Each rank's steps are scanned in order, one unit at a time, and a rank stops after the step that holds its
+first origin (unless --all): the next step of a rank is handed out only when the previous one came back clean,
+so no worker scans a step that the answer does not need. Ranks run side by side:
+  - in this process (small dumps, --jobs 1);
+  - on a local process pool (--jobs N; default: one worker per CPU for dumps large enough to pay for it);
+  - on a Dask distributed cluster (--scheduler ADDRESS or MSOVERFLOW_SCHEDULER): each task reads one rank's
+    step from a filesystem every worker sees at the same path.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Dict, List, Optional, Tuple
+
+from .errors import UserError
+from .index import DumpIndex
+from .scan import Unit, UnitSummary, scan_unit
+
+POOL_MIN_FILES = 20_000     # below this, starting workers costs more than it saves (measured on 2 cores)
+SCHEDULER_ENV = "MSOVERFLOW_SCHEDULER"
+
+
+def _remote_scan(unit: Unit, earlier_bad: bool) -> UnitSummary:
+    """A worker's task: one rank's step, with the worker's own tensor access; warnings travel back."""
+    from .rules.knowledge import knowledge
+    return scan_unit(unit, knowledge(), earlier_bad)
+
+
+def count_files(units: List[Unit]) -> int:
+    total = 0
+    for unit in units:
+        for d in unit.dirs:
+            try:
+                with os.scandir(d.path) as entries:
+                    total += sum(1 for _ in entries)
+            except OSError:
+                continue
+    return total
+
+
+def map_reduce(units: List[Unit], kn, scan_all: bool, access, warn: Callable[[str], None], *,
+               jobs: Optional[int] = None, scheduler: Optional[str] = None, files: Optional[int] = None,
+               advance: Callable[[int], None] = lambda n: None):
+    """-> (DumpIndex of the executions that matter, judged [(OpExecution, Verdict)], ids of origins that came
+    after a bad arrival on their rank, whether every step was scanned)."""
+    scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
+    chains: Dict[int, List[Unit]] = {}
+    for unit in units:
+        chains.setdefault(unit.rank, []).append(unit)
+    if scheduler:
+        summaries, scanned_all = _on_dask(chains, scan_all, scheduler, advance)
+    else:
+        jobs = jobs or os.cpu_count() or 1
+        if files is None and jobs > 1 and len(chains) > 1:
+            files = count_files(units)
+        if jobs > 1 and len(chains) > 1 and (files or 0) >= POOL_MIN_FILES:
+            summaries, scanned_all = _on_pool(chains, scan_all, min(jobs, len(chains)), advance)
+        else:
+            summaries, scanned_all = _in_process(chains, kn, scan_all, access, warn, advance)
+            return _reduce(summaries, chains, access, None) + (scanned_all,)
+    return _reduce(summaries, chains, access, warn) + (scanned_all,)
+
+
+def _in_process(chains, kn, scan_all, access, warn, advance):
+    summaries, scanned_all = [], True
+    for rank in sorted(chains):
+        earlier_bad = False
+        for position, unit in enumerate(chains[rank]):
+            summary = scan_unit(unit, kn, earlier_bad, access, warn)
+            advance(summary.files)
+            summaries.append(summary)
+            earlier_bad = summary.earlier_bad
+            if summary.has_origin and not scan_all:
+                scanned_all = scanned_all and position == len(chains[rank]) - 1
+                break
+    return summaries, scanned_all
+
+
+def _chained(chains, scan_all, submit, wait_first, advance):
+    """Hand out each rank's first step; when a step comes back, hand out that rank's next one unless the step
+    held an origin. Later steps of a finished rank are never submitted."""
+    summaries, scanned_all = [], True
+    pending = {}
+    for rank in sorted(chains):
+        pending[submit(chains[rank][0], False)] = (rank, 0)
+    while pending:
+        for future in wait_first(list(pending)):
+            rank, position = pending.pop(future)
+            summary = future.result()
+            advance(summary.files)
+            summaries.append(summary)
+            last = position == len(chains[rank]) - 1
+            if summary.has_origin and not scan_all:
+                scanned_all = scanned_all and last
+            elif not last:
+                pending[submit(chains[rank][position + 1], summary.earlier_bad)] = (rank, position + 1)
+    return summaries, scanned_all
+
+
+def _on_pool(chains, scan_all, jobs, advance):
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["msoverflow.scan", "msoverflow.rules"])
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        return _chained(chains, scan_all, lambda unit, bad: pool.submit(_remote_scan, unit, bad),
+                        lambda futures: wait(futures, return_when=FIRST_COMPLETED).done, advance)
+
+
+def _on_dask(chains, scan_all, address, advance):
+    try:
+        from distributed import Client, wait
+    except ImportError:
+        raise UserError(f"--scheduler {address}: dask.distributed is not installed "
+                        "(pip install 'msoverflow[dask]' here and on every worker)") from None
+    try:
+        client = Client(address, set_as_default=False, timeout="20s")
+    except (OSError, TimeoutError) as exc:
+        raise UserError(f"--scheduler {address}: cannot reach the Dask scheduler ({exc})") from None
+    try:
+        return _chained(chains, scan_all,
+                        lambda unit, bad: client.submit(_remote_scan, unit, bad, pure=False),
+                        lambda futures: wait(futures, return_when="FIRST_COMPLETED").done, advance)
+    finally:
+        client.close()
+
+
+def _reduce(summaries: List[UnitSummary], chains, access, warn) -> Tuple[DumpIndex, list, set]:
+    """Order the summaries by rank and step and gather what the report needs. `warn` replays the warnings a
+    worker collected (None when they were given in this process already)."""
+    index = DumpIndex()
+    judged: list = []
+    after_arrival: set = set()
+    scanned = set()
+    for s in sorted(summaries, key=lambda s: (s.rank, s.iteration)):
+        scanned.add((s.rank, s.iteration))
+        if warn is not None:
+            for message in s.warnings:
+                warn(message)
+            access.tensors_read += s.tensors_read
+            access.unreadable += s.unreadable
+        index.files += s.files
+        index.unknown_files += s.unknown_files
+        for layout in s.layouts:
+            if layout not in index.layouts:
+                index.layouts.append(layout)
+        for key, root in s.rank_roots.items():
+            index.rank_roots.setdefault(key, root)
+        index.has_statistics |= s.has_statistics
+        if s.executions:
+            index.iterations.setdefault(s.rank, []).append(s.iteration)
+            if s.step_start is not None:
+                index.step_start[(s.rank, s.iteration)] = s.step_start
+        for position, (ex, verdict) in enumerate(s.judged):
+            index.executions.setdefault(s.rank, []).append(ex)
+            judged.append((ex, verdict))
+            if position in s.after_arrival:
+                after_arrival.add(id(ex))
+    # steps not scanned (the rank's answer came earlier) still count as seen: they hold dump files
+    for rank, units in chains.items():
+        for unit in units:
+            if (rank, unit.iteration) not in scanned:
+                index.iterations.setdefault(rank, []).append(unit.iteration)
+                for d in unit.dirs:
+                    index.rank_roots.setdefault((d.rank, d.graph), d.rank_root)
+    for rank in index.iterations:
+        index.iterations[rank] = sorted(set(index.iterations[rank]))
+    return index, judged, after_arrival

@@ -1,0 +1,335 @@
+"""Map: one (rank, step) unit of a dump -> a small UnitSummary. The reduce (msoverflow/parallel.py) orders the
+summaries and hands the judged executions to analyze, which builds the report.
+
+Inside a unit the events are columns, not objects: file names are parsed in bulk, statistic.csv is read column
+by column, the output tensors of a step are checked in one vectorised pass, and rows are grouped into op runs
+by their `{op_type}.{op_name}.{task}.{stream}` key. Only op runs that hold something suspicious (a bad or
+saturated value, a tensor that could not be checked here, an unusual shape of run) become OpExecution objects,
+and those go through the same judge() as always: the rules stay the one place that tells origin from
+propagator. Anything unusual in a directory (binary dumps, mapping.csv, statistic.csv that does not cover the
+files, a duplicate directory) takes the object path of msoverflow/index.py for that directory.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Callable, Dict, List, Optional, Tuple
+
+from . import names
+from .dtypes import canonical
+from .evaluate import TensorAccess
+from .index import _drop_duplicates, events_of_dir, group_executions
+from .layout import DumpDir
+from .model import CLEAN, CROSS_RANK, INPUT, ORIGIN, OUTPUT, OpExecution, TensorEvent
+from .readers import npy
+from .readers.exec_order import execution_order
+
+BATCH_BYTES = 64 << 20      # small tensors checked together, at most this many bytes at a time
+
+
+@dataclass
+class Unit:
+    """The directories of one rank's step (several graphs may run in one step)."""
+    rank: int
+    iteration: int
+    dirs: List[DumpDir]
+
+
+@dataclass
+class UnitSummary:
+    rank: int
+    iteration: int
+    judged: list = field(default_factory=list)        # [(OpExecution, Verdict)] not clean, in time order
+    after_arrival: List[int] = field(default_factory=list)  # indices in judged: origins after a bad arrival
+    has_origin: bool = False
+    earlier_bad: bool = False      # this rank has seen a bad value by the end of this step
+    executions: int = 0            # op runs in the step (most never became objects)
+    step_start: Optional[int] = None
+    files: int = 0
+    unknown_files: int = 0
+    has_statistics: bool = False
+    tensors_read: int = 0
+    unreadable: int = 0
+    warnings: List[str] = field(default_factory=list)
+    layouts: List[str] = field(default_factory=list)
+    rank_roots: Dict[Tuple[int, str], Optional[str]] = field(default_factory=dict)
+
+
+def plan_units(dirs: List[DumpDir], ranks=None, iterations=None) -> List[Unit]:
+    units: Dict[Tuple[int, int], Unit] = {}
+    for d in dirs:
+        if (ranks is not None and d.rank not in ranks) or (iterations is not None and d.iteration not in iterations):
+            continue
+        units.setdefault((d.rank, d.iteration), Unit(d.rank, d.iteration, [])).dirs.append(d)
+    return [units[k] for k in sorted(units)]
+
+
+def has_hardware_flags(units: List[Unit]) -> bool:
+    """Opdebug records anywhere: the hardware's flags then answer for the whole dump (analyze judges it in one
+    piece, as these dumps hold only the flagged ops)."""
+    for unit in units:
+        for d in unit.dirs:
+            try:
+                with os.scandir(d.path) as entries:
+                    if any(e.name.startswith("Opdebug.") for e in entries):
+                        return True
+            except OSError:
+                continue
+    return False
+
+
+@lru_cache(maxsize=256)
+def _order(rank_root: str, graph: str) -> Dict[str, int]:
+    return execution_order(rank_root, graph, lambda message: None)
+
+
+def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[TensorAccess] = None,
+              warn: Optional[Callable[[str], None]] = None) -> UnitSummary:
+    """Judge one rank's step. `access` and `warn` are the caller's when it runs in the same process; a worker
+    makes its own and sends warnings and counts back in the summary."""
+    from .rules import judge
+
+    summary = UnitSummary(unit.rank, unit.iteration)
+    own = access is None
+    if own:
+        access = TensorAccess(summary.warnings.append)
+    note = summary.warnings.append if warn is None else warn
+    read_before, unreadable_before = access.tensors_read, access.unreadable
+    counters = {"files": 0, "unknown": 0}
+    keys = Counter((d.graph, d.iteration) for d in unit.dirs)
+    executions: List[OpExecution] = []
+    plain_events: List[TensorEvent] = []
+    starts = []
+    for d in unit.dirs:
+        if d.layout not in summary.layouts:
+            summary.layouts.append(d.layout)
+        summary.rank_roots.setdefault((d.rank, d.graph), d.rank_root)
+        step = None
+        if keys[(d.graph, d.iteration)] == 1:         # a twin directory needs the duplicate check below
+            step = _columnar_dir(d, note, counters, access)
+        if step is None:
+            events, _records = events_of_dir(d, note, counters)
+            plain_events.extend(events)
+            continue
+        suspicious, start, runs, statistics = step
+        executions.extend(suspicious)
+        summary.executions += runs
+        summary.has_statistics |= statistics
+        if start is not None:
+            starts.append(start)
+    if plain_events:
+        plain = group_executions(_drop_duplicates(plain_events, note), note)
+        summary.executions += len(plain)
+        summary.has_statistics |= any(e.stats is not None for ex in plain for e in ex.outputs)
+        starts.extend(ex.time for ex in plain)
+        executions.extend(plain)
+    summary.files, summary.unknown_files = counters["files"], counters["unknown"]
+    summary.step_start = min(starts) if starts else None
+    for ex in executions:
+        root = summary.rank_roots.get((ex.rank, ex.graph))
+        ex.order = _order(root, ex.graph).get(ex.op_name) if root else None
+    executions.sort(key=lambda ex: (ex.time, ex.order if ex.order is not None else 1 << 30))
+
+    arrived = False
+    for ex in executions:
+        verdict = judge(ex, access, kn, earlier_bad)
+        if verdict.role == CLEAN:
+            continue
+        earlier_bad = True
+        if verdict.kind == CROSS_RANK:
+            arrived = True
+        if verdict.role == ORIGIN:
+            summary.has_origin = True
+            if arrived:
+                summary.after_arrival.append(len(summary.judged))
+        summary.judged.append((ex, verdict))
+    summary.earlier_bad = earlier_bad
+    if own:
+        summary.tensors_read, summary.unreadable = access.tensors_read, access.unreadable
+    else:
+        summary.tensors_read = access.tensors_read - read_before
+        summary.unreadable = access.unreadable - unreadable_before
+    return summary
+
+
+# ---- the columnar path -------------------------------------------------------------------------------------
+
+def _columnar_dir(d: DumpDir, warn, counters, access: TensorAccess):
+    """(suspicious OpExecutions, step start, op runs, has statistics) for a plain directory, or None to take the
+    object path. Warnings and counters are the ones the object path would give, and given only on success."""
+    try:
+        with os.scandir(d.path) as it:
+            entries = sorted(e.name for e in it if not e.is_dir())
+    except OSError:
+        return None                               # the object path says why
+    pending: List[str] = []
+    mine = {"files": 0, "unknown": 0}
+    npy_names = []
+    for name in entries:
+        if name.endswith(".npy") and not name.startswith("Opdebug."):
+            npy_names.append(name)
+        elif name == "statistic.csv":
+            continue
+        elif name == "mapping.csv" or name.startswith(("Opdebug.", "acl_dump")) or names.parse(name) is not None:
+            return None                           # renamed files, flags, binary dumps: the object path
+        elif name.endswith(".json") or name.count(".") >= 4:
+            pending.append(f"{os.path.join(d.path, name)}: file name not understood, skipped")
+            mine["unknown"] += 1
+    if "statistic.csv" in entries:
+        from .readers.statistic_csv import read_columns
+        table = read_columns(os.path.join(d.path, "statistic.csv"))
+        if table is None or table.size < len(npy_names) or table.size == 0:
+            return None
+        mine["files"] += 1 + len(npy_names)
+        result = _statistic_step(d, table) + (True,)
+    elif npy_names:
+        result = _npy_step(d, npy_names, pending.append, mine, access)
+        if result is None:
+            return None
+        result = result + (False,)
+    else:
+        return None
+    for message in pending:
+        warn(message)
+    counters["files"] += mine["files"]
+    counters["unknown"] += mine["unknown"]
+    return result
+
+
+def _group_runs(prefix_codes: List[int], stamps: List[int], io: List[str], slot: List[int], n_groups: int):
+    """Per group: whether it has an output, whether an (io, slot) repeats (the op ran more than once); and
+    whether a tensor appears twice (same op, time, io and slot: the object path reports those)."""
+    seen = set()
+    tensors = set()
+    repeated = [False] * n_groups
+    has_output = [False] * n_groups
+    for code, stamp, io_i, slot_i in zip(prefix_codes, stamps, io, slot):
+        key = (code, io_i, slot_i)
+        if key in seen:
+            repeated[code] = True
+            if (key, stamp) in tensors:
+                return None
+            tensors.add((key, stamp))
+        else:
+            tensors.add((key, stamp))
+        seen.add(key)
+        if io_i == OUTPUT:
+            has_output[code] = True
+    return has_output, repeated
+
+
+def _npy_step(d: DumpDir, npy_names: List[str], warn, counters, access: TensorAccess):
+    import numpy as np
+
+    from .stats import scan, scan_many
+
+    parsed = names.parse_many(npy_names)
+    for i in parsed.rejected:
+        warn(f"{os.path.join(d.path, npy_names[i])}: file name not understood, skipped")
+        counters["unknown"] += 1
+    codes_of: Dict[str, int] = {}
+    codes = [codes_of.setdefault(p, len(codes_of)) for p in parsed.prefix]
+    ops = [names.split_prefix(p) for p in codes_of]
+    keep = [k for k, code in enumerate(codes) if ops[code] is not None]
+    if len(keep) != len(codes):                  # a prefix that is no op: the name is not a dump name
+        for k, code in enumerate(codes):
+            if ops[code] is None:
+                warn(f"{os.path.join(d.path, npy_names[parsed.rows[k]])}: file name not understood, skipped")
+                counters["unknown"] += 1
+    counters["files"] += len(keep)
+    if not keep:
+        return [], None, 0
+    rows = [parsed.rows[k] for k in keep]
+    codes = [codes[k] for k in keep]
+    stamps = [parsed.timestamp[k] for k in keep]
+    io = [parsed.io[k] for k in keep]
+    slot = [parsed.slot[k] for k in keep]
+    dtype = [parsed.dtype[k] for k in keep]
+    fmt = [parsed.fmt[k] for k in keep]
+    n_groups = len(ops)
+    runs = _group_runs(codes, stamps, io, slot, n_groups)
+    if runs is None:
+        return None
+    has_output, repeated = runs
+    suspicious = [(not has_output[g]) or repeated[g] for g in range(n_groups)]
+
+    # Every float output of the step, read once and checked in one pass (what judge() would ask first).
+    seeded: Dict[int, tuple] = {}       # row -> (bad, pinned, header)
+    batch, batch_rows, batch_declared, batch_bytes = [], [], [], 0
+
+    def flush():
+        nonlocal batch, batch_rows, batch_declared, batch_bytes
+        if batch:
+            bad, pinned = scan_many([a for a, _ in batch], batch_declared)
+            for j, r in enumerate(batch_rows):
+                seeded[r] = (bool(bad[j]), bool(pinned[j]), batch[j][1])
+        batch, batch_rows, batch_declared, batch_bytes = [], [], [], 0
+
+    folder = d.path
+    for r in range(len(rows)):
+        if io[r] != OUTPUT or (dtype[r] is not None and "float" not in dtype[r]) or suspicious[codes[r]]:
+            continue
+        path = os.path.join(folder, npy_names[rows[r]])
+        try:
+            blob, whole = npy.read_start(path)
+            if whole:
+                header, array = npy.from_bytes(path, blob)
+            else:
+                header = npy.read_header(path, blob[:4096], os.path.getsize(path))
+                array = npy.open_array(path, header)
+        except (npy.NpyError, OSError, ValueError):
+            suspicious[codes[r]] = True              # judge() reads it again and says what is wrong
+            continue
+        declared = dtype[r] or canonical(header.header_dtype.name)
+        if not whole:
+            bad, pinned = scan(array, declared)
+            seeded[r] = (bad, pinned, header)
+            continue
+        batch.append((array, header))
+        batch_rows.append(r)
+        batch_declared.append(declared)
+        batch_bytes += array.nbytes
+        if batch_bytes >= BATCH_BYTES:
+            flush()
+    flush()
+    for r, (bad, pinned, _) in seeded.items():
+        if bad or pinned:
+            suspicious[codes[r]] = True
+
+    by_group: Dict[int, List[int]] = {}
+    for r, code in enumerate(codes):
+        if suspicious[code]:
+            by_group.setdefault(code, []).append(r)
+    events = []
+    for code, members in by_group.items():
+        op_type, op_name, task, stream = ops[code]
+        for r in members:
+            e = TensorEvent(source=os.path.join(folder, npy_names[rows[r]]), rank=d.rank, graph=d.graph,
+                            iteration=d.iteration, op_type=op_type, op_name=op_name, task_id=task,
+                            stream_id=stream, timestamp=stamps[r], io=io[r] or INPUT, slot=slot[r], fmt=fmt[r],
+                            dtype=dtype[r])
+            if r in seeded:
+                bad, pinned, header = seeded[r]
+                access.seed(e, header, bad, pinned)
+            events.append(e)
+    access.tensors_read += len(seeded)
+    executions = group_executions(events, warn)
+    return executions, min(stamps), n_groups - len(by_group) + len(executions)
+
+
+def _statistic_step(d: DumpDir, table):
+    """statistic.csv rows as columns: bad or saturated rows found vectorised, their op runs made objects."""
+    import numpy as np
+
+    suspicious_rows = table.suspicious()
+    groups, n_groups = table.group_codes()
+    flagged = np.zeros(n_groups, dtype=bool)
+    flagged[groups[suspicious_rows]] = True
+    # loops (an (io, slot) seen twice in a group) are counted as extra runs by group_executions below only
+    # when suspicious; the count of clean runs is the number of groups.
+    rows = np.flatnonzero(flagged[groups])
+    events = table.events(rows, d.rank, d.graph, d.iteration)
+    executions = group_executions(events, lambda message: None)
+    return executions, table.first_timestamp(), n_groups - int(flagged.sum()) + len(executions)
