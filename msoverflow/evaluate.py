@@ -100,6 +100,18 @@ class TensorAccess:
             self._stats[key] = None if array is None else tensor_stats.compute(array, event.dtype)
         return self._stats[key]
 
+    def adopt(self, other: "TensorAccess", events):
+        """Take over another access's counts and what it knows of `events` (which stay alive with the caller:
+        the caches are keyed by object id, and an id is only safe while its object lives)."""
+        self.tensors_read += other.tensors_read
+        self.unreadable += other.unreadable
+        for event in events:
+            key = id(event)
+            if key in other._scan:
+                self._scan[key] = other._scan[key]
+            if key in other._stats:
+                self._stats[key] = other._stats[key]
+
     def forget(self, event: TensorEvent):
         """Drop cached results of a tensor nobody will ask about again (keeps memory flat on long scans)."""
         self._scan.pop(id(event), None)

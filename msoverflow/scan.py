@@ -27,6 +27,7 @@ from .readers import npy
 from .readers.exec_order import execution_order
 
 BATCH_BYTES = 64 << 20      # small tensors checked together, at most this many bytes at a time
+COLUMNAR = True             # False: every directory takes the object path (tests compare the two)
 
 
 @dataclass
@@ -92,11 +93,9 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
     from .rules import judge
 
     summary = UnitSummary(unit.rank, unit.iteration)
-    own = access is None
-    if own:
-        access = TensorAccess(summary.warnings.append)
     note = summary.warnings.append if warn is None else warn
-    read_before, unreadable_before = access.tensors_read, access.unreadable
+    # A unit's own access: its caches are keyed by object id, and the events of a clean step die with it.
+    caller_access, access = access, TensorAccess(note)
     counters = {"files": 0, "unknown": 0}
     keys = Counter((d.graph, d.iteration) for d in unit.dirs)
     executions: List[OpExecution] = []
@@ -107,7 +106,7 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
             summary.layouts.append(d.layout)
         summary.rank_roots.setdefault((d.rank, d.graph), d.rank_root)
         step = None
-        if keys[(d.graph, d.iteration)] == 1:         # a twin directory needs the duplicate check below
+        if COLUMNAR and keys[(d.graph, d.iteration)] == 1:         # a twin directory needs the duplicate check below
             step = _columnar_dir(d, note, counters, access)
         if step is None:
             events, _records = events_of_dir(d, note, counters)
@@ -146,11 +145,10 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
                 summary.after_arrival.append(len(summary.judged))
         summary.judged.append((ex, verdict))
     summary.earlier_bad = earlier_bad
-    if own:
-        summary.tensors_read, summary.unreadable = access.tensors_read, access.unreadable
+    if caller_access is not None:
+        caller_access.adopt(access, [e for ex, _ in summary.judged for e in ex.inputs + ex.outputs])
     else:
-        summary.tensors_read = access.tensors_read - read_before
-        summary.unreadable = access.unreadable - unreadable_before
+        summary.tensors_read, summary.unreadable = access.tensors_read, access.unreadable
     return summary
 
 
@@ -170,13 +168,16 @@ def _columnar_dir(d: DumpDir, warn, counters, access: TensorAccess):
     for name in entries:
         if name.endswith(".npy") and not name.startswith("Opdebug."):
             npy_names.append(name)
-        elif name == "statistic.csv":
+        elif name in ("statistic.csv", "mapping.csv") or name.startswith("acl_dump"):
             continue
-        elif name == "mapping.csv" or name.startswith(("Opdebug.", "acl_dump")) or names.parse(name) is not None:
-            return None                           # renamed files, flags, binary dumps: the object path
+        elif name.startswith("Opdebug.") or names.parse(name) is not None:
+            return None                           # flags, binary dumps: the object path
         elif name.endswith(".json") or name.count(".") >= 4:
             pending.append(f"{os.path.join(d.path, name)}: file name not understood, skipped")
             mine["unknown"] += 1
+    # names over 255 characters were replaced by random ones; mapping.csv gives them back
+    mapping = names.read_mapping(os.path.join(d.path, "mapping.csv"), pending.append) \
+        if "mapping.csv" in entries else {}
     if "statistic.csv" in entries:
         from .readers.statistic_csv import read_columns
         table = read_columns(os.path.join(d.path, "statistic.csv"))
@@ -185,7 +186,8 @@ def _columnar_dir(d: DumpDir, warn, counters, access: TensorAccess):
         mine["files"] += 1 + len(npy_names)
         result = _statistic_step(d, table) + (True,)
     elif npy_names:
-        result = _npy_step(d, npy_names, pending.append, mine, access)
+        result = _npy_step(d, npy_names, [mapping.get(n, n) for n in npy_names] if mapping else npy_names,
+                           pending.append, mine, access)
         if result is None:
             return None
         result = result + (False,)
@@ -220,12 +222,13 @@ def _group_runs(prefix_codes: List[int], stamps: List[int], io: List[str], slot:
     return has_output, repeated
 
 
-def _npy_step(d: DumpDir, npy_names: List[str], warn, counters, access: TensorAccess):
+def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters, access: TensorAccess):
+    """npy_names: the files; shown: their names as MindSpore meant them (mapping.csv applied)."""
     import numpy as np
 
     from .stats import scan, scan_many
 
-    parsed = names.parse_many(npy_names)
+    parsed = names.parse_many(shown)
     for i in parsed.rejected:
         warn(f"{os.path.join(d.path, npy_names[i])}: file name not understood, skipped")
         counters["unknown"] += 1

@@ -29,6 +29,11 @@ def register(sub):
     p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
     p.add_argument("-o", "--output", help="write the report here instead of stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="worker processes for the per-rank scans (default: one per CPU on large dumps; 1: none)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run the per-rank scans on this Dask distributed scheduler (tcp://host:8786; default "
+                        "$MSOVERFLOW_SCHEDULER); every worker must see the dump at the same path")
     p.set_defaults(run=run)
     return p
 
@@ -38,13 +43,15 @@ def run(args) -> int:
     from ..errors import UserError
     from ..render import render
 
+    if args.jobs is not None and args.jobs < 1:
+        raise UserError(f"--jobs {args.jobs}: expected 1 or more")
     if args.output:
         out_abs = os.path.abspath(args.output)
         dump_abs = os.path.abspath(args.dump_dir)
         if out_abs.startswith(dump_abs.rstrip(os.sep) + os.sep):
             raise UserError(f"{args.output}: refusing to write into the dump directory {args.dump_dir}")
     report = analyze(args.dump_dir, ranks=args.rank, iterations=args.iteration, scan_all=args.scan_all,
-                     progress=False if args.no_progress else None)
+                     progress=False if args.no_progress else None, jobs=args.jobs, scheduler=args.scheduler)
     text = render(report, args.format, args.top)
     if args.output:
         try:
