@@ -15,8 +15,8 @@ from .errors import UserError
 from .evaluate import TensorAccess
 from .index import DumpIndex, build_index
 from .layout import discover
-from .parallel import count_files, map_reduce
-from .scan import has_hardware_flags, plan_units
+from .parallel import map_reduce
+from .scan import plan_units, survey
 from .model import (CLEAN, CROSS_RANK, ORIGIN, PROPAGATOR, Finding, OpExecution, Report, Source, TensorEvent,
                     TensorSummary)
 from .rules import Verdict, judge
@@ -46,7 +46,8 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     kn = knowledge()
     show = sys.stderr.isatty() if progress is None else progress
 
-    if has_hardware_flags(units):
+    hardware_flags, files = survey(units)
+    if hardware_flags:
         # Opdebug records mean the hardware watched every op on every rank: the ops it flagged are the
         # overflows, and other tensors need no read (collectives aside: they tell which rank a bad value came
         # from). The records answer across ranks, so these dumps (flagged ops only) are judged in one piece.
@@ -60,7 +61,6 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
             _mark_arrivals_before_origins(index, judged, access, kn, after_arrival)
     else:
         # map: each (rank, step) on its own into a summary; reduce: ordered summaries (msoverflow/parallel.py)
-        files = count_files(units)
         with _Progress(show, files) as bar:
             index, judged, after_arrival, scanned_all = map_reduce(
                 units, kn, scan_all, access, note, jobs=jobs, scheduler=scheduler, files=files,

@@ -116,9 +116,43 @@ class NpyNames:
 _IO = frozenset(("input", "output"))
 
 
+_DIGIT_LINES = re.compile(r"[0-9]+(?:\n[0-9]+)*")
+
+
+def _columns_of_one_form(filenames, fields: int, with_dtype: bool) -> Optional[NpyNames]:
+    """Every name in one form (2.4+ with `.DType`, or the older one): columns from one right split per name,
+    each check made once per column (a set, one regex over the joined digits). None when any name differs."""
+    if not all(name.endswith(".npy") for name in filenames):
+        return None
+    parts = [name[:-4].rsplit(".", fields) for name in filenames]
+    if not all(len(p) == fields + 1 for p in parts) or not {p[2] for p in parts} <= _IO:
+        return None
+    stamps, slots = [p[1] for p in parts], [p[3] for p in parts]
+    if not (_DIGIT_LINES.fullmatch("\n".join(stamps)) and _DIGIT_LINES.fullmatch("\n".join(slots))):
+        return None
+    prefixes = [p[0] for p in parts]
+    if not all(p.count(".") >= 3 for p in set(prefixes)):
+        return None
+    if with_dtype:
+        dtypes = {token: canonical(token) for token in {p[5] for p in parts}}
+        if None in dtypes.values():
+            return None
+        dtype = [dtypes[p[5]] for p in parts]
+    else:
+        dtype = [None] * len(parts)
+    return NpyNames(list(range(len(parts))), prefixes, list(map(int, stamps)), [p[2] for p in parts],
+                    list(map(int, slots)), [p[4] for p in parts], dtype, [])
+
+
 def parse_many(filenames) -> NpyNames:
-    """Bulk form of parse() for npy names: two right splits per name instead of a regex per token. Names the
-    split cannot settle go through parse(), so both always agree."""
+    """Bulk form of parse() for npy names, as columns. A dump's names share one form, so the columns come
+    from one right split per name; names of mixed or odd forms go one by one through the same splits, and
+    what those cannot settle through parse(), so both always agree."""
+    if filenames:
+        for fields, with_dtype in ((5, True), (4, False)):
+            columns = _columns_of_one_form(filenames, fields, with_dtype)
+            if columns is not None:
+                return columns
     out = NpyNames([], [], [], [], [], [], [], [])
     dtype_of: Dict[str, Optional[str]] = {}
     for i, name in enumerate(filenames):
@@ -155,6 +189,18 @@ def parse_many(filenames) -> NpyNames:
         out.fmt.append(parts[4])
         out.dtype.append(dtype)
     return out
+
+
+def split_prefixes(prefixes) -> list:
+    """split_prefix() of many prefixes: right splits and one regex per column when all are well formed."""
+    parts = [p.rsplit(".", 2) for p in prefixes]
+    if parts and all(len(x) == 3 for x in parts) \
+            and _DIGIT_LINES.fullmatch("\n".join(x[1] for x in parts)) \
+            and _DIGIT_LINES.fullmatch("\n".join(x[2] for x in parts)):
+        heads = [x[0].split(".", 1) for x in parts]
+        if all(len(h) == 2 and h[1] for h in heads):
+            return [(h[0], h[1], int(x[1]), int(x[2])) for h, x in zip(heads, parts)]
+    return [split_prefix(p) for p in prefixes]
 
 
 def split_prefix(prefix: str) -> Optional[tuple]:

@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import UserError
 from .index import DumpIndex
-from .scan import Unit, UnitSummary, scan_unit
+from .scan import Unit, UnitSummary, scan_unit, survey
 
 POOL_MIN_FILES = 20_000     # below this, starting workers costs more than it saves (measured on 2 cores)
 SCHEDULER_ENV = "MSOVERFLOW_SCHEDULER"
@@ -27,18 +27,6 @@ def _remote_scan(unit: Unit, earlier_bad: bool) -> UnitSummary:
     """A worker's task: one rank's step, with the worker's own tensor access; warnings travel back."""
     from .rules.knowledge import knowledge
     return scan_unit(unit, knowledge(), earlier_bad)
-
-
-def count_files(units: List[Unit]) -> int:
-    total = 0
-    for unit in units:
-        for d in unit.dirs:
-            try:
-                with os.scandir(d.path) as entries:
-                    total += sum(1 for _ in entries)
-            except OSError:
-                continue
-    return total
 
 
 def map_reduce(units: List[Unit], kn, scan_all: bool, access, warn: Callable[[str], None], *,
@@ -55,7 +43,7 @@ def map_reduce(units: List[Unit], kn, scan_all: bool, access, warn: Callable[[st
     else:
         jobs = jobs or os.cpu_count() or 1
         if files is None and jobs > 1 and len(chains) > 1:
-            files = count_files(units)
+            files = survey(units)[1]
         if jobs > 1 and len(chains) > 1 and (files or 0) >= POOL_MIN_FILES:
             summaries, scanned_all = _on_pool(chains, scan_all, min(jobs, len(chains)), advance)
         else:

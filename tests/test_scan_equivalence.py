@@ -138,3 +138,16 @@ def test_bulk_name_parser_agrees_with_parse():
         assert names.split_prefix(bulk.prefix[k]) == (one.op_type, one.op_name, one.task_id, one.stream_id), name
         assert (bulk.timestamp[k], bulk.io[k], bulk.slot[k], bulk.fmt[k], bulk.dtype[k]) == (
             one.timestamp, one.io, one.slot, one.fmt, one.dtype), name
+
+
+def test_bulk_name_parser_columns_of_one_form_agree_with_parse():
+    for suffix in (".Float32.npy", ".npy"):
+        batch = [f"MatMul.Default_net-Net_MatMul-op{i}.{i}.3.{1000 + i}.{io}.{i % 3}.NCHW{suffix}"
+                 for i in range(50) for io in ("input", "output")]
+        bulk = names.parse_many(batch)
+        assert bulk.rows == list(range(len(batch))) and not bulk.rejected
+        for k, name in enumerate(batch):
+            one = names.parse(name)
+            assert names.split_prefix(bulk.prefix[k]) == (one.op_type, one.op_name, one.task_id, one.stream_id)
+            assert (bulk.timestamp[k], bulk.io[k], bulk.slot[k], bulk.fmt[k], bulk.dtype[k]) == (
+                one.timestamp, one.io, one.slot, one.fmt, one.dtype)

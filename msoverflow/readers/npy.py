@@ -144,9 +144,26 @@ def read_start(path: str) -> Tuple[bytes, bool]:
         os.close(fd)
 
 
+_HEADERS: dict = {}
+
+
+def header_of_bytes(path: str, blob: bytes) -> NpyHeader:
+    """read_header() of a whole small file in memory, remembered by its header bytes and size: the files of a
+    dump share a handful of headers, so most files cost one dictionary look-up."""
+    if blob[:6] != _MAGIC or len(blob) < 10 or blob[6] != 1:
+        return read_header(path, blob, len(blob))
+    key = (blob[:10 + int.from_bytes(blob[8:10], "little")], len(blob))
+    header = _HEADERS.get(key)
+    if header is None:
+        header = read_header(path, blob, len(blob))
+        if len(_HEADERS) < 4096:
+            _HEADERS[key] = header
+    return header
+
+
 def from_bytes(path: str, blob: bytes) -> Tuple[NpyHeader, np.ndarray]:
     """Header and data of a whole small file already in memory."""
-    header = read_header(path, blob, len(blob))
+    header = header_of_bytes(path, blob)
     if header.payload_dtype.hasobject:
         raise NpyError("object arrays are not tensors")
     count = math.prod(header.shape) if header.shape else 1
