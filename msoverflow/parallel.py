@@ -101,18 +101,19 @@ def _on_pool(chains, scan_all, jobs, advance):
 
 def _on_dask(chains, scan_all, address, advance):
     try:
-        from distributed import Client, wait
+        from distributed import Client, as_completed
     except ImportError:
         raise UserError(f"--scheduler {address}: dask.distributed is not installed "
                         "(pip install 'msoverflow[dask]' here and on every worker)") from None
     try:
-        client = Client(address, set_as_default=False, timeout="20s")
+        client = Client(address, set_as_default=False, timeout="10s")
     except (OSError, TimeoutError) as exc:
         raise UserError(f"--scheduler {address}: cannot reach the Dask scheduler ({exc})") from None
     try:
         return _chained(chains, scan_all,
                         lambda unit, bad: client.submit(_remote_scan, unit, bad, pure=False),
-                        lambda futures: wait(futures, return_when="FIRST_COMPLETED").done, advance)
+                        lambda futures: [f for f in futures if f.done()]
+                        or [next(as_completed(futures, loop=client.loop))], advance)
     finally:
         client.close()
 
