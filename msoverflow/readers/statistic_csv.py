@@ -348,6 +348,38 @@ class _Text:
     def __init__(self, codes, values):
         self.codes, self.values = codes, values
 
+    def value(self, code: int) -> str:
+        return self.values[code]
+
+
+class _ArrowText(_Text):
+    """Op names: tens of thousands of distinct values per file, so they stay in Arrow until one is asked for."""
+
+    def __init__(self, codes, dictionary):
+        super().__init__(codes, None)
+        self.dictionary = dictionary
+        self.size = len(dictionary)
+
+    def value(self, code: int) -> str:
+        return self.dictionary[code].as_py()
+
+
+def _combine(codes, values):
+    """Dense codes of the pairs (code, value)."""
+    values = np.asarray(values, dtype=np.int64)
+    if codes.size:
+        seen = np.zeros(int(codes.max()) + 1, dtype=np.int64)
+        seen[codes] = values
+        if (seen[codes] == values).all():         # the value follows from the code (one task per op): as is
+            return codes
+    low = values.min() if values.size else 0
+    span = int(values.max() - low) + 1 if values.size else 1
+    if span * (int(codes.max()) + 1 if codes.size else 1) < (1 << 62):
+        _, dense = np.unique(codes * span + (values - low), return_inverse=True)
+    else:
+        _, dense = np.unique(np.stack([codes, values], axis=1), axis=0, return_inverse=True)
+    return dense.reshape(-1).astype(np.int64, copy=False)
+
 
 class StatTable:
     """A statistic.csv as numpy columns (pyarrow's CSV reader, only the needed columns). Rows are never turned
@@ -381,21 +413,24 @@ class StatTable:
 
     def group_codes(self):
         """One code per op (op type, op name, task, stream) and how many there are."""
-        if getattr(self, "_groups", None) is not None:
-            return self._groups
-        key = np.stack([self.columns["op_type"].codes, self.columns["op_name"].codes,
-                        self.columns["task_id"][0], self.columns["stream_id"][0]], axis=1)
-        _, codes = np.unique(key, axis=0, return_inverse=True)
-        codes = codes.reshape(-1)
-        self._groups = (codes, int(codes.max()) + 1 if codes.size else 0)
+        if getattr(self, "_groups", None) is None:
+            codes = self.columns["op_name"].codes * len(self.columns["op_type"].values) \
+                + self.columns["op_type"].codes
+            for key in ("task_id", "stream_id"):
+                codes = _combine(codes, self.columns[key][0])
+            self._groups = (codes, int(codes.max()) + 1 if codes.size else 0)
         return self._groups
 
     def has_duplicates(self) -> bool:
         """The same tensor twice (the object path reports and drops those)."""
         codes, _ = self.group_codes()
-        key = np.stack([codes, self.columns["timestamp"][0], self.columns["io"].codes, self.columns["slot"][0]],
-                       axis=1)
-        return len(np.unique(key, axis=0)) != self.size
+        columns = (self.columns["slot"][0], self.columns["io"].codes, self.columns["timestamp"][0], codes)
+        order = np.lexsort(columns)
+        same = np.ones(self.size - 1, dtype=bool)
+        for column in columns:
+            ordered = column[order]
+            same &= ordered[1:] == ordered[:-1]
+        return bool(same.any())
 
     def first_timestamp(self) -> Optional[int]:
         return int(self.columns["timestamp"][0].min()) if self.size else None
@@ -404,7 +439,7 @@ class StatTable:
         """TensorEvents for the given rows, exactly as read_statistic_csv makes them."""
         c = self.columns
         graph = str(graph)
-        op_names = [scope_to_file_name(v) for v in c["op_name"].values]
+        op_names: Dict[int, str] = {}
         dtypes = [normalize_dtype(v) for v in c["dtype"].values] if "dtype" in c else None
         shapes = [parse_shape(v) for v in c["shape"].values] if "shape" in c else None
 
@@ -424,7 +459,8 @@ class StatTable:
                                        number("zero", row, int), shape, dtype)
             events.append(TensorEvent(
                 source=self.path, rank=rank, graph=graph, iteration=iteration,
-                op_type=c["op_type"].values[c["op_type"].codes[row]], op_name=op_names[c["op_name"].codes[row]],
+                op_type=c["op_type"].values[c["op_type"].codes[row]],
+                op_name=_cached(op_names, c["op_name"], row, scope_to_file_name),
                 task_id=int(c["task_id"][0][row]), stream_id=int(c["stream_id"][0][row]),
                 timestamp=int(c["timestamp"][0][row]), io=c["io"].values[c["io"].codes[row]],
                 slot=int(c["slot"][0][row]),
@@ -433,11 +469,19 @@ class StatTable:
         return events
 
 
+def _cached(cache: Dict[int, str], column: "_Text", row: int, convert) -> str:
+    code = int(column.codes[row])
+    if code not in cache:
+        cache[code] = convert(column.value(code))
+    return cache[code]
+
+
 def read_columns(path: str) -> Optional[StatTable]:
     """A well-formed statistic.csv as columns; None for anything unusual (read_statistic_csv then explains it
     row by row) or when pyarrow is not installed."""
     try:
         import pyarrow as pa
+        import pyarrow.compute as pc
         from pyarrow import csv as pa_csv
     except ImportError:
         return None
@@ -471,7 +515,17 @@ def read_columns(path: str) -> Optional[StatTable]:
         if key in _TEXT_FIELDS:
             encoded = column.dictionary_encode().combine_chunks()
             codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            if key == "op_name":
+                names = encoded.dictionary
+                # read_statistic_csv strips names; a name with blanks around it, or none, takes that path
+                if len(names) and (not pc.all(pc.equal(names, pc.utf8_trim_whitespace(names))).as_py()
+                                   or pc.min(pc.utf8_length(names)).as_py() == 0):
+                    return None
+                columns[key] = _ArrowText(codes, names)
+                continue
             values = [v.strip() if v is not None else "" for v in encoded.dictionary.to_pylist()]
+            if key == "op_type" and any(v != raw for v, raw in zip(values, encoded.dictionary.to_pylist())):
+                return None               # blanks around a type: read_statistic_csv groups by the stripped one
             if key == "dtype":         # read_statistic_csv normalises the cell as written
                 values = [v if v is not None else "" for v in encoded.dictionary.to_pylist()]
             columns[key] = _Text(codes, values)
@@ -485,7 +539,7 @@ def read_columns(path: str) -> Optional[StatTable]:
     io.values = [v.lower() for v in io.values]
     if any(v not in (INPUT, OUTPUT) for v in io.values):
         return None
-    if any(not v for k in ("op_type", "op_name") for v in columns[k].values):
+    if any(not v for v in columns["op_type"].values):
         return None
     if "shape" in columns:
         try:
