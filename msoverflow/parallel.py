@@ -6,7 +6,8 @@ Each rank's steps are scanned in order, one unit at a time, and a rank stops aft
 first origin (unless --all): the next step of a rank is handed out only when the previous one came back clean,
 so no worker scans a step that the answer does not need. Ranks run side by side:
   - in this process (small dumps, --jobs 1);
-  - on a local process pool (--jobs N; default: one worker per CPU for dumps large enough to pay for it);
+  - on a local process pool (--jobs N; default: one worker per CPU, on machines of 3+ CPUs and dumps large
+    enough to pay for it);
   - on a Dask distributed cluster (--scheduler ADDRESS or MSOVERFLOW_SCHEDULER): each task reads one rank's
     step from a filesystem every worker sees at the same path.
 """
@@ -19,7 +20,8 @@ from .errors import UserError
 from .index import DumpIndex
 from .scan import Unit, UnitSummary, scan_unit, survey
 
-POOL_MIN_FILES = 20_000     # below this, starting workers costs more than it saves (measured on 2 cores)
+POOL_MIN_FILES = 20_000     # below this, starting workers costs more than it saves
+POOL_MIN_CPUS = 3           # on 2 CPUs the workers and this process contend: measured slower than one process
 SCHEDULER_ENV = "MSOVERFLOW_SCHEDULER"
 
 
@@ -41,7 +43,9 @@ def map_reduce(units: List[Unit], kn, scan_all: bool, access, warn: Callable[[st
     if scheduler:
         summaries, scanned_all = _on_dask(chains, scan_all, scheduler, advance)
     else:
-        jobs = jobs or os.cpu_count() or 1
+        if jobs is None:           # the default: a worker per CPU, where that pays (see POOL_MIN_CPUS)
+            cpus = os.cpu_count() or 1
+            jobs = cpus if cpus >= POOL_MIN_CPUS else 1
         if files is None and jobs > 1 and len(chains) > 1:
             files = survey(units)[1]
         if jobs > 1 and len(chains) > 1 and (files or 0) >= POOL_MIN_FILES:
@@ -145,10 +149,14 @@ def _reduce(summaries: List[UnitSummary], chains, access, warn) -> Tuple[DumpInd
             if s.step_start is not None:
                 index.step_start[(s.rank, s.iteration)] = s.step_start
         for position, (ex, verdict) in enumerate(s.judged):
-            index.executions.setdefault(s.rank, []).append(ex)
             judged.append((ex, verdict))
             if position in s.after_arrival:
                 after_arrival.add(id(ex))
+        # the executions that exist as objects: the judged ones and a clean sample of each step, in time order
+        step = [ex for ex, _ in s.judged] + s.sample
+        step.sort(key=lambda ex: (ex.time, ex.order if ex.order is not None else 1 << 30))
+        if step:
+            index.executions.setdefault(s.rank, []).extend(step)
     # steps not scanned (the rank's answer came earlier) still count as seen: they hold dump files
     for rank, units in chains.items():
         for unit in units:

@@ -44,6 +44,7 @@ class UnitSummary:
     rank: int
     iteration: int
     judged: list = field(default_factory=list)        # [(OpExecution, Verdict)] not clean, in time order
+    sample: list = field(default_factory=list)        # a few clean OpExecutions: what the step's runs look like
     after_arrival: List[int] = field(default_factory=list)  # indices in judged: origins after a bad arrival
     has_origin: bool = False
     earlier_bad: bool = False      # this rank has seen a bad value by the end of this step
@@ -138,6 +139,8 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
     for ex in executions:
         verdict = judge(ex, access, kn, earlier_bad)
         if verdict.role == CLEAN:
+            if len(summary.sample) < 2 * SAMPLE:
+                summary.sample.append(ex)
             continue
         earlier_bad = True
         if verdict.kind == CROSS_RANK:
@@ -325,9 +328,10 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
         if bad or pinned:
             suspicious[codes[r]] = True
 
+    sample = _sample_groups(codes, is_output, [ops[c][0] == "Parameter" for c in range(n_groups)])
     by_group: Dict[int, List[int]] = {}
     for r, code in enumerate(codes):
-        if suspicious[code]:
+        if suspicious[code] or code in sample:
             by_group.setdefault(code, []).append(r)
     events = []
     for code, members in by_group.items():
@@ -346,6 +350,24 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
     return executions, min(stamps), n_groups - len(by_group) + len(executions)
 
 
+SAMPLE = 4
+
+
+def _sample_groups(codes, is_output, is_parameter) -> set:
+    """A few clean op runs kept as objects beside the suspicious ones, so later stages that look at what the dump
+    holds (inputs dumped? outputs? only Parameters? scoped names?) see its shape: the first runs, the first with
+    an input, with an output, and the first that is not a Parameter."""
+    chosen = set(list(dict.fromkeys(codes))[:SAMPLE])
+    firsts = {}
+    for code, out in zip(codes, is_output):
+        firsts.setdefault("output" if out else "input", code)
+        if not is_parameter[code]:
+            firsts.setdefault("op", code)
+        if len(firsts) == 3:
+            break
+    return chosen | set(firsts.values())
+
+
 def _statistic_step(d: DumpDir, table):
     """statistic.csv rows as columns: bad or saturated rows found vectorised, their op runs made objects."""
     import numpy as np
@@ -356,6 +378,13 @@ def _statistic_step(d: DumpDir, table):
     flagged[groups[suspicious_rows]] = True
     # loops (an (io, slot) seen twice in a group) are counted as extra runs by group_executions below only
     # when suspicious; the count of clean runs is the number of groups.
+    types = table.columns["op_type"]
+    first_rows = np.unique(groups, return_index=True)[1]
+    parameter = [types.values[types.codes[row]] == "Parameter" for row in first_rows.tolist()]
+    io_values = np.asarray(table.columns["io"].values)
+    for code in _sample_groups(groups.tolist(), (io_values[table.columns["io"].codes] == OUTPUT).tolist(),
+                               parameter):
+        flagged[code] = True
     rows = np.flatnonzero(flagged[groups])
     events = table.events(rows, d.rank, d.graph, d.iteration)
     executions = group_executions(events, lambda message: None)

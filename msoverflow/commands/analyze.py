@@ -30,7 +30,8 @@ def register(sub):
     p.add_argument("-o", "--output", help="write the report here instead of stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--jobs", type=int, metavar="N",
-                   help="worker processes for the per-rank scans (default: one per CPU on large dumps; 1: none)")
+                   help="worker processes for the per-rank scans (default: one per CPU on large dumps, on 3+ CPUs; "
+                        "1: none)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the per-rank scans on this Dask distributed scheduler (tcp://host:8786; default "
                         "$MSOVERFLOW_SCHEDULER); every worker must see the dump at the same path")

@@ -10,6 +10,7 @@ Only the header is parsed; tensors are handed out as memmap views, so reading ev
 """
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import struct
@@ -318,6 +319,5 @@ def tensor_events(path: str, parsed=None, *, rank: int, graph: str, iteration: i
 
 
 def _make_loader(path: str, slot: TensorSlot):
-    def load():
-        return tensor_view(path, slot)
-    return load
+    # a partial, not a closure: events travel between processes (analyze --jobs/--scheduler) by pickle
+    return functools.partial(tensor_view, path, slot)

@@ -418,6 +418,7 @@ class StatTable:
                 + self.columns["op_type"].codes
             for key in ("task_id", "stream_id"):
                 codes = _combine(codes, self.columns[key][0])
+            codes = np.unique(codes, return_inverse=True)[1].reshape(-1)     # dense: 0 .. groups - 1
             self._groups = (codes, int(codes.max()) + 1 if codes.size else 0)
         return self._groups
 
