@@ -117,6 +117,7 @@ _IO = frozenset(("input", "output"))
 
 
 _DIGIT_LINES = re.compile(r"[0-9]+(?:\n[0-9]+)*")
+_SHAPE_LIKE = re.compile(r"^[0-9]+(?:[x_][0-9]+)*$")
 
 
 def _columns_of_one_form(filenames, fields: int, with_dtype: bool) -> Optional[NpyNames]:
@@ -131,7 +132,13 @@ def _columns_of_one_form(filenames, fields: int, with_dtype: bool) -> Optional[N
     if not (_DIGIT_LINES.fullmatch("\n".join(stamps)) and _DIGIT_LINES.fullmatch("\n".join(slots))):
         return None
     prefixes = [p[0] for p in parts]
-    if not all(p.count(".") >= 3 for p in set(prefixes)):
+    distinct = set(prefixes)
+    if not all(p.count(".") >= 3 for p in distinct):
+        return None
+    # Only the plain form: an op name whose last dotted token is a number (sub-task ids after the timestamp,
+    # a name without a stream id), a sliced op name or a shape in the format field are read by parse() alone.
+    if any(p.rsplit(".", 3)[1].isdigit() or "_lxslice" in p for p in distinct) \
+            or any(_SHAPE_LIKE.match(f) for f in {p[4] for p in parts}):
         return None
     if with_dtype:
         dtypes = {token: canonical(token) for token in {p[5] for p in parts}}
@@ -144,15 +151,25 @@ def _columns_of_one_form(filenames, fields: int, with_dtype: bool) -> Optional[N
                     list(map(int, slots)), [p[4] for p in parts], dtype, [])
 
 
+def parse_uniform(filenames) -> Optional[NpyNames]:
+    """parse_many() when every name has the plain npy form (one right split each, checks once per column);
+    None otherwise, and the caller reads the names one by one."""
+    if not filenames:
+        return None
+    for fields, with_dtype in ((5, True), (4, False)):
+        columns = _columns_of_one_form(filenames, fields, with_dtype)
+        if columns is not None:
+            return columns
+    return None
+
+
 def parse_many(filenames) -> NpyNames:
     """Bulk form of parse() for npy names, as columns. A dump's names share one form, so the columns come
     from one right split per name; names of mixed or odd forms go one by one through the same splits, and
     what those cannot settle through parse(), so both always agree."""
-    if filenames:
-        for fields, with_dtype in ((5, True), (4, False)):
-            columns = _columns_of_one_form(filenames, fields, with_dtype)
-            if columns is not None:
-                return columns
+    columns = parse_uniform(filenames)
+    if columns is not None:
+        return columns
     out = NpyNames([], [], [], [], [], [], [], [])
     dtype_of: Dict[str, Optional[str]] = {}
     for i, name in enumerate(filenames):

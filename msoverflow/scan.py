@@ -232,27 +232,19 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
 
     from .stats import scan, scan_rows
 
-    parsed = names.parse_many(shown)
-    for i in parsed.rejected:
-        warn(f"{os.path.join(d.path, npy_names[i])}: file name not understood, skipped")
-        counters["unknown"] += 1
+    # Columns only when every name has the plain form; any other name (a new form, a typo) sends the directory
+    # to the object path, which reads each name with parse() and says what it could not understand.
+    parsed = names.parse_uniform(shown)
+    if parsed is None:
+        return None
     codes_of: Dict[str, int] = {}
     codes = [codes_of.setdefault(p, len(codes_of)) for p in parsed.prefix]
     ops = names.split_prefixes(list(codes_of))
-    if any(op is None for op in ops):             # a prefix that is no op: the name is not a dump name
-        keep = [k for k, code in enumerate(codes) if ops[code] is not None]
-        for k, code in enumerate(codes):
-            if ops[code] is None:
-                warn(f"{os.path.join(d.path, npy_names[parsed.rows[k]])}: file name not understood, skipped")
-                counters["unknown"] += 1
-    else:
-        keep = None
-    pick = (lambda column: column) if keep is None else (lambda column: [column[k] for k in keep])
-    rows, codes, stamps, io, slot, dtype, fmt = (pick(c) for c in (
-        parsed.rows, codes, parsed.timestamp, parsed.io, parsed.slot, parsed.dtype, parsed.fmt))
+    if any(op is None for op in ops):
+        return None
+    rows, stamps, io, slot, dtype, fmt = (parsed.rows, parsed.timestamp, parsed.io, parsed.slot, parsed.dtype,
+                                          parsed.fmt)
     counters["files"] += len(rows)
-    if not rows:
-        return [], None, 0
     n_groups = len(ops)
     code_array = np.asarray(codes, dtype=np.int64)
     stamp_array = np.asarray(stamps, dtype=np.int64)
