@@ -138,6 +138,9 @@ def _reduce(summaries: List[UnitSummary], chains, access, warn) -> Tuple[DumpInd
             access.unreadable += s.unreadable
         index.files += s.files
         index.unknown_files += s.unknown_files
+        for key, values in s.lists.items():       # e.g. examples of names not understood, unreadable files
+            if isinstance(getattr(index, key, None), list):
+                getattr(index, key).extend(values)
         for layout in s.layouts:
             if layout not in index.layouts:
                 index.layouts.append(layout)

@@ -23,7 +23,8 @@ from .dtypes import canonical
 from .evaluate import TensorAccess
 from .index import _drop_duplicates, events_of_dir, group_executions
 from .layout import DumpDir
-from .model import CLEAN, CROSS_RANK, INPUT, ORIGIN, OUTPUT, OpExecution, TensorEvent
+from .errors import reading
+from .model import CLEAN, CROSS_RANK, INPUT, OUTPUT, PROPAGATOR, OpExecution, TensorEvent
 from .readers import npy
 from .readers.exec_order import execution_order
 
@@ -58,6 +59,7 @@ class UnitSummary:
     warnings: List[str] = field(default_factory=list)
     layouts: List[str] = field(default_factory=list)
     rank_roots: Dict[Tuple[int, str], Optional[str]] = field(default_factory=dict)
+    lists: Dict[str, list] = field(default_factory=dict)    # the object path's lists of files (by index field)
 
 
 def plan_units(dirs: List[DumpDir], ranks=None, iterations=None) -> List[Unit]:
@@ -83,6 +85,13 @@ def survey(units: List[Unit]) -> Tuple[bool, int]:
             files += len(entries)
             flags = flags or any(name.startswith("Opdebug.") for name in entries)
     return flags, files
+
+
+def _file_of(ex: OpExecution) -> str:
+    """A file of this op execution, to name in an internal error."""
+    for event in ex.inputs + ex.outputs:
+        return event.source
+    return ex.flags[0].source if ex.flags else f"{ex.op_type} {ex.op_name}"
 
 
 @lru_cache(maxsize=256)
@@ -129,6 +138,7 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
         starts.extend(ex.time for ex in plain)
         executions.extend(plain)
     summary.files, summary.unknown_files = counters["files"], counters["unknown"]
+    summary.lists = {k: v for k, v in counters.items() if isinstance(v, list)}
     summary.step_start = min(starts) if starts else None
     for ex in executions:
         root = summary.rank_roots.get((ex.rank, ex.graph))
@@ -137,7 +147,8 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
 
     arrived = False
     for ex in executions:
-        verdict = judge(ex, access, kn, earlier_bad)
+        with reading(_file_of(ex)):
+            verdict = judge(ex, access, kn, earlier_bad)
         if verdict.role == CLEAN:
             if len(summary.sample) < 2 * SAMPLE:
                 summary.sample.append(ex)
@@ -145,7 +156,7 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
         earlier_bad = True
         if verdict.kind == CROSS_RANK:
             arrived = True
-        if verdict.role == ORIGIN:
+        if verdict.role != PROPAGATOR:          # an origin (or any role that answers for the rank)
             summary.has_origin = True
             if arrived:
                 summary.after_arrival.append(len(summary.judged))
