@@ -20,10 +20,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from . import names
 from .dtypes import canonical
+from .errors import reading
 from .evaluate import TensorAccess
 from .index import _drop_duplicates, events_of_dir, group_executions
 from .layout import DumpDir
-from .errors import reading
 from .model import CLEAN, CROSS_RANK, INPUT, OUTPUT, PROPAGATOR, OpExecution, TensorEvent
 from .readers import npy
 from .readers.exec_order import execution_order

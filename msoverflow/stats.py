@@ -1,7 +1,7 @@
 """Tensor statistics computed in bounded-memory chunks, so peak memory does not grow with tensor size."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -88,34 +88,6 @@ def scan(array: np.ndarray, declared: Optional[str]) -> Tuple[bool, bool]:
                 return True, pinned
             pinned = pinned or peak == limit
     return False, pinned
-
-
-def scan_many(arrays: Sequence[np.ndarray], declared: Sequence[Optional[str]]) -> Tuple[np.ndarray, np.ndarray]:
-    """scan() of many small in-memory tensors in one vectorised pass per (dtype, declared limit): the same
-    (bad, pinned) per tensor (a tensor of one chunk that is bad is not pinned, as in scan())."""
-    n = len(arrays)
-    bad = np.zeros(n, dtype=bool)
-    pinned = np.zeros(n, dtype=bool)
-    groups = {}
-    for i, array in enumerate(arrays):
-        if array.dtype.kind == "f" and array.size:
-            groups.setdefault((array.dtype.str, dtype_max(declared[i])), []).append(i)
-    for (_, limit), members in groups.items():
-        flat = np.concatenate([arrays[i].reshape(-1, order="A") for i in members])
-        starts = np.zeros(len(members), dtype=np.int64)
-        np.cumsum([arrays[i].size for i in members[:-1]], out=starts[1:])
-        wrong = ~np.isfinite(flat)
-        at_limit = None
-        if limit is not None:
-            magnitude = np.abs(flat)
-            wrong |= magnitude > limit
-            at_limit = magnitude == limit
-        index = np.asarray(members)
-        if wrong.any():
-            bad[index] = np.add.reduceat(wrong, starts) > 0
-        if at_limit is not None and at_limit.any():
-            pinned[index] = (np.add.reduceat(at_limit, starts) > 0) & ~bad[index]
-    return bad, pinned
 
 
 def scan_rows(matrix: np.ndarray, declared: Optional[str]) -> Tuple[np.ndarray, np.ndarray]:

@@ -162,17 +162,28 @@ def build(root: str, ranks: int, ops: int, steps: int, elements: int) -> str:
     return f"MatMul-op{origin[2]} on rank {origin[0]}, step {origin[1]}"
 
 
+def _run(argv):
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    return time.perf_counter() - start, usage.ru_maxrss / 1024.0, out.decode(errors="replace")
+
+
 def measure(argv, rounds=1):
     """min wall time of `rounds` runs (each in its own process), its peak RSS (MB) and output."""
-    best = None
+    return measure_together([argv], rounds)[0]
+
+
+def measure_together(commands, rounds=1):
+    """measure() of several commands, their runs interleaved round by round, so a ratio between them does not
+    depend on what else the machine was doing during one method's rounds."""
+    best = [None] * len(commands)
     for _ in range(rounds):
-        start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        out = proc.stdout.read()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        if best is None or wall < best[0]:
-            best = (wall, usage.ru_maxrss / 1024.0, out.decode(errors="replace"))
+        for i, argv in enumerate(commands):
+            result = _run(argv)
+            if best[i] is None or result[0] < best[i][0]:
+                best[i] = result
     return best
 
 
@@ -247,10 +258,9 @@ def main(argv=None):
             files = 2 * args.ranks * args.ops * args.steps
             shape = f"npy, {args.ranks} ranks x {args.ops} ops x {args.steps} steps ({files // 1000}k files)"
         if "npy" in cases:
-            walk = measure([sys.executable, "-c", WALK, npy_root], args.rounds)
-            naive = measure([sys.executable, "-c", NAIVE, npy_root], args.rounds)
-            lower = measure([sys.executable, "-c", LOWER_BOUND, npy_root], args.rounds)
-            ours = measure(analyze_cmd + [npy_root], args.rounds)
+            walk, naive, lower, ours = measure_together([
+                [sys.executable, "-c", WALK, npy_root], [sys.executable, "-c", NAIVE, npy_root],
+                [sys.executable, "-c", LOWER_BOUND, npy_root], analyze_cmd + [npy_root]], args.rounds)
             rows += [(shape, "walk", *walk[:2], f"{walk[2].strip()} files", ""),
                      (shape, "naive np.load + isfinite", *naive[:2],
                       naive[2].strip().split(".")[1].rsplit("_", 1)[-1] if naive[2].strip() else "nothing", ""),
@@ -263,16 +273,18 @@ def main(argv=None):
             csv_rows = args.csv_ranks * args.csv_steps * args.csv_rows
             csv_shape = (f"statistic.csv, {args.csv_ranks} ranks x {args.csv_steps} steps x {args.csv_rows // 1000}k "
                          f"rows ({csv_rows / 1e6:.1f}M rows)")
-            csv_ours = measure(analyze_cmd + [csv_root], args.rounds)
+        if "scale" in cases:
+            scale_root = dump(f"csv-{args.scale_ranks}x1x{args.csv_rows}", "csv", ranks=args.scale_ranks, steps=1)
+        read_csv, csv_ours, scale = measure_together(
+            [[sys.executable, "-c", READ_CSV, csv_root], analyze_cmd + [csv_root]]
+            + ([analyze_cmd + [scale_root]] if "scale" in cases else [[sys.executable, "-c", "pass"]]),
+            args.rounds) if ("csv" in cases or "scale" in cases) else (None, None, None)
         if "csv" in cases:
-            read_csv = measure([sys.executable, "-c", READ_CSV, csv_root], args.rounds)
             rows += [(csv_shape, "pandas read_csv, all columns", *read_csv[:2], f"{read_csv[2].strip()} rows", ""),
                      (csv_shape, "msoverflow analyze", *csv_ours[:2], _answer(csv_ours[2]),
                       f"{csv_ours[0] / read_csv[0]:.2f}x read_csv (<= 1.0), {csv_ours[1]:.0f} MB (<= 300)")]
         if "scale" in cases:
-            scale_root = dump(f"csv-{args.scale_ranks}x1x{args.csv_rows}", "csv", ranks=args.scale_ranks, steps=1)
             scale_rows = args.scale_ranks * args.csv_rows
-            scale = measure(analyze_cmd + [scale_root], args.rounds)
             per_row = (scale[0] / scale_rows) / (csv_ours[0] / csv_rows)
             rows.append((f"statistic.csv, {args.scale_ranks} ranks x 1 step x {args.csv_rows // 1000}k rows "
                          f"({scale_rows / 1e6:.1f}M rows)", "msoverflow analyze", *scale[:2], _answer(scale[2]),
@@ -311,10 +323,11 @@ def _dask_case(root, shape, analyze_cmd, rounds):
     except ImportError:
         return (shape, "analyze --scheduler (Dask)", float("nan"), float("nan"), "dask.distributed not installed",
                 "")
-    here = measure(analyze_cmd + ["--jobs", "1", root], 1)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=None) as cluster:
-        wall, rss, out = measure(analyze_cmd + ["--scheduler", cluster.scheduler_address, root], rounds)
+        here, (wall, rss, out) = measure_together(
+            [analyze_cmd + ["--jobs", "1", root], analyze_cmd + ["--scheduler", cluster.scheduler_address, root]],
+            rounds)
     same = "same answer as in-process" if json.loads(out)["first"] == json.loads(here[2])["first"] else "DIFFERENT"
     return (shape, "analyze --scheduler (Dask LocalCluster, 2 workers)", wall, rss, f"{_answer(out)}, {same}",
             f"{wall / here[0]:.2f}x in-process ({here[0]:.2f}s)")

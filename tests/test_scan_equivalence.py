@@ -169,3 +169,20 @@ def test_real_mindspore_dumps_same_report(real_dumps):
     for case in CASES:
         assert_same(real_dumps[case])
         assert_same(real_dumps[case], scan_all=True)
+
+
+def test_vectorised_row_check_agrees_with_scan():
+    from msoverflow.stats import scan, scan_rows
+    rng = np.random.default_rng(3)
+    for dtype, declared in ((F32, "float32"), (F32, "float16"), (F16, "float16"), (np.float64, "float32")):
+        rows = rng.normal(size=(40, 16)).astype(dtype)
+        rows[3, 2] = np.inf
+        rows[5, 0] = np.nan
+        rows[7, 7] = 65504.0
+        rows[9, 1] = -65504.0
+        rows[11, 4] = 1e6
+        rows[13, 5] = 3.4028235e38 if dtype != F16 else 1.0
+        bad, pinned = scan_rows(rows, declared)
+        assert [(bool(b), bool(p)) for b, p in zip(bad, pinned)] == [scan(r, declared) for r in rows]
+    clean = np.ones((4, 3), F32)
+    assert not scan_rows(clean, "float32")[0].any()
