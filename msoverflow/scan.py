@@ -331,7 +331,8 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
         if bad or pinned:
             suspicious[codes[r]] = True
 
-    sample = _sample_groups(codes, is_output, [ops[c][0] == "Parameter" for c in range(n_groups)])
+    parameter_group = np.asarray([op[0] == "Parameter" for op in ops], dtype=bool)
+    sample = _sample_groups(code_array, is_output, parameter_group[code_array])
     by_group: Dict[int, List[int]] = {}
     for r, code in enumerate(codes):
         if suspicious[code] or code in sample:
@@ -359,16 +360,17 @@ SAMPLE = 4
 def _sample_groups(codes, is_output, is_parameter) -> set:
     """A few clean op runs kept as objects beside the suspicious ones, so later stages that look at what the dump
     holds (inputs dumped? outputs? only Parameters? scoped names?) see its shape: the first runs, the first with
-    an input, with an output, and the first that is not a Parameter."""
-    chosen = set(list(dict.fromkeys(codes))[:SAMPLE])
-    firsts = {}
-    for code, out in zip(codes, is_output):
-        firsts.setdefault("output" if out else "input", code)
-        if not is_parameter[code]:
-            firsts.setdefault("op", code)
-        if len(firsts) == 3:
-            break
-    return chosen | set(firsts.values())
+    an input, with an output, and the first that is not a Parameter. Arguments are per-row numpy arrays."""
+    import numpy as np
+
+    if not codes.size:
+        return set()
+    first_rows = np.sort(np.unique(codes, return_index=True)[1])[:SAMPLE]
+    chosen = set(codes[first_rows].tolist())
+    for mask in (is_output, ~is_output, ~is_parameter):
+        if mask.any():
+            chosen.add(int(codes[int(np.argmax(mask))]))
+    return chosen
 
 
 def _statistic_step(d: DumpDir, table):
@@ -382,11 +384,9 @@ def _statistic_step(d: DumpDir, table):
     # loops (an (io, slot) seen twice in a group) are counted as extra runs by group_executions below only
     # when suspicious; the count of clean runs is the number of groups.
     types = table.columns["op_type"]
-    first_rows = np.unique(groups, return_index=True)[1]
-    parameter = [types.values[types.codes[row]] == "Parameter" for row in first_rows.tolist()]
-    io_values = np.asarray(table.columns["io"].values)
-    for code in _sample_groups(groups.tolist(), (io_values[table.columns["io"].codes] == OUTPUT).tolist(),
-                               parameter):
+    parameter_type = np.asarray([v == "Parameter" for v in types.values], dtype=bool)
+    io_output = np.asarray([v == OUTPUT for v in table.columns["io"].values], dtype=bool)
+    for code in _sample_groups(groups, io_output[table.columns["io"].codes], parameter_type[types.codes]):
         flagged[code] = True
     rows = np.flatnonzero(flagged[groups])
     events = table.events(rows, d.rank, d.graph, d.iteration)
