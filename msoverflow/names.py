@@ -118,13 +118,16 @@ _IO = frozenset(("input", "output"))
 
 _DIGIT_LINES = re.compile(r"[0-9]+(?:\n[0-9]+)*")
 _SHAPE_LIKE = re.compile(r"^[0-9]+(?:[x_][0-9]+)*$")
+# {op_type}.{op_name}.{task}.{stream}, one per line, the op name's last dotted token not a bare number
+_PLAIN_PREFIX = r"[^.\n]*\.(?:[^\n]*\.)?[^.\n]*[^.\n\d][^.\n]*\.[0-9]+\.[0-9]+"
+_PLAIN_PREFIX_LINES = re.compile(f"{_PLAIN_PREFIX}(?:\n{_PLAIN_PREFIX})*")
 
 
 def _columns_of_one_form(filenames, fields: int, with_dtype: bool) -> Optional[NpyNames]:
     """Every name in one form (2.4+ with `.DType`, or the older one): columns from one right split per name,
     each check made once per column (a set, one regex over the joined digits). None when any name differs."""
-    if not all(name.endswith(".npy") for name in filenames):
-        return None
+    if not all(name.endswith(".npy") for name in filenames) or any("\n" in name for name in filenames):
+        return None                      # (the checks below join columns with newlines)
     parts = [name[:-4].rsplit(".", fields) for name in filenames]
     if not all(len(p) == fields + 1 for p in parts) or not {p[2] for p in parts} <= _IO:
         return None
@@ -132,12 +135,10 @@ def _columns_of_one_form(filenames, fields: int, with_dtype: bool) -> Optional[N
     if not (_DIGIT_LINES.fullmatch("\n".join(stamps)) and _DIGIT_LINES.fullmatch("\n".join(slots))):
         return None
     prefixes = [p[0] for p in parts]
-    distinct = set(prefixes)
-    if not all(p.count(".") >= 3 for p in distinct):
-        return None
     # Only the plain form: an op name whose last dotted token is a number (sub-task ids after the timestamp,
     # a name without a stream id), a sliced op name or a shape in the format field are read by parse() alone.
-    if any(p.rsplit(".", 3)[1].isdigit() or "_lxslice" in p for p in distinct) \
+    joined = "\n".join(set(prefixes))
+    if "_lxslice" in joined or not _PLAIN_PREFIX_LINES.fullmatch(joined) \
             or any(_SHAPE_LIKE.match(f) for f in {p[4] for p in parts}):
         return None
     if with_dtype:
@@ -206,6 +207,13 @@ def parse_many(filenames) -> NpyNames:
         out.fmt.append(parts[4])
         out.dtype.append(dtype)
     return out
+
+
+def split_plain_prefix(prefix: str) -> tuple:
+    """split_prefix() of a prefix parse_uniform() accepted (two splits, no checks left to make)."""
+    head, task, stream = prefix.rsplit(".", 2)
+    op_type, op_name = head.split(".", 1)
+    return op_type, op_name, int(task), int(stream)
 
 
 def split_prefixes(prefixes) -> list:

@@ -250,13 +250,11 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
         return None
     codes_of: Dict[str, int] = {}
     codes = [codes_of.setdefault(p, len(codes_of)) for p in parsed.prefix]
-    ops = names.split_prefixes(list(codes_of))
-    if any(op is None for op in ops):
-        return None
+    prefixes = list(codes_of)
     rows, stamps, io, slot, dtype, fmt = (parsed.rows, parsed.timestamp, parsed.io, parsed.slot, parsed.dtype,
                                           parsed.fmt)
     counters["files"] += len(rows)
-    n_groups = len(ops)
+    n_groups = len(prefixes)
     code_array = np.asarray(codes, dtype=np.int64)
     stamp_array = np.asarray(stamps, dtype=np.int64)
     is_output = np.asarray([x == OUTPUT for x in io], dtype=bool)
@@ -331,7 +329,7 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
         if bad or pinned:
             suspicious[codes[r]] = True
 
-    parameter_group = np.asarray([op[0] == "Parameter" for op in ops], dtype=bool)
+    parameter_group = np.asarray([p.startswith("Parameter.") for p in prefixes], dtype=bool)
     sample = _sample_groups(code_array, is_output, parameter_group[code_array])
     by_group: Dict[int, List[int]] = {}
     for r, code in enumerate(codes):
@@ -339,7 +337,7 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
             by_group.setdefault(code, []).append(r)
     events = []
     for code, members in by_group.items():
-        op_type, op_name, task, stream = ops[code]
+        op_type, op_name, task, stream = names.split_plain_prefix(prefixes[code])
         for r in members:
             e = TensorEvent(source=prefix + npy_names[rows[r]], rank=d.rank, graph=d.graph,
                             iteration=d.iteration, op_type=op_type, op_name=op_name, task_id=task,

@@ -186,3 +186,14 @@ def test_vectorised_row_check_agrees_with_scan():
         assert [(bool(b), bool(p)) for b, p in zip(bad, pinned)] == [scan(r, declared) for r in rows]
     clean = np.ones((4, 3), F32)
     assert not scan_rows(clean, "float32")[0].any()
+
+
+def test_uniform_columns_only_for_plain_names():
+    plain = [f"Add.Default_Add-op{i}.{i}.1.{1000 + i}.output.0.ND.Float32.npy" for i in range(3)]
+    assert names.parse_uniform(plain) is not None
+    for odd in ("Add.Default_Add-op9.9.1.1700000000000000.3.4.5.6.output.0.ND.Float32.npy",   # FFTS+ ids
+                "Add.Default_Add-op9_lxslice2.9.1.1009.output.0.ND.Float32.npy",             # a sliced op
+                "Add.Default.7.9.1.1009.output.0.ND.Float32.npy",                            # name ends in a number
+                "Add.Default_Add-op9.9.1.1009.output.0.2x3.npy",                             # msaccucmp shape
+                "Add.Default_Add-op9.9.1.10\n09.output.0.ND.Float32.npy"):
+        assert names.parse_uniform(plain + [odd]) is None, odd
