@@ -283,7 +283,11 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
             seeded[r] = (bool(bad[j]), bool(pinned[j]), header)
 
     prefix = d.path + os.sep
-    for r in [r for r in range(len(rows)) if is_output[r] and floats[dtype[r]] and not suspicious[codes[r]]]:
+    output_list = is_output.tolist()
+    # The files of a step mostly share one header: a file whose size and first bytes match the previous one
+    # joins its batch at once (`same`: header bytes, size, dtype from the name, the batch's key).
+    same = None
+    for r in [r for r in range(len(rows)) if output_list[r] and floats[dtype[r]] and not suspicious[codes[r]]]:
         path = prefix + npy_names[rows[r]]
         try:
             fd = os_open(path, os.O_RDONLY)
@@ -291,38 +295,48 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
                 blob = os_read(fd, first)
             finally:
                 os_close(fd)
-            whole = len(blob) < first
-            if not whole:
-                blob, whole = npy.read_start(path)
-            if whole:
-                header = npy.header_of_bytes(path, blob)
-            else:
-                header = npy.read_header(path, blob[:4096], os.path.getsize(path))
-        except (npy.NpyError, OSError, ValueError):
+        except OSError:
             suspicious[codes[r]] = True              # judge() reads it again and says what is wrong
             continue
-        payload = header.payload_dtype
-        if payload.kind != "f" or payload.hasobject or not (math.prod(header.shape) if header.shape else 1):
-            seeded[r] = (False, False, header)
-            continue
-        declared = dtype[r] or canonical(header.header_dtype.name)
-        if not whole:
+        if same is not None and len(blob) == same[1] and dtype[r] == same[2] and blob.startswith(same[0]):
+            batch = batches[same[3]]
+        else:
+            same = None
+            whole = len(blob) < first
             try:
-                bad, pinned = scan(npy.open_array(path, header), declared)
+                if not whole:
+                    blob, whole = npy.read_start(path)
+                if whole:
+                    header = npy.header_of_bytes(path, blob)
+                else:
+                    header = npy.read_header(path, blob[:4096], os.path.getsize(path))
             except (npy.NpyError, OSError, ValueError):
                 suspicious[codes[r]] = True
                 continue
-            seeded[r] = (bad, pinned, header)
-            continue
-        key = (header, declared, len(blob))
-        batch = batches.get(key)
-        if batch is None:
-            batch = batches[key] = [[], [], 0]
+            payload = header.payload_dtype
+            if payload.kind != "f" or payload.hasobject or not (math.prod(header.shape) if header.shape else 1):
+                seeded[r] = (False, False, header)
+                continue
+            declared = dtype[r] or canonical(header.header_dtype.name)
+            if not whole:
+                try:
+                    bad, pinned = scan(npy.open_array(path, header), declared)
+                except (npy.NpyError, OSError, ValueError):
+                    suspicious[codes[r]] = True
+                    continue
+                seeded[r] = (bad, pinned, header)
+                continue
+            key = (header, declared, len(blob))
+            batch = batches.get(key)
+            if batch is None:
+                batch = batches[key] = [[], [], 0]
+            same = (blob[:header.offset], len(blob), dtype[r], key)
         batch[0].append(r)
         batch[1].append(blob)
         batch[2] += len(blob)
         if batch[2] >= BATCH_BYTES:
-            flush(key)
+            flush(same[3] if same is not None else key)
+            same = None
     for key in list(batches):
         flush(key)
     for r, (bad, pinned, _) in seeded.items():
