@@ -324,7 +324,7 @@ def _dask_case(root, shape, analyze_cmd, rounds):
         return (shape, "analyze --scheduler (Dask)", float("nan"), float("nan"), "dask.distributed not installed",
                 "")
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster:
+                      dashboard_address=None, silence_logs=50) as cluster:
         here, (wall, rss, out) = measure_together(
             [analyze_cmd + ["--jobs", "1", root], analyze_cmd + ["--scheduler", cluster.scheduler_address, root]],
             rounds)
