@@ -4,6 +4,8 @@ Per rank, executions are walked in time order (iteration, then timestamp). The f
 are bad while its inputs are fine is that rank's origin. The rest of that step is scanned cheaply (a tensor
 read stops at its first bad chunk) to show how it spread; later steps are skipped unless `scan_all`.
 Ranks are compared by step, never by their clocks.
+The walk runs as a map over (rank, step) units (msoverflow/scan.py: names, events as columns, rules on the few
+suspicious ops) and a reduce that orders their summaries (msoverflow/parallel.py); what follows builds findings.
 """
 from __future__ import annotations
 
@@ -15,12 +17,12 @@ from .errors import UserError
 from .evaluate import TensorAccess
 from .index import DumpIndex, build_index
 from .layout import discover
-from .parallel import map_reduce
-from .scan import plan_units, survey
 from .model import (CLEAN, CROSS_RANK, ORIGIN, PROPAGATOR, Finding, OpExecution, Report, Source, TensorEvent,
                     TensorSummary)
+from .parallel import map_reduce
 from .rules import Verdict, judge
 from .rules.knowledge import knowledge
+from .scan import plan_units, survey
 from .scope import cell_of, enclosing_class
 
 
@@ -180,7 +182,7 @@ def _mark_arrivals_before_origins(index: DumpIndex, judged, access: TensorAccess
 
 
 def _has_statistics(index: DumpIndex) -> bool:
-    return index.has_statistics or any(e.stats is not None for exs in index.executions.values() for ex in exs for e in ex.outputs)
+    return index.has_statistics
 
 
 def _attach_overflow_records(index: DumpIndex, warn):
