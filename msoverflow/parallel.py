@@ -14,6 +14,7 @@ so no worker scans a step that the answer does not need. Ranks run side by side:
 from __future__ import annotations
 
 import os
+import re
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import UserError
@@ -109,9 +110,12 @@ def _on_dask(chains, scan_all, address, advance):
     except ImportError:
         raise UserError(f"--scheduler {address}: dask.distributed is not installed "
                         "(pip install 'msoverflow[dask]' here and on every worker)") from None
+    location = address.split("://", 1)[-1]
+    if not re.fullmatch(r"\[?[^\s/\]]+\]?:[0-9]+", location):
+        raise UserError(f"--scheduler {address}: expected a scheduler address such as tcp://HOST:8786")
     try:
         client = Client(address, set_as_default=False, timeout="10s")
-    except (OSError, TimeoutError) as exc:
+    except (OSError, TimeoutError, ValueError) as exc:
         raise UserError(f"--scheduler {address}: cannot reach the Dask scheduler ({exc})") from None
     try:
         return _chained(chains, scan_all,

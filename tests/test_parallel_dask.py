@@ -53,6 +53,8 @@ def test_unreachable_scheduler_is_a_usage_error(tmp_path, capsys):
     _statistic_dump(str(tmp_path), ranks=1)
     assert main(["analyze", str(tmp_path), "--scheduler", "tcp://127.0.0.1:9", "--no-progress"]) == 2
     assert "cannot reach the Dask scheduler" in capsys.readouterr().err
+    assert main(["analyze", str(tmp_path), "--scheduler", "localhost", "--no-progress"]) == 2
+    assert "expected a scheduler address" in capsys.readouterr().err
 
 
 def test_a_rank_stops_after_the_step_of_its_origin_on_every_executor():
