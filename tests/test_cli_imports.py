@@ -57,3 +57,16 @@ def test_every_command_registers_with_its_table_help():
         importlib.import_module(f"msoverflow.commands.{name}").register(sub)
         registered = {a.dest: a.help for a in sub._choices_actions}
         assert registered[name] == help_text, name
+
+
+def test_analysis_works_without_dask_and_scheduler_says_what_to_install(tmp_path):
+    """dask.distributed is an optional extra: without it analyze runs, and --scheduler is a usage error."""
+    d = SynthDump(str(tmp_path))
+    d.op(0, "Exp", "Default_Exp-op0", [np.ones(2, np.float32)], [np.array([np.inf, 1], np.float32)])
+    code = ("import sys; sys.modules['distributed'] = None; sys.modules['dask'] = None\n"
+            "from msoverflow.cli import main\n"
+            f"print('CODES', main(['analyze', {str(tmp_path)!r}, '--no-progress', '--format', 'json']), "
+            f"main(['analyze', {str(tmp_path)!r}, '--no-progress', '--scheduler', 'tcp://127.0.0.1:8786']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stdout.strip().splitlines()[-1] == "CODES 1 2", proc.stdout + proc.stderr
+    assert "pip install 'msoverflow[dask]'" in proc.stderr
