@@ -104,8 +104,9 @@ def test_write_is_atomic_with_backup_and_second_run_is_already_patched(model_cop
     assert not list(tmp_path.glob(".msoverflow-*")), "no temp file left behind"
     capsys.readouterr()
     # The report's line number now points elsewhere in the patched file: still recognised as patched.
-    assert cli.main(["patch", "--from", str(report), "--write"]) == 0
-    assert "already patched" in capsys.readouterr().out
+    assert cli.main(["patch", "--from", str(report), "--write"]) == 3      # no change reaches the culprit
+    out = capsys.readouterr().out
+    assert "already patched" in out and "no change made (exit 3)" in out
     assert model_copy.read_bytes() == patched
     assert not (tmp_path / "model.py.orig.1").exists()
 

@@ -8,6 +8,11 @@ import os
 import sys
 import tempfile
 
+from ..errors import EXIT_INCONCLUSIVE
+
+# `patch` made no change that reaches the culprit: already patched, or nothing it knows how to change reaches it.
+EXIT_NO_CHANGE = EXIT_INCONCLUSIVE
+
 
 def register(subparsers):
     parser = subparsers.add_parser(
@@ -18,7 +23,9 @@ def register(subparsers):
                     "the owning Cell of the culprit op, with its Parameters, constants and explicit casts. "
                     "Three ways: runtime (msoverflow.patch.apply, injected into an unmodified script by --verify), "
                     "a MindFormers YAML (--yaml CONFIG) or the model's source (--how source, diff by default, "
-                    "--write to apply). Exit codes: 0 patched/fixed, 1 verify shows it is not fixed, 2 error.")
+                    "--write to apply). Exit codes: 0 patch shown/written/fixed, 1 verify shows it is not fixed, 2 error, "
+                    "3 no change that reaches the culprit was made (already patched, or no field/patch reaches "
+                    "it: the output says why and what to do instead).")
     what = parser.add_argument_group("what to patch")
     what.add_argument("--from", dest="report", metavar="REPORT", help="msoverflow analyze --format json output")
     what.add_argument("--dump", metavar="DIR", help="a dump directory: analyse it first")
@@ -163,7 +170,8 @@ def _source(args, target, result: dict) -> int:
     result["source"] = {"path": path, "line": patch.line, "function": patch.function, "already": patch.already,
                         "changes": patch.changes}
     if patch.already:
-        return 0
+        print(f"no change made (exit {EXIT_NO_CHANGE}): the culprit's region is already patched")
+        return EXIT_NO_CHANGE
     _write_or_show(args, path, patch, result["source"])
     return 0
 
@@ -196,7 +204,10 @@ def _yaml(args, target, result: dict) -> int:
             return _source(args, target, result)
         print("no source location known for the fallback: give --source FILE --line N, or use the runtime patch")
         _runtime_hint(args, target)
-        return 0
+        print(f"no change made (exit {EXIT_NO_CHANGE}): no YAML field reaches the culprit")
+        return EXIT_NO_CHANGE
     if patch.changed:
         _write_or_show(args, args.yaml, patch, result["yaml"])
-    return 0
+        return 0
+    print(f"no change made (exit {EXIT_NO_CHANGE}): the YAML already sets the fields that reach the culprit")
+    return EXIT_NO_CHANGE
