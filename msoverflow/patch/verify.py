@@ -262,6 +262,31 @@ def _launcher_log_dir(command: List[str], run_dir: str) -> (List[str], Optional[
     return out, log_dir
 
 
+def _process_logs(log_path: str) -> List[dict]:
+    """The hook's logs: one per Python process (`patch_log.json.<pid>`), e.g. msrun and each of its workers.
+    Processes that never loaded MindSpore's Cell (the launcher) have nothing to say."""
+    found = []
+    directory, base = os.path.split(log_path)
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+        if name == base or name.startswith(base + "."):
+            try:
+                with open(os.path.join(directory, name), encoding="utf-8") as fh:
+                    found.append(json.load(fh))
+            except (OSError, ValueError):
+                continue
+    hooked = [log for log in found if log.get("hooked") and (log.get("applied") or log.get("searched")
+                                                             or log.get("errors"))]
+    return hooked or found
+
+
+def _merge_logs(logs: List[dict]) -> dict:
+    merged = dict(logs[0])
+    for key in ("applied", "searched", "errors"):
+        merged[key] = [entry for log in logs for entry in log.get(key, [])]
+    merged["processes"] = len(logs)
+    return merged
+
+
 def _worker_lines(log_dir: str) -> dict:
     """worker rank -> its output lines (msrun's worker_N.log)."""
     found = {}
@@ -359,9 +384,9 @@ def run_once(label: str, command: List[str], workdir: str, target: Optional[Targ
     outcome.skipped = sorted({f"step {m.group(1)} on rank {m.group(2)}" for l in all_lines
                               for m in [_GUARD_SKIP.search(l)] if m})
     if log_path:
-        if os.path.exists(log_path):
-            with open(log_path, encoding="utf-8") as fh:
-                outcome.patch_log = json.load(fh)
+        logs = _process_logs(log_path)
+        if logs:
+            outcome.patch_log = _merge_logs(logs)
         else:
             outcome.patch_log = {"applied": [], "searched": [], "errors": [
                 {"root": "-", "message": "the patch hook never ran (is the command a Python process?)"}]}
