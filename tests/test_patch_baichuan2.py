@@ -214,3 +214,34 @@ def test_use_past_branch_still_writes_the_normalised_weight(version, patched, tm
     np.testing.assert_allclose(written, cells["original"][1], rtol=1e-3, atol=1e-3)
     for out in (first, second):
         np.testing.assert_allclose(out.astype(np.float64), ref_out, rtol=2e-2, atol=2e-2)
+
+
+def test_runtime_patch_on_the_real_normhead(version, tmp_path):
+    """The runtime route on the same real class: the overflow is gone, the Parameter still updates (use_past
+    writes the normalised weight into it), and the gradient matches the float64 reference."""
+    import mindspore.common.dtype as mstype
+    from mindspore import Tensor, nn
+    from msoverflow.patch import Target, apply
+    name, text = version
+    cls = _normhead_class(text, tmp_path, "runtime")
+
+    class Holder(nn.Cell):       # the network a user hands over: NormHead as its lm_head
+        def __init__(self, head):
+            super().__init__()
+            self.lm_head = head
+
+        def construct(self, x):
+            return self.lm_head(x)
+    cell = _build(cls)
+    result = apply(Holder(cell), Target(cell="NormHead"), "float32")
+    assert result.changed and any(path.endswith("lm_head") for path in result.cells)
+    scale = 16.0
+    _, _, ref_grad, normed = _reference(_weights(), _hidden(), scale)
+    loss, grad = _loss_and_grad(cell, scale)
+    assert np.isfinite(grad).all() and math.isfinite(loss)
+    np.testing.assert_allclose(grad, ref_grad, rtol=2e-2, atol=2e-2 * np.abs(ref_grad).max())
+    if name.startswith("fp16"):
+        past = _build(cls, use_past=True)
+        apply(Holder(past), Target(cell="NormHead"), "float32")
+        past(Tensor(_hidden(), mstype.float16))
+        np.testing.assert_allclose(past.weight.asnumpy().astype(np.float64), normed, rtol=2e-3, atol=2e-3)
