@@ -100,6 +100,8 @@ def test_guard_turns_the_real_two_rank_zero_token_run_clean_under_verify(tmp_pat
     assert sorted(p.name for p in (tmp_path / "dump").iterdir() if p.name.startswith("rank_")) == ["rank_0", "rank_1"]
     analysis = sh("msoverflow analyze dump")
     assert analysis.returncode == 1, analysis.stdout[-2000:]
+    fix = " ".join(l.strip() for l in analysis.stdout.splitlines() if l.strip())
+    assert "`msoverflow patch --from report.json`" in fix, "the fix line names the command that writes the guard"
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["first"]["kind"] == "invalid" and report["first"]["rank"] == 1
     assert report["first"]["iteration"] == 1 and "Div" in report["first"]["op_type"]
