@@ -114,3 +114,12 @@ def test_guard_turns_the_real_two_rank_zero_token_run_clean_under_verify(tmp_pat
         line = next(l for l in out.splitlines() if l.strip().startswith(f"rank {rank}:"))
         assert "4 step(s)" in line and "(finite)" in line and "parameters finite" in line, line
     assert (tmp_path / "train.py.orig").read_bytes() == CASE.read_bytes()
+    # The runtime hook reaches every msrun worker: a runtime precision patch verified on the guarded script is
+    # applied in both worker processes (one log per process, merged).
+    again = sh(f"msoverflow patch --from report.json --cell TinyLM --how runtime --json verify.json --verify -- "
+               f"{msrun()}", timeout=900)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    patched_run = json.loads((tmp_path / "verify.json").read_text())["verify"]["runs"][-1]
+    assert patched_run["patch_log"]["processes"] == 2, patched_run["patch_log"]
+    assert {entry["root"] for entry in patched_run["patch_log"]["applied"]} >= {"TokenAveragedLoss"}
+    assert sorted(patched_run["per_rank"]) == ["0", "1"] or sorted(patched_run["per_rank"]) == [0, 1]

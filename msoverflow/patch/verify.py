@@ -136,7 +136,10 @@ class VerifyResult:
             reasons.append(f"the new dump could not be analysed ({final.analysis_error})")
         elif not final.clean_dump:
             if _same_region(self.before, final.first):
-                reasons.append("the overflow is still there")
+                kind = (final.first or {}).get("kind") or "overflow"
+                reasons.append(f"the {kind} origin is still there"
+                               + (" (a 0/0 or x/0 is not a precision problem: msoverflow patch --how guard)"
+                                  if kind == "invalid" else ""))
             else:
                 reasons.append(f"the origin moved: next origin {_describe_finding(final.first)}")
         if final.loss_finite is False:
