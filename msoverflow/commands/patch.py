@@ -21,9 +21,10 @@ def register(subparsers):
               "[--verify -- COMMAND ...]",
         description="Compute the region where the first overflow was born in float32 (or bfloat16). The region is "
                     "the owning Cell of the culprit op, with its Parameters, constants and explicit casts. "
-                    "Three ways: runtime (msoverflow.patch.apply, injected into an unmodified script by --verify), "
-                    "a MindFormers YAML (--yaml CONFIG) or the model's source (--how source, diff by default, "
-                    "--write to apply). Exit codes: 0 patch shown/written/fixed, 1 verify shows it is not fixed, 2 error, "
+                    "Ways: runtime (msoverflow.patch.apply, injected into an unmodified script by --verify), "
+                    "a MindFormers YAML (--yaml CONFIG; only fields that reach the culprit), the model's source "
+                    "(--how source, diff by default, --write to apply), or, for a 0/0 at a masked mean, the "
+                    "zero-token guard (--how guard). Exit codes: 0 patch shown/written/fixed, 1 verify shows it is not fixed, 2 error, "
                     "3 no change that reaches the culprit was made (already patched, or no field/patch reaches "
                     "it: the output says why and what to do instead).")
     what = parser.add_argument_group("what to patch")
@@ -108,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise UserError("nothing to patch: give --from REPORT, --dump DIR, --cell PATH_OR_TYPE or --op TYPE")
 
-    how = args.how or ("guard" if _is_masked_division(target) else "yaml" if args.yaml else
+    how = args.how or ("guard" if _is_masked_division(target) and not (args.cell or args.op) else
+                       "yaml" if args.yaml else
                        "source" if (args.source or args.write) else "runtime" if args.verify else None)
     result = {"target": target.to_dict(), "dtype": args.dtype, "how": how}
     code = 0
