@@ -123,3 +123,29 @@ def test_guard_turns_the_real_two_rank_zero_token_run_clean_under_verify(tmp_pat
     assert patched_run["patch_log"]["processes"] == 2, patched_run["patch_log"]
     assert {entry["root"] for entry in patched_run["patch_log"]["applied"]} >= {"TokenAveragedLoss"}
     assert sorted(patched_run["per_rank"]) == ["0", "1"] or sorted(patched_run["per_rank"]) == [0, 1]
+
+
+def test_source_form_on_the_real_mindformers_masked_mean(tmp_path):
+    """MindFormers 1.3.2's MSELoss (MAE pretraining) divides the masked loss sum by the mask sum with no guard:
+    the guard rewrites exactly that division (an op attribute, `self.divide1 = P.RealDiv()`) and nothing else.
+    The file comes from the real wheel, downloaded at test time."""
+    import zipfile
+    where = tmp_path / "wheel"
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "mindformers==1.3.2", "--no-deps", "-q",
+                           "--disable-pip-version-check", "-d", str(where)], capture_output=True, text=True,
+                          timeout=300)
+    wheels = list(where.glob("*.whl"))
+    if proc.returncode != 0 or not wheels:
+        pytest.skip(f"cannot download mindformers==1.3.2 from PyPI: {proc.stderr.strip()[-200:]}")
+    path = tmp_path / "loss.py"
+    path.write_bytes(zipfile.ZipFile(wheels[0]).read("mindformers/core/loss/loss.py"))
+    original = path.read_text()
+    code = "loss = self.divide1(loss_sum, mask_sum)"
+    line = next(i + 1 for i, l in enumerate(original.splitlines()) if l.strip() == code)
+    patch = guard_patch.plan(str(path), line, code=code)
+    assert "loss = self.divide1(loss_sum, mindspore.ops.maximum(mask_sum, 1))  # msoverflow: zero-token guard" \
+        in patch.patched
+    removed = [l for l in patch.diff().splitlines() if l.startswith("-") and not l.startswith("---")]
+    assert [l.strip("- ") for l in removed] == [code]
+    assert "return self.div2(numerator, denominator)" in patch.patched      # the eps-guarded CE loss: untouched
+    compile(patch.patched, str(path), "exec")

@@ -9,6 +9,7 @@ Each changed line carries a comment saying why; a marker makes it idempotent. No
 """
 from __future__ import annotations
 
+import re
 from typing import List
 
 import libcst as cst
@@ -24,8 +25,9 @@ _DIVISIONS = {"div", "Div", "RealDiv", "real_div", "divide", "true_divide", "Div
 class _Guard(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, line: int, count_input: int, changes: List[str]):
+    def __init__(self, line: int, count_input: int, changes: List[str], division_attrs=frozenset()):
         self.line = line
+        self.division_attrs = division_attrs      # `self.divide1 = P.RealDiv()` -> "divide1"
         self.count_input = count_input
         self.changes = changes
         self.in_culprit = False
@@ -46,8 +48,10 @@ class _Guard(cst.CSTTransformer):
         return updated
 
     def leave_Call(self, original, updated):
-        callee = _dotted(original.func).split(".")[-1].rstrip("()")
-        if self.in_culprit and not self.divided and callee in _DIVISIONS and len(updated.args) >= 2:
+        dotted = _dotted(original.func)
+        callee = dotted.split(".")[-1].rstrip("()")
+        is_division = callee in _DIVISIONS or (dotted.startswith("self.") and callee in self.division_attrs)
+        if self.in_culprit and not self.divided and is_division and len(updated.args) >= 2:
             self.divided = True
             args = list(updated.args)
             self.changes.append(f"line {self.statement_line}: divides by max({_code(args[1].value)}, 1)")
@@ -88,7 +92,8 @@ def plan(path: str, line: int, code: str = "", count_input: int = -1) -> SourceP
     line = _relocate(original, line, code, path)
     result.line = line
     changes: List[str] = []
-    transformer = _Guard(line, count_input, changes)
+    division_attrs = frozenset(re.findall(r"self\.(\w+)\s*=\s*(?:[\w.]+\.)?(?:RealDiv|Div|DivNoNan)\(", original))
+    transformer = _Guard(line, count_input, changes, division_attrs)
     patched = MetadataWrapper(module).visit(transformer)
     if not transformer.divided:
         raise UserError(f"{path}:{line} holds no division to guard (`{code.strip() or 'this line'}`); the zero-token "
