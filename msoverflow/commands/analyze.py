@@ -69,7 +69,7 @@ def _save_json(args, report) -> None:
     from ..errors import UserError
     from ..render import render
     path = args.save if args.save is not None else os.environ.get("MSOVERFLOW_REPORT_JSON", "report.json")
-    if args.no_save or not path or (args.format == "json" and args.save is None):
+    if args.no_save or not path:
         return
     out_abs = os.path.realpath(path)
     dump_abs = os.path.realpath(args.dump_dir)
