@@ -17,6 +17,7 @@ COMMANDS = {
     "config": "write or check a MindSpore dump config",
     "run": "run a training command under a dump, then analyze it",
     "patch": "patch the precision where the overflow was born, and verify by re-running",
+    "repro": "write a standalone script that re-runs the origin op alone, from its dumped inputs",
     "demo": "overflow -> dump -> analyze -> patch -> verify, on a tiny real MindSpore model",
 }
 

@@ -187,7 +187,7 @@ def measure_together(commands, rounds=1):
     return best
 
 
-ANALYZE = [sys.executable, "-m", "msoverflow", "analyze", "--format", "json", "--no-progress"]
+ANALYZE = [sys.executable, "-m", "msoverflow", "analyze", "--format", "json", "--no-progress", "--no-save"]
 
 
 def _answer(out: str) -> str:
@@ -293,7 +293,7 @@ def main(argv=None):
         if "imports" in cases:
             runs = [(["--help"], args.rounds), (["analyze", "--help"], args.rounds)]
             if "csv" in cases or "scale" in cases:
-                runs.append((["analyze", csv_root, "--format", "json", "--no-progress"], 1))
+                runs.append((["analyze", csv_root, "--format", "json", "--no-progress", "--no-save"], 1))
             for argv, rounds in runs:
                 wall, rss, out = measure([sys.executable, "-c", IMPORTS] + argv, rounds)
                 imported = out.strip().rsplit("IMPORTED", 1)[-1].strip() or "none"
