@@ -1,0 +1,205 @@
+"""Every rank accounted for: which ranks the dump should hold, and for each one how it first went bad.
+
+A rank is `origin` when one of its ops created a bad value (inputs finite, output not), `received` when a
+collective delivered it (output bad, inputs fine), `flagged` when only the hardware flag speaks and the inputs
+that would decide were not dumped, `clean`, or `not dumped` when the rank is expected but has no file.
+Expected ranks come from the rank_* directories present (empty ones included), gaps in their numbering, and the
+rank count the dump's metadata declares. Ranks are never compared by their clocks: within a rank its own order
+is used, across ranks only steps and collectives.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Callable, Dict, List, Optional, Set, Tuple
+
+from .errors import reading
+from .model import (CROSS_RANK, ORIGIN, RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, RANK_ORIGIN,
+                    RANK_RECEIVED, SUSPECT, OpExecution, RankStatus)
+
+_RANK_DIR = re.compile(r"^rank_(\d+)$")
+_MAX_DIRS = 5000          # directories looked at when searching rank_* folders (a dump tree is shallow)
+_RANK_SIZE_KEYS = ("rank_size", "RANK_SIZE", "group_size", "world_size", "device_num")
+
+
+def rank_directories(path: str, depth: int = 3) -> Dict[int, str]:
+    """rank_N directories at or below `path` (a few levels down), empty ones included."""
+    found: Dict[int, str] = {}
+    stack: List[Tuple[str, int]] = [(os.path.abspath(path), 0)]
+    seen = 0
+    while stack and seen < _MAX_DIRS:
+        current, level = stack.pop()
+        seen += 1
+        match = _RANK_DIR.match(os.path.basename(current))
+        if match:
+            found.setdefault(int(match.group(1)), current)
+            continue
+        if level >= depth:
+            continue
+        try:
+            entries = [e for e in os.scandir(current) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        stack.extend((e.path, level + 1) for e in entries)
+    return found
+
+
+def inside_one_rank(path: str) -> bool:
+    """The path names one rank's directory or a place inside it: other ranks are not expected."""
+    return any(_RANK_DIR.match(part) for part in os.path.abspath(path).split(os.sep))
+
+
+def declared_rank_count(rank_roots: List[str], warn: Callable[[str], None]) -> Optional[int]:
+    """The number of ranks a dump's metadata declares (rank_N/.dump_metadata/*.json), when it says."""
+    for root in rank_roots:
+        folder = os.path.join(root, ".dump_metadata")
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                if os.path.getsize(path) > 1 << 20:
+                    continue
+                with reading(path), open(path, encoding="utf-8") as fh:
+                    doc = json.load(fh)
+            except (OSError, ValueError, UnicodeDecodeError):
+                continue
+            count = _find_count(doc)
+            if count:
+                return count
+    return None
+
+
+def _find_count(doc, depth: int = 0) -> Optional[int]:
+    if depth > 4:
+        return None
+    if isinstance(doc, dict):
+        for key in _RANK_SIZE_KEYS:
+            value = doc.get(key)
+            try:
+                number = int(value)
+            except (TypeError, ValueError):
+                continue
+            if 0 < number <= 1 << 16:
+                return number
+        for value in doc.values():
+            found = _find_count(value, depth + 1)
+            if found:
+                return found
+    return None
+
+
+def expected_ranks(path: str, dumped: Set[int], rank_roots: List[str],
+                   warn: Callable[[str], None]) -> Dict[int, str]:
+    """rank -> why it is expected, for the ranks that should be in the dump."""
+    if inside_one_rank(path):
+        return {r: "dumped" for r in dumped}
+    reasons: Dict[int, str] = {}
+    directories = rank_directories(path)
+    for rank, directory in directories.items():
+        reasons[rank] = f"{os.path.relpath(directory, path)}/ is present"
+    declared = declared_rank_count(rank_roots, warn)
+    if declared:
+        for rank in range(declared):
+            reasons.setdefault(rank, f"the dump metadata declares {declared} ranks")
+    known = set(reasons) | set(dumped)
+    if len(known) > 1 or (known and max(known) > 0):
+        for rank in range(max(known) + 1):
+            reasons.setdefault(rank, f"ranks {_span(sorted(known))} are present: rank {rank} is missing between them")
+    return reasons
+
+
+def _span(values: List[int]) -> str:
+    return ", ".join(map(str, values)) if len(values) <= 6 else f"{values[0]}..{values[-1]}"
+
+
+class RankTable:
+    """Builds the per-rank table from the judged executions. `collective_verdict(ex)` reads a collective's
+    tensors when the scan did not (Opdebug mode reads only flagged ops) and says whether it delivered a bad value."""
+
+    def __init__(self, executions: Dict[int, List[OpExecution]], judged, is_collective: Callable[[str], bool],
+                 collective_verdict: Callable[[OpExecution], bool]):
+        self.executions = executions
+        self.judged = judged
+        self.is_collective = is_collective
+        self.collective_verdict = collective_verdict
+        self._position = {id(ex): i for exs in executions.values() for i, ex in enumerate(exs)}
+        self._arrival_cache: Dict[int, Optional[OpExecution]] = {}
+
+    def position(self, ex: OpExecution) -> int:
+        return self._position.get(id(ex), 1 << 30)
+
+    def first_arrival(self, rank: int, before: Optional[OpExecution] = None) -> Optional[OpExecution]:
+        """The first collective on `rank` that delivered a bad value, up to and including `before` (in `before`'s
+        step only, when the scan did not judge the collectives), or None."""
+        limit = self.position(before) if before is not None else None
+        judged_arrivals = [ex for ex, v in self.judged if ex.rank == rank and v.kind == CROSS_RANK]
+        candidates = [ex for ex in judged_arrivals if limit is None or self.position(ex) <= limit]
+        if candidates:
+            return min(candidates, key=self.position)
+        step = before.iteration if before is not None else None
+        for ex in self.executions.get(rank, []):
+            if limit is not None and self.position(ex) > limit:
+                break
+            if step is not None and ex.iteration != step:
+                continue
+            if not self.is_collective(ex.op_type) or not ex.outputs:
+                continue
+            if self.collective_verdict(ex):
+                return ex
+        return None
+
+    def rows(self, expected: Dict[int, str], selected: Optional[List[int]] = None) -> List[RankStatus]:
+        by_rank: Dict[int, List] = {}
+        for ex, v in self.judged:
+            by_rank.setdefault(ex.rank, []).append((ex, v))
+        ranks = set(self.executions) | set(expected)
+        if selected is not None:
+            ranks &= set(selected)
+        rows = []
+        for rank in sorted(ranks):
+            if not self.executions.get(rank):
+                why = expected.get(rank) or "no tensor file of this rank was understood"
+                rows.append(RankStatus(rank, RANK_NOT_DUMPED, note=why))
+                continue
+            items = sorted(by_rank.get(rank, []), key=lambda item: self.position(item[0]))
+            rows.append(self._row(rank, items))
+        return rows
+
+    def _row(self, rank: int, items) -> RankStatus:
+        origins = [(ex, v) for ex, v in items if v.role == ORIGIN and v.kind != CROSS_RANK]
+        suspects = [(ex, v) for ex, v in items if v.role == SUSPECT]
+        first_bad = items[0][0] if items else None
+        arrival = self.first_arrival(rank, before=first_bad if first_bad is not None and not origins else None) \
+            if not origins else self.first_arrival(rank, before=origins[0][0])
+        if origins:
+            ex, _v = origins[0]
+            note = ""
+            if arrival is not None:
+                note = (f"had received a bad value before: step {arrival.iteration} via {arrival.op_type} "
+                        f"{arrival.op_name}")
+            return RankStatus(rank, RANK_ORIGIN, ex.iteration, ex.op_name, ex.op_type, note=note)
+        if arrival is None and first_bad is None:
+            arrival = self.first_arrival(rank)
+        if arrival is not None:
+            return RankStatus(rank, RANK_RECEIVED, arrival.iteration, arrival.op_name, arrival.op_type,
+                              via=f"{arrival.op_type} {arrival.op_name}")
+        if suspects:
+            ex, _v = suspects[0]
+            return RankStatus(rank, RANK_FLAGGED, ex.iteration, ex.op_name, ex.op_type,
+                              note="hardware flag only: the inputs that would decide were not dumped")
+        if first_bad is not None:
+            ex, v = items[0]
+            flagged = any(e.flags for e, _ in items)
+            note = ("its flagged ops' inputs were already bad and no dumped op on this rank created them; the op "
+                    "that delivered them was not dumped") if flagged else (
+                   "no dumped op on this rank created the bad value and no dumped collective delivered it")
+            return RankStatus(rank, RANK_FLAGGED if flagged else RANK_RECEIVED, ex.iteration, ex.op_name,
+                              ex.op_type, note=note)
+        return RankStatus(rank, RANK_CLEAN)
+
+
+__all__ = ["RankTable", "expected_ranks", "rank_directories", "declared_rank_count", "inside_one_rank"]
