@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
-from .errors import UserError
+from .errors import UserError, reading
 from .evaluate import TensorAccess
 from .index import DumpIndex, build_index
 from .layout import discover
@@ -83,7 +83,10 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
         if candidates:
             note("no rank holds the origin: a collective delivered the first bad value; dump the other ranks")
     _order_candidates(index, candidates, after_arrival, kn)
-    findings = [_finding(ex, v, access, graphs, full=True) for ex, v in candidates]
+    findings = []
+    for ex, v in candidates:
+        with reading(_file_of(ex)):
+            findings.append(_finding(ex, v, access, graphs, full=True))
     findings += [_unmatched_finding(record) for record in unmatched]
     origins = [f for f in findings if f.role != SUSPECT]
     suspects = [f for f in findings if f.role == SUSPECT]
@@ -168,7 +171,8 @@ def _scan(index: DumpIndex, access: TensorAccess, kn, scan_all: bool, flags_answ
                 scanned_all = False
                 break
             bar.advance()
-            verdict = judge(ex, access, kn, earlier_bad, flags_answer=flags_answer)
+            with reading(_file_of(ex)):
+                verdict = judge(ex, access, kn, earlier_bad, flags_answer=flags_answer)
             if verdict.role == CLEAN:
                 continue
             earlier_bad = True
@@ -181,6 +185,13 @@ def _scan(index: DumpIndex, access: TensorAccess, kn, scan_all: bool, flags_answ
                 if first_iteration is None:
                     first_iteration = ex.iteration
     return judged, after_arrival, scanned_all
+
+
+def _file_of(ex: OpExecution) -> str:
+    """A file of this op execution, to name in an internal error."""
+    for event in ex.inputs + ex.outputs:
+        return event.source
+    return ex.flags[0].source if ex.flags else f"{ex.op_type} {ex.op_name}"
 
 
 def _order_candidates(index: DumpIndex, candidates: List[Tuple[OpExecution, Verdict]], after_arrival: set, kn):

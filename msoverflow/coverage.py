@@ -8,6 +8,7 @@ these, a verdict without findings is `inconclusive`, never `clean`.
 """
 from __future__ import annotations
 
+import re
 from typing import Dict, Iterable, List, Optional
 
 from .model import OpExecution, RankStatus, RANK_NOT_DUMPED
@@ -59,14 +60,17 @@ def coverage_limits(settings: Dict[str, object], runtime: Dict[str, object],
     return limits
 
 
+_CELL_SEGMENT = re.compile(r"-[A-Z][A-Za-z0-9]*(_|$)")   # "network-WithLossCell_", "fc1-Dense_": a Cell in scope
+
+
 def _looks_pynative(executions: List[OpExecution]) -> bool:
-    """PyNative + @jit graphs carry no network Cell scope: their op names start at Default/ or Gradients/Default/
-    with no `network-` Cell path, while graph-mode training names every op under its Cell."""
+    """Graph mode names every op under its Cells (`Default/network-WithLossCell/fc1-Dense/MatMul-op0`); the
+    graphs PyNative compiles for @jit functions, all_finite or the optimizer carry no Cell in any op's scope
+    (`Gradients/Default/Grad_Sqrt/SqrtGrad-op0`, `Default/Assign-op0`)."""
     names = [ex.op_name for ex in executions if not ex.is_parameter]
     if len(names) < 4:
         return False
-    cells = sum(1 for n in names if "network-" in n or "_backbone-" in n)
-    return cells == 0 and sum(1 for n in names if n.startswith(("Default_", "Gradients_Default_"))) > len(names) // 2
+    return not any(_CELL_SEGMENT.search(name) for name in names)
 
 
 def inconclusive_reasons(*, unknown: List[str], unknown_count: int,

@@ -45,6 +45,18 @@ def rank_directories(path: str, depth: int = 3) -> Dict[int, str]:
     return found
 
 
+def _is_empty(directory: str, limit: int = 10000) -> bool:
+    """No regular file anywhere below (metadata folders count: a rank that wrote only graphs is not empty)."""
+    seen = 0
+    for _root, _dirs, files in os.walk(directory):
+        if files:
+            return False
+        seen += 1
+        if seen > limit:
+            return False
+    return True
+
+
 def inside_one_rank(path: str) -> bool:
     """The path names one rank's directory or a place inside it: other ranks are not expected."""
     return any(_RANK_DIR.match(part) for part in os.path.abspath(path).split(os.sep))
@@ -100,7 +112,9 @@ def expected_ranks(path: str, dumped: Set[int], rank_roots: List[str],
     reasons: Dict[int, str] = {}
     directories = rank_directories(path)
     for rank, directory in directories.items():
-        reasons[rank] = f"{os.path.relpath(directory, path)}/ is present"
+        shown = os.path.relpath(directory, path)
+        reasons[rank] = (f"{shown}/ is present but holds no file" if _is_empty(directory) else
+                         f"{shown}/ is present but none of its files is a tensor file msoverflow understood")
     declared = declared_rank_count(rank_roots, warn)
     if declared:
         for rank in range(declared):

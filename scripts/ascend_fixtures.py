@@ -524,11 +524,13 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
             _write(os.path.join(root, f"acl_dump_{device}.json"), json.dumps(
                 {"dump": {"dump_path": root, "dump_mode": "all", "dump_op_switch": "on", "dump_debug": "on",
                           "dump_list": []}}, indent=2))
-    raw = min(bad_events)
-    true = min(bad_events, key=lambda e: e[1])
-    description["raw_earliest"] = {"rank": raw[2], "op_type": raw[3], "op_name": raw[4], "timestamp": raw[0],
-                                   "kind": raw[5]}
-    description["true_earliest"] = {"rank": true[2], "op_type": true[3], "op_name": true[4], "timestamp": true[0]}
+    if bad_events:      # none when the overflow step is not among the dumped iterations (a clean dump)
+        raw = min(bad_events)
+        true = min(bad_events, key=lambda e: e[1])
+        description["raw_earliest"] = {"rank": raw[2], "op_type": raw[3], "op_name": raw[4], "timestamp": raw[0],
+                                       "kind": raw[5]}
+        description["true_earliest"] = {"rank": true[2], "op_type": true[3], "op_name": true[4],
+                                        "timestamp": true[0]}
     return description
 
 
