@@ -72,9 +72,9 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
 
     table = RankTable(index.executions, judged, kn.is_collective, delivered_bad)
     candidates = [(ex, v) for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK]
-    for ex, _v in candidates:
-        if id(ex) not in after_arrival and table.first_arrival(ex.rank, before=ex) is not None \
-                and table.first_arrival(ex.rank, before=ex).iteration == ex.iteration:
+    for ex, _v in candidates:      # a collective delivered a bad value to this rank earlier in the same step
+        arrival = table.first_arrival(ex.rank, before=ex, same_step=True) if id(ex) not in after_arrival else None
+        if arrival is not None and arrival.iteration == ex.iteration:
             after_arrival.add(id(ex))
     unmatched = [r for r in index.overflow_records if r.matched_op is None]
     # No origin anywhere but a rank received bad values: report the earliest cross-rank arrival.

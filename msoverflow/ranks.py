@@ -141,17 +141,23 @@ class RankTable:
         self.is_collective = is_collective
         self.collective_verdict = collective_verdict
         self._position = {id(ex): i for exs in executions.values() for i, ex in enumerate(exs)}
-        self._arrival_cache: Dict[int, Optional[OpExecution]] = {}
+        self._judged_arrivals: Dict[int, List[OpExecution]] = {}
+        for ex, v in judged:
+            if v.kind == CROSS_RANK:
+                self._judged_arrivals.setdefault(ex.rank, []).append(ex)
+        self._read: Dict[int, bool] = {}
 
     def position(self, ex: OpExecution) -> int:
         return self._position.get(id(ex), 1 << 30)
 
-    def first_arrival(self, rank: int, before: Optional[OpExecution] = None) -> Optional[OpExecution]:
+    def first_arrival(self, rank: int, before: Optional[OpExecution] = None,
+                      same_step: bool = False) -> Optional[OpExecution]:
         """The first collective on `rank` that delivered a bad value, up to and including `before` (in `before`'s
         step only, when the scan did not judge the collectives), or None."""
         limit = self.position(before) if before is not None else None
-        judged_arrivals = [ex for ex, v in self.judged if ex.rank == rank and v.kind == CROSS_RANK]
-        candidates = [ex for ex in judged_arrivals if limit is None or self.position(ex) <= limit]
+        candidates = [ex for ex in self._judged_arrivals.get(rank, [])
+                      if (limit is None or self.position(ex) <= limit)
+                      and not (same_step and before is not None and ex.iteration != before.iteration)]
         if candidates:
             return min(candidates, key=self.position)
         step = before.iteration if before is not None else None
@@ -162,7 +168,9 @@ class RankTable:
                 continue
             if not self.is_collective(ex.op_type) or not ex.outputs:
                 continue
-            if self.collective_verdict(ex):
+            if id(ex) not in self._read:
+                self._read[id(ex)] = bool(self.collective_verdict(ex))
+            if self._read[id(ex)]:
                 return ex
         return None
 

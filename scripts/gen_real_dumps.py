@@ -285,6 +285,7 @@ MULTI_RANK_CASES: List[Case] = [
         expected=_expect("anomaly", op_type="Div", iteration=1, kind="invalid", forward_op="Div",
                          cell="TokenWeightedLoss", source_contains="mask / token_count", layout={0: [0, 1, 2]},
                          expected_origin_rank=1,
+                         expected_later_origins=[{"rank": 3, "iteration": 2, "op_type": "Div"}],
                          expected_ranks=_ranks({0: ("received", 1, "AllReduce"), 1: ("origin", 1, "Div"),
                                                 2: ("not dumped", None, None), 3: ("origin", 2, "Div")})),
     ),
