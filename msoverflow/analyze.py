@@ -82,6 +82,16 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
         candidates = [(ex, v) for ex, v in judged if v.kind == CROSS_RANK][:1]
         if candidates:
             note("no rank holds the origin: a collective delivered the first bad value; dump the other ranks")
+    if not candidates and not unmatched:
+        # Bad values, but every bad op's input was already bad: the op that created it is not in the dump
+        # (kernel filter, overflow-only mode, a step not dumped). Never clean: name the first bad op seen.
+        seen = [(ex, v) for ex, v in judged if v.role == PROPAGATOR]
+        _order_candidates(index, seen, after_arrival, kn)
+        candidates = seen[:1]
+        if candidates:
+            candidates[0][1].evidence.append("its input was already bad, and no dumped op created that value: the "
+                                             "origin is in an op, step or rank that was not dumped")
+            note("no dumped op created the first bad value: it is first seen as an input; dump without filters")
     _order_candidates(index, candidates, after_arrival, kn)
     findings = []
     for ex, v in candidates:
@@ -107,7 +117,7 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
         iterations_seen[rank] = sorted({ex.iteration for ex in executions})
     roots = sorted({r for r in index.rank_roots.values() if r})
     expected = expected_ranks(path, set(index.executions), roots, note) if not ranks else {}
-    rank_status = table.rows(expected, ranks)
+    rank_status = table.rows(expected, ranks, unmatched)
     meta = _metadata(index, note)
     limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {},
                              (ex for exs in index.executions.values() for ex in exs), len(index.overflow_records))

@@ -174,24 +174,40 @@ class RankTable:
                 return ex
         return None
 
-    def rows(self, expected: Dict[int, str], selected: Optional[List[int]] = None) -> List[RankStatus]:
+    def rows(self, expected: Dict[int, str], selected: Optional[List[int]] = None,
+             unmatched_records=()) -> List[RankStatus]:
+        """unmatched_records: Opdebug records that name no dumped op (the hardware saw something on that rank)."""
         by_rank: Dict[int, List] = {}
         for ex, v in self.judged:
             by_rank.setdefault(ex.rank, []).append((ex, v))
-        ranks = set(self.executions) | set(expected)
+        unmatched: Dict[int, list] = {}
+        for record in unmatched_records:
+            unmatched.setdefault(record.rank, []).append(record)
+        ranks = set(self.executions) | set(expected) | set(unmatched)
         if selected is not None:
             ranks &= set(selected)
         rows = []
         for rank in sorted(ranks):
-            if not self.executions.get(rank):
+            records = sorted(unmatched.get(rank, []), key=lambda r: r.iteration)
+            if not self.executions.get(rank) and not records:
                 why = expected.get(rank) or "no tensor file of this rank was understood"
                 rows.append(RankStatus(rank, RANK_NOT_DUMPED, note=why))
                 continue
             items = sorted(by_rank.get(rank, []), key=lambda item: self.position(item[0]))
-            rows.append(self._row(rank, items))
+            row = self._row(rank, items)
+            if records and row.status in (RANK_CLEAN, RANK_NOT_DUMPED) or (
+                    records and row.iteration is not None and records[0].iteration < row.iteration
+                    and row.status != RANK_ORIGIN):
+                record = records[0]
+                row = RankStatus(rank, RANK_FLAGGED, record.iteration, f"task {record.task_id} stream "
+                                 f"{record.stream_id}", "unknown op",
+                                 note=f"an Opdebug record ({record.unit}) matches no dumped op")
+            rows.append(row)
         return rows
 
     def _row(self, rank: int, items) -> RankStatus:
+        if not self.executions.get(rank):
+            return RankStatus(rank, RANK_CLEAN)
         origins = [(ex, v) for ex, v in items if v.role == ORIGIN and v.kind != CROSS_RANK]
         suspects = [(ex, v) for ex, v in items if v.role == SUSPECT]
         first_bad = items[0][0] if items else None

@@ -131,6 +131,9 @@ def test_an_opdebug_record_matching_no_dumped_op_is_a_flagged_anomaly(tmp_path, 
     assert (f.rank, f.kind, f.role) == (3, "flagged", "flagged")
     for part in ("task 999", "stream 4", "AI Core", record):
         assert part in f.detail
+    rows = {row.rank: row for row in report.rank_status}
+    assert rows[3].status == "flagged" and rows[3].op_name == "task 999 stream 4"
+    assert rows[0].status == "clean"
     assert main(["analyze", desc["root"], "--no-progress"]) == 1
 
 
@@ -263,3 +266,17 @@ def test_pynative_jit_graphs_without_cell_scopes_are_a_caveat(tmp_path, capsys):
         d.op(0, op, f"Default_{op}-op{i}", [np.ones(2, np.float32)], [np.ones(2, np.float32)])
     assert main(["analyze", str(tmp_path), "--no-progress"]) == 0
     assert "caveat: PyNative run" in capsys.readouterr().out
+
+
+def test_bad_values_whose_origin_was_not_dumped_are_an_anomaly_not_clean(tmp_path, capsys):
+    """A kernel-filtered dump holding only an op whose input is already NaN: nothing dumped created it, but a bad
+    value was seen, so exit 1 naming where it was first seen (never CLEAN)."""
+    d = SynthDump(str(tmp_path))
+    d.op(0, "Add", "Default_network-Net_Add-op0", [np.array([np.nan, 1], np.float32)],
+         [np.array([np.nan, 2], np.float32)])
+    _metadata(tmp_path, dump_mode=1, kernels=["Add"])
+    assert main(["analyze", str(tmp_path), "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("ANOMALY: invalid first seen in Add") and "kernel filter" in out
+    report = analyze(str(tmp_path), progress=False)
+    assert report.first.role == "propagator" and any("not dumped" in e for e in report.first.evidence)

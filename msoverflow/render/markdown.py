@@ -28,7 +28,8 @@ def render_markdown(report: Report, top: int = 10) -> str:
         out.append(f"**Anomaly** (flagged): the hardware flagged **{op_label(f)}** on rank {f.rank}, step "
                    f"{f.iteration}; its inputs were not dumped, so it may have received the bad value.")
     else:
-        out.append(f"**Anomaly** ({f.kind}): first created by **{op_label(f)}** on rank {f.rank}, "
+        made = "first seen in" if f.role == "propagator" else "first created by"
+        out.append(f"**Anomaly** ({f.kind}): {made} **{op_label(f)}** on rank {f.rank}, "
                    f"step {f.iteration}, graph {f.graph}.")
     if f is None:
         out += [f"- caveat: {limit}" for limit in report.coverage]

@@ -63,7 +63,8 @@ def render_text(report: Report, top: int = 10) -> str:
             lines.append(f"ANOMALY: the hardware flagged {op_label(f)}; its inputs were not dumped, so it may "
                          "have received the bad value rather than created it")
         else:
-            lines.append(f"ANOMALY: {f.kind} first created by {op_label(f)}")
+            made = "first seen in" if f.role == "propagator" else "first created by"
+            lines.append(f"ANOMALY: {f.kind} {made} {op_label(f)}")
         lines.append(f"  where : {_where(f)}")
         lines.append(f"  what  : {f.detail}")
         if f.source:
