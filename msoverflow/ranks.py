@@ -85,6 +85,44 @@ def declared_rank_count(rank_roots: List[str], warn: Callable[[str], None]) -> O
     return None
 
 
+_ACL_CONFIG = re.compile(r"^acl_dump_(\d+)\.json$")
+_RANK_TABLE = re.compile(r"(rank_table|hccl).*\.json$", re.IGNORECASE)
+
+
+def _ranks_named_at_root(path: str) -> Dict[int, str]:
+    """Ranks the files beside the dump name: `acl_dump_{device}.json` (one per device that was told to dump) and an
+    HCCL rank table (`rank_table*.json`, `hccl*.json`: server_list[].device[].rank_id)."""
+    found: Dict[int, str] = {}
+    try:
+        names = sorted(e.name for e in os.scandir(path) if e.is_file(follow_symlinks=False))
+    except OSError:
+        return found
+    for name in names:
+        match = _ACL_CONFIG.match(name)
+        if match:
+            found.setdefault(int(match.group(1)), f"{name} configures device {match.group(1)} to dump")
+        elif _RANK_TABLE.search(name):
+            full = os.path.join(path, name)
+            try:
+                if os.path.getsize(full) > 4 << 20:
+                    continue
+                with reading(full), open(full, encoding="utf-8") as fh:
+                    table = json.load(fh)
+            except (OSError, ValueError, UnicodeDecodeError):
+                continue
+            servers = table.get("server_list") if isinstance(table, dict) else None
+            for server in servers if isinstance(servers, list) else []:
+                devices = server.get("device") if isinstance(server, dict) else None
+                for device in devices if isinstance(devices, list) else []:
+                    try:
+                        rank = int(device.get("rank_id"))
+                    except (AttributeError, TypeError, ValueError):
+                        continue
+                    if 0 <= rank <= 1 << 16:
+                        found.setdefault(rank, f"the rank table {name} lists rank {rank}")
+    return found
+
+
 def _find_count(doc, depth: int = 0) -> Optional[int]:
     if depth > 4:
         return None
@@ -119,6 +157,8 @@ def expected_ranks(path: str, dumped: Set[int], rank_roots: List[str],
     if declared:
         for rank in range(declared):
             reasons.setdefault(rank, f"the dump metadata declares {declared} ranks")
+    for rank, why in _ranks_named_at_root(path).items():
+        reasons.setdefault(rank, why)
     known = set(reasons) | set(dumped)
     if len(known) > 1 or (known and max(known) > 0):
         for rank in range(max(known) + 1):

@@ -280,3 +280,13 @@ def test_bad_values_whose_origin_was_not_dumped_are_an_anomaly_not_clean(tmp_pat
     assert out.startswith("ANOMALY: invalid first seen in Add") and "kernel filter" in out
     report = analyze(str(tmp_path), progress=False)
     assert report.first.role == "propagator" and any("not dumped" in e for e in report.first.evidence)
+
+
+def test_a_rank_table_beside_the_dump_names_ranks_that_left_no_directory(tmp_path):
+    _rank_dump(tmp_path, [0, 1])
+    table = {"server_count": "1", "server_list": [{"server_id": "10.0.0.1", "device": [
+        {"device_id": str(d), "device_ip": f"192.168.1.{d}", "rank_id": str(d)} for d in range(4)]}]}
+    (tmp_path / "rank_table_4p.json").write_text(json.dumps(table))
+    rows = {row.rank: row for row in analyze(str(tmp_path), progress=False).rank_status}
+    assert [rows[r].status for r in range(4)] == ["clean", "clean", "not dumped", "not dumped"]
+    assert "rank_table_4p.json" in rows[3].note
