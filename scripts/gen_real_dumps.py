@@ -666,8 +666,9 @@ def failure_message(case_dir: Path, record: dict) -> str:
 
 def ensure_cases(names: Optional[Sequence[str]] = None, out_dir: Optional[Path] = None, force: bool = False,
                  jobs: int = 2, python: str = sys.executable, progress=None) -> RealDumps:
-    """Generate the named cases (all by default) unless a finished copy is already in `out_dir`."""
-    names = list(names or CASES_BY_NAME)
+    """Generate the named cases (the single-rank CASES by default; MULTI_RANK_CASES by name) unless a finished
+    copy is already in `out_dir`."""
+    names = list(names or [case.name for case in CASES])
     unknown = [n for n in names if n not in CASES_BY_NAME]
     if unknown:
         raise KeyError(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES_BY_NAME)}")

@@ -92,7 +92,7 @@ def render_text(report: Report, top: int = 10) -> str:
         later = report.anomalies[1:]
         if later:
             lines.append("")
-            lines.append(f"Later origins ({len(later)}, time order)")
+            lines.append(f"Later origins ({len(later)}, by step)")
             for other in later[:top]:
                 lines.append(f"  {_where(other)}: {other.kind} in {op_label(other)} - {other.detail}")
             if len(later) > top:
@@ -105,11 +105,10 @@ def render_text(report: Report, top: int = 10) -> str:
                 lines.append(f"  {_where(other)}: {op_label(other)} - {other.detail}")
             if len(report.flagged) > top:
                 lines.append(f"  ... {len(report.flagged) - top} more (--top N, or --format json)")
-        if report.coverage:
+        if report.coverage or report.inconclusive:
             lines.append("")
             lines.append("Limits of this dump")
             lines += [f"  caveat: {limit}" for limit in report.coverage]
-        if report.inconclusive:
             lines += [f"  also: {reason}" for reason in report.inconclusive]
     if report.rank_status:
         lines.append("")
