@@ -357,7 +357,7 @@ def _finding(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: _GraphCa
                    role=v.role, kind=v.kind, detail=v.detail, timestamp=ex.time, full_name=full_name,
                    forward_op=forward_op, cell=cell, cell_type=cell_type, source=source, inputs=inputs,
                    outputs=outputs, flags=list(ex.flags),
-                   recommendation=kn.recommend(v.advice, **values) if v.role == ORIGIN else "",
+                   recommendation=kn.recommend(v.advice, **values) if v.role in (ORIGIN, SUSPECT) else "",
                    evidence=evidence)
 
 
