@@ -18,6 +18,7 @@ from .layout import discover
 from .coverage import coverage_limits, inconclusive_reasons
 from .model import (CLEAN, CROSS_RANK, FLAGGED, ORIGIN, PROPAGATOR, SUSPECT, Finding, OpExecution, Report, Source,
                     TensorEvent, TensorSummary)
+from .names import scope_to_file_name
 from .ranks import RankTable, expected_ranks
 from .rules import Verdict, judge
 from .rules.knowledge import knowledge
@@ -92,7 +93,7 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
             candidates[0][1].evidence.append("its input was already bad, and no dumped op created that value: the "
                                              "origin is in an op, step or rank that was not dumped")
             note("no dumped op created the first bad value: it is first seen as an input; dump without filters")
-    _order_candidates(index, candidates, after_arrival, kn)
+    _order_candidates(index, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs))
     findings = []
     for ex, v in candidates:
         with reading(_file_of(ex)):
@@ -204,21 +205,51 @@ def _file_of(ex: OpExecution) -> str:
     return ex.flags[0].source if ex.flags else f"{ex.op_type} {ex.op_name}"
 
 
-def _order_candidates(index: DumpIndex, candidates: List[Tuple[OpExecution, Verdict]], after_arrival: set, kn):
+def _order_candidates(index: DumpIndex, candidates: List[Tuple[OpExecution, Verdict]], after_arrival: set, kn,
+                      fed_by_bad: Optional[set] = None):
     """Ranks by evidence, never by clock. By step first. Within a step: a candidate on a rank that had not yet
     received a bad value through a collective comes first (pipeline: the last stage's backward feeds the earlier
     stages); an op proven by its inputs before one only the hardware flagged; a flagged op that consumes what
-    others made (global norm, loss scale, optimizer) after the rest; then the graph's order on the rank, and the
-    time since the rank's own step began (clock offsets between ranks cancel); then the rank."""
+    others made (global norm, loss scale, optimizer) or whose producer in the saved graph already went bad
+    (`fed_by_bad`) after the rest; then the time since the rank's own step began (clock offsets between ranks
+    cancel), where the ranks' execution-order files put that rank's candidates in graph order; then the rank."""
+    fed_by_bad = fed_by_bad or set()
     step_start: Dict[Tuple[int, int], int] = {}
     for rank, executions in index.executions.items():
         for ex in executions:
             key = (rank, ex.iteration)
             step_start[key] = min(step_start.get(key, ex.time), ex.time)
+    relative = {id(ex): ex.time - step_start.get((ex.rank, ex.iteration), 0) for ex, _v in candidates}
+    # Flagged ops decided by nothing but their flags: a debug file's timestamp is when it was written, not when the
+    # op ran (CANN), so on one rank the graph's order wins. Ops decided by their data keep the dump's time order
+    # (on CPU the execution-order csv is not the run order).
+    groups: Dict[Tuple[int, int, str], List[OpExecution]] = {}
+    for ex, v in candidates:
+        if ex.order is not None and v.role == SUSPECT:
+            groups.setdefault((ex.rank, ex.iteration, ex.graph), []).append(ex)
+    for members in groups.values():
+        times = sorted(relative[id(ex)] for ex in members)
+        for ex, when in zip(sorted(members, key=lambda e: (e.order, relative[id(e)])), times):
+            relative[id(ex)] = when
     candidates.sort(key=lambda pair: (
         pair[0].iteration, id(pair[0]) in after_arrival, pair[1].role != ORIGIN,
-        pair[1].role == SUSPECT and kn.is_consumer(pair[0].op_type, pair[0].op_name),
-        pair[0].time - step_start.get((pair[0].rank, pair[0].iteration), 0), pair[0].rank))
+        pair[1].role == SUSPECT and (kn.is_consumer(pair[0].op_type, pair[0].op_name) or id(pair[0]) in fed_by_bad),
+        relative[id(pair[0])], pair[0].rank))
+
+
+def _fed_by_bad(candidates, judged, graphs) -> set:
+    """Flagged-undecided ops whose producer (from the saved graph) is an op that went bad in the same step on the
+    same rank: they come after it."""
+    bad = {(ex.rank, ex.iteration, ex.op_name) for ex, _v in judged}
+    fed = set()
+    for ex, v in candidates:
+        if v.role != SUSPECT:
+            continue
+        node, _graph = graphs.node(ex)
+        producers = [p for p in (node.inputs if node else []) if p and not p.startswith("param:")]
+        if any((ex.rank, ex.iteration, scope_to_file_name(p)) in bad for p in producers):
+            fed.add(id(ex))
+    return fed
 
 
 def _metadata(index: DumpIndex, warn) -> Dict[str, object]:

@@ -290,3 +290,27 @@ def test_a_rank_table_beside_the_dump_names_ranks_that_left_no_directory(tmp_pat
     rows = {row.rank: row for row in analyze(str(tmp_path), progress=False).rank_status}
     assert [rows[r].status for r in range(4)] == ["clean", "clean", "not dumped", "not dumped"]
     assert "rank_table_4p.json" in rows[3].note
+
+
+def test_flagged_ops_on_one_rank_follow_the_graph_order_not_their_file_times(tmp_path):
+    """Two flagged ops with no inputs dumped on one rank: the one the execution-order file runs first comes first,
+    even when its file carries the later timestamp (CANN: a file's time is when it was written)."""
+    from ascend_fixtures import npy_name
+    step = tmp_path / "rank_0" / "Net" / "0" / "0"
+    step.mkdir(parents=True)
+    ops = [("Exp", "Default/network-Net/Exp-op0", 21, 500), ("Mul", "Default/network-Net/Mul-op0", 22, 100)]
+    for op_type, full, task, ts in ops:
+        name = full.replace("/", "_")
+        np.save(step / npy_name(op_type, name, task, 2, 1_700_000_000_000_000 + ts, "output", 0, "ND",
+                                np.dtype(np.float16)), np.array([np.inf], np.float16))
+        write_opdebug_json(str(step / f"Opdebug.Node_OpDebug.{task}.1.{1_700_000_000_000_000 + ts + 9}.output.0.json"),
+                           [{"unit": "AI Core", "task_id": task, "stream_id": 2, "status": 0x20}])
+    order = tmp_path / "rank_0" / "execution_order"
+    order.mkdir()
+    (order / "ms_execution_order_graph_0.csv").write_text(
+        "NodeExecutionOrder-FullNameWithScope\nDefault/network-Net/Exp-op0\nDefault/network-Net/Mul-op0\n")
+    report = analyze(str(tmp_path), progress=False)
+    assert (report.first.op_type, report.first.role) == ("Exp", "flagged")
+    assert [f.op_type for f in report.flagged] == ["Mul"]
+    (order / "ms_execution_order_graph_0.csv").unlink()
+    assert analyze(str(tmp_path), progress=False).first.op_type == "Mul"     # without it: file times
