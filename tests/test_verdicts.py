@@ -314,3 +314,30 @@ def test_flagged_ops_on_one_rank_follow_the_graph_order_not_their_file_times(tmp
     assert [f.op_type for f in report.flagged] == ["Mul"]
     (order / "ms_execution_order_graph_0.csv").unlink()
     assert analyze(str(tmp_path), progress=False).first.op_type == "Mul"     # without it: file times
+
+
+def test_a_flagged_op_fed_by_an_op_that_went_bad_comes_after_it(tmp_path):
+    """No inputs dumped, no execution order, file times reversed: the saved graph (.ir) says Mul consumes Exp's
+    output, and Exp went bad, so Exp comes first."""
+    from ascend_fixtures import npy_name
+    step = tmp_path / "rank_0" / "Net" / "0" / "0"
+    step.mkdir(parents=True)
+    for op_type, full, task, ts in (("Exp", "Default/network-Net/Exp-op0", 21, 500),
+                                    ("Mul", "Default/network-Net/Mul-op0", 22, 100)):
+        np.save(step / npy_name(op_type, full.replace("/", "_"), task, 2, 1_700_000_000_000_000 + ts, "output", 0,
+                                "ND", np.dtype(np.float16)), np.array([np.inf], np.float16))
+        write_opdebug_json(str(step / f"Opdebug.Node_OpDebug.{task}.1.{1_700_000_000_000_000 + ts + 9}.output.0.json"),
+                           [{"unit": "AI Core", "task_id": task, "stream_id": 2, "status": 0x20}])
+    graphs = tmp_path / "rank_0" / "graphs"
+    graphs.mkdir()
+    (graphs / "ms_output_trace_code_graph_0.ir").write_text(
+        "# IR entry: @kernel_graph0\n%para1_x: <Tensor[Float16], (1)>\n\nsubgraph @kernel_graph0() {\n"
+        "  %0(CNode_1) = Exp(%para1_x)\n      : (<Tensor[Float16], (1)>) -> (<Tensor[Float16], (1)>)\n"
+        "      # Fullname with scope: (Default/network-Net/Exp-op0)\n"
+        "  %1(CNode_2) = Mul(%0, %para1_x)\n      : (<Tensor[Float16], (1)>) -> (<Tensor[Float16], (1)>)\n"
+        "      # Fullname with scope: (Default/network-Net/Mul-op0)\n"
+        "  Return(%1)\n}\n")
+    report = analyze(str(tmp_path), progress=False)
+    assert (report.first.op_type, [f.op_type for f in report.flagged]) == ("Exp", ["Mul"])
+    (graphs / "ms_output_trace_code_graph_0.ir").unlink()
+    assert analyze(str(tmp_path), progress=False).first.op_type == "Mul"     # without it: file times
