@@ -98,14 +98,16 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     for ex, v in candidates:
         with reading(_file_of(ex)):
             findings.append(_finding(ex, v, access, graphs, full=True))
+    from_candidates = findings[0] if findings else None
     findings += [_unmatched_finding(record) for record in unmatched]
+    findings.sort(key=lambda f: f.iteration)      # stable: an unmatched record goes last in its step
     origins = [f for f in findings if f.role != SUSPECT]
     suspects = [f for f in findings if f.role == SUSPECT]
     first = findings[0] if findings else None
     anomalies = ([first] if first is not None and first.role == SUSPECT else []) + origins
     flagged = [f for f in suspects if f is not first]
     propagation: List[Finding] = []
-    if candidates:
+    if candidates and first is from_candidates:
         first_ex = candidates[0][0]
         propagation = [_finding(ex, v, access, graphs, full=False) for ex, v in judged
                        if v.role == PROPAGATOR and ex.rank == first_ex.rank and ex.iteration == first_ex.iteration
