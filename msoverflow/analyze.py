@@ -120,6 +120,9 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
         iterations_seen[rank] = sorted({ex.iteration for ex in executions})
     roots = sorted({r for r in index.rank_roots.values() if r})
     expected = expected_ranks(path, set(index.executions), roots, note) if not ranks else {}
+    if iterations:
+        expected = {rank: f"no file of step {', '.join(map(str, iterations))} on this rank ({why})"
+                    for rank, why in expected.items()}
     rank_status = table.rows(expected, ranks, unmatched)
     meta = _metadata(index, note)
     limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {},

@@ -216,6 +216,11 @@ def test_missing_and_empty_rank_directories_are_not_dumped_and_block_a_clean(tmp
     assert main(["analyze", str(tmp_path), "--no-progress"]) == 3
     # --rank selects: the others are not "expected"
     assert [row.rank for row in analyze(str(tmp_path), ranks=[1], progress=False).rank_status] == [1]
+    # a step that only some ranks hold: the others are named, with the step
+    SynthDump(str(tmp_path), rank=0).op(7, "Add", "Default_Add-op0", [np.ones(2, np.float32)],
+                                        [np.ones(2, np.float32)])
+    rows = {row.rank: row for row in analyze(str(tmp_path), iterations=[7], progress=False).rank_status}
+    assert rows[0].status == "clean" and rows[1].status == "not dumped" and "no file of step 7" in rows[1].note
     # pointing inside one rank does not expect its siblings
     assert analyze(str(tmp_path / "rank_3"), progress=False).verdict == "clean"
 
