@@ -111,3 +111,28 @@ def test_shifting_each_ranks_clock_by_hours_changes_nothing(multirank_dumps, tmp
         shifted = str(tmp_path / f"t{trial}")
         _shift_clocks(src, shifted, offsets)
         assert _answer(analyze(shifted, progress=False)) == baseline, offsets
+
+
+@pytest.mark.parametrize("case", [c.name for c in gen.MULTI_RANK_CASES if c.workers])
+def test_msrun_case_ran_every_rank_with_the_gradient_allreduce(multirank_dumps, case):
+    record = multirank_dumps.case(case)
+    dump = multirank_dumps[case]
+    workers = gen.CASES_BY_NAME[case].workers
+    assert record["exit_code"] == 0 and record["self_check"] == [], record["self_check"]
+    assert os.path.basename(record["command"][0]) == "msrun" and f"--worker_num={workers}" in record["command"]
+    assert sorted(p.name for p in dump.iterdir()) == [f"rank_{r}" for r in range(workers)]
+    log = (dump.parent / "run.log").read_text(errors="replace")
+    for rank in range(workers):
+        assert f"--- worker_{rank}.log ---" in log
+        files = [t for t in gen.iter_tensor_files(dump) if t.rank == rank]
+        assert any(t.op_type == "AllReduce" and "grad_reducer" in t.op_name for t in files)
+    first = record["observed"]["first_bad_tensors"][0]
+    assert (first["rank"], first["iteration"], first["op_type"]) == (
+        record["expected_origin_rank"], record["expected_iteration"], record["expected_first_op_type"])
+
+
+def test_derived_case_is_its_source_with_rank_2_emptied(multirank_dumps):
+    record = multirank_dumps.case("dp4_rank_dump_empty")
+    assert record["derived_from"] == ["dp4_two_origins", "empty_rank_2"]
+    assert record["observed"]["empty_rank_dirs"] == ["rank_2"]
+    assert record["observed"]["rank_dirs"] == ["rank_0", "rank_1", "rank_2", "rank_3"]
