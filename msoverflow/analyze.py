@@ -69,7 +69,8 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     reads_to_decide = access.tensors_read
 
     def delivered_bad(ex: OpExecution) -> bool:
-        return judge(ex, access, kn, earlier_bad=False).kind == CROSS_RANK
+        with reading(_file_of(ex)):
+            return judge(ex, access, kn, earlier_bad=False).kind == CROSS_RANK
 
     table = RankTable(index.executions, judged, kn.is_collective, delivered_bad)
     candidates = [(ex, v) for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK]
