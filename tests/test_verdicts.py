@@ -102,6 +102,10 @@ def test_flagged_ops_without_inputs_are_ordered_by_evidence_not_called_origins(t
     assert main(["analyze", desc["root"], "--no-progress"]) == 1
     out = capsys.readouterr().out
     assert out.startswith("ANOMALY: the hardware flagged SqrtGrad") and "Flagged by the hardware, not decided" in out
+    jsonschema = pytest.importorskip("jsonschema")
+    doc = report_dict(report)
+    jsonschema.validate(doc, json.load(open(SCHEMA)))
+    assert doc["first"]["role"] == "flagged" and len(doc["flagged"]) == len(report.flagged)
 
 
 # ---- clocks ------------------------------------------------------------------------------------------------
@@ -147,8 +151,9 @@ def test_unrecognised_file_names_are_inconclusive_never_clean(tmp_path, capsys):
     assert out.startswith("INCONCLUSIVE") and "loss.npy" in out.splitlines()[0]
     assert main(["analyze", str(tmp_path / "dump"), "--format", "json"]) == 3
     doc = json.loads(capsys.readouterr().out)
-    assert doc["verdict"] == "inconclusive" and "not understood" in doc["inconclusive"][0] or \
-        "no file was understood" in doc["inconclusive"][0]
+    assert doc["verdict"] == "inconclusive" and "no file was understood" in doc["inconclusive"][0]
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(doc, json.load(open(SCHEMA)))
 
 
 def test_files_of_no_known_kind_are_inconclusive(tmp_path, capsys):
