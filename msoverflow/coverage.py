@@ -43,7 +43,9 @@ def coverage_limits(settings: Dict[str, object], runtime: Dict[str, object],
         limits.append(f"kernel filter (dump_mode 1, kernels [{shown}]): only the selected kernels were dumped; "
                       "an origin in any other op cannot be seen")
     op_debug_mode = _int(settings.get("op_debug_mode"))
-    if (op_debug_mode in (1, 2, 3) and device not in ("CPU", "")) or overflow_records:
+    ops = [ex for ex in executions if not ex.is_parameter]
+    only_flagged = bool(overflow_records) and bool(ops) and all(ex.flags for ex in ops)
+    if (op_debug_mode in (1, 2, 3) and device not in ("CPU", "")) or only_flagged:
         limits.append("overflow-only mode (op_debug_mode 3): only ops the hardware flagged were dumped; a NaN made "
                       "without an overflow flag, or a value received from another rank, may not be seen")
     if executions and all(ex.is_parameter for ex in executions):

@@ -50,6 +50,7 @@ def test_pp_seed_shape_names_rank5_sqrtgrad_and_no_propagator_as_an_origin(tmp_p
     # ClipGradNorm's flagged Sqrt/Mul had +inf inputs, rank 2's flagged MatMul a NaN input: propagators.
     assert [(a.rank, a.op_type) for a in report.anomalies] == [(5, "SqrtGrad")]
     assert report.flagged == []
+    assert report.coverage == []        # every op was dumped: not an overflow-only dump
     assert _statuses(report) == {r: tuple(v) for r, v in desc["expected_ranks"].items()}
     received = {row.rank: row for row in report.rank_status}
     assert received[0].via.startswith("Receive") and received[6].via.startswith("AllReduce")
