@@ -150,7 +150,8 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
         with reading(_file_of(ex)):
             verdict = judge(ex, access, kn, earlier_bad)
         if verdict.role == CLEAN:
-            if len(summary.sample) < 2 * SAMPLE:
+            # collectives stay out: the scan judged them already, and nothing after it need read them again
+            if len(summary.sample) < 2 * SAMPLE and not kn.is_collective(ex.op_type):
                 summary.sample.append(ex)
             continue
         earlier_bad = True
@@ -163,7 +164,8 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
         summary.judged.append((ex, verdict))
     summary.earlier_bad = earlier_bad
     if caller_access is not None:
-        caller_access.adopt(access, [e for ex, _ in summary.judged for e in ex.inputs + ex.outputs])
+        caller_access.adopt(access, [e for ex in [ex for ex, _ in summary.judged] + summary.sample
+                                     for e in ex.inputs + ex.outputs])
     else:
         summary.tensors_read, summary.unreadable = access.tensors_read, access.unreadable
     return summary
@@ -181,6 +183,7 @@ def _columnar_dir(d: DumpDir, warn, counters, access: TensorAccess):
     # subdirectories are not files (a leaf holds few, and never under a tensor file's name)
     entries = [n for n in entries if n.endswith(".npy") or not os.path.isdir(os.path.join(d.path, n))]
     pending: List[str] = []
+    examples: List[str] = []
     mine = {"files": 0, "unknown": 0}
     npy_names = []
     for name in entries:
@@ -193,6 +196,7 @@ def _columnar_dir(d: DumpDir, warn, counters, access: TensorAccess):
         elif name.endswith(".json") or name.count(".") >= 4:
             pending.append(f"{os.path.join(d.path, name)}: file name not understood, skipped")
             mine["unknown"] += 1
+            examples.append(os.path.join(d.path, name))
     # names over 255 characters were replaced by random ones; mapping.csv gives them back
     mapping = names.read_mapping(os.path.join(d.path, "mapping.csv"), pending.append) \
         if "mapping.csv" in entries else {}
@@ -215,6 +219,9 @@ def _columnar_dir(d: DumpDir, warn, counters, access: TensorAccess):
         warn(message)
     counters["files"] += mine["files"]
     counters["unknown"] += mine["unknown"]
+    if examples:                                  # as the object path keeps them (a few, for the verdict's reasons)
+        kept = counters.setdefault("unknown_examples", [])
+        kept.extend(examples[:max(0, 5 - len(kept))])
     return result
 
 
@@ -278,7 +285,8 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
         size = len(blobs[0])
         matrix = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(len(blobs), size)
         payload = matrix[:, header.offset:header.offset + count * header.payload_dtype.itemsize]
-        bad, pinned = scan_rows(payload.view(header.payload_dtype), declared)
+        with reading(prefix + npy_names[rows[members[0]]]):    # an internal error names a file of the batch
+            bad, pinned = scan_rows(payload.view(header.payload_dtype), declared)
         for j, r in enumerate(members):
             seeded[r] = (bool(bad[j]), bool(pinned[j]), header)
 
@@ -320,7 +328,8 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
             declared = dtype[r] or canonical(header.header_dtype.name)
             if not whole:
                 try:
-                    bad, pinned = scan(npy.open_array(path, header), declared)
+                    with reading(path):
+                        bad, pinned = scan(npy.open_array(path, header), declared)
                 except (npy.NpyError, OSError, ValueError):
                     suspicious[codes[r]] = True
                     continue
