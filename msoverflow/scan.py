@@ -20,6 +20,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from . import names
 from .dtypes import canonical
+from .coverage import _CELL_SEGMENT
 from .errors import reading
 from .evaluate import TensorAccess
 from .index import _drop_duplicates, events_of_dir, group_executions
@@ -146,13 +147,17 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
     executions.sort(key=lambda ex: (ex.time, ex.order if ex.order is not None else 1 << 30))
 
     arrived = False
+    scoped = None                 # a clean op whose name carries a Cell (the sample must show graph-mode naming)
     for ex in executions:
         with reading(_file_of(ex)):
             verdict = judge(ex, access, kn, earlier_bad)
         if verdict.role == CLEAN:
             # collectives stay out: the scan judged them already, and nothing after it need read them again
-            if len(summary.sample) < 2 * SAMPLE and not kn.is_collective(ex.op_type):
-                summary.sample.append(ex)
+            if not kn.is_collective(ex.op_type):
+                if len(summary.sample) < 2 * SAMPLE:
+                    summary.sample.append(ex)
+                if scoped is None and _CELL_SEGMENT.search(ex.op_name):
+                    scoped = ex
             continue
         earlier_bad = True
         if verdict.kind == CROSS_RANK:
@@ -163,6 +168,8 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
                 summary.after_arrival.append(len(summary.judged))
         summary.judged.append((ex, verdict))
     summary.earlier_bad = earlier_bad
+    if scoped is not None and all(ex is not scoped for ex in summary.sample):
+        summary.sample.append(scoped)
     if caller_access is not None:
         caller_access.adopt(access, [e for ex in [ex for ex, _ in summary.judged] + summary.sample
                                      for e in ex.inputs + ex.outputs])
@@ -354,6 +361,9 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
 
     parameter_group = np.asarray([p.startswith("Parameter.") for p in prefixes], dtype=bool)
     sample = _sample_groups(code_array, is_output, parameter_group[code_array])
+    scoped = next((code for code, p in enumerate(prefixes) if _CELL_SEGMENT.search(names.split_plain_prefix(p)[1])), None)
+    if scoped is not None:
+        sample.add(scoped)
     by_group: Dict[int, List[int]] = {}
     for r, code in enumerate(codes):
         if suspicious[code] or code in sample:
@@ -376,6 +386,7 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
 
 
 SAMPLE = 4
+_SCOPED_RAW = r"-[A-Z][A-Za-z0-9]*([_/]|$)"     # coverage's Cell-in-scope test, on names as statistic.csv writes them
 
 
 def _sample_groups(codes, is_output, is_parameter) -> set:
@@ -409,6 +420,9 @@ def _statistic_step(d: DumpDir, table):
     io_output = np.asarray([v == OUTPUT for v in table.columns["io"].values], dtype=bool)
     for code in _sample_groups(groups, io_output[table.columns["io"].codes], parameter_type[types.codes]):
         flagged[code] = True
+    scoped_row = table.first_row_named_like(_SCOPED_RAW)
+    if scoped_row is not None:
+        flagged[groups[scoped_row]] = True
     rows = np.flatnonzero(flagged[groups])
     events = table.events(rows, d.rank, d.graph, d.iteration)
     executions = group_executions(events, lambda message: None)

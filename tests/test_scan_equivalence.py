@@ -197,3 +197,16 @@ def test_uniform_columns_only_for_plain_names():
                 "Add.Default_Add-op9.9.1.1009.output.0.2x3.npy",                             # msaccucmp shape
                 "Add.Default_Add-op9.9.1.10\n09.output.0.ND.Float32.npy"):
         assert names.parse_uniform(plain + [odd]) is None, odd
+
+
+def test_clean_sample_shows_graph_mode_naming(tmp_path):
+    """Coverage reads the kept sample, not every op: a Cell-scoped op later in the step must still be in it, or a
+    graph-mode dump would get the PyNative caveat."""
+    d = SynthDump(str(tmp_path))
+    for i in range(12):
+        d.op(0, "Assign", f"Default_Assign-op{i}", [np.ones(2, F32)], [np.ones(2, F32)])
+    for i in range(12):
+        d.op(0, "MatMul", f"Default_network-Net_fc-Dense_MatMul-op{i}", [np.ones(2, F32)], [np.ones(2, F32)])
+    data = assert_same(tmp_path)
+    assert data["verdict"] == "clean"
+    assert not any("PyNative" in line for line in data.get("coverage", []))

@@ -433,6 +433,17 @@ class StatTable:
             same &= ordered[1:] == ordered[:-1]
         return bool(same.any())
 
+    def first_row_named_like(self, pattern: str) -> Optional[int]:
+        """The first row whose op name matches the regex `pattern`, without turning names into Python strings."""
+        import pyarrow.compute as pc
+        column = self.columns["op_name"]
+        names = column.dictionary if isinstance(column, _ArrowText) else column.values
+        matches = np.asarray(pc.match_substring_regex(names, pattern).to_numpy(zero_copy_only=False), dtype=bool)
+        if not matches.any():
+            return None
+        rows = np.flatnonzero(matches[column.codes])
+        return int(rows[0]) if rows.size else None
+
     def first_timestamp(self) -> Optional[int]:
         return int(self.columns["timestamp"][0].min()) if self.size else None
 
