@@ -43,6 +43,19 @@ def _is_dump_file(name: str) -> bool:
         name.count(".") >= 4 and not name.endswith((".csv", ".json", ".ir", ".pb", ".txt", ".log")))
 
 
+def _not_regular(path: str) -> str:
+    import stat
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a dangling link"
+    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "special file"
+
+
 def interpret(path: str) -> DumpDir:
     """What a directory holding dump files is, from its absolute path."""
     parts = os.path.abspath(path).split(os.sep)
@@ -100,8 +113,11 @@ def discover(path: str, warn: Callable[[str], None]) -> List[DumpDir]:
                 if entry.is_dir():
                     if entry.name not in ("graphs", "execution_order", ".dump_metadata"):
                         subdirs.append(entry.path)
-                elif not has_files and _is_dump_file(entry.name):
-                    has_files = True
+                elif _is_dump_file(entry.name):
+                    if entry.is_file():     # regular files only (symlinks followed): never a FIFO or device
+                        has_files = True
+                    else:
+                        warn(f"{entry.path}: {_not_regular(entry.path)}, not a regular file: skipped")
             except OSError:
                 warn(f"{entry.path}: cannot stat, skipped")
         if has_files:

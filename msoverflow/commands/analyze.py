@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-
 from ..errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_CODES_HELP, EXIT_INCONCLUSIVE
 
 
@@ -38,17 +36,15 @@ def run(args) -> int:
     from ..errors import UserError
     from ..render import render
 
-    if args.output:
-        out_abs = os.path.abspath(args.output)
-        dump_abs = os.path.abspath(args.dump_dir)
-        if out_abs.startswith(dump_abs.rstrip(os.sep) + os.sep):
-            raise UserError(f"{args.output}: refusing to write into the dump directory {args.dump_dir}")
+    from ..safeio import refuse_output_inside
+    if args.output:   # resolved through symlinks, judged against the dump's root, not only DUMP_DIR
+        refuse_output_inside(args.output, args.dump_dir)
     report = analyze(args.dump_dir, ranks=args.rank, iterations=args.iteration, scan_all=args.scan_all,
                      progress=False if args.no_progress else None)
     text = render(report, args.format, args.top)
     if args.output:
         try:
-            with open(args.output, "w", encoding="utf-8") as fh:
+            with open(args.output, "w", encoding="utf-8", errors="backslashreplace") as fh:
                 fh.write(text)
         except OSError as exc:
             raise UserError(f"{args.output}: cannot write report ({exc.strerror})")

@@ -1,6 +1,7 @@
 """Just enough of the protobuf wire format to read and write CANN's DumpData header: no protoc, no generated code.
 
 Wire types: 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32 (3/4, the old groups, are rejected).
+Messages are decoded flat (no recursion): nesting is as deep as the caller's schema, never the input's.
 The decoder works on any indexable buffer (bytes or an mmap) and reports length-delimited fields as
 (start, end) offsets, so a tensor stored inline in the header is never copied.
 """
@@ -72,11 +73,11 @@ def parse(buf, start: int = 0, end: int = None) -> Dict[int, List[Tuple[int, obj
     return fields
 
 
-def packed_varints(buf, span: Tuple[int, int]) -> List[int]:
-    """A proto3 packed repeated varint field."""
+def packed_varints(buf, span: Tuple[int, int], limit: int = None) -> List[int]:
+    """A proto3 packed repeated varint field (at most `limit` values are decoded)."""
     pos, end = span
     values = []
-    while pos < end:
+    while pos < end and (limit is None or len(values) < limit):
         value, pos = read_varint(buf, pos, end)
         values.append(value)
     return values
