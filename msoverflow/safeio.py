@@ -29,7 +29,7 @@ MAX_LINE_CHARS = 1 << 20
 MAX_JSON_DEPTH = 64
 MAX_INT_DIGITS = 40          # more than any id, size or timestamp a dump holds (uint64 has 20 digits)
 MAX_DIMS = 64                # numpy's own limit; MindSpore tensors have at most 8
-MAX_TENSOR_SLOTS = 65536     # inputs + outputs of one op in a DumpData header
+MAX_TENSOR_SLOTS = 16384     # inputs + outputs of one op in a DumpData header
 MAX_SOURCE_NESTING = 100     # brackets/indentation levels in Python source before a parser is trusted with it
 
 

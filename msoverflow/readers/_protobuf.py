@@ -33,11 +33,17 @@ def read_varint(buf, pos: int, end: int) -> Tuple[int, int]:
             raise ProtobufError("varint longer than 10 bytes")
 
 
-def iter_fields(buf, start: int = 0, end: int = None) -> Iterator[Tuple[int, int, Union[int, Tuple[int, int]]]]:
-    """Yield (field_number, wire_type, value); value is an int, or (start, end) offsets for LEN fields."""
+def iter_fields(buf, start: int = 0, end: int = None, max_fields: int = None
+                ) -> Iterator[Tuple[int, int, Union[int, Tuple[int, int]]]]:
+    """Yield (field_number, wire_type, value); value is an int, or (start, end) offsets for LEN fields.
+    More than `max_fields` fields is an error (a corrupt message can hold millions of tiny ones)."""
     pos = start
     end = len(buf) if end is None else end
+    count = 0
     while pos < end:
+        count += 1
+        if max_fields is not None and count > max_fields:
+            raise ProtobufError(f"more than {max_fields} fields in one message")
         key, pos = read_varint(buf, pos, end)
         number, wire = key >> 3, key & 7
         if number == 0:

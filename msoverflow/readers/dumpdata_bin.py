@@ -48,6 +48,7 @@ MINDSPORE_DTYPE_WORDS = {
 }
 
 HEADER_LENGTH_BYTES = 8
+MAX_TENSOR_FIELDS = 256    # an OpInput/OpOutput has 8 fields; more is a corrupt header
 
 
 class DumpFormatError(ValueError):
@@ -110,7 +111,7 @@ class DumpHeader:
 
 def _shape(buf, span) -> Tuple[int, ...]:
     dims: List[int] = []
-    for number, wire, value in pb.iter_fields(buf, *span):
+    for number, wire, value in pb.iter_fields(buf, *span, max_fields=safeio.MAX_DIMS + 16):
         if number != 1:
             continue
         if wire == pb.LEN:          # proto3 packs repeated uint64
@@ -129,7 +130,7 @@ def _tensor(buf, span, io: str, index: int, path: str) -> TensorSlot:
     shape: Tuple[int, ...] = ()
     original_shape = None
     data_span = None
-    for number, wire, value in pb.iter_fields(buf, *span):
+    for number, wire, value in pb.iter_fields(buf, *span, max_fields=MAX_TENSOR_FIELDS):
         if number == 1 and wire == pb.VARINT:
             data_type = value
         elif number == 2 and wire == pb.VARINT:
@@ -186,7 +187,7 @@ def _parse_header(buf, path: str, header_length: int, file_size: int) -> DumpHea
     start, end = HEADER_LENGTH_BYTES, HEADER_LENGTH_BYTES + header_length
     header = DumpHeader(path=path, header_length=header_length, file_size=file_size)
     try:
-        for number, wire, value in pb.iter_fields(buf, start, end):
+        for number, wire, value in pb.iter_fields(buf, start, end, max_fields=4 * safeio.MAX_TENSOR_SLOTS):
             if number == 1 and wire == pb.LEN:
                 header.version = bytes(buf[value[0]:value[1]]).decode("utf-8", "replace")
             elif number == 2 and wire == pb.VARINT:

@@ -31,6 +31,7 @@ from synth_dump import ir_node  # noqa: E402
 from msoverflow import cli  # noqa: E402
 from msoverflow.readers import _protobuf as pb  # noqa: E402
 
+MAX_CASE_BYTES = 4 << 20           # inputs stay small enough that the harness itself never dominates memory
 CONTRACT_EXITS = {0, 1, 2, 3}     # 4 (internal error) on hostile input is a bug the harness reports
 
 
@@ -51,7 +52,12 @@ def _npy_bytes(array: np.ndarray) -> bytes:
 
 
 def seeds() -> Dict[str, bytes]:
-    x = np.array([[1.0, 2.0], [3.0, 65504.0]], dtype=np.float16)
+    with np.errstate(over="ignore"):
+        return _seeds()
+
+
+def _seeds() -> Dict[str, bytes]:
+    x = np.array([[1.0, 2.0], [3.0, 65504.0]], dtype=np.float16)   # x * 2 overflows: an anomaly to find
     stat_rows = [dict(op_type="MatMul", op_name=FULL, task_id=1, stream_id=0, timestamp=100 + i, io=io_, slot=0,
                       array=(x if io_ == "input" else x * 2)) for i, io_ in enumerate(("input", "output"))]
     with tempfile.TemporaryDirectory() as tmp:
@@ -125,6 +131,8 @@ def mutated(draw, seed: bytes) -> bytes:
         elif op == "repeat" and data:
             end = min(len(data), pos + draw(st.integers(1, 64)))
             data[pos:end] = bytes(data[pos:end]) * draw(st.integers(2, 2000))
+        if len(data) > MAX_CASE_BYTES:
+            del data[MAX_CASE_BYTES:]
     return bytes(data)
 
 
@@ -150,8 +158,10 @@ def npy_header_case(draw) -> bytes:
 @st.composite
 def dumpdata_case(draw) -> bytes:
     """DumpData headers that lie: 100k dims, terabyte sizes, thousands of outputs, wrong wire types."""
+    outputs = draw(st.sampled_from([0, 1, 2, 3000]))
+
     def tensor(io_out: bool):
-        ndims = draw(st.sampled_from([0, 1, 2, 8, 65, 1000, 100_000]))
+        ndims = draw(st.sampled_from([0, 1, 2, 8] if outputs > 2 else [0, 1, 2, 8, 65, 1000, 100_000]))
         dims = [draw(st.integers(0, (1 << 64) - 1))] * ndims if ndims > 8 else \
             [draw(st.integers(0, 1 << 40)) for _ in range(ndims)]
         shape = pb.field_packed_varints(1, dims)
@@ -161,7 +171,6 @@ def dumpdata_case(draw) -> bytes:
         body += pb.field_varint(size_no, draw(st.one_of(st.integers(0, 64), st.integers(0, (1 << 64) - 1))))
         return body
     message = pb.field_bytes(1, "2.0") + pb.field_varint(2, 1)
-    outputs = draw(st.sampled_from([0, 1, 2, 3000]))
     one = tensor(True)
     message += pb.field_bytes(3, one) * outputs
     for _ in range(draw(st.integers(0, 2))):
