@@ -15,9 +15,10 @@ from typing import Callable, List, Optional
 
 from .errors import UserError
 
-_RANK = re.compile(r"^rank_(\d+)$")
-_DIGITS = re.compile(r"^\d+$")
-_TIME = re.compile(r"^\d{14}$")   # ACL/GE time directory: YYYYMMDDhhmmss
+# ASCII digits, bounded: a directory named with a million digits is not an iteration.
+_RANK = re.compile(r"^rank_([0-9]{1,9})$")
+_DIGITS = re.compile(r"^[0-9]{1,18}$")
+_TIME = re.compile(r"^[0-9]{14}$")   # ACL/GE time directory: YYYYMMDDhhmmss
 
 LAYOUT_MS = "mindspore"       # rank_{r}/{net}/{graph}/{iter}
 LAYOUT_DEBUG = "debug_files"  # rank_{r}/debug_files/{iter}

@@ -15,7 +15,7 @@ from typing import Dict, Optional
 
 from .dtypes import canonical
 
-_DIGITS = re.compile(r"^\d+$")
+_DIGITS = re.compile(r"^[0-9]{1,20}$")   # ids and timestamps: uint64 at most, never a million digits
 
 KIND_NPY = "npy"
 KIND_BIN = "bin"
