@@ -70,6 +70,12 @@ def _run(env_python, args, env=None, cwd=None):
                           timeout=300, env=env, cwd=cwd)
 
 
+def _dev_env_intact(work):
+    """Installing elsewhere must not uninstall the msoverflow of the environment running the tests."""
+    here = subprocess.run([sys.executable, "-c", "import msoverflow"], cwd=work, capture_output=True, text=True)
+    assert here.returncode == 0, here.stderr
+
+
 def _check_commands(python, dump, work, env=None):
     """analyze finds the overflow; config writes a config and checks it, with the installed data tables."""
     where = subprocess.run([str(python), "-c", "import msoverflow, msoverflow.resources as r; "
@@ -104,17 +110,20 @@ def test_wheel_beside_mindformers_in_a_fresh_venv(tmp_path, wheel, mindformers_w
                              capture_output=True, text=True, check=True).stdout.strip()
     # pip from this environment installs into the venv (--prefix); the venv needs no pip of its own.
     for whl in (mindformers_wheel, wheel):
-        got = _pip(sys.executable, "install", "--no-deps", "--no-compile", "--prefix", str(venv), str(whl))
+        got = _pip(sys.executable, "install", "--no-deps", "--no-compile", "--ignore-installed", "--prefix", str(venv),
+                   str(whl))
         assert got.returncode == 0, got.stderr[-1500:]
     assert (Path(purelib) / "configs").is_dir(), "MindFormers' top-level configs/ should be installed beside us"
     Path(purelib, "zz_deps.pth").write_text(_deps_dir() + "\n")
     _check_commands(python, dump, tmp_path)
+    _dev_env_intact(tmp_path)
 
 
 def test_pip_install_target_dir(tmp_path, wheel, mindformers_wheel, dump):
     target = tmp_path / "target"
     for whl in (mindformers_wheel, wheel):
-        got = _pip(sys.executable, "install", "--no-deps", "--no-compile", "--target", str(target), str(whl))
+        got = _pip(sys.executable, "install", "--no-deps", "--no-compile", "--ignore-installed", "--target",
+                   str(target), str(whl))
         assert got.returncode == 0, got.stderr[-1500:]
     assert (target / "msoverflow" / "data" / "dump_rules.yaml").is_file()
     assert (target / "configs").is_dir()
@@ -124,3 +133,4 @@ def test_pip_install_target_dir(tmp_path, wheel, mindformers_wheel, dump):
     base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
     python = base if base.exists() else Path(sys.executable)
     _check_commands(python, dump, tmp_path, env=env)
+    _dev_env_intact(tmp_path)

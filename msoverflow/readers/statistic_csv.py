@@ -184,9 +184,16 @@ def _read_with_pandas(path: str, rank: int, graph: str, iteration: int) -> Optio
     """The fast path for well-formed files (real dumps hold 10^5 rows per step): pandas' C parser and
     column-wise conversion. Anything unusual (ragged rows, a bad value, a missing column) returns None and the
     row-by-row reader above handles the file, with its per-row warnings."""
+    import warnings
+
     import pandas as pd
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig", skipinitialspace=True)
+        # index_col=False: a row longer than the header goes to the careful reader (pandas' warning about it is
+        # made an error), never into a thousands-level index that takes pandas minutes to build
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig",
+                                skipinitialspace=True, index_col=False)
     except Exception:     # pandas raises many kinds on odd files; the careful reader explains them
         return None
     columns: Dict[str, str] = {}

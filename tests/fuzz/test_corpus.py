@@ -372,5 +372,15 @@ def _corpus_entries():
 @pytest.mark.parametrize("name,entry", _corpus_entries())
 def test_fuzz_corpus(name, entry):
     """Each saved input runs through its harness target and keeps the contract (CORPUS.json: `expect`)."""
+    import signal
+
+    def hang(signum, frame):
+        raise AssertionError(f"hang: {name} ran over 60 s")
     assert entry["expect"] == "contract"
-    harness.run_case(entry["target"], (CORPUS / name).read_bytes())
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(60)
+    try:
+        harness.run_case(entry["target"], (CORPUS / name).read_bytes())
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
