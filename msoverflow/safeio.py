@@ -56,12 +56,11 @@ def _kind(mode: int) -> str:
         return "a socket"
     if stat.S_ISDIR(mode):
         return "a directory"
-    return "not a regular file"
+    return "a special file"
 
 
 def _refuse(path, mode: int) -> NotRegularFile:
-    exc = NotRegularFile(errno.EINVAL, f"{_kind(mode)}, not a regular file: skipped", os.fspath(path))
-    return exc
+    return NotRegularFile(errno.EINVAL, f"{_kind(mode)}, not a regular file", os.fspath(path))
 
 
 def regular_size(path) -> int:
