@@ -114,11 +114,10 @@ def discover(path: str, warn: Callable[[str], None]) -> List[DumpDir]:
                 if entry.is_dir():
                     if entry.name not in ("graphs", "execution_order", ".dump_metadata"):
                         subdirs.append(entry.path)
+                elif not entry.is_file():   # regular files only (symlinks followed): never a FIFO or device
+                    warn(f"{entry.path}: {_not_regular(entry.path)}, not a regular file: skipped")
                 elif _is_dump_file(entry.name):
-                    if entry.is_file():     # regular files only (symlinks followed): never a FIFO or device
-                        has_files = True
-                    else:
-                        warn(f"{entry.path}: {_not_regular(entry.path)}, not a regular file: skipped")
+                    has_files = True
             except OSError:
                 warn(f"{entry.path}: cannot stat, skipped")
         if has_files:
