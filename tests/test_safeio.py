@@ -93,3 +93,18 @@ def test_source_nesting_and_printable():
     name = b"op\xff.npy".decode("utf-8", "surrogateescape")
     assert safeio.printable(name) == "op\\xff.npy"
     assert safeio.printable("plain") == "plain"
+
+
+def test_patch_parser_crash_in_the_child_is_a_clear_error(monkeypatch):
+    """If the native parser still crashes on some source the depth check lets through, the forked probe turns the
+    signal into a UserError and msoverflow itself lives on."""
+    import signal
+
+    from msoverflow.patch import source_patch
+
+    def crash(text):
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    monkeypatch.setattr(source_patch.cst, "parse_module", crash)
+    with pytest.raises(UserError, match="parser crashed"):
+        source_patch.parse_source("x = 1\n", "model.py")

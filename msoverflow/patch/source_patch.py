@@ -315,7 +315,9 @@ def _probe_parse(text: str, path: str) -> None:
     if pid == 0:   # child: parse, report by exit status only, never run the parent's cleanup
         code = 0
         try:
+            import faulthandler
             import resource
+            faulthandler.disable()                              # the parent reports the crash, in one line
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a crash writes no core file (slow, litter)
         except (ImportError, ValueError, OSError):
             pass
