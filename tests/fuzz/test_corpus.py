@@ -382,3 +382,17 @@ def test_fuzz_corpus(name, entry):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
+def test_report_source_file_is_read_safely(tmp_path, target):
+    """A report's source.file pointing at /dev/zero or a FIFO: a one-line error, no memory growth, no hang."""
+    source = target
+    if target == "fifo":
+        source = str(tmp_path / "model.py")
+        os.mkfifo(source)
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"verdict": "anomaly", "first": {
+        "cell": "net", "cell_type": "Net", "op_type": "Sqrt", "source": {"file": source, "line": 3, "code": "x"}}}))
+    contract(msoverflow("patch", "--from", report, "--how", "source"), {2}, says="not a regular file")
+    contract(msoverflow("patch", "--from", report), {0, 2})
