@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+
 from ..errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_CODES_HELP, EXIT_INCONCLUSIVE
 
 
@@ -67,10 +69,10 @@ def _save_json(args, report) -> None:
     path = args.save if args.save is not None else os.environ.get("MSOVERFLOW_REPORT_JSON", "report.json")
     if args.no_save or not path:
         return
+    from ..safeio import dump_root, inside
     out_abs = os.path.realpath(path)
-    dump_abs = os.path.realpath(args.dump_dir)
-    if out_abs.startswith(dump_abs.rstrip(os.sep) + os.sep):
-        print(f"msoverflow: not saving {path}: it is inside the dump directory {args.dump_dir} "
+    if inside(out_abs, args.dump_dir) or inside(out_abs, dump_root(args.dump_dir)):   # the dump's root too
+        print(f"msoverflow: not saving {path}: it is inside the dump directory {dump_root(args.dump_dir)} "
               f"(run from elsewhere, or give --save FILE)", file=sys.stderr)
         return
     tmp = out_abs + ".tmp"

@@ -119,6 +119,14 @@ def _check_report_types(report: dict, path: str) -> None:
     for key in ("cell", "cell_type", "op_type", "forward_op", "full_name", "op_name", "kind"):
         if first.get(key) is not None and not isinstance(first[key], str):
             raise bad(f"first.{key}", "a string", first[key])
+    for key in ("rank", "iteration", "timestamp"):
+        value = first.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64):
+            raise bad(f"first.{key}", "a non-negative integer", value)
+    for key in ("inputs", "outputs"):
+        if first.get(key) is not None and not (isinstance(first[key], list)
+                                               and all(isinstance(t, dict) for t in first[key])):
+            raise bad(f"first.{key}", "a list of objects", first[key])
     source = first.get("source")
     if source is None:
         return

@@ -33,7 +33,9 @@ def _limits():
 
 
 def msoverflow(*args, cwd=None, env=None):
-    full_env = dict(os.environ, PYTHONIOENCODING="utf-8", **(env or {}))
+    # MSOVERFLOW_REPORT_JSON="": analyze saves no ./report.json into the directory the tests run from
+    full_env = dict(os.environ, PYTHONIOENCODING="utf-8", MSOVERFLOW_REPORT_JSON="")
+    full_env.update(env or {})
     try:
         return subprocess.run([sys.executable, "-m", "msoverflow", *map(str, args)], capture_output=True,
                               timeout=60, cwd=cwd, env=full_env, preexec_fn=_limits)
@@ -396,3 +398,31 @@ def test_report_source_file_is_read_safely(tmp_path, target):
         "cell": "net", "cell_type": "Net", "op_type": "Sqrt", "source": {"file": source, "line": 3, "code": "x"}}}))
     contract(msoverflow("patch", "--from", report, "--how", "source"), {2}, says="not a regular file")
     contract(msoverflow("patch", "--from", report), {0, 2})
+
+
+def test_default_saved_report_never_lands_in_the_dump_root(tmp_path):
+    clean_dump(tmp_path / "dump")
+    before = tree_digest(str(tmp_path / "dump"))
+    contract(msoverflow("analyze", tmp_path / "dump" / "rank_0" / "Net", "--no-progress", cwd=tmp_path / "dump",
+                        env={"MSOVERFLOW_REPORT_JSON": "report.json"}), {0, 3}, says="not saving")
+    assert tree_digest(str(tmp_path / "dump")) == before
+
+
+@pytest.mark.parametrize("first", ['{"op_name": "x", "rank": "0", "iteration": 0}',
+                                   '{"op_name": "x", "rank": 0, "iteration": [1]}',
+                                   '{"op_name": "x", "rank": 0, "iteration": 0, "inputs": 5}'])
+def test_repro_report_wrong_types(tmp_path, first):
+    clean_dump(tmp_path / "dump")
+    (tmp_path / "r.json").write_text('{"verdict": "anomaly", "first": ' + first + "}")
+    contract(msoverflow("repro", "--from", tmp_path / "r.json", "--dump", tmp_path / "dump", "-o", tmp_path / "out"),
+             {2})
+
+
+def test_repro_output_inside_the_dump_root_is_refused(tmp_path):
+    clean_dump(tmp_path / "dump")
+    (tmp_path / "r.json").write_text(json.dumps({"verdict": "anomaly", "first": {
+        "op_name": OP, "op_type": "MatMul", "rank": 0, "iteration": 0, "graph": "0"}}))
+    before = tree_digest(str(tmp_path / "dump"))
+    contract(msoverflow("repro", "--from", tmp_path / "r.json", "--dump", tmp_path / "dump" / "rank_0",
+                        "-o", tmp_path / "dump" / "repro"), {2}, says="refusing to write")
+    assert tree_digest(str(tmp_path / "dump")) == before
