@@ -165,6 +165,13 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise JsonError(f"{text[:40]} is out of range for a number (not finite)")
+    return value
+
+
 def _no_constant(name: str):
     raise JsonError(f"{name} is not JSON")
 
@@ -176,7 +183,7 @@ def loads_json(text: str, *, max_depth: int = MAX_JSON_DEPTH, allow_nan: bool = 
     if depth > max_depth:
         raise JsonError(f"nested {depth} levels deep (at most {max_depth})")
     try:
-        return json.loads(text, parse_int=_parse_int,
+        return json.loads(text, parse_int=_parse_int, parse_float=(float if allow_nan else _finite_float),
                           parse_constant=(float if allow_nan else _no_constant))
     except JsonError:
         raise

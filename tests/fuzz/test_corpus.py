@@ -426,3 +426,16 @@ def test_repro_output_inside_the_dump_root_is_refused(tmp_path):
     contract(msoverflow("repro", "--from", tmp_path / "r.json", "--dump", tmp_path / "dump" / "rank_0",
                         "-o", tmp_path / "dump" / "repro"), {2}, says="refusing to write")
     assert tree_digest(str(tmp_path / "dump")) == before
+
+
+def test_rank_metadata_and_rank_tables_are_read_safely(tmp_path):
+    """Files the per-rank accounting reads: a FIFO and deep JSON in .dump_metadata, a deep or infinite rank table."""
+    clean_dump(tmp_path / "dump")
+    meta = tmp_path / "dump" / "rank_0" / ".dump_metadata"
+    meta.mkdir()
+    os.mkfifo(meta / "hccl.json")
+    (meta / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (meta / "inf.json").write_text('{"rank_size": 1e999, "world_size": Infinity}')
+    (tmp_path / "dump" / "rank_table.json").write_text('{"server_list": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (tmp_path / "dump" / ("rank_" + "9" * 200)).mkdir()
+    contract(msoverflow("analyze", tmp_path / "dump", "--no-progress"), {0, 3})
