@@ -284,6 +284,7 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
     seeded: Dict[int, tuple] = {}       # row -> (bad, pinned, header)
     batches: Dict[tuple, list] = {}     # (header, declared, size) -> [[rows], [file bytes], bytes]
     os_open, os_read, os_close, first = os.open, os.read, os.close, npy.FIRST_READ
+    nonblocking = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
 
     def flush(key):
         header, declared, _ = key
@@ -305,7 +306,7 @@ def _npy_step(d: DumpDir, npy_names: List[str], shown: List[str], warn, counters
     for r in [r for r in range(len(rows)) if output_list[r] and floats[dtype[r]] and not suspicious[codes[r]]]:
         path = prefix + npy_names[rows[r]]
         try:
-            fd = os_open(path, os.O_RDONLY)
+            fd = os_open(path, nonblocking)       # a FIFO or device never blocks the scan
             try:
                 blob = os_read(fd, first)
             finally:
