@@ -85,7 +85,8 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
                   files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
-                  tail_clean=scanned_all, extra=extra)
+                  tail_clean=scanned_all, extra=extra, step_times=_step_times(index),
+                  overflow_records=list(index.overflow_records))
 
 
 def _scan(index: DumpIndex, access: TensorAccess, kn, scan_all: bool, flags_answer: bool, bar):
@@ -129,6 +130,17 @@ def _order_origins(index: DumpIndex, origins: List[Tuple[OpExecution, Verdict]],
     origins.sort(key=lambda pair: (pair[0].iteration, id(pair[0]) in after_arrival,
                                    pair[0].time - step_start.get((pair[0].rank, pair[0].iteration), 0),
                                    pair[0].rank))
+
+
+def _step_times(index: DumpIndex) -> Dict[int, Dict[int, Tuple[int, int]]]:
+    """rank -> step -> (first, last) op time on that rank's clock, for timelines (renderers only)."""
+    times: Dict[int, Dict[int, Tuple[int, int]]] = {}
+    for rank, executions in index.executions.items():
+        for ex in executions:
+            t = ex.time
+            first, last = times.setdefault(rank, {}).get(ex.iteration, (t, t))
+            times[rank][ex.iteration] = (min(first, t), max(last, t))
+    return times
 
 
 def _metadata(index: DumpIndex, warn) -> Dict[str, object]:
@@ -226,7 +238,7 @@ class _GraphCache:
 def _summary(event: TensorEvent, access: TensorAccess, producer: Optional[str], full: bool) -> TensorSummary:
     stats = access.stats(event) if full else event.stats
     return TensorSummary(slot=event.slot, io=event.io, dtype=event.dtype, shape=event.shape, stats=stats,
-                         payload_dtype=event.payload_dtype, producer=producer, note=event.note)
+                         payload_dtype=event.payload_dtype, producer=producer, note=event.note, file=event.source)
 
 
 def _finding(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: _GraphCache, full: bool) -> Finding:
@@ -286,7 +298,8 @@ def _finding(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: _GraphCa
                    forward_op=forward_op, cell=cell, cell_type=cell_type, source=source, inputs=inputs,
                    outputs=outputs, flags=list(ex.flags),
                    recommendation=kn.recommend(v.advice, **values) if v.role == ORIGIN else "",
-                   evidence=evidence)
+                   evidence=evidence, producers=list(node.inputs) if node else [],
+                   ir_file=getattr(graph, "path", None) if node else None, ir_line=node.ir_line if node else None)
 
 
 class _Progress:

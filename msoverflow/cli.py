@@ -7,6 +7,7 @@ import sys
 
 from . import __version__
 from .errors import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_USAGE, UserError, file_of
+from .logs import add_options as add_logging_options
 
 # Each module in msoverflow/commands defines register(subparsers) -> parser with set_defaults(run=...).
 COMMANDS = ["analyze", "convert", "config", "run", "patch", "demo"]
@@ -19,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "explain it, and patch the precision. " + EXIT_CODES_HELP)
     parser.add_argument("--version", action="version", version=f"msoverflow {__version__}")
     parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error (exit 4)")
+    add_logging_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
@@ -27,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
             if exc.name != f"{__package__}.commands.{name}":
                 raise
             continue
-        module.register(sub)
+        add_logging_options(module.register(sub))
     return parser
 
 
@@ -51,6 +53,8 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        from .logs import setup as setup_logging
+        setup_logging(args, argv)
         return int(args.run(args) or 0)
     except UserError as exc:
         print(f"msoverflow: error: {_one_line(exc)}", file=sys.stderr)

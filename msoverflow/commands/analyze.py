@@ -3,15 +3,27 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 from ..errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_CODES_HELP, EXIT_INCONCLUSIVE
 
 
 def _int_list(text: str):
+    """Steps/ranks as `config` spells them: 0 | 0,7 | 0-3 | 0|5-8 | all (no filter)."""
+    if text.strip().lower() == "all":
+        return None
+    values = set()
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        for part in text.replace("|", ",").split(","):
+            part = part.strip()
+            if "-" in part:
+                low, high = (int(x) for x in part.split("-", 1))
+                values.update(range(low, high + 1))
+            elif part:
+                values.add(int(part))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or comma-separated numbers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected numbers like 0, 0,7, 0-3 or 0|5-8, got {text!r}")
+    return sorted(values)
 
 
 def register(sub):
@@ -21,13 +33,16 @@ def register(sub):
                                    "Cell, source line, rank, step, kind of fault and what to do. "
                                    + EXIT_CODES_HELP)
     p.add_argument("dump_dir", metavar="DUMP_DIR")
-    p.add_argument("--rank", type=_int_list, help="only these ranks (e.g. 0 or 0,7)")
-    p.add_argument("--iteration", type=_int_list, help="only these iterations/steps")
+    p.add_argument("--ranks", "--rank", dest="rank", type=_int_list, metavar="IDS",
+                   help="only these ranks, e.g. 0, 0,7 or 0-3")
+    p.add_argument("--steps", "--step", "--iteration", "--iterations", dest="iteration", type=_int_list,
+                   metavar="STEPS", help="only these steps (the dump's iteration directories), e.g. 0, 0-3 or 0|5-8")
     p.add_argument("--top", type=int, default=10, help="later origins to list (default 10)")
     p.add_argument("--all", dest="scan_all", action="store_true",
                    help="scan every step (default: stop after the step holding the first origin)")
-    p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
-    p.add_argument("-o", "--output", help="write the report here instead of stdout")
+    p.add_argument("--format", choices=["text", "json", "markdown", "html"], default="text",
+                   help="html: one self-contained page with plots, viewable offline (use with -o)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report here instead of stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
     return p
@@ -38,13 +53,19 @@ def run(args) -> int:
     from ..errors import UserError
     from ..render import render
 
+    from ..logs import log
+
     if args.output:
         out_abs = os.path.abspath(args.output)
         dump_abs = os.path.abspath(args.dump_dir)
         if out_abs.startswith(dump_abs.rstrip(os.sep) + os.sep):
             raise UserError(f"{args.output}: refusing to write into the dump directory {args.dump_dir}")
+    started = time.monotonic()
     report = analyze(args.dump_dir, ranks=args.rank, iterations=args.iteration, scan_all=args.scan_all,
-                     progress=False if args.no_progress else None)
+                     progress=False if (args.no_progress or getattr(args, "quiet", False)) else None,
+                     warn=lambda message: log.debug("warning: %s", message))
+    log.debug("analyzed %s in %.1f s: %s, %d files, %d tensors read", args.dump_dir, time.monotonic() - started,
+              report.verdict, report.files, report.tensors_read)
     text = render(report, args.format, args.top)
     if args.output:
         try:
@@ -52,6 +73,11 @@ def run(args) -> int:
                 fh.write(text)
         except OSError as exc:
             raise UserError(f"{args.output}: cannot write report ({exc.strerror})")
+        log.info("wrote %s (%s, %s)", os.path.abspath(args.output), args.format, _size(len(text.encode())))
     else:
         print(text, end="")
     return {"anomaly": EXIT_ANOMALY, "inconclusive": EXIT_INCONCLUSIVE}.get(report.verdict, EXIT_CLEAN)
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} KB" if n >= 1e3 else f"{n} bytes"

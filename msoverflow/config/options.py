@@ -18,9 +18,9 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--jit-level", choices=["O0", "O1", "O2"], help="needed on Ascend with MindSpore 2.3+")
     group.add_argument("--path", metavar="DIR", help="absolute dump directory (MindSpore refuses relative paths)")
     group.add_argument("--net-name", metavar="NAME", help="dump sub-directory name (default Net)")
-    group.add_argument("--steps", metavar="STEPS", help="steps to dump: \"all\" or like 0|5-8 (default 0; "
+    group.add_argument("--steps", "--step", "--iteration", "--iterations", dest="steps", metavar="STEPS", help="steps to dump: \"all\" or like 0|5-8 (default 0; "
                                                         "Ascend overflow: all)")
-    group.add_argument("--ranks", "--devices", dest="ranks", metavar="IDS",
+    group.add_argument("--ranks", "--rank", "--devices", dest="ranks", metavar="IDS",
                        help="device ids to dump, e.g. 0,1 or 0-7 (default 0-7)")
     group.add_argument("--multi-rank", action="store_true", default=None,
                        help="the run spans several ranks (adds HCCL_EXEC_TIMEOUT on Ascend)")

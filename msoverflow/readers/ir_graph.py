@@ -52,8 +52,9 @@ def _args(line: str, start: int) -> List[str]:
 class GraphIndex:
     """Nodes of one saved graph, looked up by full name or by the name as written in dump files."""
 
-    def __init__(self, nodes: List[GraphNode]):
+    def __init__(self, nodes: List[GraphNode], path: Optional[str] = None):
         self.nodes = nodes
+        self.path = path
         self.by_full: Dict[str, GraphNode] = {n.full_name: n for n in nodes}
         self.by_file: Dict[str, GraphNode] = {scope_to_file_name(n.full_name): n for n in nodes}
         short: Dict[str, List[GraphNode]] = {}
@@ -81,7 +82,8 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
         if current and current.get("full_name"):
             node = GraphNode(full_name=current["full_name"], op_type=current["op_type"], ir_id=current["id"],
                              inputs=current["inputs"], is_backend_cast=current["backend_cast"],
-                             inferred_out=current.get("inferred"), kernel_out=current.get("kernel"))
+                             inferred_out=current.get("inferred"), kernel_out=current.get("kernel"),
+                             ir_line=current.get("line"))
             src = current.get("source")
             if src:
                 node.source_file, node.source_line, node.source_code = src
@@ -92,14 +94,14 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
                 pending_forward[len(nodes)] = current["forward"]
             nodes.append(node)
 
-    for line in lines:
+    for line_number, line in enumerate(lines, 1):
         m = _NODE.match(line)
         if m:
             finish()
             op = m.group(2)
             op_type = op[len("PrimFunc_"):] if op.startswith("PrimFunc_") else op
             args = [a[1:] if _REF.fullmatch(a) else "const" for a in _args(line, m.end())]
-            current = {"id": m.group(1), "op_type": op_type, "inputs": args,
+            current = {"id": m.group(1), "op_type": op_type, "inputs": args, "line": line_number,
                        "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0}
             u = _UNIQUE.search(line.split("cnode_primal_attrs", 1)[-1]) if "cnode_primal_attrs" in line else None
             f = _FORWARD.search(line)
@@ -146,7 +148,9 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
 
 def load_ir(path: str) -> GraphIndex:
     with open(path, encoding="utf-8", errors="replace") as fh:
-        return parse_ir(fh)
+        graph = parse_ir(fh)
+    graph.path = path
+    return graph
 
 
 def graph_files(rank_root: str, graph: str) -> List[str]:
