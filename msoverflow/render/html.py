@@ -30,6 +30,7 @@ BF16_MAX = 3.3895313892515355e38
 MAX_TIMELINE_STEPS = 6        # steps drawn as timeline panels (the ones holding events first)
 MAX_MARKERS_PER_KIND = 400    # per panel and marker kind: more are sampled evenly
 MAX_GRAPH_NODES = 32          # propagation graph: the origin and the first ops it reached
+GRAPH_WIDTH = 6               # columns per band of the propagation graph
 MAX_HEADROOM_BARS = 24
 MAX_TABLE_ROWS = 200
 MAX_WARNINGS = 300
@@ -178,7 +179,7 @@ def timeline_svg(report: Report) -> Tuple[Optional[str], str]:
         clean_ranks = set(report.ranks)
     rank_pos = {r: i for i, r in enumerate(ranks)}
     height = min(0.9 + 0.32 * len(ranks), 14)
-    fig = _figure(min(3.4 * len(steps) + 1.6, 18), height)
+    fig = _figure(min(max(3.4 * len(steps), 7.5) + 1.6, 18), height)
     axes = fig.subplots(1, len(steps), sharey=True, squeeze=False)[0]
     legend = {}
     style = {"origin": dict(marker="*", s=180, c=COLORS["origin"], zorder=5, label="origin (created here)"),
@@ -228,8 +229,8 @@ def timeline_svg(report: Report) -> Tuple[Optional[str], str]:
     axes[0].set_ylim(len(ranks) - 0.5, -0.5)
     if legend:
         order = [k for k in ("origin", "arrival", "flag", "spread", "clean") if k in legend]
-        fig.legend([legend[k] for k in order], [style[k]["label"] for k in order], loc="lower center",
-                   ncol=len(order), fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.02 - 0.25 / height))
+        fig.legend([legend[k] for k in order], [style[k]["label"] for k in order], loc="center left",
+                   fontsize=8, frameon=False, bbox_to_anchor=(1.0, 0.5))
     note = ("Each rank's time is measured from its own step start: clocks of different ranks are never compared."
             + (f" Steps not drawn: {_steps_text(left_out)}." if left_out else ""))
     return _svg(fig, "timeline-svg"), note
@@ -270,17 +271,27 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
     columns: Dict[int, List[int]] = {}
     for i in range(len(nodes)):
         columns.setdefault(depth.get(i, 0), []).append(i)
-    ncols, nrows = len(columns), max(len(v) for v in columns.values())
+    # Long chains wrap into bands of GRAPH_WIDTH columns (read left to right, then the next band) so labels
+    # keep a readable size on a page.
+    width = min(len(columns), GRAPH_WIDTH)
+    nrows = max(len(v) for v in columns.values())
+    bands = (len(columns) + GRAPH_WIDTH - 1) // GRAPH_WIDTH
     pos = {}
     for col, members in columns.items():
+        band, x = divmod(col, GRAPH_WIDTH)
         for row, i in enumerate(members):
-            pos[i] = (col, -(row - (len(members) - 1) / 2.0))
-    fig = _figure(min(1.0 + 2.0 * ncols, 26), min(1.0 + 0.85 * nrows, 16))
+            pos[i] = (x, -band * (nrows + 0.8) - row)
+    ncols = width
+    fig = _figure(1.0 + 2.1 * width, min(0.6 + 0.75 * bands * (nrows + 0.8), 18))
     ax = fig.add_subplot()
     ax.set_axis_off()
     for j, i, from_graph in edges:
         (x0, y0), (x1, y1) = pos[j], pos[i]
-        ax.annotate("", xy=(x1 - 0.42, y1), xytext=(x0 + 0.42, y0),
+        if x1 > x0:     # same band: side to side
+            start, end = (x0 + 0.42, y0), (x1 - 0.42, y1)
+        else:           # into the next band (or a lower row): bottom to top, clear of the boxes
+            start, end = (x0, y0 - 0.28), (x1, y1 + 0.28)
+        ax.annotate("", xy=end, xytext=start,
                     arrowprops=dict(arrowstyle="-|>", color="#546e7a", lw=1.1,
                                     linestyle="-" if from_graph else (0, (3, 3)), shrinkA=0, shrinkB=0))
     for i, f in enumerate(nodes):
@@ -291,7 +302,7 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
                 bbox=dict(boxstyle="round,pad=0.35", fc="#ffebee" if is_origin else "#eceff1",
                           ec=COLORS["origin"] if is_origin else "#90a4ae", lw=1.4 if is_origin else 0.8))
     ax.set_xlim(-0.6, ncols - 0.4)
-    ax.set_ylim(-(nrows / 2.0) - 0.2, nrows / 2.0 + 0.2)
+    ax.set_ylim(-bands * (nrows + 0.8) + 0.4, 0.6)
     dashed = sum(1 for e in edges if not e[2])
     note = (f"rank {report.first.rank}, step {report.first.iteration}: {len(report.propagation)} ops reached after "
             f"the origin. Arrows: producer -> consumer from the saved graph"
