@@ -61,6 +61,10 @@ def setup(args: argparse.Namespace, argv=None) -> None:
     stderr.setFormatter(logging.Formatter("msoverflow: %(message)s"))
     log.addHandler(stderr)
     if log_file:
+        dump_dir = getattr(args, "dump_dir", None)
+        if dump_dir and _inside(log_file, dump_dir):
+            from .errors import UserError
+            raise UserError(f"{log_file}: refusing to write the log into the dump directory {dump_dir}")
         try:
             handler = logging.FileHandler(log_file, encoding="utf-8")
         except OSError as exc:
@@ -71,3 +75,9 @@ def setup(args: argparse.Namespace, argv=None) -> None:
         log.addHandler(handler)
         from . import __version__
         log.debug("msoverflow %s: %s", __version__, " ".join(sys.argv[1:] if argv is None else argv))
+
+
+def _inside(path: str, directory: str) -> bool:
+    import os
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path.startswith(directory.rstrip(os.sep) + os.sep)

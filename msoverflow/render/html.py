@@ -123,12 +123,12 @@ def _figure(width: float, height: float):
     return Figure(figsize=(width, height), dpi=100)
 
 
-def _svg(fig, element_id: str) -> str:
+def _svg(fig, element_id: str, label: str) -> str:
     out = io.StringIO()
     fig.savefig(out, format="svg", bbox_inches="tight", metadata={"Date": None})
     svg = out.getvalue()
     svg = svg[svg.index("<svg"):]
-    return svg.replace("<svg ", f'<svg id="{element_id}" role="img" ', 1)
+    return svg.replace("<svg ", f'<svg id="{element_id}" role="img" aria-label="{_e(label)}" ', 1)
 
 
 def _timeline_events(report: Report):
@@ -168,15 +168,16 @@ def timeline_svg(report: Report) -> Tuple[Optional[str], str]:
     if not ranks:
         return None, "no ranks"
     events = _timeline_events(report)
-    event_steps = sorted({e[1] for e in events if e[3] != "spread"} | {e[1] for e in events})
+    event_steps = sorted({e[1] for e in events})
     all_steps = sorted({s for steps in report.iterations.values() for s in steps})
     steps = event_steps[:MAX_TIMELINE_STEPS] if event_steps else _sample(all_steps, min(MAX_TIMELINE_STEPS, 3))
     if not steps:
         return None, "no steps"
     left_out = [s for s in (event_steps or all_steps) if s not in steps]
     clean_ranks = {s.rank for s in report.rank_status if s.status == RANK_CLEAN}
-    if not report.rank_status and report.first is None:
+    if not report.rank_status and report.verdict == "clean":
         clean_ranks = set(report.ranks)
+    not_dumped = {s.rank for s in report.rank_status if s.status == RANK_NOT_DUMPED}
     rank_pos = {r: i for i, r in enumerate(ranks)}
     height = min(0.9 + 0.32 * len(ranks), 14)
     fig = _figure(min(max(3.4 * len(steps), 7.5) + 1.6, 18), height)
@@ -202,10 +203,19 @@ def timeline_svg(report: Report) -> Tuple[Optional[str], str]:
             pts = _sample(pts, MAX_MARKERS_PER_KIND)
             if not pts:
                 continue
-            xs = [e[2] if e[2] is not None else 0.0 for e in pts]
-            ys = [rank_pos.get(e[0], 0) for e in pts]
-            legend[kind] = ax.scatter(xs, ys, **style[kind])
-            span_max = max(span_max, max(xs))
+            known = [e for e in pts if e[2] is not None]
+            if known:
+                xs = [e[2] for e in known]
+                legend[kind] = ax.scatter(xs, [rank_pos.get(e[0], 0) for e in known], **style[kind])
+                span_max = max(span_max, max(xs))
+            unknown = [e for e in pts if e[2] is None]
+            if unknown:     # the report does not say when: drawn hollow at the step's start, and said so
+                hollow = {**style[kind], "facecolors": "none", "edgecolors": style[kind]["c"], "linewidths": 1.4}
+                hollow.pop("c")
+                hollow["label"] += " (time not recorded: drawn at 0)"
+                legend[kind + "?"] = ax.scatter([0.0] * len(unknown), [rank_pos.get(e[0], 0) for e in unknown],
+                                                **hollow)
+                style[kind + "?"] = hollow
         first = report.first
         if first is not None and first.iteration == step:
             x = next((e[2] for e in events if e[3] in ("origin", "arrival") and e[0] == first.rank
@@ -218,6 +228,8 @@ def timeline_svg(report: Report) -> Tuple[Optional[str], str]:
             xs = [(report.step_times.get(r, {}).get(step, (0, 0))[1]
                    - report.step_times.get(r, {}).get(step, (0, 0))[0]) / 1000.0 for r in clean_here]
             legend["clean"] = ax.scatter(xs, [rank_pos[r] for r in clean_here], **style["clean"])
+        for rank in not_dumped:
+            ax.text(0, rank_pos[rank], " not dumped", va="center", fontsize=8, color="#757575", style="italic")
         ax.set_title(f"step {step}", fontsize=10)
         ax.set_xlabel("ms since the rank's step began", fontsize=8)
         ax.set_xlim(-0.03 * (span_max or 1), (span_max or 1) * 1.08)
@@ -228,12 +240,13 @@ def timeline_svg(report: Report) -> Tuple[Optional[str], str]:
                             [f"{r}" if i % max(1, len(ranks) // 32) == 0 else "" for i, r in enumerate(ranks)])
     axes[0].set_ylim(len(ranks) - 0.5, -0.5)
     if legend:
-        order = [k for k in ("origin", "arrival", "flag", "spread", "clean") if k in legend]
+        order = [k for k in ("origin", "origin?", "arrival", "arrival?", "flag", "flag?", "spread", "clean")
+                 if k in legend]
         fig.legend([legend[k] for k in order], [style[k]["label"] for k in order], loc="center left",
                    fontsize=8, frameon=False, bbox_to_anchor=(1.0, 0.5))
     note = ("Each rank's time is measured from its own step start: clocks of different ranks are never compared."
             + (f" Steps not drawn: {_steps_text(left_out)}." if left_out else ""))
-    return _svg(fig, "timeline-svg"), note
+    return _svg(fig, "timeline-svg", "timeline of the first bad values per rank and step"), note
 
 
 def _graph_nodes(report: Report) -> Tuple[List[Finding], List[Tuple[int, int, bool]], int]:
@@ -308,7 +321,7 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
             f"the origin. Arrows: producer -> consumer from the saved graph"
             + (f"; {dashed} dashed arrow(s) only follow time order (no graph edge known)" if dashed else "")
             + (f". {left_out} later op(s) not drawn (see the table below)." if left_out else "."))
-    return _svg(fig, "propagation-svg"), note
+    return _svg(fig, "propagation-svg", "propagation graph from the origin"), note
 
 
 def _headroom_rows(report: Report) -> List[Tuple[str, TensorSummary, str]]:
@@ -373,7 +386,7 @@ def headroom_svg(report: Report) -> Tuple[Optional[str], str]:
     note = ("max |x| of the inputs and outputs of the origin(s) and the first ops they reached, against the fp16 "
             "limit" + (" and the bf16 limit" if BF16_MAX < xmax else " (bf16's max, 3.39e38, is off this scale)")
             + "; a bar at the right edge is inf.")
-    return _svg(fig, "headroom-svg"), note
+    return _svg(fig, "headroom-svg", "max |x| against the dtype limits"), note
 
 
 # ---- HTML sections ---------------------------------------------------------------------------------------------
