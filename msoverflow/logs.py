@@ -24,7 +24,7 @@ def add_options(parser: argparse.ArgumentParser, top_level: bool = False) -> Non
         group.add_argument("-v", "--verbose", action="count", help="say more on stderr (-vv: everything)",
                            **({"default": 0} if top_level else default))
     if not taken & {"-q", "--quiet"}:
-        group.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr",
+        group.add_argument("-q", "--quiet", action="store_true", help="say only errors and the result",
                            **({"default": False} if top_level else default))
     if "--log-file" not in taken:
         group.add_argument("--log-file", metavar="FILE",

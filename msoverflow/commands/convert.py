@@ -18,7 +18,6 @@ def register(subparsers):
     parser.add_argument("src", metavar="SRC", help="a binary dump file or a directory (searched recursively)")
     parser.add_argument("-o", "--output", metavar="OUTDIR",
                         help="where to write (required for a directory; default for a file: the current directory)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="only print errors and the summary")
     parser.set_defaults(run=run)
     return parser
 
@@ -78,7 +77,7 @@ def run(args) -> int:
         raise UserError(f"{out_root}: output exists and is not a directory")
 
     def say(message):
-        if not args.quiet:
+        if not getattr(args, "quiet", False):     # -q/--quiet: the shared option (msoverflow.logs)
             print(message)
 
     skipped, written, converted = [], 0, 0
