@@ -21,7 +21,7 @@ def add_options(parser: argparse.ArgumentParser, top_level: bool = False) -> Non
     taken = set(parser._option_string_actions)
     group = parser.add_argument_group("output and logging") if not top_level else parser
     if not taken & {"-v", "--verbose"}:
-        group.add_argument("-v", "--verbose", action="count", help="say more on stderr (-vv: everything)",
+        group.add_argument("-v", "--verbose", action="count", help="say more on stderr: each warning as it is met, timings",
                            **({"default": 0} if top_level else default))
     if not taken & {"-q", "--quiet"}:
         group.add_argument("-q", "--quiet", action="store_true", help="say only errors and the result",
