@@ -116,18 +116,22 @@ def _finding_id(index: int) -> str:
 # ---- plots -----------------------------------------------------------------------------------------------------
 
 def _figure(width: float, height: float):
-    from matplotlib.figure import Figure
-    import matplotlib
-    matplotlib.rcParams["svg.fonttype"] = "none"     # text stays text: small, searchable
-    matplotlib.rcParams["svg.hashsalt"] = "msoverflow"   # stable element ids: the same report gives the same file
+    from matplotlib.figure import Figure     # no pyplot: no global figure state, no GUI backend
     return Figure(figsize=(width, height), dpi=100)
 
 
 def _svg(fig, element_id: str, label: str) -> str:
+    import matplotlib
     out = io.StringIO()
-    fig.savefig(out, format="svg", bbox_inches="tight", metadata={"Date": None})
+    # Text stays text (small, searchable); ids are salted per plot so several SVGs share one page without
+    # clashing, and stable so the same report gives the same file. rc_context leaves a caller's settings alone.
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": element_id}):
+        fig.savefig(out, format="svg", bbox_inches="tight", metadata={"Date": None})
     svg = out.getvalue()
     svg = svg[svg.index("<svg"):]
+    # matplotlib numbers its element ids per figure (figure_1, axes_1 ...): prefix them so that the page's ids
+    # stay unique with several plots inline.
+    svg = re.sub(r'(id="|url\(#|href="#)([^"#)]+)', lambda m: f"{m.group(1)}{element_id}-{m.group(2)}", svg)
     return svg.replace("<svg ", f'<svg id="{element_id}" role="img" aria-label="{_e(label)}" ', 1)
 
 

@@ -32,6 +32,9 @@ def _open(browser, path, artifacts, name):
     assert problems == []
     # Self-contained: the page itself and nothing else (no CDN, no fonts, no scripts from anywhere).
     assert requests == [path.as_uri()]
+    # Several inline SVGs on one page: every element id stays unique (anchors and clip paths resolve).
+    assert page.evaluate("() => { const ids = [...document.querySelectorAll('[id]')].map(e => e.id);"
+                         " return ids.length - new Set(ids).size; }") == 0
     return page
 
 
