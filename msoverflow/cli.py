@@ -53,9 +53,9 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        from .logs import setup as setup_logging
-        setup_logging(args, argv)
-        return int(args.run(args) or 0)
+        from .logs import session as logging_session
+        with logging_session(args, argv):
+            return int(args.run(args) or 0)
     except UserError as exc:
         print(f"msoverflow: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE

@@ -8,6 +8,7 @@ appends every detail with a timestamp, whatever -v/-q say: keep it for long runs
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 
@@ -45,6 +46,23 @@ class _Stderr(logging.StreamHandler):
     @stream.setter
     def stream(self, _value):
         pass
+
+
+_depth = 0
+
+
+@contextlib.contextmanager
+def session(args: argparse.Namespace, argv=None):
+    """Configure logging for one command. A command run inside another (patch --dump runs analyze) keeps the
+    outer command's settings: its -q or --log-file still hold."""
+    global _depth
+    if _depth == 0:
+        setup(args, argv)
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
 
 
 def setup(args: argparse.Namespace, argv=None) -> None:

@@ -86,6 +86,15 @@ def test_html_is_self_contained_and_the_cli_says_where_it_wrote(dump, tmp_path, 
     assert "Exp" in page and "Head" in page and "float16 max 65504" in page
 
 
+def test_the_format_follows_the_output_name_unless_given(dump, tmp_path, capsys):
+    assert main(["analyze", str(dump), "-o", str(tmp_path / "r.html")]) == 1
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    assert main(["analyze", str(dump), "-o", str(tmp_path / "r.json")]) == 1
+    assert json.loads((tmp_path / "r.json").read_text())["verdict"] == "anomaly"
+    assert main(["analyze", str(dump), "--format", "markdown", "-o", str(tmp_path / "r.txt")]) == 1
+    assert (tmp_path / "r.txt").read_text().startswith("# msoverflow report")
+
+
 def test_quiet_verbose_and_log_file(dump, tmp_path, capsys):
     log = tmp_path / "run.log"
     out = tmp_path / "r.json"
@@ -95,6 +104,14 @@ def test_quiet_verbose_and_log_file(dump, tmp_path, capsys):
     assert f"wrote {out}" in logged and "analyzed" in logged and "anomaly" in logged
     assert main(["-v", "analyze", str(dump), "-o", str(out)]) == 1
     assert "analyzed" in capsys.readouterr().err
+
+
+def test_a_command_run_inside_another_keeps_the_outer_logging(dump, tmp_path, capsys):
+    """patch --dump runs analyze inside: the outer -q and --log-file still hold for it."""
+    log = tmp_path / "patch.log"
+    main(["patch", "--dump", str(dump), "-q", "--log-file", str(log)])
+    assert "wrote" not in capsys.readouterr().err
+    assert re.search(r"wrote .*report\.json \(json", log.read_text())
 
 
 def test_one_vocabulary_with_the_old_spellings_as_aliases():

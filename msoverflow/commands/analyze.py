@@ -40,8 +40,9 @@ def register(sub):
     p.add_argument("--top", type=int, default=10, help="later origins to list (default 10)")
     p.add_argument("--all", dest="scan_all", action="store_true",
                    help="scan every step (default: stop after the step holding the first origin)")
-    p.add_argument("--format", choices=["text", "json", "markdown", "html"], default="text",
-                   help="html: one self-contained page with plots, viewable offline (use with -o)")
+    p.add_argument("--format", choices=["text", "json", "markdown", "html"],
+                   help="default: from -o's extension (.html, .json, .md), else text; html: one self-contained page "
+                        "with plots, viewable offline")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here instead of stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
@@ -66,14 +67,15 @@ def run(args) -> int:
                      warn=lambda message: log.debug("warning: %s", message))
     log.debug("analyzed %s in %.1f s: %s, %d files, %d tensors read", args.dump_dir, time.monotonic() - started,
               report.verdict, report.files, report.tensors_read)
-    text = render(report, args.format, args.top)
+    fmt = args.format or _format_of(args.output)
+    text = render(report, fmt, args.top)
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:
                 fh.write(text)
         except OSError as exc:
             raise UserError(f"{args.output}: cannot write report ({exc.strerror})")
-        log.info("wrote %s (%s, %s)", os.path.abspath(args.output), args.format, _size(len(text.encode())))
+        log.info("wrote %s (%s, %s)", os.path.abspath(args.output), fmt, _size(len(text.encode())))
     else:
         print(text, end="")
     return {"anomaly": EXIT_ANOMALY, "inconclusive": EXIT_INCONCLUSIVE}.get(report.verdict, EXIT_CLEAN)
@@ -81,3 +83,8 @@ def run(args) -> int:
 
 def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} KB" if n >= 1e3 else f"{n} bytes"
+
+
+def _format_of(output) -> str:
+    extension = os.path.splitext(output or "")[1].lower()
+    return {".html": "html", ".htm": "html", ".json": "json", ".md": "markdown"}.get(extension, "text")
