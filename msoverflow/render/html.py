@@ -410,7 +410,9 @@ def _verdict_card(report: Report) -> str:
     out = [f'<section id="verdict" class="card {verdict}">',
            f'<h2 style="border:0;margin:0">Verdict <span class="badge {verdict}">{_e(verdict.upper())}</span></h2>']
     if f is not None:
-        items = [("origin", f"<strong>{_e(op_label(f))}</strong>"),
+        # A finding that only the hardware flag names (its inputs were not dumped) is not called the origin.
+        role = {"flagged": "flagged (not proven)", "propagator": "first seen in"}.get(f.role, "origin")
+        items = [(role, f"<strong>{_e(op_label(f))}</strong>"),
                  ("kind", _e(f.kind)),
                  ("where", f"rank {f.rank}, step {f.iteration}, graph {_e(f.graph)}"),
                  ("what", _e(f.detail)),
@@ -532,6 +534,19 @@ def _origins_table(report: Report) -> str:
             + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "") + "</section>")
 
 
+def _flagged_table(report: Report) -> str:
+    flagged = getattr(report, "flagged", None) or []
+    if not flagged:
+        return ""
+    rows = "".join(f'<tr><td class="num">{f.rank}</td><td class="num">{f.iteration}</td><td>{_e(op_label(f))}</td>'
+                   f'<td>{_e(f.detail)}</td></tr>' for f in flagged[:MAX_TABLE_ROWS])
+    more = len(flagged) - MAX_TABLE_ROWS
+    return ('<section id="flagged"><h2>Flagged by the hardware, not decided</h2><p class="note">The inputs that '
+            "would tell whether these ops created the bad value or received it were not dumped.</p><table><thead>"
+            "<tr><th>rank</th><th>step</th><th>op</th><th>what</th></tr></thead><tbody>" + rows + "</tbody></table>"
+            + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "") + "</section>")
+
+
 def _propagation_table(report: Report) -> str:
     if not report.propagation:
         return ""
@@ -587,7 +602,8 @@ def render_html(report: Report, top: int = 10) -> str:
                         .replace("</section>", _propagation_table(report) + "</section>"))
         bars, bars_note = headroom_svg(report)
         sections.append(_plot_section("headroom", "Headroom: max |x| against the dtype's limits", bars, bars_note))
-    sections += [_evidence(report, top), _origins_table(report), _warnings(report), _scan_section(report)]
+    sections += [_evidence(report, top), _origins_table(report), _flagged_table(report), _warnings(report),
+                 _scan_section(report)]
     nav = " ".join(f'<a href="#{s}">{s}</a>' for s in re.findall(r'<section id="([a-z-]+)"', "".join(sections)))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
