@@ -298,7 +298,7 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
         for row, i in enumerate(members):
             pos[i] = (x, -band * (nrows + 0.8) - row)
     ncols = width
-    fig = _figure(1.0 + 2.1 * width, min(0.6 + 0.75 * bands * (nrows + 0.8), 18))
+    fig = _figure(1.0 + 2.1 * width, min(0.6 + 0.75 * ((bands - 1) * (nrows + 0.8) + nrows), 18))
     ax = fig.add_subplot()
     ax.set_axis_off()
     for j, i, from_graph in edges:
@@ -318,7 +318,7 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
                 bbox=dict(boxstyle="round,pad=0.35", fc="#ffebee" if is_origin else "#eceff1",
                           ec=COLORS["origin"] if is_origin else "#90a4ae", lw=1.4 if is_origin else 0.8))
     ax.set_xlim(-0.6, ncols - 0.4)
-    ax.set_ylim(-bands * (nrows + 0.8) + 0.4, 0.6)
+    ax.set_ylim(min(y for _, y in pos.values()) - 0.6, 0.6)
     dashed = sum(1 for e in edges if not e[2])
     note = (f"rank {report.first.rank}, step {report.first.iteration}: {len(report.propagation)} ops reached after "
             f"the origin. Arrows: producer -> consumer from the saved graph"
