@@ -20,7 +20,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 
 
 def _chromium_path():
-    for candidate in (os.environ.get("MSOVERFLOW_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium")):
+    chosen = os.environ.get("MSOVERFLOW_CHROMIUM")     # when set, the only candidate
+    for candidate in ([chosen] if chosen else ["/usr/bin/chromium", shutil.which("chromium")]):
         if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return None
@@ -45,7 +46,7 @@ def pytest_collection_modifyitems(config, items):
 def browser():
     path = _chromium_path()
     if path is None:
-        _unavailable("no chromium at /usr/bin/chromium")
+        _unavailable(f"no chromium at {os.environ.get('MSOVERFLOW_CHROMIUM') or '/usr/bin/chromium'}")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
