@@ -131,12 +131,16 @@ def _svg(fig, element_id: str, label: str) -> str:
     svg = svg[svg.index("<svg"):]
     # matplotlib numbers its element ids per figure (figure_1, axes_1 ...): prefix them so that the page's ids
     # stay unique with several plots inline.
-    svg = re.sub(r'(id="|url\(#|href="#)([^"#)]+)', lambda m: f"{m.group(1)}{element_id}-{m.group(2)}", svg)
+    svg = re.sub(r'(<a xlink:href="#[^"]*") target="_blank"', r"\1", svg)   # in-page links open in place
+    own = set(re.findall(r'id="([^"]+)"', svg))     # links out of the plot (#finding-0 ...) stay as they are
+    svg = re.sub(r'(id="|url\(#|href="#)([^"#)]+)',
+                 lambda m: f"{m.group(1)}{element_id}-{m.group(2)}" if m.group(2) in own else m.group(0), svg)
     return svg.replace("<svg ", f'<svg id="{element_id}" role="img" aria-label="{_e(label)}" ', 1)
 
 
-def _timeline_events(report: Report):
-    """(rank, step, time since that rank's step began in ms or None, kind, label) for every marker."""
+def _timeline_events(report: Report, top: int):
+    """(rank, step, time since that rank's step began in ms or None, kind, label, link) for every marker; the
+    link is where the page tells more (markers are clickable in the SVG)."""
     starts = {(r, s): span[0] for r, steps in report.step_times.items() for s, span in steps.items()}
     events = []
 
@@ -144,34 +148,37 @@ def _timeline_events(report: Report):
         start = starts.get((rank, step))
         return None if ts is None or start is None else max(0.0, (ts - start) / 1000.0)
 
-    for f in report.anomalies:
+    for i, f in enumerate(report.anomalies):
         kind = "arrival" if f.kind == "cross-rank" else "origin"
-        events.append((f.rank, f.iteration, rel(f.rank, f.iteration, f.timestamp), kind, f.op_type))
+        events.append((f.rank, f.iteration, rel(f.rank, f.iteration, f.timestamp), kind, f.op_type,
+                       f"#{_finding_id(i)}" if i <= top else "#origins"))
     for p in report.propagation:
-        events.append((p.rank, p.iteration, rel(p.rank, p.iteration, p.timestamp), "spread", p.op_type))
+        events.append((p.rank, p.iteration, rel(p.rank, p.iteration, p.timestamp), "spread", p.op_type,
+                       "#propagation-list"))
     for rec in report.overflow_records:
         try:
             step = int(rec.iteration)
         except (TypeError, ValueError):
             continue
-        events.append((rec.rank, step, rel(rec.rank, step, rec.timestamp), "flag", rec.matched_op or rec.unit))
+        events.append((rec.rank, step, rel(rec.rank, step, rec.timestamp), "flag", rec.matched_op or rec.unit,
+                       None))
     for status in report.rank_status:
         if status.status == RANK_RECEIVED and status.iteration is not None:
             events.append((status.rank, status.iteration, rel(status.rank, status.iteration, status.time),
-                           "arrival", status.via or status.op_type or ""))
+                           "arrival", status.via or status.op_type or "", f"#rank-{status.rank}"))
         elif status.status == RANK_FLAGGED and status.iteration is not None and not report.overflow_records:
             events.append((status.rank, status.iteration, rel(status.rank, status.iteration, status.time),
-                           "flag", status.op_type or ""))
+                           "flag", status.op_type or "", f"#rank-{status.rank}"))
     return events
 
 
-def timeline_svg(report: Report) -> Tuple[Optional[str], str]:
+def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
     """One panel per step: x = ms since that rank's own step began (ranks' clocks are never compared),
     y = rank. Grey bars: the span of the rank's dumped ops in that step."""
     ranks = sorted(set(report.ranks) | {s.rank for s in report.rank_status})
     if not ranks:
         return None, "no ranks"
-    events = _timeline_events(report)
+    events = _timeline_events(report, top)
     event_steps = sorted({e[1] for e in events})
     all_steps = sorted({s for steps in report.iterations.values() for s in steps})
     steps = event_steps[:MAX_TIMELINE_STEPS] if event_steps else _sample(all_steps, min(MAX_TIMELINE_STEPS, 3))
@@ -209,6 +216,7 @@ def timeline_svg(report: Report) -> Tuple[Optional[str], str]:
             if known:
                 xs = [e[2] for e in known]
                 legend[kind] = ax.scatter(xs, [rank_pos.get(e[0], 0) for e in known], **style[kind])
+                legend[kind].set_urls([e[5] for e in known])
                 span_max = max(span_max, max(xs))
             unknown = [e for e in pts if e[2] is None]
             if unknown:     # the report does not say when: drawn hollow at the step's start, and said so
@@ -217,6 +225,7 @@ def timeline_svg(report: Report) -> Tuple[Optional[str], str]:
                 hollow["label"] += " (time not recorded: drawn at 0)"
                 legend[kind + "?"] = ax.scatter([0.0] * len(unknown), [rank_pos.get(e[0], 0) for e in unknown],
                                                 **hollow)
+                legend[kind + "?"].set_urls([e[5] for e in unknown])
                 style[kind + "?"] = hollow
         first = report.first
         if first is not None and first.iteration == step:
@@ -444,7 +453,8 @@ def _rank_table(report: Report) -> str:
     rows = sorted(report.rank_status, key=lambda s: s.rank)
     for s in rows[:MAX_TABLE_ROWS * 4]:
         op = f"{_e(s.op_type or '')} <code>{_e(s.op_name)}</code>" if s.op_name else _e(s.op_type or "-")
-        out.append(f'<tr class="{STATUS_CLASS.get(s.status, "")}" data-rank="{s.rank}"><td class="num">{s.rank}</td>'
+        out.append(f'<tr id="rank-{s.rank}" class="{STATUS_CLASS.get(s.status, "")}" data-rank="{s.rank}">'
+                   f'<td class="num">{s.rank}</td>'
                    f'<td class="status">{_e(s.status)}</td>'
                    f'<td class="num">{"-" if s.iteration is None else s.iteration}</td><td>{op}</td>'
                    f'<td>{_e(s.via or "-")}</td><td>{_e(s.note)}</td></tr>')
@@ -593,7 +603,7 @@ def _warnings(report: Report) -> str:
 
 def render_html(report: Report, top: int = 10) -> str:
     title = "msoverflow: " + (f"{report.first.kind} in {report.first.op_type}" if report.first else report.verdict)
-    timeline, timeline_note = timeline_svg(report)
+    timeline, timeline_note = timeline_svg(report, top)
     sections = [_verdict_card(report), _rank_table(report),
                 _plot_section("timeline", "Timeline", timeline, timeline_note)]
     if report.first is not None:

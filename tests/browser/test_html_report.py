@@ -40,6 +40,9 @@ def _open(browser, path, artifacts, name):
 
 def _check_links(page):
     hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
+    # markers in the plots link to their evidence (SVG anchors use xlink:href)
+    hrefs += page.eval_on_selector_all("svg a", "els => els.map(e => e.getAttribute('xlink:href')"
+                                                " || e.getAttribute('href')).filter(h => h)")
     assert hrefs
     for href in hrefs:
         if href.startswith("#"):
@@ -57,6 +60,15 @@ def _plot(page, element_id):
     box = svg.bounding_box()
     assert box and box["width"] > 200 and box["height"] > 80, (element_id, box)   # drawn, not collapsed
     return svg.inner_html()
+
+
+def _click_origin_marker(page):
+    """The first origin's star on the timeline is a link to its evidence: clicking it goes there."""
+    index = page.evaluate("() => [...document.querySelectorAll('#timeline-svg a')]"
+                          ".findIndex(a => a.getAttribute('xlink:href') === '#finding-0')")
+    assert index >= 0
+    page.locator("#timeline-svg a").nth(index).click()
+    assert page.evaluate("() => location.hash") == "#finding-0"
 
 
 def _rank_rows(page, report):
@@ -82,6 +94,7 @@ def test_single_rank_real_overflow(real_dumps, browser, artifacts, tmp_path):
     assert f"{os.path.basename(first.source.file)}:{first.source.line}" in card
     assert first.recommendation[:40] in card
     assert "SqrtGrad" in _plot(page, "timeline-svg")
+    _click_origin_marker(page)
     graph = _plot(page, "propagation-svg")
     assert "SqrtGrad" in graph and "lm_head" in graph             # op -> consumer labelled by Cell
     assert "Cast" in graph                                         # the consumer that turned it into inf
@@ -107,6 +120,7 @@ def test_multi_rank_seed_scenario(browser, artifacts, tmp_path):
     assert "hardware overflow flag" in timeline and "SqrtGrad" in timeline
     for rank in report.ranks:
         assert f"rank {rank}" in timeline
+    _click_origin_marker(page)
     assert "AllReduce" in _plot(page, "propagation-svg")
     _plot(page, "headroom-svg")
     _rank_rows(page, report)
