@@ -168,7 +168,8 @@ class TensorSummary:
 
     @property
     def range_used(self) -> Optional[float]:
-        """Finite max |x| as a share of the declared dtype's max (1.0 = at the limit; inf counts as over)."""
+        """Largest finite |x| as a share of the declared dtype's max (1.0 = at the limit). Finite values only:
+        a tensor holding inf is past any range, which renderers show as "inf"."""
         from .dtypes import dtype_max
         limit = dtype_max(self.dtype)
         if self.stats is None or self.stats.max_abs is None or not limit:
