@@ -131,7 +131,10 @@ def _svg(fig, element_id: str, label: str) -> str:
     svg = svg[svg.index("<svg"):]
     # matplotlib numbers its element ids per figure (figure_1, axes_1 ...): prefix them so that the page's ids
     # stay unique with several plots inline.
-    svg = re.sub(r'(<a xlink:href="#[^"]*") target="_blank"', r"\1", svg)   # in-page links open in place
+    # In-page links open in place; text after "|" in a link is the marker's hover text (an SVG <title>).
+    svg = re.sub(r'<a xlink:href="(#[^"|]*)(?:\|([^"]*))?"(?: target="_blank")?>',
+                 lambda m: f'<a xlink:href="{m.group(1)}">' + (f"<title>{m.group(2)}</title>" if m.group(2) else ""),
+                 svg)
     own = set(re.findall(r'id="([^"]+)"', svg))     # links out of the plot (#finding-0 ...) stay as they are
     svg = re.sub(r'(id="|url\(#|href="#)([^"#)]+)',
                  lambda m: f"{m.group(1)}{element_id}-{m.group(2)}" if m.group(2) in own else m.group(0), svg)
@@ -150,7 +153,7 @@ def _timeline_events(report: Report, top: int):
 
     for i, f in enumerate(report.anomalies):
         kind = "arrival" if f.kind == "cross-rank" else "origin"
-        events.append((f.rank, f.iteration, rel(f.rank, f.iteration, f.timestamp), kind, f.op_type,
+        events.append((f.rank, f.iteration, rel(f.rank, f.iteration, f.timestamp), kind, op_label(f),
                        f"#{_finding_id(i)}" if i <= top else "#origins"))
     for p in report.propagation:
         events.append((p.rank, p.iteration, rel(p.rank, p.iteration, p.timestamp), "spread", p.op_type,
@@ -161,7 +164,7 @@ def _timeline_events(report: Report, top: int):
         except (TypeError, ValueError):
             continue
         events.append((rec.rank, step, rel(rec.rank, step, rec.timestamp), "flag", rec.matched_op or rec.unit,
-                       None))
+                       "#scan"))
     for status in report.rank_status:
         if status.status == RANK_RECEIVED and status.iteration is not None:
             events.append((status.rank, status.iteration, rel(status.rank, status.iteration, status.time),
@@ -170,6 +173,16 @@ def _timeline_events(report: Report, top: int):
             events.append((status.rank, status.iteration, rel(status.rank, status.iteration, status.time),
                            "flag", status.op_type or "", f"#rank-{status.rank}"))
     return events
+
+
+_MARKER_WORDS = {"origin": "origin", "arrival": "arrived via", "flag": "hardware flag on", "spread": "spread to"}
+
+
+def _marker_url(event) -> str:
+    """The marker's link, with its hover text after a "|" (_svg turns it into an SVG <title>)."""
+    rank, step, t, kind, label, link = event
+    when = f", {t:.3f} ms into the step" if t is not None else ""
+    return f"{link or '#timeline'}|{_MARKER_WORDS.get(kind, kind)} {label} (rank {rank}, step {step}{when})"
 
 
 def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
@@ -216,7 +229,7 @@ def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
             if known:
                 xs = [e[2] for e in known]
                 legend[kind] = ax.scatter(xs, [rank_pos.get(e[0], 0) for e in known], **style[kind])
-                legend[kind].set_urls([e[5] for e in known])
+                legend[kind].set_urls([_marker_url(e) for e in known])
                 span_max = max(span_max, max(xs))
             unknown = [e for e in pts if e[2] is None]
             if unknown:     # the report does not say when: drawn hollow at the step's start, and said so
@@ -225,12 +238,11 @@ def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
                 hollow["label"] += " (time not recorded: drawn at 0)"
                 legend[kind + "?"] = ax.scatter([0.0] * len(unknown), [rank_pos.get(e[0], 0) for e in unknown],
                                                 **hollow)
-                legend[kind + "?"].set_urls([e[5] for e in unknown])
+                legend[kind + "?"].set_urls([_marker_url(e) for e in unknown])
                 style[kind + "?"] = hollow
         first = report.first
         if first is not None and first.iteration == step:
-            x = next((e[2] for e in events if e[3] in ("origin", "arrival") and e[0] == first.rank
-                      and e[1] == step and e[4] == first.op_type), None)
+            x = next((e[2] for e in events if e[5] == f"#{_finding_id(0)}"), None)
             if first.rank in rank_pos:
                 ax.annotate(first.op_type, (x or 0.0, rank_pos[first.rank]), xytext=(6, 8),
                             textcoords="offset points", color=COLORS["origin"], fontsize=9, fontweight="bold")

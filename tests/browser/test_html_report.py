@@ -67,7 +67,9 @@ def _click_origin_marker(page):
     index = page.evaluate("() => [...document.querySelectorAll('#timeline-svg a')]"
                           ".findIndex(a => a.getAttribute('xlink:href') === '#finding-0')")
     assert index >= 0
-    page.locator("#timeline-svg a").nth(index).click()
+    marker = page.locator("#timeline-svg a").nth(index)
+    assert marker.locator("title").text_content().startswith("origin SqrtGrad (backward of Sqrt)")   # hover text
+    marker.click()
     assert page.evaluate("() => location.hash") == "#finding-0"
 
 
