@@ -334,10 +334,13 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
     for i, f in enumerate(nodes):
         x, y = pos[i]
         is_origin = i == 0
-        ax.text(x, y, _node_label(f), ha="center", va="center", fontsize=8 if not is_origin else 9,
-                fontweight="bold" if is_origin else "normal", color="#b71c1c" if is_origin else "#263238",
-                bbox=dict(boxstyle="round,pad=0.35", fc="#ffebee" if is_origin else "#eceff1",
-                          ec=COLORS["origin"] if is_origin else "#90a4ae", lw=1.4 if is_origin else 0.8))
+        label = ax.text(x, y, _node_label(f), ha="center", va="center", fontsize=8 if not is_origin else 9,
+                        fontweight="bold" if is_origin else "normal", color="#b71c1c" if is_origin else "#263238",
+                        bbox=dict(boxstyle="round,pad=0.35", fc="#ffebee" if is_origin else "#eceff1",
+                                  ec=COLORS["origin"] if is_origin else "#90a4ae", lw=1.4 if is_origin else 0.8))
+        where = f" in {f.cell}" if f.cell else ""
+        label.set_url(f"#{_finding_id(0)}|{f.op_type}{where}: {f.full_name or f.op_name}" if is_origin else
+                      f"#propagation-list|{f.op_type}{where}: {f.full_name or f.op_name}")
     ax.set_xlim(-0.6, ncols - 0.4)
     ax.set_ylim(min(y for _, y in pos.values()) - 0.6, 0.6)
     dashed = sum(1 for e in edges if not e[2])
