@@ -2,9 +2,11 @@
 
 Plots are matplotlib SVG embedded inline. Why matplotlib and not plotly: plotly needs its ~3.5 MB JS bundle inlined
 in every report to work offline, and the page then renders by running that JS; matplotlib's SVG for these plots is
-tens of KB, appears as soon as the HTML is parsed, needs no script at all (nothing to break, nothing blocked by a
-strict viewer), and keeps its text as text (searchable, copyable; `svg.fonttype = none`). What interactivity the
-report needs (jump to the evidence of a marker, open a tensor file) is plain links.
+tens of KB (the demo's whole page: about 80 KB), appears as soon as the HTML is parsed, needs no script at all
+(nothing to break, nothing blocked by a strict viewer), and keeps its text as text (searchable, copyable;
+`svg.fonttype = none`). Rendering costs matplotlib's import and one draw per plot (a few seconds at most on a busy
+2-core machine), bounded by the caps below whatever the dump's size. What interactivity the report needs is plain
+SVG: markers and graph nodes link to their evidence and show a hover text; tensor files and .ir lines are links.
 
 Large dumps stay usable: every table and plot is capped (the `MAX_*` numbers below) and says what it left out.
 Renderers know only findings: Report in, text out.
