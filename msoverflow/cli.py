@@ -10,7 +10,7 @@ from .errors import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_USAGE, UserError, file_
 from .logs import add_options as add_logging_options
 
 # Each module in msoverflow/commands defines register(subparsers) -> parser with set_defaults(run=...).
-COMMANDS = ["analyze", "convert", "config", "run", "patch", "demo"]
+COMMANDS = ["analyze", "convert", "config", "run", "patch", "repro", "demo"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -43,7 +43,13 @@ def register(sub):
     p.add_argument("--format", choices=["text", "json", "markdown", "html"],
                    help="default: from -o's extension (.html, .json, .md), else text; html: one self-contained page "
                         "with plots, viewable offline")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the report here instead of stdout")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the report here instead of stdout (then no report.json is saved)")
+    p.add_argument("--save", metavar="FILE", default=None,
+                   help="without -o, also save the JSON report here for `msoverflow patch/repro --from` "
+                        "(default: report.json in the current directory, never inside the dump; "
+                        "$MSOVERFLOW_REPORT_JSON overrides, empty disables)")
+    p.add_argument("--no-save", action="store_true", help="without -o, do not save report.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
     return p
@@ -78,6 +84,7 @@ def run(args) -> int:
         log.info("wrote %s (%s, %s)", os.path.abspath(args.output), fmt, _size(len(text.encode())))
     else:
         print(text, end="")
+        _save_json(args, report)
     return {"anomaly": EXIT_ANOMALY, "inconclusive": EXIT_INCONCLUSIVE}.get(report.verdict, EXIT_CLEAN)
 
 
@@ -88,3 +95,27 @@ def _size(n: int) -> str:
 def _format_of(output) -> str:
     extension = os.path.splitext(output or "")[1].lower()
     return {".html": "html", ".htm": "html", ".json": "json", ".md": "markdown"}.get(extension, "text")
+
+
+def _save_json(args, report) -> None:
+    """The quick start's second command (`patch --from report.json`) needs the JSON report on disk."""
+    from ..errors import UserError
+    from ..logs import log
+    from ..render import render
+    path = args.save if args.save is not None else os.environ.get("MSOVERFLOW_REPORT_JSON", "report.json")
+    if args.no_save or not path:
+        return
+    out_abs = os.path.realpath(path)
+    dump_abs = os.path.realpath(args.dump_dir)
+    if out_abs.startswith(dump_abs.rstrip(os.sep) + os.sep):
+        log.warning("not saving %s: it is inside the dump directory %s (run from elsewhere, or give --save FILE)",
+                    path, args.dump_dir)
+        return
+    tmp = out_abs + ".tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(render(report, "json"))
+        os.replace(tmp, out_abs)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot save the JSON report ({exc.strerror}); give --save FILE or --no-save")
+    log.info("JSON report saved to %s (next: msoverflow patch --from %s)", path, path)
