@@ -24,6 +24,8 @@ class DumpIndex:
     unknown_files: int = 0
     rank_roots: Dict[Tuple[int, str], Optional[str]] = field(default_factory=dict)  # (rank, graph) -> rank root
     layouts: List[str] = field(default_factory=list)
+    unknown_examples: List[str] = field(default_factory=list)   # a few files whose names were not understood
+    unreadable: List[str] = field(default_factory=list)         # dump files that yielded nothing readable
 
 
 def _npy_event(path: str, parsed: names.ParsedName, d: DumpDir) -> TensorEvent:
@@ -71,17 +73,26 @@ def events_of_dir(d: DumpDir, warn: Warn, counters: Dict[str, int]) -> Tuple[Lis
             if name.endswith((".npy", ".json")) or name.count(".") >= 4:
                 warn(f"{path}: file name not understood, skipped")
                 counters["unknown"] += 1
+                if len(counters.setdefault("unknown_examples", [])) < 5:
+                    counters["unknown_examples"].append(path)
             continue
         counters["files"] += 1
         if parsed.kind == names.KIND_NPY:
             events.append(_npy_event(path, parsed, d))
         elif parsed.kind == names.KIND_OPDEBUG:
+            try:
+                opdebug.read_entries(path)
+            except opdebug.OpdebugFormatError:
+                counters.setdefault("unreadable", []).append(path)
             records.extend(opdebug.read_opdebug(
                 path, rank=d.rank, graph=d.graph, iteration=d.iteration, file_timestamp=parsed.timestamp,
                 file_task_id=parsed.task_id, file_stream_id=parsed.stream_id, warn=warn))
         elif parsed.kind == names.KIND_BIN:
-            events.extend(dumpdata_bin.tensor_events(
-                path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration, warn=warn))
+            found = dumpdata_bin.tensor_events(
+                path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration, warn=warn)
+            if not found:
+                counters.setdefault("unreadable", []).append(path)
+            events.extend(found)
     if rows_suffice:
         return stat_rows, records
     if stat_rows:
@@ -170,6 +181,8 @@ def build_index(dirs: List[DumpDir], warn: Warn, ranks: Optional[List[int]] = No
         index.overflow_records.extend(records)
     index.files = counters["files"]
     index.unknown_files = counters["unknown"]
+    index.unknown_examples = list(counters.get("unknown_examples", []))
+    index.unreadable = list(counters.get("unreadable", []))
     for rank, events in per_rank.items():
         events = _drop_duplicates(events, warn)
         executions = group_executions(events, warn)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import List
 
-from ..model import Report, TensorSummary
-from .text import chain_label, max_abs_text, op_label, range_used_text, shape_text
+from ..model import SUSPECT, Report, TensorSummary
+from .text import chain_label, max_abs_text, op_label, range_used_text, rank_text, shape_text
 
 _TENSOR_HEADER = ["| slot | dtype | shape | max \\|x\\| | range used | nan | +inf | -inf | produced by |",
                   "|---|---|---|---|---|---|---|---|---|"]
@@ -36,14 +36,20 @@ def render_markdown(report: Report, top: int = 10) -> str:
     out: List[str] = ["# msoverflow report", ""]
     f = report.first
     if f is None and report.inconclusive:
-        out.append(f"**Inconclusive**: nothing bad seen in {report.files} files, but not everything was "
-                   "understood or read:")
-        out += [""] + [f"- {r}" for r in report.inconclusive]
+        out.append(f"**Inconclusive**: no bad value seen, but {report.inconclusive[0]}")
+        out += [f"- also: {reason}" for reason in report.inconclusive[1:]]
     elif f is None:
         out.append(f"**Clean**: no inf, NaN or out-of-range value in {report.files} files.")
+    elif f.role == SUSPECT:
+        out.append(f"**Anomaly** (flagged): the hardware flagged **{op_label(f)}** on rank {f.rank}, step "
+                   f"{f.iteration}; its inputs were not dumped, so it may have received the bad value.")
     else:
-        out.append(f"**Anomaly** ({f.kind}): first created by **{op_label(f)}** on rank {f.rank}, "
+        made = "first seen in" if f.role == "propagator" else "first created by"
+        out.append(f"**Anomaly** ({f.kind}): {made} **{op_label(f)}** on rank {f.rank}, "
                    f"step {f.iteration}, graph {f.graph}.")
+    if f is None:
+        out += [f"- caveat: {limit}" for limit in report.coverage]
+    else:
         out.append("")
         out.append(f"- what: {f.detail}")
         if f.source:
@@ -72,16 +78,16 @@ def render_markdown(report: Report, top: int = 10) -> str:
                     for a in later[:top]]
             if len(later) > top:
                 out.append(f"- ... {len(later) - top} more (--top N, or --format json)")
+        if report.flagged:
+            out += ["", "Flagged by the hardware, not decided:", ""]
+            out += [f"- rank {a.rank} step {a.iteration}: {op_label(a)}: {a.detail}" for a in report.flagged[:top]]
+        if report.coverage or report.inconclusive:
+            out += ["", "Limits of this dump:", ""] + [f"- caveat: {c}" for c in report.coverage]
+            out += [f"- also: {c}" for c in report.inconclusive]
     if report.rank_status:
-        out += ["", "| rank | status | first bad step | first bad op | carried by |", "|---|---|---|---|---|"]
-        for s in sorted(report.rank_status, key=lambda s: s.rank):
-            op = f"{s.op_type or ''} `{_cell(s.op_name)}`" if s.op_name else (s.op_type or "-")
-            out.append(f"| {s.rank} | {s.status} | {'-' if s.iteration is None else s.iteration} | {op} | "
-                       f"{_cell(s.via or '-')} |")
-    if report.coverage:
-        out += ["", "Coverage (what this dump could not show):", ""] + [f"- {c}" for c in report.coverage]
-    if f is not None and report.inconclusive:
-        out += ["", "Not understood or not read:", ""] + [f"- {c}" for c in report.inconclusive]
+        out += ["", "Ranks:", "", "| rank | status | step | first bad op / how |", "|---|---|---|---|"]
+        out += [f"| {r.rank} | {r.status} | {'-' if r.iteration is None else r.iteration} | "
+                f"{rank_text(r).replace('|', '/')} |" for r in report.rank_status]
     per_rank = {r: _steps(v) for r, v in sorted(report.iterations.items())}
     if len(set(per_rank.values())) == 1:
         steps = f"steps {next(iter(per_rank.values()))} on every rank"
