@@ -15,7 +15,7 @@ from typing import Dict, Optional
 
 from .dtypes import canonical
 
-_DIGITS = re.compile(r"^\d+$")
+_DIGITS = re.compile(r"^[0-9]{1,20}$")   # ids and timestamps: uint64 at most, never a million digits
 
 KIND_NPY = "npy"
 KIND_BIN = "bin"
@@ -101,9 +101,12 @@ def _parse_opdebug(name: str) -> Optional[ParsedName]:
 
 def read_mapping(path: str, warn) -> Dict[str, str]:
     """mapping.csv: `{random name},{original name}` rows (names over 255 chars are replaced by a random one)."""
+    from . import safeio
     mapping: Dict[str, str] = {}
     try:
-        with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        with safeio.open_regular(path, "r", newline="", encoding="utf-8", errors="replace") as fh:
+            if os.fstat(fh.fileno()).st_size > safeio.MAX_READ_BYTES:
+                raise safeio.TooLarge(0, f"over the {safeio.MAX_READ_BYTES}-byte limit", path)
             for lineno, row in enumerate(csv.reader(fh), 1):
                 if len(row) < 2 or not row[0].strip():
                     if row:
@@ -112,6 +115,8 @@ def read_mapping(path: str, warn) -> Dict[str, str]:
                 mapping[os.path.basename(row[0].strip())] = row[1].strip()
     except OSError as exc:
         warn(f"{path}: cannot read mapping file ({exc.strerror})")
+    except csv.Error as exc:    # a NUL byte, a field over the csv module's limit: keep the rows read so far
+        warn(f"{path}: mapping file is not readable CSV ({exc}); {len(mapping)} row(s) used")
     return mapping
 
 

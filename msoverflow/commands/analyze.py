@@ -69,12 +69,9 @@ def run(args) -> int:
     from ..render import render
 
     from ..logs import log
-
-    if args.output:
-        out_abs = os.path.abspath(args.output)
-        dump_abs = os.path.abspath(args.dump_dir)
-        if out_abs.startswith(dump_abs.rstrip(os.sep) + os.sep):
-            raise UserError(f"{args.output}: refusing to write into the dump directory {args.dump_dir}")
+    from ..safeio import refuse_output_inside
+    if args.output:   # resolved through symlinks, judged against the dump's root, not only DUMP_DIR
+        refuse_output_inside(args.output, args.dump_dir)
     started = time.monotonic()
     report = analyze(args.dump_dir, ranks=args.rank, iterations=args.iteration, scan_all=args.scan_all,
                      progress=False if (args.no_progress or getattr(args, "quiet", False)) else None,
@@ -85,7 +82,7 @@ def run(args) -> int:
     text = render(report, fmt, args.top)
     if args.output:
         try:
-            with open(args.output, "w", encoding="utf-8") as fh:
+            with open(args.output, "w", encoding="utf-8", errors="backslashreplace") as fh:
                 fh.write(text)
         except OSError as exc:
             raise UserError(f"{args.output}: cannot write report ({exc.strerror})")
@@ -113,11 +110,11 @@ def _save_json(args, report) -> None:
     path = args.save if args.save is not None else os.environ.get("MSOVERFLOW_REPORT_JSON", "report.json")
     if args.no_save or not path:
         return
+    from ..safeio import dump_root, inside
     out_abs = os.path.realpath(path)
-    dump_abs = os.path.realpath(args.dump_dir)
-    if out_abs.startswith(dump_abs.rstrip(os.sep) + os.sep):
+    if inside(out_abs, args.dump_dir) or inside(out_abs, dump_root(args.dump_dir)):   # the dump's root too
         log.warning("not saving %s: it is inside the dump directory %s (run from elsewhere, or give --save FILE)",
-                    path, args.dump_dir)
+                    path, dump_root(args.dump_dir))
         return
     tmp = out_abs + ".tmp"
     try:

@@ -9,6 +9,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional
 
+from .. import safeio
 from ..model import GraphNode
 from ..names import scope_to_file_name
 
@@ -17,11 +18,35 @@ _PARAM = re.compile(r"^%(para\d+)_(\S+?):")
 _REF = re.compile(r"%(\w+)")
 _DTYPE_OUT = re.compile(r"->\s*\(<(?:Ref\[)?Tensor\[(\w+)\]")
 _KERNEL_OUT = re.compile(r"->\s*\(<(\w+?)x\w+")
-_FULLNAME = re.compile(r"# Fullname with scope: \((.*)\)\s*$")
-_SOURCE = re.compile(r"# In file (.*):(\d+)(?:~\d+)?, \d+~\d+/(.*)/\s*$")
+_FULLNAME_PREFIX = "# Fullname with scope: "
+# `# In file {path}:{line}[~{end}], {col}~{col}/{code}/`: found by scanning for the separator (linear), never by
+# a leading `(.*)` that backtracks over a long line.
+_SOURCE_PREFIX = "# In file "
+_SOURCE_SEPARATOR = re.compile(r":(\d+)(?:~\d+)?, \d+~\d+/")
+MAX_LINE_NUMBER_DIGITS = 9
 _UNIQUE = re.compile(r'\bunique_id: "(\d+)"')
 _FORWARD = re.compile(r'forward_node_name: "([^"]+)"(?:, forward_unique_id: "(\d+)")?')
 _FRAMEWORK = re.compile(r"[/\\](?:site|dist)-packages[/\\]mindspore[/\\]|[/\\]mindspore[/\\]python[/\\]mindspore[/\\]")
+
+
+def _full_name(stripped: str) -> Optional[str]:
+    rest = stripped[len(_FULLNAME_PREFIX):].rstrip()
+    if rest.startswith("(") and rest.endswith(")"):
+        return rest[1:-1]
+    return None
+
+
+def _source(stripped: str):
+    """(file, line, code) of a `# In file` comment, or None."""
+    body = stripped[len(_SOURCE_PREFIX):].rstrip()
+    if not body.endswith("/"):
+        return None
+    last = None
+    for last in _SOURCE_SEPARATOR.finditer(body, 0, len(body) - 1):
+        pass
+    if last is None or last.start() == 0 or len(last.group(1)) > MAX_LINE_NUMBER_DIGITS:
+        return None
+    return body[:last.start()], int(last.group(1)), body[last.end():-1].strip()
 
 
 def _is_user_code(path: str) -> bool:
@@ -124,14 +149,14 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             elif current["types"] == 2:
                 d = _KERNEL_OUT.search(stripped)
                 current["kernel"] = d.group(1) if d else None
-        elif stripped.startswith("# Fullname with scope:"):
-            f = _FULLNAME.search(stripped)
-            if f:
-                current["full_name"] = f.group(1)
-        elif stripped.startswith("# In file"):
-            s = _SOURCE.search(stripped)
-            if s and (_is_user_code(s.group(1)) or not current.get("source")):
-                current["source"] = (s.group(1), int(s.group(2)), s.group(3).strip())
+        elif stripped.startswith(_FULLNAME_PREFIX):
+            full = _full_name(stripped)
+            if full:
+                current["full_name"] = full
+        elif stripped.startswith(_SOURCE_PREFIX):
+            s = _source(stripped)
+            if s and (_is_user_code(s[0]) or not current.get("source")):
+                current["source"] = s
         elif not stripped.startswith("#") and not stripped.startswith(":") and stripped and current:
             finish()
             current = None
@@ -147,8 +172,8 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
 
 
 def load_ir(path: str) -> GraphIndex:
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        graph = parse_ir(fh)
+    with safeio.open_regular(path, "r", encoding="utf-8", errors="replace") as fh:
+        graph = parse_ir(safeio.bounded_lines(fh))
     graph.path = path
     return graph
 
@@ -160,5 +185,5 @@ def graph_files(rank_root: str, graph: str) -> List[str]:
     found = [os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))]
     if not found and os.path.isdir(folder):
         found = sorted(os.path.join(folder, n) for n in os.listdir(folder)
-                       if n.endswith(f"_graph_{graph}.ir"))
+                       if n.endswith(f"_graph_{graph}.ir") and safeio.is_regular(os.path.join(folder, n)))
     return found
