@@ -86,7 +86,7 @@ def run(args) -> int:
                 fh.write(text)
         except OSError as exc:
             raise UserError(f"{args.output}: cannot write report ({exc.strerror})")
-        log.info("wrote %s (%s, %s)", os.path.abspath(args.output), fmt, _size(len(text.encode())))
+        log.info("wrote %s (%s, %s)", os.path.abspath(args.output), fmt, _size(os.path.getsize(args.output)))
     else:
         print(text, end="")
         _save_json(args, report)
