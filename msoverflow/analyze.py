@@ -209,9 +209,9 @@ class _GraphCache:
     def node(self, ex: OpExecution):
         key = (ex.rank, ex.graph)
         if key not in self.cache:
-            self.cache[key] = None
+            self.cache[key] = getattr(self.index, "graphs", {}).get(key)   # built by a reader (msprobe)
             root = self.index.rank_roots.get(key)
-            if root:
+            if root and self.cache[key] is None:
                 from .readers.ir_graph import graph_files, load_ir
                 for path in graph_files(root, ex.graph):
                     try:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import names
-from .layout import DumpDir
+from .layout import LAYOUT_MSPROBE, DumpDir
 from .model import INPUT, OpExecution, OverflowRecord, TensorEvent
 from .readers import dumpdata_bin, opdebug, statistic_csv
 from .readers.exec_order import execution_order
@@ -24,6 +24,7 @@ class DumpIndex:
     unknown_files: int = 0
     rank_roots: Dict[Tuple[int, str], Optional[str]] = field(default_factory=dict)  # (rank, graph) -> rank root
     layouts: List[str] = field(default_factory=list)
+    graphs: Dict[Tuple[int, str], object] = field(default_factory=dict)  # (rank, graph) -> GraphIndex a reader built
 
 
 def _npy_event(path: str, parsed: names.ParsedName, d: DumpDir) -> TensorEvent:
@@ -155,6 +156,7 @@ def build_index(dirs: List[DumpDir], warn: Warn, ranks: Optional[List[int]] = No
     counters = {"files": 0, "unknown": 0}
     per_rank: Dict[int, List[TensorEvent]] = defaultdict(list)
     orders: Dict[Tuple[int, str], Dict[str, int]] = {}
+    msprobe_nodes: Dict[Tuple[int, str], list] = {}
     for d in dirs:
         if ranks is not None and d.rank not in ranks:
             continue
@@ -165,11 +167,24 @@ def build_index(dirs: List[DumpDir], warn: Warn, ranks: Optional[List[int]] = No
         index.rank_roots.setdefault((d.rank, d.graph), d.rank_root)
         if d.rank_root and (d.rank, d.graph) not in orders:
             orders[(d.rank, d.graph)] = execution_order(d.rank_root, d.graph, warn)
-        events, records = events_of_dir(d, warn, counters)
+        if d.layout == LAYOUT_MSPROBE:      # msprobe framework dump: dump.json, not file names
+            from .readers import msprobe
+            events, nodes, files = msprobe.read_step_dir(d, warn)
+            counters["files"] += files
+            msprobe_nodes.setdefault((d.rank, d.graph), []).extend(nodes)
+            records = []
+        else:
+            events, records = events_of_dir(d, warn, counters)
         per_rank[d.rank].extend(events)
         index.overflow_records.extend(records)
     index.files = counters["files"]
     index.unknown_files = counters["unknown"]
+    if msprobe_nodes:
+        from .readers.ir_graph import GraphIndex
+        from .readers.msprobe import forward_nodes
+        for key, nodes in msprobe_nodes.items():
+            unique = list({n.full_name: n for n in reversed(nodes)}.values())[::-1]
+            index.graphs[key] = GraphIndex(unique + forward_nodes(unique))
     for rank, events in per_rank.items():
         events = _drop_duplicates(events, warn)
         executions = group_executions(events, warn)

@@ -67,11 +67,13 @@ def decode_status(unit: str, status: int) -> List[str]:
 
 
 def file_name_ids(path: str) -> Optional[Tuple[int, int, int]]:
-    """(task, stream, timestamp) from an Opdebug file name: the OpDebug node's ids, not the op's."""
-    match = FILE_NAME.match(os.path.basename(path))
-    if not match:
+    """(task, stream, timestamp) from an Opdebug file name: the OpDebug node's ids, not the op's. The stream
+    is -1 for names without one (older CANN); FFTS+ names carry four more numbers after the timestamp."""
+    from ..names import KIND_OPDEBUG, parse
+    parsed = parse(os.path.basename(path))
+    if parsed is None or parsed.kind != KIND_OPDEBUG:
         return None
-    return int(match["task"]), int(match["stream"]), int(match["ts"])
+    return parsed.task_id, parsed.stream_id, parsed.timestamp
 
 
 def _as_int(value) -> Optional[int]:
@@ -260,7 +262,7 @@ def match_records(records: Sequence[OverflowRecord], candidates: Sequence) -> Li
         found = None
         if task is not None:
             for candidate in ordered:
-                if _get(candidate, "task_id") != task or _get(candidate, "stream_id") != stream:
+                if _get(candidate, "task_id") != task or not _same_stream(stream, _get(candidate, "stream_id")):
                     continue
                 if not _same_optional(record.context_id, _get(candidate, "context_id")):
                     continue
@@ -272,6 +274,11 @@ def match_records(records: Sequence[OverflowRecord], candidates: Sequence) -> Li
             record.matched_op = _get(found, "op_name")
         result.append((record, found))
     return result
+
+
+def _same_stream(mine, theirs) -> bool:
+    """-1 = a name without a stream id (older CANN): matches any stream."""
+    return mine == theirs or mine == -1 or theirs == -1
 
 
 def _same_optional(mine, theirs) -> bool:

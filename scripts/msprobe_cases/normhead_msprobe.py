@@ -1,0 +1,56 @@
+"""The demo TinyBaichuan (fp16 NormHead lm head) trained in PyNative on CPU under msprobe's PrecisionDebugger.
+
+    python normhead_msprobe.py --config CONFIG.json [--steps N] [--loss-scale 1,1,64] [--dump-path DIR]
+
+msprobe's statistics call mindspore.mint.norm, which has no CPU kernel in MindSpore 2.10 ("LinalgVectorNorm
+unregistered"): it is replaced by sqrt(sum(x*x)) in float32 before the debugger is created.
+"""
+import argparse
+import json
+import sys
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", required=True, help="msprobe config.json")
+    parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--loss-scale", default="64", help="one value, or comma-separated per step")
+    parser.add_argument("--level-model", default="net", choices=["net", "loss"],
+                        help="Cell handed to debugger.start (L0/mix hook Cells below it)")
+    args = parser.parse_args(argv)
+
+    import numpy as np
+    import mindspore as ms
+    from mindspore import mint, nn, ops
+
+    def _norm(x, *unused, **unused_kw):
+        return ops.sqrt(ops.sum(ops.square(x.astype(ms.float32))))
+
+    mint.norm = _norm   # no LinalgVectorNorm CPU kernel in 2.10
+
+    from msprobe.mindspore import PrecisionDebugger
+    from msoverflow.demo.model import TinyBaichuan, CausalLMLoss, batches
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    debugger = PrecisionDebugger(config_path=args.config)
+    scales = [float(v) for v in str(args.loss_scale).split(",")]
+    net = TinyBaichuan()
+    loss_net = CausalLMLoss(net, scales[0])
+    train_step = nn.TrainOneStepCell(loss_net, nn.SGD(net.trainable_params(), learning_rate=0.01))
+    history = []
+    for step, (ids, labels) in enumerate(batches(args.steps)):
+        loss_net.set_loss_scale(scales[min(step, len(scales) - 1)])
+        debugger.start(net if args.level_model == "net" else loss_net)
+        loss = float(train_step(ids, labels).asnumpy())
+        debugger.stop()
+        debugger.step()
+        finite = all(bool(np.isfinite(p.asnumpy().astype(np.float32)).all()) for p in net.trainable_params())
+        history.append({"step": step, "loss": loss, "params_finite": finite})
+        print(f"step {step}: loss {loss:.4f} params finite: {finite}", flush=True)
+    print(json.dumps(history))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
