@@ -54,3 +54,30 @@ def test_step_filter_and_earlier_steps_are_read(msprobe_dumps):
     assert report.iterations == {0: [0, 1, 2]}
     only = analyze(str(root / "dump"), iterations=[0, 1], progress=False)
     assert only.verdict == "clean"
+
+
+def test_config_loop_generated_msprobe_config_runs_and_analyses(tmp_path, capsys):
+    """`msoverflow config --mode pynative` writes msprobe's config.json; the real PrecisionDebugger accepts it,
+    and the dump it makes analyses to Sqrt's backward at step 2."""
+    import os
+    import subprocess
+
+    import gen_msprobe_dumps
+    from msoverflow.cli import main
+    if not gen_msprobe_dumps.available():
+        pytest.skip("mindspore and mindstudio-probe are not installed")
+    config = tmp_path / "msprobe_config.json"
+    dump = tmp_path / "dump"
+    assert main(["config", "overflow", "--mode", "pynative", "--path", str(dump), "--steps", "0-2",
+                 "-o", str(config)]) == 0
+    assert "PrecisionDebugger(config_path=" in capsys.readouterr().out
+    assert main(["config", "--check", str(config)]) == 0
+    env = dict(os.environ, PYTHONPATH=str(gen_msprobe_dumps.REPO), GLOG_v="3")
+    run = subprocess.run([sys.executable, str(gen_msprobe_dumps.CASE_SCRIPT), "--config", str(config), "--steps", "3",
+                          "--loss-scale", gen_msprobe_dumps.STEP_K_SCALES], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = analyze(str(dump), progress=False)
+    assert report.verdict == "anomaly"
+    assert (report.first.op_name, report.first.iteration) == ("Primitive.sqrt.Sqrt.0.backward", 2)
+    assert gen_msprobe_dumps.NORMHEAD_SQRT_LINE in report.first.source.code
