@@ -82,10 +82,25 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     for rank, executions in index.executions.items():
         iterations_seen[rank] = sorted({ex.iteration for ex in executions})
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": _metadata(index, note)}
+    inconclusive = _undecodable(index, note)
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
                   files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
-                  tail_clean=scanned_all, extra=extra)
+                  tail_clean=scanned_all, extra=extra, inconclusive=inconclusive)
+
+
+def _undecodable(index: DumpIndex, warn) -> List[str]:
+    """Tensors whose dtype cannot be decoded (readers mark them `dtypes.UNDECODABLE`): never read, so a verdict
+    without findings cannot be clean."""
+    from .dtypes import UNDECODABLE
+    found = [e for exs in index.executions.values() for ex in exs for e in ex.inputs + ex.outputs
+             if e.note.startswith(UNDECODABLE)]
+    if not found:
+        return []
+    reason = (f"{len(found)} tensor(s) have a data type msoverflow cannot decode, e.g. {found[0].source}: "
+              f"{found[0].note}")
+    warn(reason)
+    return [reason]
 
 
 def _scan(index: DumpIndex, access: TensorAccess, kn, scan_all: bool, flags_answer: bool, bar):

@@ -10,7 +10,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from . import names
 from .layout import LAYOUT_MSPROBE, DumpDir
 from .model import INPUT, OpExecution, OverflowRecord, TensorEvent
-from .readers import dumpdata_bin, opdebug, statistic_csv
+from .readers import dumpdata_bin, opdebug, raw, statistic_csv
 from .readers.exec_order import execution_order
 
 Warn = Callable[[str], None]
@@ -31,7 +31,7 @@ def _npy_event(path: str, parsed: names.ParsedName, d: DumpDir) -> TensorEvent:
     return TensorEvent(source=path, rank=d.rank, graph=d.graph, iteration=d.iteration, op_type=parsed.op_type,
                        op_name=parsed.op_name, task_id=parsed.task_id, stream_id=parsed.stream_id,
                        timestamp=parsed.timestamp, io=parsed.io or INPUT, slot=parsed.slot or 0, fmt=parsed.fmt,
-                       dtype=parsed.dtype)
+                       dtype=parsed.dtype, context_id=parsed.context_id, thread_id=parsed.thread_id)
 
 
 def _is_binary_dump(name: str) -> bool:
@@ -69,7 +69,7 @@ def events_of_dir(d: DumpDir, warn: Warn, counters: Dict[str, int]) -> Tuple[Lis
         path = os.path.join(d.path, name)
         parsed = names.parse(mapping.get(name, name))
         if parsed is None:
-            if name.endswith((".npy", ".json")) or name.count(".") >= 4:
+            if name.endswith((".npy", ".json", ".bin")) or (name.count(".") >= 4 and not name.endswith(".csv")):
                 warn(f"{path}: file name not understood, skipped")
                 counters["unknown"] += 1
             continue
@@ -83,6 +83,11 @@ def events_of_dir(d: DumpDir, warn: Warn, counters: Dict[str, int]) -> Tuple[Lis
         elif parsed.kind == names.KIND_BIN:
             events.extend(dumpdata_bin.tensor_events(
                 path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration, warn=warn))
+        elif parsed.kind == names.KIND_RAW:
+            events.append(raw.raw_event(path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration))
+        elif parsed.kind == names.KIND_OPCSV:
+            stat_rows.extend(statistic_csv.read_op_csv(path, parsed, rank=d.rank, graph=d.graph,
+                                                       iteration=d.iteration, warn=warn))
     if rows_suffice:
         return stat_rows, records
     if stat_rows:

@@ -18,7 +18,11 @@ _REF = re.compile(r"%(\w+)")
 _DTYPE_OUT = re.compile(r"->\s*\(<(?:Ref\[)?Tensor\[(\w+)\]")
 _KERNEL_OUT = re.compile(r"->\s*\(<(\w+?)x\w+")
 _FULLNAME = re.compile(r"# Fullname with scope: \((.*)\)\s*$")
+_FULLNAME_OLD = re.compile(r"^: full_name_with_scope: \((.*)\)\s*$")       # older dialect (MindSpore 1.x docs)
 _SOURCE = re.compile(r"# In file (.*):(\d+)(?:~\d+)?, \d+~\d+/(.*)/\s*$")
+_SOURCE_OLD = re.compile(r"# In file (.*)\((\d+)\)/(.*)/\s*$")              # `# In file net.py(175)/  code/`
+# Appended to a source line that several nodes share: not the line that made this node, if another one exists.
+SHARED_MARK = "<~~This line of code can be shared by multiple nodes, and may be duplicated."
 _UNIQUE = re.compile(r'\bunique_id: "(\d+)"')
 _FORWARD = re.compile(r'forward_node_name: "([^"]+)"(?:, forward_unique_id: "(\d+)")?')
 _FRAMEWORK = re.compile(r"[/\\](?:site|dist)-packages[/\\]mindspore[/\\]|[/\\]mindspore[/\\]python[/\\]mindspore[/\\]")
@@ -100,7 +104,8 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             op_type = op[len("PrimFunc_"):] if op.startswith("PrimFunc_") else op
             args = [a[1:] if _REF.fullmatch(a) else "const" for a in _args(line, m.end())]
             current = {"id": m.group(1), "op_type": op_type, "inputs": args,
-                       "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0}
+                       "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0,
+                       "open": line.count("{") - line.count("}")}
             u = _UNIQUE.search(line.split("cnode_primal_attrs", 1)[-1]) if "cnode_primal_attrs" in line else None
             f = _FORWARD.search(line)
             if f:
@@ -126,10 +131,24 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             f = _FULLNAME.search(stripped)
             if f:
                 current["full_name"] = f.group(1)
+        elif stripped.startswith(": full_name_with_scope:"):
+            f = _FULLNAME_OLD.match(stripped)
+            if f:
+                current["full_name"] = f.group(1)
         elif stripped.startswith("# In file"):
-            s = _SOURCE.search(stripped)
-            if s and (_is_user_code(s.group(1)) or not current.get("source")):
-                current["source"] = (s.group(1), int(s.group(2)), s.group(3).strip())
+            shared = SHARED_MARK in stripped
+            text = stripped.replace(SHARED_MARK, "").rstrip()
+            if shared and not text.endswith("/"):
+                text += "/"
+            s = _SOURCE.search(text) or _SOURCE_OLD.search(text)
+            if s:
+                # best: user code, not shared; then user code; then anything
+                rank = (0 if _is_user_code(s.group(1)) else 2) + (1 if shared else 0)
+                if rank < current.get("source_rank", 99):
+                    current["source"] = (s.group(1), int(s.group(2)), s.group(3).strip())
+                    current["source_rank"] = rank
+        elif current.get("open", 0) > 0:      # attributes of the node line wrapped onto this line
+            current["open"] += stripped.count("{") - stripped.count("}")
         elif not stripped.startswith("#") and not stripped.startswith(":") and stripped and current:
             finish()
             current = None

@@ -178,6 +178,8 @@ def read_entries(path: str) -> List[dict]:
                 return entries_from_json(json.load(fh))
         except (ValueError, UnicodeDecodeError) as exc:
             raise OpdebugFormatError(f"{path}: bad Opdebug JSON: {exc}") from exc
+    if head[:8] == b"\0" * 8:
+        return _entries_zero_header(path)
     try:
         header = dumpdata_bin.read_dump_header(path)
         if not header.outputs:
@@ -193,6 +195,33 @@ def read_entries(path: str) -> List[dict]:
         raise OpdebugFormatError(str(exc)) from exc
     except ValueError as exc:
         raise OpdebugFormatError(f"{path}: bad Opdebug record: {exc}") from exc
+
+
+# MindSpore's own Opdebug test fixtures (debug_services.cc CheckOpOverflow, tests/st/debugger): header length 0,
+# and the overflowing op's ids at fixed offsets of the file.
+ZERO_HEADER_RECORD_OFFSET = 321
+ZERO_HEADER_STREAM_AT = 16
+ZERO_HEADER_TASK_AT = 24
+ZERO_HEADER_UNIT = "AI Core"
+
+
+def _entries_zero_header(path: str) -> List[dict]:
+    """A file whose header length is 0: the record MindSpore's debugger reads at offset 321 (stream id at +16,
+    task id at +24, little-endian uint64). The file holds no status: its existence is the overflow flag."""
+    need = ZERO_HEADER_RECORD_OFFSET + ZERO_HEADER_TASK_AT + 8
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(ZERO_HEADER_RECORD_OFFSET)
+            record = fh.read(ZERO_HEADER_TASK_AT + 8)
+    except OSError as exc:
+        raise OpdebugFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    if len(record) < ZERO_HEADER_TASK_AT + 8:
+        raise OpdebugFormatError(f"{path}: header length is 0 and the file is shorter than {need} bytes: "
+                                 "neither a DumpData file nor MindSpore's fixed-offset Opdebug record")
+    stream, = struct.unpack_from("<Q", record, ZERO_HEADER_STREAM_AT)
+    task, = struct.unpack_from("<Q", record, ZERO_HEADER_TASK_AT)
+    return [{"unit": ZERO_HEADER_UNIT, "status": 1, "task_id": task, "stream_id": stream,
+             "status_recorded": False}]
 
 
 def read_opdebug(path: str, *, rank: int, graph: str, iteration: int, file_timestamp: Optional[int] = None,
@@ -220,7 +249,9 @@ def read_opdebug(path: str, *, rank: int, graph: str, iteration: int, file_times
             unit=entry["unit"],
             task_id=_first(entry["task_id"], file_task_id, -1),
             stream_id=_first(entry["stream_id"], file_stream_id, -1),
-            status=entry["status"], status_words=decode_status(entry["unit"], entry["status"]),
+            status=entry["status"],
+            status_words=decode_status(entry["unit"], entry["status"]) if entry.get("status_recorded", True)
+            else ["overflow (flagged by the file itself; no status recorded)"],
             context_id=entry.get("context_id"), thread_id=entry.get("thread_id")))
     if not records:
         warn(f"{path}: no overflow flagged (status 0 in every entry)")
