@@ -93,14 +93,14 @@ def _undecodable(index: DumpIndex, warn) -> List[str]:
     """Tensors whose dtype cannot be decoded (readers mark them `dtypes.UNDECODABLE`): never read, so a verdict
     without findings cannot be clean."""
     from .dtypes import UNDECODABLE
+    reasons = [f"could not read {why}" for why in getattr(index, "unread", [])]
     found = [e for exs in index.executions.values() for ex in exs for e in ex.inputs + ex.outputs
              if e.note.startswith(UNDECODABLE)]
-    if not found:
-        return []
-    reason = (f"{len(found)} tensor(s) have a data type msoverflow cannot decode, e.g. {found[0].source}: "
-              f"{found[0].note}")
-    warn(reason)
-    return [reason]
+    if found:
+        reasons.append(f"{len(found)} tensor(s) have a data type msoverflow cannot decode, e.g. {found[0].source}: "
+                       f"{found[0].note}")
+        warn(reasons[-1])
+    return reasons
 
 
 def _scan(index: DumpIndex, access: TensorAccess, kn, scan_all: bool, flags_answer: bool, bar):

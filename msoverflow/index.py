@@ -25,6 +25,7 @@ class DumpIndex:
     rank_roots: Dict[Tuple[int, str], Optional[str]] = field(default_factory=dict)  # (rank, graph) -> rank root
     layouts: List[str] = field(default_factory=list)
     graphs: Dict[Tuple[int, str], object] = field(default_factory=dict)  # (rank, graph) -> GraphIndex a reader built
+    unread: List[str] = field(default_factory=list)   # dump files that hold a whole step and could not be read
 
 
 def _npy_event(path: str, parsed: names.ParsedName, d: DumpDir) -> TensorEvent:
@@ -174,8 +175,10 @@ def build_index(dirs: List[DumpDir], warn: Warn, ranks: Optional[List[int]] = No
             orders[(d.rank, d.graph)] = execution_order(d.rank_root, d.graph, warn)
         if d.layout == LAYOUT_MSPROBE:      # msprobe framework dump: dump.json, not file names
             from .readers import msprobe
-            events, nodes, files = msprobe.read_step_dir(d, warn)
+            events, nodes, files, unread = msprobe.read_step_dir(d, warn)
             counters["files"] += files
+            if unread:
+                index.unread.append(unread)
             msprobe_nodes.setdefault((d.rank, d.graph), []).extend(nodes)
             records = []
         else:

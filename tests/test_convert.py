@@ -115,14 +115,35 @@ def test_convert_unusable_input_exits_2(tmp_path, capsys):
 
 
 def test_convert_skips_unknown_dtype_but_writes_the_rest(tmp_path, capsys):
-    """A binary dump built from the documented format with one tensor of data_type 27 (undocumented)."""
+    """A binary dump built from the documented format with one tensor of data_type 33 (DT_HIFLOAT8: known,
+    not decodable)."""
     src = tmp_path / "src"
-    a, b = np.ones(4, np.float16), np.arange(3, dtype=np.int64)
-    fx.write_dump_bin(str(src / "Cast.Cast-op1.7.2.99"), "Cast-op1", [a], [b], data_type_override={("input", 0): 27})
+    a, b = np.ones(4, np.uint8), np.arange(3, dtype=np.int64)
+    fx.write_dump_bin(str(src / "Cast.Cast-op1.7.2.99"), "Cast-op1", [a], [b], data_type_override={("input", 0): 33})
     out = tmp_path / "out"
     assert cli.main(["convert", str(src), "-o", str(out)]) == 0
     assert [p.name for p in out.iterdir()] == ["Cast.Cast-op1.7.2.99.output.0.ND.Int64.npy"]
-    assert "unknown data_type 27" in capsys.readouterr().err
+    assert "data_type 33 (DT_HIFLOAT8)" in capsys.readouterr().err
+
+
+def test_convert_writes_bf16_as_float32_keeping_the_declared_dtype(tmp_path):
+    """bf16 binary dump (DT_BF16 = 27, msprobe dump_data.proto): float32 npy, `BFloat16` in the name, exact values."""
+    src = tmp_path / "src"
+    values = np.array([[1.5, -2.25], [np.inf, 3.0e38]], np.float32)
+    bits = fx.to_bf16_bits(values)
+    fx.write_dump_bin(str(src / "MatMul.MatMul-op3.4.2.1705388945730000"), "MatMul-op3", [bits], [bits],
+                      data_type_override={("input", 0): 27, ("output", 0): 27})
+    out = tmp_path / "out"
+    assert cli.main(["convert", str(src), "-o", str(out)]) == 0
+    written = sorted(p.name for p in out.iterdir())
+    assert written == ["MatMul.MatMul-op3.4.2.1705388945730000.input.0.ND.BFloat16.npy",
+                       "MatMul.MatMul-op3.4.2.1705388945730000.output.0.ND.BFloat16.npy"]
+    array = np.load(out / written[1])
+    assert array.dtype == np.float32 and array.shape == (2, 2)
+    assert array[0, 0] == 1.5 and array[0, 1] == -2.25 and np.isposinf(array[1, 0])
+    assert abs(array[1, 1] - 3.0e38) / 3.0e38 < 1e-2          # bf16 keeps fp32's range
+    parsed = names.parse(written[1])
+    assert parsed.dtype == "bfloat16" and parsed.io == "output"
 
 
 def test_convert_restores_mapped_names_and_maps_long_outputs(tmp_path):

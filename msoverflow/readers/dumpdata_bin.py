@@ -338,7 +338,8 @@ def tensor_events(path: str, parsed=None, *, rank: int, graph: str, iteration: i
             stream_id=stream_id if stream_id is not None else -1,
             timestamp=timestamp if timestamp is not None else header.dump_time,
             io=slot.io, slot=slot.slot, fmt=slot.format_name, dtype=slot.dtype or slot.declared,
-            shape=tuple(slot.original_shape or slot.shape), loader=loader, note=layout_note(slot)))
+            shape=tuple(slot.original_shape or slot.shape), loader=loader, note=layout_note(slot),
+            context_id=getattr(parsed, "context_id", None), thread_id=getattr(parsed, "thread_id", None)))
     return events
 
 

@@ -220,13 +220,17 @@ def _event(record: dict, *, entry: str, io: str, slot: int, order: int, d, tenso
                        note=note)
 
 
-def read_step_dir(d, warn: Warn) -> Tuple[List[TensorEvent], List[GraphNode], int]:
-    """(events, graph nodes, files read) of one msprobe rank/step directory (`d` is a layout.DumpDir)."""
-    doc = _load_json(os.path.join(d.path, DUMP_JSON), warn)
+def read_step_dir(d, warn: Warn) -> Tuple[List[TensorEvent], List[GraphNode], int, Optional[str]]:
+    """(events, graph nodes, files read, why the step could not be read or None) of one msprobe rank/step
+    directory (`d` is a layout.DumpDir)."""
+    path = os.path.join(d.path, DUMP_JSON)
+    problems: List[str] = []
+    doc = _load_json(path, lambda message: (problems.append(message), warn(message)))
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
         if doc is not None:
-            warn(f"{os.path.join(d.path, DUMP_JSON)}: no \"data\" object: not an msprobe dump.json; skipped")
-        return [], [], 1
+            problems.append(f"{path}: no \"data\" object: not an msprobe dump.json; skipped")
+            warn(problems[-1])
+        return [], [], 1, problems[0] if problems else f"{path}: unreadable"
     framework = str(doc.get("framework") or "mindspore")
     tensor_dir = os.path.join(d.path, TENSOR_DIR)
     stacks = stacks_by_entry(_load_json(os.path.join(d.path, STACK_JSON), warn) or {})
@@ -259,7 +263,7 @@ def read_step_dir(d, warn: Warn) -> Tuple[List[TensorEvent], List[GraphNode], in
         events.extend(_event(r, entry=entry, io=OUTPUT, slot=i, order=order, d=d, tensor_dir=tensor_dir,
                              framework=framework) for i, r in enumerate(outs))
         nodes.append(_node(entry, parents, stacks))
-    return events, nodes, 1 + (1 if stacks else 0) + (1 if parents else 0)
+    return events, nodes, 1 + (1 if stacks else 0) + (1 if parents else 0), None
 
 
 def _parameter_grads_by_owner(data) -> Dict[Optional[str], List[str]]:
