@@ -160,3 +160,16 @@ def test_convert_restores_mapped_names_and_maps_long_outputs(tmp_path):
     mapping = names.read_mapping(str(out / "mapping.csv"), lambda m: None)
     assert sorted(mapping.values()) == [f"{original}.input.0.ND.Float16.npy", f"{original}.output.0.ND.Float16.npy"]
     assert all((out / short).exists() and len(short) <= 255 for short in mapping)
+
+
+def test_convert_keeps_ffts_ids_and_slices_in_the_output_names(tmp_path):
+    """FFTS+ name (msprobe msaccucmp file_utils.py form): the four numbers after the timestamp survive."""
+    src = tmp_path / "src"
+    a = np.ones((2, 2), np.float16)
+    core = "Add.Default_Add-op0_lxslice1.3.2.1705388945730000.4.7.0.0"
+    fx.write_dump_bin(str(src / core), "Default/Add-op0", [a], [a])
+    out = tmp_path / "out"
+    assert cli.main(["convert", str(src), "-o", str(out)]) == 0
+    parsed = [names.parse(p.name) for p in sorted(out.iterdir())]
+    assert [(p.io, p.task_id, p.stream_id, p.context_id, p.lxslice, p.op_name) for p in parsed] == [
+        ("input", 3, 2, 7, 1, "Default_Add-op0"), ("output", 3, 2, 7, 1, "Default_Add-op0")]

@@ -14,7 +14,7 @@ HELP = "convert Ascend binary dump files to npy (writes only into OUTDIR)"
 def register(subparsers):
     parser = subparsers.add_parser(
         "convert", help=HELP, description=HELP + ". Output names: "
-        "{op_type}.{op_name}.{task}.{stream}.{ts}.{input|output}.{slot}.{format}.{DType}.npy")
+        "{dump file name}.{input|output}.{slot}.{format}.{DType}.npy (bfloat16 as float32 values, BFloat16 in the name)")
     parser.add_argument("src", metavar="SRC", help="a binary dump file or a directory (searched recursively)")
     parser.add_argument("-o", "--output", metavar="OUTDIR",
                         help="where to write (required for a directory; default for a file: the current directory)")
@@ -119,8 +119,9 @@ def run(args) -> int:
             if note:
                 say(f"note: {path}: {slot.io} {slot.slot}: {note}")
             word = dumpdata_bin.MINDSPORE_DTYPE_WORDS[slot.dtype]
-            name = (f"{parsed.op_type}.{parsed.op_name}.{parsed.task_id}.{parsed.stream_id}.{parsed.timestamp}."
-                    f"{slot.io}.{slot.slot}.{slot.format_name}.{word}.npy")
+            # The dump file's own name leads (FFTS+ sub-task ids, _lxslice, a missing stream id all survive);
+            # bf16 is written as float32 values with BFloat16 kept in the name, as MindSpore and msprobe do.
+            name = f"{original}.{slot.io}.{slot.slot}.{slot.format_name}.{word}.npy"
             if len(name) > MAX_FILE_NAME:   # as MindSpore does: a short name, listed in mapping.csv
                 short = hashlib.sha1(name.encode()).hexdigest()[:24] + ".npy"
                 long_names.setdefault(target_dir, []).append((short, name))
