@@ -142,9 +142,10 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
                 text += "/"
             s = _SOURCE.search(text) or _SOURCE_OLD.search(text)
             if s:
-                # best: user code, not shared; then user code; then anything
+                # Lines run from the outermost call to the innermost: the last of the best kind wins.
+                # Best: user code not marked shared; then shared user code; then framework code.
                 rank = (0 if _is_user_code(s.group(1)) else 2) + (1 if shared else 0)
-                if rank < current.get("source_rank", 99):
+                if rank <= current.get("source_rank", 99):
                     current["source"] = (s.group(1), int(s.group(2)), s.group(3).strip())
                     current["source_rank"] = rank
         elif current.get("open", 0) > 0:      # attributes of the node line wrapped onto this line
