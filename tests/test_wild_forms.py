@@ -314,3 +314,27 @@ def test_msprobe_unreadable_dump_json_is_never_clean(tmp_path):
     (only / "step0" / "rank0").mkdir(parents=True)
     (only / "step0" / "rank0" / "dump.json").write_text("{not json")
     assert cli.main(["analyze", str(only)]) in (2, 3)
+
+
+def test_msprobe_raw_file_of_an_undecodable_dtype_is_inconclusive(tmp_path):
+    """AclDumpDataProcessor.cpp writes raw bytes for dtypes npy lacks; one msoverflow cannot decode either
+    (HIFLOAT8) keeps the verdict from being clean."""
+    step = tmp_path / "dump" / "rank_0" / "20241224114456" / "step_0"
+    step.mkdir(parents=True)
+    core = "MatMul.Default_MatMul-op0.3.2.1735011096427368"
+    np.save(step / f"{core}.input.0.ND.FLOAT.npy", np.ones((2, 2), np.float32))
+    (step / f"{core}.output.0.ND.HIFLOAT8").write_bytes(bytes(4))
+    report = analyze(str(tmp_path / "dump"), progress=False)
+    assert report.verdict == "inconclusive" and "HIFLOAT8" in report.inconclusive[0]
+
+
+def test_msprobe_bf16_npy_keeps_the_declared_dtype(tmp_path):
+    """msprobe adump converts BF16 to float32 for npy and keeps BF16 in the name (kDtypeTransMap)."""
+    step = tmp_path / "dump" / "rank_0" / "20241224114456" / "step_4"
+    step.mkdir(parents=True)
+    core = "Mul.Default_Mul-op0.3.2.1735011096427368"
+    np.save(step / f"{core}.input.0.ND.BF16.npy", np.full((2, 2), 3.0e38, np.float32))
+    np.save(step / f"{core}.output.0.ND.BF16.npy", np.array([[np.inf, 1], [1, 1]], np.float32))
+    report = analyze(str(tmp_path / "dump"), progress=False)
+    assert (report.first.op_type, report.first.iteration) == ("Mul", 4)
+    assert report.first.inputs[0].dtype == "bfloat16" and not report.first.inputs[0].stats.bad
