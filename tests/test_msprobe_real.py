@@ -81,3 +81,26 @@ def test_config_loop_generated_msprobe_config_runs_and_analyses(tmp_path, capsys
     assert report.verdict == "anomaly"
     assert (report.first.op_name, report.first.iteration) == ("Primitive.sqrt.Sqrt.0.backward", 2)
     assert gen_msprobe_dumps.NORMHEAD_SQRT_LINE in report.first.source.code
+
+
+def test_run_pynative_under_msprobe_end_to_end(tmp_path):
+    """`msoverflow run --mode pynative -- python script`: msprobe config into a fresh dump dir, the script's
+    PrecisionDebugger reads it from $MSOVERFLOW_MSPROBE_CONFIG, the dump is analysed: exit 1, Sqrt's backward."""
+    import os
+    import subprocess
+
+    import gen_msprobe_dumps
+    if not gen_msprobe_dumps.available():
+        pytest.skip("mindspore and mindstudio-probe are not installed")
+    env = dict(os.environ, PYTHONPATH=str(gen_msprobe_dumps.REPO), GLOG_v="3")
+    env.pop("MSOVERFLOW_MSPROBE_CONFIG", None)
+    dump = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "msoverflow", "run", "--mode", "pynative", "--dump-dir", str(dump),
+                           "--analyze-arg=--format=json", "--", sys.executable, str(gen_msprobe_dumps.CASE_SCRIPT),
+                           "--steps", "3", "--loss-scale", gen_msprobe_dumps.STEP_K_SCALES],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "PrecisionDebugger(config_path=" in proc.stderr
+    start = next(i for i, line in enumerate(proc.stdout.splitlines()) if line.startswith("{"))
+    report = json.loads("\n".join(proc.stdout.splitlines()[start:]))
+    assert report["first"]["op_name"] == "Primitive.sqrt.Sqrt.0.backward" and report["first"]["iteration"] == 2

@@ -16,6 +16,8 @@ from .generator import DumpConfigResult
 from .rules import Situation, load_rules, when_matches
 
 MODES = ("graph", "pynative")
+# `msoverflow config`/`run` point this at the config.json, so a script can read it instead of hard-coding a path.
+CONFIG_ENV = "MSOVERFLOW_MSPROBE_CONFIG"
 
 
 def rules() -> dict:
@@ -65,6 +67,9 @@ class MsprobeConfigResult(DumpConfigResult):
     def set_config_path(self, config_path: str) -> None:
         self.config_path = config_path
         self.python = snippet(config_path)
+        if config_path and not config_path.startswith("<"):
+            self.env[CONFIG_ENV] = config_path
+            self.env_why[CONFIG_ENV] = "the config.json path, for scripts that read it from the environment"
 
     def shell_snippet(self) -> str:
         lines = [f"# msoverflow: {self.purpose} dump through msprobe (level {self.level}), MindSpore "

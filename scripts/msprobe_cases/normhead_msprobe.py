@@ -1,23 +1,29 @@
 """The demo TinyBaichuan (fp16 NormHead lm head) trained in PyNative on CPU under msprobe's PrecisionDebugger.
 
-    python normhead_msprobe.py --config CONFIG.json [--steps N] [--loss-scale 1,1,64] [--dump-path DIR]
+    python normhead_msprobe.py [--config CONFIG.json] [--steps N] [--loss-scale 1,1,64]
+
+Without --config it reads $MSOVERFLOW_MSPROBE_CONFIG (what `msoverflow run --mode pynative` sets).
 
 msprobe's statistics call mindspore.mint.norm, which has no CPU kernel in MindSpore 2.10 ("LinalgVectorNorm
 unregistered"): it is replaced by sqrt(sum(x*x)) in float32 before the debugger is created.
 """
 import argparse
 import json
+import os
 import sys
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", required=True, help="msprobe config.json")
+    parser.add_argument("--config", default=os.environ.get("MSOVERFLOW_MSPROBE_CONFIG"),
+                        help="msprobe config.json (default: $MSOVERFLOW_MSPROBE_CONFIG)")
     parser.add_argument("--steps", type=int, default=1)
     parser.add_argument("--loss-scale", default="64", help="one value, or comma-separated per step")
     parser.add_argument("--level-model", default="net", choices=["net", "loss"],
                         help="Cell handed to debugger.start (L0/mix hook Cells below it)")
     args = parser.parse_args(argv)
+    if not args.config:
+        parser.error("give --config or set MSOVERFLOW_MSPROBE_CONFIG")
 
     import numpy as np
     import mindspore as ms
