@@ -45,6 +45,7 @@ class Case:
     loss_scale: str
     expected: dict
     step_filter: tuple = ()   # msprobe "step" list
+    workers: int = 1          # > 1: msrun data parallel (MCCL on CPU), the last rank overflows
 
     def config(self, dump_path: str) -> dict:
         return {"task": self.task, "dump_path": dump_path, "rank": [], "step": list(self.step_filter),
@@ -71,6 +72,8 @@ CASES: List[Case] = [
          STEP_K_SCALES, dict(_API_ORIGIN, iteration=2, cell="lm_head"), step_filter=(2,)),
     Case("l1_statistics_clean", "API level statistics of two healthy steps", "statistics", "L1", 2, "1",
          dict(verdict="clean")),
+    Case("dp2_l1_statistics_rank1", "2 ranks, data parallel: rank 1 overflows at step 2, AllReduce spreads it",
+         "statistics", "L1", 3, STEP_K_SCALES, dict(_API_ORIGIN, iteration=2, rank=1, ranks=[0, 1]), workers=2),
 ]
 CASES_BY_NAME = {c.name: c for c in CASES}
 
@@ -94,6 +97,13 @@ def cache_key() -> str:
     return h.hexdigest()[:16]
 
 
+def _free_port() -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def run_case(case: Case, out_root: Path, python: str = sys.executable) -> Path:
     """Run one case into out_root/<case>/ (dump/, config.json, run.log, case.json)."""
     target = out_root / case.name
@@ -106,11 +116,19 @@ def run_case(case: Case, out_root: Path, python: str = sys.executable) -> Path:
                    GLOG_v="3")
         cmd = [python, str(CASE_SCRIPT), "--config", str(config_path), "--steps", str(case.steps),
                "--loss-scale", case.loss_scale]
+        if case.workers > 1:
+            # msrun starts `python` from PATH: the venv's first
+            env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])
+            cmd = [str(Path(python).parent / "msrun"), f"--worker_num={case.workers}",
+                   f"--local_worker_num={case.workers}", f"--master_port={_free_port()}", "--join=True",
+                   f"--log_dir={work / 'logs'}", *cmd[1:], "--distributed"]
         proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=CASE_TIMEOUT_S)
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
-        (target / "run.log").write_text(proc.stdout + proc.stderr)
+        logs = "".join(p.read_text(errors="replace")[-20000:] for p in sorted((work / "logs").glob("worker_*.log"))) \
+            if (work / "logs").is_dir() else ""
+        (target / "run.log").write_text(proc.stdout + proc.stderr + logs)
         if proc.returncode != 0:
             raise RuntimeError(f"{case.name}: exit {proc.returncode}; see {target / 'run.log'}")
         shutil.move(str(dump), str(target / "dump"))

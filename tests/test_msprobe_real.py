@@ -48,6 +48,16 @@ def test_real_msprobe_dump_names_api_step_and_source(msprobe_dumps, name):
     assert any(s.stats is not None and s.stats.bad for s in first.outputs)
 
 
+def test_real_two_rank_run_names_the_rank_that_created_it(msprobe_dumps):
+    """msrun, 2 workers, MCCL on CPU: rank 1 overflows in Sqrt's backward; rank 0 only receives (AllReduce)."""
+    root, expected = _case(msprobe_dumps, "dp2_l1_statistics_rank1")
+    report = analyze(str(root / "dump"), progress=False)
+    assert report.ranks == expected["ranks"] and report.verdict == "anomaly"
+    assert (report.first.rank, report.first.op_name, report.first.iteration) == (
+        expected["rank"], expected["op_name"], expected["iteration"])
+    assert all(f.rank == expected["rank"] for f in report.anomalies)
+
+
 def test_step_filter_and_earlier_steps_are_read(msprobe_dumps):
     root, _ = _case(msprobe_dumps, "l1_statistics_stepk")
     report = analyze(str(root / "dump"), progress=False)

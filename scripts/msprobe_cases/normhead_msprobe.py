@@ -21,6 +21,9 @@ def main(argv=None):
     parser.add_argument("--loss-scale", default="64", help="one value, or comma-separated per step")
     parser.add_argument("--level-model", default="net", choices=["net", "loss"],
                         help="Cell handed to debugger.start (L0/mix hook Cells below it)")
+    parser.add_argument("--distributed", action="store_true",
+                        help="data parallel under msrun (MCCL on CPU): --loss-scale applies to the last rank only, "
+                             "the others keep 1, so one rank creates the overflow and AllReduce spreads it")
     args = parser.parse_args(argv)
     if not args.config:
         parser.error("give --config or set MSOVERFLOW_MSPROBE_CONFIG")
@@ -39,11 +42,30 @@ def main(argv=None):
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device("CPU")
+    rank, ranks = 0, 1
+    if args.distributed:
+        from mindspore.communication import get_group_size, get_rank, init
+        init()
+        rank, ranks = get_rank(), get_group_size()
     debugger = PrecisionDebugger(config_path=args.config)
     scales = [float(v) for v in str(args.loss_scale).split(",")]
+    if rank != ranks - 1:
+        scales = [1.0] * len(scales)
     net = TinyBaichuan()
     loss_net = CausalLMLoss(net, scales[0])
-    train_step = nn.TrainOneStepCell(loss_net, nn.SGD(net.trainable_params(), learning_rate=0.01))
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.01)
+    train_step = nn.TrainOneStepCell(loss_net, optimizer)
+    if args.distributed:
+        # Gradients averaged eagerly with the AllReduce primitive: under msprobe's API wrapping the jit-compiled
+        # DistributedGradReducer fails ("Unsupported statement 'Try'") and comm_func.all_reduce crashed on CPU
+        # (observed, mindstudio-probe 26.2.0 + MindSpore 2.10).
+        grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
+        allreduce = ops.AllReduce()
+
+        def train_step(ids, labels):
+            loss, grads = grad_fn(ids, labels)
+            optimizer(tuple(allreduce(g) / ranks for g in grads))
+            return loss
     history = []
     for step, (ids, labels) in enumerate(batches(args.steps)):
         loss_net.set_loss_scale(scales[min(step, len(scales) - 1)])
