@@ -171,7 +171,8 @@ def stacks_by_entry(doc) -> Dict[str, object]:
 def _tensors(value) -> Iterable[dict]:
     """Tensor records inside an argument structure (lists/tuples nest, kwargs are dicts of records)."""
     if isinstance(value, dict):
-        if "dtype" in value and "shape" in value and str(value.get("type", "")).endswith("Tensor"):
+        kind = str(value.get("type", ""))
+        if "dtype" in value and "shape" in value and ("Tensor" in kind or "Parameter" in kind):
             yield value
             return
         for item in value.values():
