@@ -173,3 +173,21 @@ def test_convert_keeps_ffts_ids_and_slices_in_the_output_names(tmp_path):
     parsed = [names.parse(p.name) for p in sorted(out.iterdir())]
     assert [(p.io, p.task_id, p.stream_id, p.context_id, p.lxslice, p.op_name) for p in parsed] == [
         ("input", 3, 2, 7, 1, "Default_Add-op0"), ("output", 3, 2, 7, 1, "Default_Add-op0")]
+
+
+def test_convert_msprobe_raw_bf16_and_msaccucmp_bin(tmp_path):
+    """Raw tensors: msprobe adump's `{core}.{io}.{slot}.{format}.BF16` (AclDumpDataProcessor.cpp) and msaccucmp's
+    `{core}.{io}.{slot}.{A_B_C}.{dtype}.{format}.bin` (dump_data_parser.py) become npy with the dtype in the name."""
+    src = tmp_path / "src"
+    src.mkdir()
+    core = "Sub.Default_Sub-op0.10.10.1735011096427368"
+    (src / f"{core}.input.0.ND.BF16").write_bytes(fx.to_bf16_bits(np.array([1.5, np.inf], np.float32)).tobytes())
+    (src / f"{core}.output.0.2_2.float16.NC1HWC0.bin").write_bytes(np.arange(4, dtype=np.float16).tobytes())
+    out = tmp_path / "out"
+    assert cli.main(["convert", str(src), "-o", str(out)]) == 0
+    written = sorted(p.name for p in out.iterdir())
+    assert written == [f"{core}.input.0.ND.BFloat16.npy", f"{core}.output.0.NC1HWC0.Float16.npy"]
+    bf = np.load(out / written[0])
+    assert bf.dtype == np.float32 and bf[0] == 1.5 and np.isposinf(bf[1])
+    assert np.load(out / written[1]).shape == (2, 2)
+    assert names.parse(written[0]).dtype == "bfloat16"

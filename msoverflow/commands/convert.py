@@ -24,7 +24,7 @@ def register(subparsers):
 
 
 MAX_FILE_NAME = 255
-_NOT_DUMPS = (".npy", ".csv", ".json", ".ir", ".pb", ".txt", ".log", ".dat", ".py", ".yaml", ".yml")
+_NOT_DUMPS = (".npy", ".csv", ".json", ".ir", ".pb", ".txt", ".log", ".dat", ".py", ".yaml", ".yml", ".pt")
 
 
 def _inside(path: str, directory: str) -> bool:
@@ -101,6 +101,24 @@ def run(args) -> int:
             converted += 1
             continue
         parsed = names.parse(original)
+        if parsed is not None and parsed.kind == names.KIND_RAW:
+            # msprobe's raw tensors (dtypes npy lacks, e.g. BF16) and msaccucmp's .bin: one tensor per file
+            from ..readers import raw
+            if not raw.decodable(parsed.dtype):
+                skipped.append(f"{path}: dtype {parsed.dtype_word} cannot be decoded")
+                continue
+            word = dumpdata_bin.MINDSPORE_DTYPE_WORDS.get(parsed.dtype, parsed.dtype_word)
+            stem = original[:-len(".bin")] if original.endswith(".bin") else original
+            if parsed.shape is not None and original.endswith(".bin"):   # msaccucmp: drop shape/dtype/format
+                stem = ".".join(stem.split(".")[:-3])
+                name = f"{stem}.{parsed.fmt}.{word}.npy"
+            else:
+                name = ".".join(stem.split(".")[:-1]) + f".{word}.npy"
+            os.makedirs(target_dir, exist_ok=True)
+            np.save(os.path.join(target_dir, name), raw.load_raw(path, parsed.dtype, parsed.shape))
+            written += 1
+            converted += 1
+            continue
         if parsed is None or parsed.kind != names.KIND_BIN:
             skipped.append(f"{path}: not a binary dump file name ({{op_type}}.{{op_name}}.{{task}}.{{stream}}.{{ts}})")
             continue
