@@ -9,7 +9,7 @@ from . import __version__
 from .errors import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_USAGE, UserError, file_of
 
 # Each module in msoverflow/commands defines register(subparsers) -> parser with set_defaults(run=...).
-COMMANDS = ["analyze", "convert", "config", "run", "patch", "demo"]
+COMMANDS = ["analyze", "convert", "config", "run", "patch", "repro", "demo"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,6 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 # Set to a directory to generate/reuse the real dumps there instead of .fixture-cache/realdumps/<key>/.
 OUT_DIR_ENV = "MSOVERFLOW_REAL_DUMPS_DIR"
+# `msoverflow analyze DIR` saves ./report.json by default: not from tests run in the repository (the quick-start
+# test runs the CLI in an empty directory with the default restored).
+os.environ.setdefault("MSOVERFLOW_REPORT_JSON", "")
 
 
 def mindspore_available() -> bool:

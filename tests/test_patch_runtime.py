@@ -12,9 +12,9 @@ pytestmark = pytest.mark.mindspore
 
 @pytest.fixture(scope="module")
 def ms():
-    ms = pytest.importorskip("mindspore")
-    ms.set_device("CPU")
-    return ms
+    pytest.importorskip("mindspore")
+    from test_patch_support import mindspore_on_cpu
+    return mindspore_on_cpu()
 
 
 def _train(ms, mode, patch=None, amp_level=None, amp_first=False, steps=3, optimizer="sgd"):

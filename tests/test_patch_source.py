@@ -24,15 +24,17 @@ def _norm_head_construct(code: str) -> ast.FunctionDef:
     return next(n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == "construct")
 
 
-def test_patch_covers_the_whole_normalisation_and_leaves_the_rest_byte_identical(model_copy):
+def test_patch_island_is_the_normalisation_and_leaves_the_rest_byte_identical(model_copy):
     patch = source_patch.plan(str(model_copy), demo_norm_line(), "float32", code=NORM_LINE_CODE)
     assert patch.function == "NormHead.construct"
     construct = ast.unparse(_norm_head_construct(patch.patched))
-    # the Parameter, the fp16 constant and the explicit cast to compute_dtype are all inside the island
-    assert construct.count("ms.ops.cast(self.weight, ms.float32)") == 2
-    assert "ms.ops.cast(self.eps, ms.float32)" in construct
-    assert "self.cast(hidden_states, ms.float32)" in construct
-    assert "hidden_states = _msoverflow_widen_float32(hidden_states)" in construct
+    # the culprit, what feeds it (the Parameter read) and its direct consumer are in the island
+    assert construct.count("_msoverflow_widen_float32(self.weight)") == 2
+    assert "_msoverflow_widen_float32(self.eps)" in construct
+    # the value leaving the island goes back to its dtype; the boundary MatMul and its cast are untouched
+    assert "norm_weight = _msoverflow_like(norm_weight, self.weight)" in construct
+    assert "return self.matmul(self.cast(hidden_states, self.compute_dtype), norm_weight)" in construct
+    assert "hidden_states = _msoverflow_widen" not in construct
     # every other class is untouched, byte for byte
     original_lines = model_copy.read_text().splitlines()
     patched_lines = patch.patched.splitlines()
@@ -42,9 +44,50 @@ def test_patch_covers_the_whole_normalisation_and_leaves_the_rest_byte_identical
         end = next((i for i in range(start + 1, len(original_lines)) if original_lines[i].startswith("class ")),
                    len(original_lines))
         assert patched_lines[new_start:new_start + end - start] == original_lines[start:end]
-    # the diff only adds the helper and rewrites construct's body
-    removed = [l for l in patch.diff().splitlines() if l.startswith("-") and not l.startswith("---")]
-    assert len(removed) == 4 and all("self." in l for l in removed)
+    # the diff rewrites the three island lines, each saying why, and adds the exit cast and the helpers
+    diff = patch.diff().splitlines()
+    removed = [l for l in diff if l.startswith("-") and not l.startswith("---")]
+    assert len(removed) == 3 and all("self." in l for l in removed)
+    changed = [l for l in diff if l.startswith("+        ") and "=" in l]
+    assert len(changed) == 4 and all("# msoverflow:" in l for l in changed)
+
+
+def test_write_targets_are_never_cast(tmp_path):
+    """Assign/AssignAdd/scatter/ops.assign first arguments and set_data objects stay as they are; the value
+    written is cast to the target's own dtype."""
+    path = tmp_path / "head.py"
+    path.write_text(
+        "import mindspore as ms\n"
+        "from mindspore import nn, ops, Parameter, Tensor\n"
+        "from mindspore.ops import operations as P\n\n\n"
+        "class Head(nn.Cell):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.weight = Parameter(Tensor([1.0], ms.float16), name='w')\n"
+        "        self.moment = Parameter(Tensor([0.0], ms.float16), name='m')\n"
+        "        self.assign = P.Assign()\n"
+        "        self.acc = P.AssignAdd()\n\n"
+        "    def construct(self, x):\n"
+        "        norm = ops.sqrt(ops.square(self.weight).sum())\n"
+        "        self.assign(self.weight, self.weight / norm)\n"
+        "        ops.assign(self.weight, self.weight / norm)\n"
+        "        self.acc(self.moment, self.weight / norm)\n"
+        "        ops.scatter_update(self.moment, ops.zeros(1, ms.int32), self.weight / norm)\n"
+        "        self.weight.set_data(self.weight / norm)\n"
+        "        return x * norm\n")
+    patch = source_patch.plan(str(path), 15, "float32")
+    construct = ast.unparse(next(n for n in ast.parse(patch.patched).body if isinstance(n, ast.ClassDef))
+                            .body[1])
+    wide = "_msoverflow_widen_float32(self.weight) / norm"
+    for call in (f"self.assign(self.weight, _msoverflow_like({wide}, self.weight))",
+                 f"ops.assign(self.weight, _msoverflow_like({wide}, self.weight))",
+                 f"self.acc(self.moment, _msoverflow_like({wide}, self.moment))",
+                 f"ops.scatter_update(self.moment, ops.zeros(1, ms.int32), _msoverflow_like({wide}, self.moment))",
+                 f"self.weight.set_data(_msoverflow_like({wide}, self.weight))",
+                 "return _msoverflow_like(_msoverflow_widen_float32(x) * norm, x)"):
+        assert call in construct, call
+    assert "widen_float32(self.moment)" not in construct
+    assert "# msoverflow: precision island" in patch.patched and "cast back" not in patch.patched
 
 
 def test_write_is_atomic_with_backup_and_second_run_is_already_patched(model_copy, tmp_path, capsys):
@@ -61,8 +104,9 @@ def test_write_is_atomic_with_backup_and_second_run_is_already_patched(model_cop
     assert not list(tmp_path.glob(".msoverflow-*")), "no temp file left behind"
     capsys.readouterr()
     # The report's line number now points elsewhere in the patched file: still recognised as patched.
-    assert cli.main(["patch", "--from", str(report), "--write"]) == 0
-    assert "already patched" in capsys.readouterr().out
+    assert cli.main(["patch", "--from", str(report), "--write"]) == 3      # no change reaches the culprit
+    out = capsys.readouterr().out
+    assert "already patched" in out and "no change made (exit 3)" in out
     assert model_copy.read_bytes() == patched
     assert not (tmp_path / "model.py.orig.1").exists()
 
@@ -95,11 +139,11 @@ def test_bfloat16_patch_structure(model_copy):
     tree = ast.parse(patch.patched)
     helper = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_msoverflow_widen_bfloat16")
     helper_code = ast.unparse(helper)
-    assert "x.dtype in (ms.float16,)" in helper_code          # bf16 inputs are left alone, fp16 widened
+    assert "x.dtype in (ms.float16,)" in helper_code          # bf16 and fp32 inputs are left alone, fp16 widened
     assert "ms.ops.cast(x, ms.bfloat16)" in helper_code
     construct = ast.unparse(_norm_head_construct(patch.patched))
-    assert "ms.ops.cast(self.weight, ms.bfloat16)" in construct
-    assert "self.cast(hidden_states, ms.bfloat16)" in construct
+    assert "_msoverflow_widen_bfloat16(self.weight)" in construct
+    assert "self.cast(hidden_states, self.compute_dtype)" in construct   # boundary op keeps its dtype
 
 
 def test_casts_to_int_or_float32_are_left_alone(tmp_path):

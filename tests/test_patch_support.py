@@ -37,3 +37,13 @@ def write_report(directory, report) -> Path:
     path = Path(directory) / "report.json"
     path.write_text(json.dumps(report))
     return path
+
+
+def mindspore_on_cpu():
+    """mindspore, set to CPU once per process (set_device refuses a second call once kernels have run)."""
+    import mindspore as ms
+    try:
+        ms.set_device("CPU")
+    except RuntimeError:
+        pass     # another test module of this process already set it and ran kernels
+    return ms

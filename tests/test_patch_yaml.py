@@ -79,9 +79,22 @@ def _softmax_target():
                   origin={"op_type": "SoftmaxBackward", "forward_op": "Softmax"})
 
 
-def test_softmax_origin_edits_only_softmax_compute_type_in_every_llama2_config(llama2_configs):
+def _without_flash_attention(path, tmp_path):
+    """The real config as a user with flash attention off has it (every 1.3.2 llama2 config turns it on)."""
+    text = path.read_bytes().decode("utf-8")
+    copy = tmp_path / path.name
+    copy.write_bytes(text.replace("use_flash_attention: True", "use_flash_attention: False").encode("utf-8"))
+    return copy
+
+
+def test_softmax_origin_edits_only_softmax_compute_type_in_every_llama2_config(llama2_configs, tmp_path):
     patched_any = 0
-    for path in llama2_configs:
+    for real in llama2_configs:
+        # as shipped (flash attention on), softmax_compute_type does not reach a Softmax: nothing is edited
+        shipped = yaml_patch.plan(str(real), _softmax_target(), "float32")
+        if "use_flash_attention: True" in real.read_text():
+            assert not shipped.changed and "use_flash_attention" in (shipped.uncovered or ""), real.name
+        path = _without_flash_attention(real, tmp_path)
         original = path.read_bytes().decode("utf-8")
         config = _model_config(_safe(original))
         patch = yaml_patch.plan(str(path), _softmax_target(), "float32")
@@ -102,20 +115,26 @@ def test_softmax_origin_edits_only_softmax_compute_type_in_every_llama2_config(l
 
 
 def test_written_yaml_is_idempotent_and_keeps_a_backup(llama2_configs, tmp_path, capsys):
-    source = next(p for p in llama2_configs if p.name == "finetune_llama2_7b.yaml")
+    real = next(p for p in llama2_configs if p.name == "finetune_llama2_7b.yaml")
+    (tmp_path / "src").mkdir()
+    source = _without_flash_attention(real, tmp_path / "src")
     config = tmp_path / source.name
     config.write_bytes(source.read_bytes())
+    model_copy = tmp_path / "model.py"
+    model_copy.write_bytes(DEMO_MODEL.read_bytes())
     report = write_report(tmp_path, hand_report(cell="network.model.layers.0.attention", cell_type="LLamaAttention",
-                                                op_type="SoftmaxBackward", forward_op="Softmax"))
+                                                op_type="SoftmaxBackward", forward_op="Softmax",
+                                                source_file=str(model_copy)))
     assert cli.main(["patch", "--from", str(report), "--yaml", str(config), "--write"]) == 0
     assert (tmp_path / (source.name + ".orig")).read_bytes() == source.read_bytes()
     _assert_only_fields_changed(source.read_text(), config.read_text(), {"softmax_compute_type"})
     once = config.read_bytes()
     capsys.readouterr()
-    assert cli.main(["patch", "--from", str(report), "--yaml", str(config), "--write"]) == 0
-    assert "already patched" in capsys.readouterr().out
+    assert cli.main(["patch", "--from", str(report), "--yaml", str(config), "--write"]) == 3
+    assert "no change made (exit 3)" in capsys.readouterr().out
     assert config.read_bytes() == once
     assert not (tmp_path / (source.name + ".orig.1")).exists()
+    assert model_copy.read_bytes() == DEMO_MODEL.read_bytes()
 
 
 def test_missing_field_is_inserted_next_to_its_siblings(llama2_configs, tmp_path):
@@ -141,7 +160,8 @@ def test_norm_head_has_no_field_and_falls_back_to_a_source_patch(llama2_configs,
     patch = yaml_patch.plan(str(source), target_from_report(_load(report)), "float32")
     assert patch.uncovered and "NormHead" in patch.uncovered
     assert not patch.changed
-    assert patch.global_option == {"compute_dtype": "float32", "param_init_type": "float32"}
+    # the reach table (MindFormers' own source) says neither compute_dtype nor param_init_type reaches it
+    assert patch.global_option == {} and "baichuan2_13b.py:874" in patch.uncovered
     assert cli.main(["patch", "--from", str(report), "--yaml", str(source)]) == 0
     out = capsys.readouterr().out
     assert "no model_config field covers it" in out
@@ -152,15 +172,18 @@ def test_norm_head_has_no_field_and_falls_back_to_a_source_patch(llama2_configs,
 def test_allow_global_switches_whole_model_fields_only_when_asked(llama2_configs):
     source = next(p for p in llama2_configs if _model_config(_safe(p.read_text())).get("compute_dtype")
                   in ("float16", "bfloat16"))
-    norm_head = Target(cell="network._backbone.lm_head", cell_type="NormHead")
-    patch = yaml_patch.plan(str(source), norm_head, "float32", allow_global=True)
+    linear = Target(cell="network.model.layers.0.feed_forward.w1", cell_type="Linear",
+                    origin={"op_type": "MatMul", "cell_type": "Linear"})
+    assert yaml_patch.plan(str(source), linear, "float32").uncovered       # no per-layer field
+    patch = yaml_patch.plan(str(source), linear, "float32", allow_global=True)
     assert patch.uncovered is None
     assert ("compute_dtype", _model_config(_safe(source.read_text()))["compute_dtype"], "float32") in patch.changes
-    _assert_only_fields_changed(source.read_text(), patch.patched, {"compute_dtype", "param_init_type"})
+    _assert_only_fields_changed(source.read_text(), patch.patched, {"compute_dtype"})
 
 
-def test_bfloat16_patch_never_narrows_a_float32_field(llama2_configs):
-    source = next(p for p in llama2_configs if p.name == "finetune_llama2_7b.yaml")
+def test_bfloat16_patch_never_narrows_a_float32_field(llama2_configs, tmp_path):
+    source = _without_flash_attention(next(p for p in llama2_configs if p.name == "finetune_llama2_7b.yaml"),
+                                      tmp_path)
     config = _model_config(_safe(source.read_text()))
     assert config["layernorm_compute_type"] == "float32" and config["softmax_compute_type"] == "float16"
     layernorm = yaml_patch.plan(str(source), Target(cell="network.model.norm_out", cell_type="LlamaRMSNorm"),

@@ -27,7 +27,12 @@ def register(sub):
     p.add_argument("--all", dest="scan_all", action="store_true",
                    help="scan every step (default: stop after the step holding the first origin)")
     p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
-    p.add_argument("-o", "--output", help="write the report here instead of stdout")
+    p.add_argument("-o", "--output", help="write the report here instead of stdout (then no report.json is saved)")
+    p.add_argument("--save", metavar="FILE", default=None,
+                   help="without -o, also save the JSON report here for `msoverflow patch/repro --from` "
+                        "(default: report.json in the current directory, never inside the dump; "
+                        "$MSOVERFLOW_REPORT_JSON overrides, empty disables)")
+    p.add_argument("--no-save", action="store_true", help="without -o, do not save report.json")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=run)
     return p
@@ -54,4 +59,29 @@ def run(args) -> int:
             raise UserError(f"{args.output}: cannot write report ({exc.strerror})")
     else:
         print(text, end="")
+        _save_json(args, report)
     return {"anomaly": EXIT_ANOMALY, "inconclusive": EXIT_INCONCLUSIVE}.get(report.verdict, EXIT_CLEAN)
+
+
+def _save_json(args, report) -> None:
+    """The quick start's second command (`patch --from report.json`) needs the JSON report on disk."""
+    import sys
+    from ..errors import UserError
+    from ..render import render
+    path = args.save if args.save is not None else os.environ.get("MSOVERFLOW_REPORT_JSON", "report.json")
+    if args.no_save or not path:
+        return
+    out_abs = os.path.realpath(path)
+    dump_abs = os.path.realpath(args.dump_dir)
+    if out_abs.startswith(dump_abs.rstrip(os.sep) + os.sep):
+        print(f"msoverflow: not saving {path}: it is inside the dump directory {args.dump_dir} "
+              f"(run from elsewhere, or give --save FILE)", file=sys.stderr)
+        return
+    tmp = out_abs + ".tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(render(report, "json"))
+        os.replace(tmp, out_abs)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot save the JSON report ({exc.strerror}); give --save FILE or --no-save")
+    print(f"msoverflow: JSON report saved to {path} (next: msoverflow patch --from {path})", file=sys.stderr)

@@ -8,6 +8,11 @@ import os
 import sys
 import tempfile
 
+from ..errors import EXIT_INCONCLUSIVE
+
+# `patch` made no change that reaches the culprit: already patched, or nothing it knows how to change reaches it.
+EXIT_NO_CHANGE = EXIT_INCONCLUSIVE
+
 
 def register(subparsers):
     parser = subparsers.add_parser(
@@ -16,9 +21,12 @@ def register(subparsers):
               "[--verify -- COMMAND ...]",
         description="Compute the region where the first overflow was born in float32 (or bfloat16). The region is "
                     "the owning Cell of the culprit op, with its Parameters, constants and explicit casts. "
-                    "Three ways: runtime (msoverflow.patch.apply, injected into an unmodified script by --verify), "
-                    "a MindFormers YAML (--yaml CONFIG) or the model's source (--how source, diff by default, "
-                    "--write to apply). Exit codes: 0 patched/fixed, 1 verify shows it is not fixed, 2 error.")
+                    "Ways: runtime (msoverflow.patch.apply, injected into an unmodified script by --verify), "
+                    "a MindFormers YAML (--yaml CONFIG; only fields that reach the culprit), the model's source "
+                    "(--how source, diff by default, --write to apply), or, for a 0/0 at a masked mean, the "
+                    "zero-token guard (--how guard). Exit codes: 0 patch shown/written/fixed, 1 verify shows it is not fixed, 2 error, "
+                    "3 no change that reaches the culprit was made (already patched, or no field/patch reaches "
+                    "it: the output says why and what to do instead).")
     what = parser.add_argument_group("what to patch")
     what.add_argument("--from", dest="report", metavar="REPORT", help="msoverflow analyze --format json output")
     what.add_argument("--dump", metavar="DIR", help="a dump directory: analyse it first")
@@ -28,9 +36,12 @@ def register(subparsers):
     what.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                       help="island dtype (default float32; bfloat16 keeps fp32's range at half the memory)")
     how = parser.add_argument_group("how")
-    how.add_argument("--how", choices=["runtime", "yaml", "source"],
+    how.add_argument("--how", choices=["runtime", "yaml", "source", "guard"],
                      help="default: yaml with --yaml, source with --source/--write, else runtime with --verify, "
-                          "else show the source diff")
+                          "else show the source diff; guard (the default for an invalid 0/0 or x/0 at a masked mean): "
+                          "divide by max(count, 1) and skip the optimizer when the global token count is 0")
+    how.add_argument("--count-input", type=int, default=-1, metavar="N",
+                     help="guard: which input of the train step holds the loss mask (default: the last)")
     how.add_argument("--yaml", metavar="CONFIG", help="MindFormers YAML to patch (model.model_config)")
     how.add_argument("--allow-global", action="store_true",
                      help="YAML: allow whole-model fields (compute_dtype, param_init_type) when no field covers "
@@ -98,11 +109,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise UserError("nothing to patch: give --from REPORT, --dump DIR, --cell PATH_OR_TYPE or --op TYPE")
 
-    how = args.how or ("yaml" if args.yaml else "source" if (args.source or args.write) else
-                       "runtime" if args.verify else None)
+    how = args.how or ("guard" if _is_masked_division(target) and not (args.cell or args.op) else
+                       "yaml" if args.yaml else
+                       "source" if (args.source or args.write) else "runtime" if args.verify else None)
     result = {"target": target.to_dict(), "dtype": args.dtype, "how": how}
     code = 0
-    if how == "yaml":
+    if how == "guard":
+        code = _guard(args, target, result)
+    elif how == "yaml":
         code = _yaml(args, target, result)
     elif how == "source":
         code = _source(args, target, result)
@@ -114,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         print()
         _runtime_hint(args, target)
     if args.verify:
-        if how in ("yaml", "source") and not args.write:
+        if how in ("yaml", "source", "guard") and not args.write:
             raise UserError(f"--verify with --how {how} runs the files on disk: add --write (or verify the runtime "
                             f"patch with --how runtime)")
         from ..patch.verify import verify
@@ -122,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
         outcome = verify(target, command, args.dtype, args.workdir, how="runtime" if how == "runtime" else "none",
                          widen=not args.no_widen, baseline=report is None,
                          dump_options={k: v for k, v in (("device", args.device), ("jit_level", args.jit_level),
-                                                         ("ms_version", args.ms_version)) if v})
+                                                         ("ms_version", args.ms_version)) if v},
+                         title="zero-token guard (written to the source)" if how == "guard" else None)
         print(outcome.render())
         result["verify"] = outcome.to_dict()
         code = outcome.exit_code
@@ -130,6 +145,35 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json_out, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=2, default=str)
     return code
+
+
+_DIVISION_OPS = {"Div", "RealDiv", "DivNoNan", "Divide", "DivExt"}
+
+
+def _is_masked_division(target) -> bool:
+    """An invalid value (0/0, x/0) born in a division: a zero-signal step, not a precision problem."""
+    origin = target.origin or {}
+    return origin.get("kind") == "invalid" and bool({origin.get("op_type"), origin.get("forward_op")} & _DIVISION_OPS)
+
+
+def _guard(args, target, result: dict) -> int:
+    from ..errors import UserError
+    from ..patch import guard_patch
+    path, line, code = args.source, args.line, ""
+    if target.source and not line:
+        path, line, code = path or target.source.file, target.source.line, target.source.code
+    if not path or not line:
+        raise UserError("the zero-token guard needs the division's source line: give --source FILE --line N")
+    patch = guard_patch.plan(path, line, code=code, count_input=args.count_input)
+    print(guard_patch.describe(patch))
+    print("  runtime form instead of the TrainOneStepCell edit: msoverflow.guard.guard(train_step, "
+          f"count_input={args.count_input})")
+    result["guard"] = {"path": path, "line": patch.line, "already": patch.already, "changes": patch.changes}
+    if patch.already:
+        print(f"no change made (exit {EXIT_NO_CHANGE}): the guard is already in place")
+        return EXIT_NO_CHANGE
+    _write_or_show(args, path, patch, result["guard"])
+    return 0
 
 
 def _runtime_hint(args, target) -> None:
@@ -163,7 +207,8 @@ def _source(args, target, result: dict) -> int:
     result["source"] = {"path": path, "line": patch.line, "function": patch.function, "already": patch.already,
                         "changes": patch.changes}
     if patch.already:
-        return 0
+        print(f"no change made (exit {EXIT_NO_CHANGE}): the culprit's region is already patched")
+        return EXIT_NO_CHANGE
     _write_or_show(args, path, patch, result["source"])
     return 0
 
@@ -196,7 +241,10 @@ def _yaml(args, target, result: dict) -> int:
             return _source(args, target, result)
         print("no source location known for the fallback: give --source FILE --line N, or use the runtime patch")
         _runtime_hint(args, target)
-        return 0
+        print(f"no change made (exit {EXIT_NO_CHANGE}): no YAML field reaches the culprit")
+        return EXIT_NO_CHANGE
     if patch.changed:
         _write_or_show(args, args.yaml, patch, result["yaml"])
-    return 0
+        return 0
+    print(f"no change made (exit {EXIT_NO_CHANGE}): the YAML already sets the fields that reach the culprit")
+    return EXIT_NO_CHANGE

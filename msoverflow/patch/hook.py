@@ -75,11 +75,12 @@ class _State:
         if not path:
             return
         self.log["found"] = bool(self.log["applied"])
-        if not self.log["applied"]:
+        if not self.log["applied"] and self.log["hooked"]:
             sys.stderr.write(f"msoverflow: the precision patch target ({self.target.describe()}) was never found "
                              f"in any network this run called; searched: "
                              f"{', '.join(s['root'] for s in self.log['searched']) or 'no Cell was ever called'}\n")
-        with open(path, "w", encoding="utf-8") as fh:
+        # one log per process: a launcher (msrun) and each of its workers all run this hook
+        with open(f"{path}.{os.getpid()}", "w", encoding="utf-8") as fh:
             json.dump(self.log, fh, indent=2)
 
 

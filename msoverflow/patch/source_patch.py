@@ -1,13 +1,20 @@
-"""Source patch: rewrite the function that holds the culprit line (usually a Cell's `construct`) so its whole
-region computes in float32 (or bfloat16). libcst keeps every other byte of the file as it was.
+"""Source patch: compute the smallest region around the culprit line in float32 (or bfloat16), keeping the
+program's semantics. libcst keeps every other byte of the file as it was.
 
-Inside that function:
-  - reads of the Cell's Parameters and Tensor constants (`self.weight`, `self.eps`, found in `__init__`) are
-    cast to the island dtype where they are used; the stored Parameter keeps its dtype, so checkpoints still load;
-  - explicit casts to a low-precision dtype (`self.cast(x, self.compute_dtype)`, `ops.cast(x, mstype.float16)`,
-    `.astype(mstype.float16)`) cast to the island dtype instead;
-  - float16/bfloat16 arguments are widened on entry by a small helper added to the module.
-A marker comment makes the patch idempotent: a second run reports "already patched" and changes nothing.
+The island, inside the function that holds the culprit line (usually a Cell's `construct`), is
+  - the culprit statement,
+  - the statements that compute its operands, back to the Cell's Parameters, Tensor constants and arguments,
+  - the statements that directly consume its result (their gradient is the culprit's backward input).
+In those statements only:
+  - reads of Parameters, Tensor constants (found in `__init__`) and arguments are widened where they are used,
+    by a helper that casts only narrower float dtypes; the stored Parameter keeps its dtype, so checkpoints load;
+  - explicit casts to a low-precision dtype cast to the island dtype instead;
+  - the target of a write (Assign/AssignAdd/AssignSub/Scatter* first argument, ops.assign, set_data,
+    assign_value) is never cast: writing into a cast copy would silently never update the Parameter; the value
+    written is cast to the target's dtype instead.
+Values leaving the island are cast back to the dtype they had before, so boundary ops (e.g. the final MatMul and
+the exit cast) keep their dtype. Every changed line carries a comment saying why. A marker comment makes the
+patch idempotent: a second run reports "already patched" and changes nothing.
 """
 from __future__ import annotations
 
@@ -123,54 +130,352 @@ def _self_attrs_assigned(klass: Optional[cst.ClassDef]):
     return params, constants
 
 
-class _Island(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (ParentNodeProvider,)
+# Ops that write into their first argument (a Parameter): that argument is never cast.
+_WRITE_OPS = re.compile(r"^(Assign|AssignAdd|AssignSub|assign|assign_add|assign_sub|"
+                        r"Scatter(?!Nd$)\w+|scatter_(?!nd$)\w+)$")
+_WRITE_METHODS = {"set_data", "assign_value"}
 
-    def __init__(self, function: cst.FunctionDef, reads: Set[str], ms: str, dtype: str, helper: str,
-                 changes: List[str], line: int):
+
+def _primitives_in_init(klass: Optional[cst.ClassDef]) -> dict:
+    """`self.assign = P.Assign()` -> {"assign": "Assign"}: which primitive each `self.X` op attribute holds."""
+    found = {}
+    if klass is None:
+        return found
+
+    class Collect(cst.CSTVisitor):
+        def visit_Assign(self, node):
+            if isinstance(node.value, cst.Call):
+                callee = _dotted(node.value.func).split(".")[-1].rstrip("()")
+                for target in node.targets:
+                    t = target.target
+                    if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
+                        found[t.attr.value] = callee
+
+    klass.visit(Collect())
+    return found
+
+
+def _is_write_call(call: cst.Call, primitives: dict) -> bool:
+    callee = _dotted(call.func)
+    if not callee:
+        return False
+    last = callee.split(".")[-1].rstrip("()")
+    if callee.startswith("self.") and callee.count(".") == 1:
+        last = primitives.get(last, last)
+    return bool(_WRITE_OPS.match(last))
+
+
+class _Names(cst.CSTVisitor):
+    """Local names an expression reads (not attribute names, keyword names or lambda parameters)."""
+
+    def __init__(self):
+        self.names: Set[str] = set()
+
+    def visit_Attribute(self, node):
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node):
+        node.value.visit(self)
+        return False
+
+    def visit_Name(self, node):
+        self.names.add(node.value)
+
+
+def _reads(node) -> Set[str]:
+    visitor = _Names()
+    node.visit(visitor)
+    return visitor.names
+
+
+def _target_names(node) -> Set[str]:
+    if isinstance(node, cst.Name):
+        return {node.value}
+    if isinstance(node, (cst.Tuple, cst.List)):
+        return set().union(*[_target_names(e.value) for e in node.elements]) if node.elements else set()
+    return set()
+
+
+def _reads_writes(stmt: cst.SimpleStatementLine):
+    reads, writes = set(), set()
+    for small in stmt.body:
+        if isinstance(small, cst.Assign):
+            reads |= _reads(small.value)
+            for target in small.targets:
+                names = _target_names(target.target)
+                writes |= names
+                if not names:
+                    reads |= _reads(target.target)
+        elif isinstance(small, (cst.AugAssign, cst.AnnAssign)):
+            if small.value is not None:
+                reads |= _reads(small.value)
+            names = _target_names(small.target)
+            writes |= names
+            if isinstance(small, cst.AugAssign):
+                reads |= names
+        else:
+            reads |= _reads(small)
+    return reads, writes
+
+
+class _Statements(cst.CSTVisitor):
+    """The simple statements of one function in source order (not those of nested functions or classes)."""
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, function: cst.FunctionDef):
         self.function = function
+        self.found: List[cst.SimpleStatementLine] = []
+        self.lines: List[int] = []
+        self.end_lines: List[int] = []
+
+        self.depth = 0
+
+    def visit_FunctionDef(self, node):
+        if node is self.function:
+            self.depth += 1
+            return True
+        return self.depth == 0      # nested functions inside the target are not its statements
+
+    def leave_FunctionDef(self, node):
+        if node is self.function:
+            self.depth -= 1
+
+    def visit_ClassDef(self, node):
+        return self.depth == 0
+
+    def visit_Lambda(self, node):
+        return False
+
+    def visit_SimpleStatementLine(self, node):
+        if not self.depth:
+            return False
+        pos = self.get_metadata(PositionProvider, node)
+        self.found.append(node)
+        self.lines.append(pos.start.line)
+        self.end_lines.append(pos.end.line)
+        return False
+
+
+@dataclass
+class _Region:
+    """Which statements form the island, why each is in it, and which values leave it."""
+    members: dict                     # statement -> reason
+    exits: dict                       # statement -> [(name, reference expression code)]
+    first: Optional[cst.SimpleStatementLine] = None
+    returns: dict = field(default_factory=dict)    # island return statement -> reference expression code
+    args: dict = field(default_factory=dict)       # island statement -> arguments not rebound before it
+
+
+def _region(statements: List[cst.SimpleStatementLine], lines: List[int], culprit: int, args: List[str],
+            reads_self: Set[str], line: int) -> _Region:
+    flow = [_reads_writes(s) for s in statements]
+    members = {culprit: f"culprit line {line}: computed in the island dtype"}
+    # Backwards: the statements that compute the culprit's operands.
+    work = [(culprit, name) for name in flow[culprit][0]]
+    seen = set()
+    while work:
+        index, name = work.pop()
+        if (index, name) in seen:
+            continue
+        seen.add((index, name))
+        source = next((j for j in range(index - 1, -1, -1) if name in flow[j][1]), None)
+        if source is None:
+            continue
+        if source not in members:
+            members[source] = f"computes an operand of the culprit (line {line})"
+        work += [(source, n) for n in flow[source][0]]
+    # Forwards, one level: the culprit's direct consumers (their gradient is its backward input).
+    produced = flow[culprit][1]
+    for j in range(culprit + 1, len(statements)):
+        if produced & flow[j][0] and j not in members:
+            members[j] = f"consumes the culprit's result (line {line}); its gradient feeds the culprit's backward"
+        produced = produced - flow[j][1]
+        if not produced:
+            break
+    # Values leaving the island: read after it by statements outside it.
+    exits = {}
+    last_writer = {}
+    for index in sorted(members):
+        for name in flow[index][1]:
+            last_writer[name] = index
+    for name, index in last_writer.items():
+        if any(name in flow[j][0] for j in range(index + 1, len(statements)) if j not in members):
+            ref = _reference(index, flow, members, statements, args, reads_self, set())
+            if ref:
+                exits.setdefault(index, []).append((name, ref))
+    returns = {}
+    for index in members:
+        if any(isinstance(small, cst.Return) and small.value is not None for small in statements[index].body):
+            ref = _reference(index, flow, members, statements, args, reads_self, set())
+            if ref:
+                returns[statements[index]] = ref
+    bound = {statements[i]: {a for a in args if not any(a in flow[j][1] for j in range(i))} for i in members}
+    ordered = {statements[i]: members[i] for i in sorted(members)}
+    return _Region(members=ordered, exits={statements[i]: v for i, v in exits.items()},
+                   first=statements[min(members)], returns=returns, args=bound)
+
+
+def _reference(index, flow, members, statements, args, reads_self, visiting) -> Optional[str]:
+    """An expression whose dtype is what the value made at `index` had before the patch: the first Parameter,
+    constant or argument the statement (or the island statements feeding it) reads."""
+    if index in visiting:
+        return None
+    visiting.add(index)
+    stmt = statements[index]
+    if _casts_to_a_fixed_dtype(stmt):
+        return None     # an explicit cast to float32/int/... decides the value's dtype, with or without the island
+    for attr in _self_reads_in_order(stmt):
+        if attr in reads_self:
+            return f"self.{attr}"
+    reads = flow[index][0]
+    for name in args:
+        if name in reads and not any(name in flow[j][1] for j in range(index)):
+            return name
+    for name in sorted(reads):
+        source = next((j for j in range(index - 1, -1, -1) if name in flow[j][1]), None)
+        if source is not None and source in members:
+            ref = _reference(source, flow, members, statements, args, reads_self, visiting)
+            if ref:
+                return ref
+    return None
+
+
+def _casts_to_a_fixed_dtype(node) -> bool:
+    found = []
+
+    class Visit(cst.CSTVisitor):
+        def visit_Call(self, call):
+            last = _dotted(call.func).split(".")[-1].rstrip("()")
+            index = 1 if last in _CAST_NAMES else 0 if last == "astype" else None
+            if index is not None and len(call.args) > index:
+                text = _code(call.args[index].value)
+                if not (_LOW_DTYPE_TEXT.search(text) or _DTYPE_ATTR.search(text.split(".")[-1])):
+                    found.append(text)
+
+    node.visit(Visit())
+    return bool(found)
+
+
+def _self_reads_in_order(node) -> List[str]:
+    found = []
+
+    class Visit(cst.CSTVisitor):
+        def visit_Attribute(self, n):
+            if isinstance(n.value, cst.Name) and n.value.value == "self":
+                found.append(n.attr.value)
+
+    node.visit(Visit())
+    return found
+
+
+class _Island(cst.CSTTransformer):
+    METADATA_DEPENDENCIES = (ParentNodeProvider, PositionProvider)
+
+    def __init__(self, region: _Region, reads: Set[str], args: Set[str], primitives: dict, ms: str, dtype: str,
+                 widen: str, like: str, changes: List[str], line: int):
+        self.region = region
         self.reads = reads
+        self.args = args
+        self.primitives = primitives
         self.ms = ms
         self.dtype = dtype
-        self.helper = helper
+        self.widen = widen
+        self.like = like
         self.changes = changes
         self.line = line
-        self.inside = 0
+        self.current: Optional[cst.SimpleStatementLine] = None
+        self.notes: List[str] = []
+        self.used_like = False
 
     def _island_dtype(self) -> cst.BaseExpression:
         return cst.parse_expression(f"{self.ms}.{self.dtype}")
 
-    def visit_FunctionDef(self, node):
-        if node is self.function:
-            self.inside += 1
+    def visit_SimpleStatementLine(self, node):
+        if node in self.region.members:
+            self.current = node
+            self.notes = []
 
-    def leave_Attribute(self, original, updated):
-        if not self.inside:
-            return updated
-        if isinstance(original.value, cst.Name) and original.value.value == "self" \
-                and original.attr.value in self.reads and not self._is_store(original):
-            self.changes.append(f"self.{original.attr.value} read as {self.dtype}")
-            return cst.parse_expression(f"{self.ms}.ops.cast(self.{original.attr.value}, {self.ms}.{self.dtype})")
-        return updated
+    def _parent(self, node):
+        return self.get_metadata(ParentNodeProvider, node, None)
+
+    def _is_cast_operand(self, node) -> bool:
+        """x in cast(x, dtype): the cast already says which dtype it wants (a low one is rewritten)."""
+        arg = self._parent(node)
+        if not isinstance(arg, cst.Arg) or arg.value is not node:
+            return False
+        call = self._parent(arg)
+        if not isinstance(call, cst.Call) or not call.args or call.args[0] is not arg:
+            return False
+        return _dotted(call.func).split(".")[-1].rstrip("()") in _CAST_NAMES
+
+    def _is_write_target(self, node) -> bool:
+        arg = self._parent(node)
+        if not isinstance(arg, cst.Arg) or arg.value is not node:
+            return False
+        call = self._parent(arg)
+        return isinstance(call, cst.Call) and call.args and call.args[0] is arg and _is_write_call(
+            call, self.primitives)
 
     def _is_store(self, node) -> bool:
-        parent = self.get_metadata(ParentNodeProvider, node, None)
+        parent = self._parent(node)
         if isinstance(parent, cst.AssignTarget) or (isinstance(parent, (cst.AugAssign, cst.AnnAssign))
                                                     and parent.target is node):
             return True
-        # the callee of self.weight(...) or the object of self.weight.x is not a tensor read
+        # the callee of self.weight(...) or the object of self.weight.set_data(...) is not a tensor read
         if isinstance(parent, cst.Call) and parent.func is node:
             return True
+        # self.weight.set_data(...), self.weight.dtype, self.weight.astype(...): not a read to widen (set_data and
+        # assign_value are writes; astype already says which dtype it wants)
         if isinstance(parent, cst.Attribute) and parent.value is node:
             return True
         return False
 
-    def leave_Call(self, original, updated):
-        if not self.inside:
+    def leave_Attribute(self, original, updated):
+        if self.current is None:
             return updated
+        if isinstance(original.value, cst.Name) and original.value.value == "self" \
+                and original.attr.value in self.reads and not self._is_store(original) \
+                and not self._is_cast_operand(original):
+            if self._is_write_target(original):
+                self.notes.append(f"self.{original.attr.value} is written here: left as it is")
+                return updated
+            self.notes.append(f"self.{original.attr.value} read in {self.dtype}")
+            return cst.parse_expression(f"{self.widen}(self.{original.attr.value})")
+        return updated
+
+    def leave_Name(self, original, updated):
+        if self.current is None or original.value not in self.args.get(self.current, ()):
+            return updated
+        parent = self._parent(original)
+        load = (isinstance(parent, cst.Arg) and parent.value is original and parent.keyword is None) \
+            or isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation)) \
+            or (isinstance(parent, cst.Attribute) and parent.value is original)
+        if not load or self._is_write_target(original) or self._is_cast_operand(original):
+            return updated
+        self.notes.append(f"argument {original.value} read in {self.dtype}")
+        return cst.parse_expression(f"{self.widen}({original.value})")
+
+    def leave_Call(self, original, updated):
+        if self.current is None:
+            return updated
+        args = list(updated.args)
+        write_method = isinstance(original.func, cst.Attribute) and original.func.attr.value in _WRITE_METHODS
+        if (write_method and args) or (_is_write_call(original, self.primitives) and len(args) >= 2):
+            if write_method:
+                target, slot = _code(original.func.value), 0
+            else:
+                # Assign*(target, value); Scatter*(target, indices, updates): the value is the last positional
+                target = _code(original.args[0].value)
+                slot = max(i for i, a in enumerate(args) if a.keyword is None)
+            value = args[slot]
+            args[slot] = value.with_changes(value=cst.parse_expression(
+                f"{self.like}({_code(value.value)}, {target})"))
+            self.used_like = True
+            self.notes.append(f"the value written into {target} is cast to {target}'s own dtype")
+            return updated.with_changes(args=args)
         callee = _dotted(original.func)
         last = callee.split(".")[-1].rstrip("()") if callee else ""
-        args = list(updated.args)
         index = None
         if last in _CAST_NAMES and len(args) >= 2:
             index = 1
@@ -184,31 +489,54 @@ class _Island(cst.CSTTransformer):
         if dtype_code == f"{self.ms}.{self.dtype}":
             return updated
         args[index] = args[index].with_changes(value=self._island_dtype())
-        self.changes.append(f"{_code(original)} -> casts to {self.dtype}")
+        self.notes.append(f"cast to {dtype_code} -> {self.dtype}")
         return updated.with_changes(args=args)
 
-    def leave_FunctionDef(self, original, updated):
-        if original is not self.function:
+    def leave_SimpleStatementLine(self, original, updated):
+        if original is not self.current:
             return updated
-        self.inside -= 1
-        names = [p.name.value for p in list(original.params.posonly_params) + list(original.params.params)
-                 + list(original.params.kwonly_params) if p.name.value not in ("self", "cls")]
-        widen = [cst.parse_statement(f"{n} = {self.helper}({n})") for n in names]
-        if names:
-            self.changes.append(f"arguments {', '.join(names)} widened to {self.dtype} on entry")
-        body = list(updated.body.body)
-        # Keep a docstring first.
-        start = 1 if body and _is_docstring(body[0]) else 0
-        marker = cst.EmptyLine(comment=cst.Comment(
-            f"{MARKER}: computed in {self.dtype} (overflow at line {self.line}; see msoverflow patch)"))
-        if widen:
-            widen[0] = widen[0].with_changes(leading_lines=[marker])
-        else:
-            first = body[start]
-            body[start] = first.with_changes(leading_lines=[marker] + list(first.leading_lines))
-        new_stmts = widen
-        body[start:start] = new_stmts
-        return updated.with_changes(body=updated.body.with_changes(body=body))
+        self.current = None
+        reason = self.region.members[original]
+        line = self.get_metadata(PositionProvider, original).start.line
+        comment = f"# msoverflow: {reason}"
+        if self.notes:
+            self.changes.append(f"line {line}: {'; '.join(dict.fromkeys(self.notes))} ({reason})")
+            updated = _with_comment(updated, comment)
+        if original is self.region.first:
+            marker = cst.EmptyLine(comment=cst.Comment(
+                f"{MARKER}: computed in {self.dtype} (overflow at line {self.line}; see msoverflow patch)"))
+            updated = updated.with_changes(leading_lines=list(updated.leading_lines) + [marker])
+        returns = [small for small in updated.body if isinstance(small, cst.Return) and small.value is not None]
+        ref = self.region.returns.get(original)
+        if returns and ref:
+            body = [small.with_changes(value=cst.parse_expression(f"{self.like}({_code(small.value)}, {ref})"))
+                    if isinstance(small, cst.Return) and small.value is not None else small for small in updated.body]
+            updated = updated.with_changes(body=body)
+            self.used_like = True
+            self.changes.append(f"line {line}: the value returned goes back to the dtype of {ref}, so the caller "
+                                f"keeps its precision")
+            if not self.notes:
+                updated = _with_comment(updated, f"# msoverflow: {reason}")
+        exits = self.region.exits.get(original, [])
+        if not exits:
+            return updated
+        out = [updated]
+        for name, ref in exits:
+            self.used_like = True
+            statement = cst.parse_statement(f"{name} = {self.like}({name}, {ref})")
+            out.append(_with_comment(statement, f"# msoverflow: {name} leaves the island: back to {ref}'s dtype, "
+                                                f"so the code after it keeps its precision"))
+            self.changes.append(f"after line {line}: {name} cast back to the dtype of {ref} for the code after "
+                                f"the island")
+        return cst.FlattenSentinel(out)
+
+
+def _with_comment(stmt: cst.SimpleStatementLine, comment: str) -> cst.SimpleStatementLine:
+    trailing = stmt.trailing_whitespace
+    if trailing.comment is not None:
+        comment = f"{trailing.comment.value}  {comment}"
+    return stmt.with_changes(trailing_whitespace=cst.TrailingWhitespace(
+        whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(comment), newline=trailing.newline))
 
 
 def _is_docstring(stmt) -> bool:
@@ -225,7 +553,15 @@ def _helper_source(ms: str, dtype: str, name: str) -> str:
             f"    return x\n")
 
 
-def _insert_module_parts(module: cst.Module, need_import: bool, helper_code: Optional[str]) -> cst.Module:
+def _like_source(ms: str, name: str) -> str:
+    return (f"def {name}(x, ref):\n"
+            f"    \"\"\"msoverflow precision patch: x in ref's dtype (the dtype it had before the island).\"\"\"\n"
+            f"    if isinstance(x, {ms}.Tensor) and isinstance(ref, {ms}.Tensor):\n"
+            f"        return {ms}.ops.cast(x, ref.dtype)\n"
+            f"    return x\n")
+
+
+def _insert_module_parts(module: cst.Module, need_import: bool, helpers: List[str]) -> cst.Module:
     body = list(module.body)
     last_import = -1
     for i, stmt in enumerate(body):
@@ -238,7 +574,7 @@ def _insert_module_parts(module: cst.Module, need_import: bool, helper_code: Opt
     new = []
     if need_import:
         new.append(cst.parse_statement("import mindspore"))
-    if helper_code:
+    for helper_code in helpers:
         helper = cst.parse_statement(helper_code)
         helper = helper.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         new.append(helper)
@@ -294,15 +630,32 @@ def plan(path: str, line: int, dtype: str = "float32", code: str = "") -> Source
         return result
     params, constants = _self_attrs_assigned(locate.klass)
     ms = locate.ms_alias or "mindspore"
-    helper = f"_msoverflow_widen_{dtype}"
+    statements = _Statements(locate.function)
+    wrapper.visit(statements)
+    culprit = next((i for i, (a, b) in enumerate(zip(statements.lines, statements.end_lines)) if a <= line <= b),
+                   None)
+    if culprit is None:
+        raise UserError(f"{path}:{line} is not a simple statement of {result.function} (a compound statement's "
+                        f"header?); point at the line that computes the culprit")
+    fn = locate.function
+    args = [p.name.value for p in list(fn.params.posonly_params) + list(fn.params.params)
+            + list(fn.params.kwonly_params) if p.name.value not in ("self", "cls")]
+    region = _region(statements.found, statements.lines, culprit, args, params | constants, line)
+    widen, like = f"_msoverflow_widen_{dtype}", "_msoverflow_like"
     changes: List[str] = []
-    patched_module = wrapper.visit(_Island(locate.function, params | constants, ms, dtype, helper, changes, line))
-    helper_code = None if f"def {helper}(" in original else _helper_source(ms, dtype, helper)
-    patched_module = _insert_module_parts(patched_module, locate.ms_alias is None, helper_code)
+    island = _Island(region, params | constants, region.args, _primitives_in_init(locate.klass), ms, dtype, widen,
+                     like, changes, line)
+    patched_module = wrapper.visit(island)
+    helpers = []
+    if f"def {widen}(" not in original and widen + "(" in patched_module.code:
+        helpers.append(_helper_source(ms, dtype, widen))
+        changes.append(f"helper {widen}() added after the imports: casts only narrower float dtypes")
+    if island.used_like and f"def {like}(" not in original:
+        helpers.append(_like_source(ms, like))
+        changes.append(f"helper {like}() added after the imports: casts a value back to a reference's dtype")
+    patched_module = _insert_module_parts(patched_module, locate.ms_alias is None, helpers)
     if locate.ms_alias is None:
         changes.append("import mindspore added")
-    if helper_code:
-        changes.append(f"helper {helper}() added after the imports")
     result.patched = patched_module.code
     result.changes = changes
     cst.parse_module(result.patched)   # the patch itself must be valid Python

@@ -44,6 +44,8 @@ class RunOutcome:
     params_finite: List[bool] = field(default_factory=list)
     patch_log: Optional[dict] = None
     output_tail: List[str] = field(default_factory=list)
+    per_rank: dict = field(default_factory=dict)     # rank -> {"losses": [...], "params_finite": [...]} (msrun)
+    skipped: List[str] = field(default_factory=list)  # zero-token guard: steps skipped, as the runs said
 
     @property
     def first(self) -> Optional[dict]:
@@ -82,6 +84,7 @@ class VerifyResult:
     workdir: str = ""
     runs: List[RunOutcome] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
+    title: Optional[str] = None      # what was applied, when it is not a precision island (e.g. the guard)
 
     @property
     def final(self) -> Optional[RunOutcome]:
@@ -103,10 +106,12 @@ class VerifyResult:
                           "returncode": r.returncode, "dump_dir": r.dump_dir, "report": r.report_path,
                           "verdict": (r.report or {}).get("verdict"), "first": _brief(r.first),
                           "analysis_error": r.analysis_error, "losses": r.losses,
-                          "params_finite": r.params_finite, "patch_log": r.patch_log} for r in self.runs]}
+                          "params_finite": r.params_finite, "patch_log": r.patch_log,
+                          "per_rank": r.per_rank, "skipped": r.skipped} for r in self.runs]}
 
     def render(self) -> str:
-        lines = [f"verify: {self.target.describe()} in {self.dtype}", f"  command: {' '.join(self.command)}",
+        lines = [f"verify: {self.title or self.target.describe() + ' in ' + self.dtype}",
+                 f"  command: {' '.join(self.command)}",
                  f"  dumps and reports: {self.workdir}"]
         lines.append(f"  before: {_describe_finding(self.before) if self.before else 'no origin known'}")
         for run in self.runs:
@@ -131,7 +136,10 @@ class VerifyResult:
             reasons.append(f"the new dump could not be analysed ({final.analysis_error})")
         elif not final.clean_dump:
             if _same_region(self.before, final.first):
-                reasons.append("the overflow is still there")
+                kind = (final.first or {}).get("kind") or "overflow"
+                reasons.append(f"the {kind} origin is still there"
+                               + (" (a 0/0 or x/0 is not a precision problem: msoverflow patch --how guard)"
+                                  if kind == "invalid" else ""))
             else:
                 reasons.append(f"the origin moved: next origin {_describe_finding(final.first)}")
         if final.loss_finite is False:
@@ -197,6 +205,16 @@ def _describe_run(run: RunOutcome, before: Optional[dict]) -> List[str]:
                       f"; parameters {'finite' if run.weights_finite else 'NOT finite'}"))
     else:
         out.append(f"exit {run.returncode}; no loss found in the output")
+    for rank in sorted(run.per_rank):
+        data = run.per_rank[rank]
+        losses, flags = data["losses"], data["params_finite"]
+        loss_ok = all(math.isfinite(v) for v in losses) if losses else None
+        out.append(f"rank {rank}: {len(losses)} step(s)"
+                   + (f", loss {losses[0]:.4g} -> {losses[-1]:.4g} ({'finite' if loss_ok else 'NOT finite'})"
+                      if losses else ", no loss found")
+                   + ("" if not flags else f"; parameters {'finite' if all(flags) else 'NOT finite'}"))
+    if run.skipped:
+        out.append("zero-token guard skipped: " + ", ".join(run.skipped))
     summary = (run.report or {}).get("summary") or {}
     size = ""
     if summary.get("files") is not None:
@@ -206,7 +224,9 @@ def _describe_run(run: RunOutcome, before: Optional[dict]) -> List[str]:
     if run.analysis_error:
         out.append(f"analysis failed: {run.analysis_error}")
     elif run.clean_dump:
-        out.append(f"new dump{size}: no anomaly" + (" (the origin is gone)" if before else ""))
+        ranks = ", ".join(str(r) for r in (summary.get("ranks") or []))
+        out.append(f"new dump{size}: no anomaly" + (f" on ranks {ranks}" if ranks else "")
+                   + (" (the origin is gone)" if before else ""))
     elif run.label == "baseline":
         out.append(f"dump{size}: first origin {_describe_finding(run.first)}")
     else:
@@ -216,6 +236,71 @@ def _describe_run(run: RunOutcome, before: Optional[dict]) -> List[str]:
     if run.returncode != 0 and run.output_tail:
         out.append("last output: " + " | ".join(run.output_tail[-3:]))
     return out
+
+
+_RANK_LINE = re.compile(r"\brank\s*[:=]?\s*(\d+)\b", re.I)
+_GUARD_SKIP = re.compile(r"msoverflow guard: step (\d+) skipped on rank (\d+)")
+_LOG_DIR = re.compile(r"^--log_dir(?:=(.*))?$")
+
+
+def _launcher_log_dir(command: List[str], run_dir: str) -> (List[str], Optional[str]):
+    """msrun writes each worker's output to --log_dir/worker_N.log, not to its own stdout: give every verify
+    run its own log dir (so runs do not mix) and read the worker logs afterwards."""
+    if not command or os.path.basename(command[0]) != "msrun" and "msrun" not in command[:3]:
+        return command, None
+    out, log_dir, i = [], None, 0
+    while i < len(command):
+        m = _LOG_DIR.match(command[i])
+        if m and log_dir is None:
+            log_dir = os.path.join(run_dir, "msrun_logs")
+            if m.group(1) is None and i + 1 < len(command):
+                i += 1
+            out.append(f"--log_dir={log_dir}")
+        else:
+            out.append(command[i])
+        i += 1
+    if log_dir is None:
+        log_dir = os.path.join(run_dir, "msrun_logs")
+        out.insert(1, f"--log_dir={log_dir}")
+    return out, log_dir
+
+
+def _process_logs(log_path: str) -> List[dict]:
+    """The hook's logs: one per Python process (`patch_log.json.<pid>`), e.g. msrun and each of its workers.
+    Processes that never loaded MindSpore's Cell (the launcher) have nothing to say."""
+    found = []
+    directory, base = os.path.split(log_path)
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+        if name == base or name.startswith(base + "."):
+            try:
+                with open(os.path.join(directory, name), encoding="utf-8") as fh:
+                    found.append(json.load(fh))
+            except (OSError, ValueError):
+                continue
+    hooked = [log for log in found if log.get("hooked") and (log.get("applied") or log.get("searched")
+                                                             or log.get("errors"))]
+    return hooked or found
+
+
+def _merge_logs(logs: List[dict]) -> dict:
+    merged = dict(logs[0])
+    for key in ("applied", "searched", "errors"):
+        merged[key] = [entry for log in logs for entry in log.get(key, [])]
+    merged["processes"] = len(logs)
+    return merged
+
+
+def _worker_lines(log_dir: str) -> dict:
+    """worker rank -> its output lines (msrun's worker_N.log)."""
+    found = {}
+    if not log_dir or not os.path.isdir(log_dir):
+        return found
+    for name in sorted(os.listdir(log_dir)):
+        m = re.fullmatch(r"worker_(\d+)\.log", name)
+        if m:
+            with open(os.path.join(log_dir, name), encoding="utf-8", errors="replace") as fh:
+                found[int(m.group(1))] = [l.rstrip("\n") for l in fh if "[WARNING]" not in l and "[INFO]" not in l]
+    return found
 
 
 def _parse_output(lines: List[str]):
@@ -254,7 +339,7 @@ def _run_with_dump(command: List[str], dump_dir: str, workdir: str, extra_env: d
         raise UserError(f"{command[0]}: cannot run the training command ({exc.strerror})")
     for line in proc.stdout:
         lines.append(line.rstrip("\n"))
-        if echo and "[WARNING]" not in line:
+        if echo and "[WARNING]" not in line and "[INFO]" not in line:
             sys.stdout.write("    | " + line)
             sys.stdout.flush()
     return proc.wait(), lines
@@ -285,16 +370,26 @@ def run_once(label: str, command: List[str], workdir: str, target: Optional[Targ
         log_path = os.path.join(run_dir, "patch_log.json")
         spec = {"target": target.to_dict(), "dtype": dtype, "log": log_path}
         extra_env = write_hook(os.path.join(run_dir, "hook"), spec, os.path.join(run_dir, "patch_spec.json"))
+    command, log_dir = _launcher_log_dir(command, run_dir)
     if echo:
         print(f"  {label} run: {' '.join(command)}", flush=True)
     code, lines = _run_with_dump(command, dump_dir, workdir, extra_env, echo, cwd=cwd, dump_options=dump_options)
-    losses, finite = _parse_output(lines)
+    workers = _worker_lines(log_dir)
+    # with worker logs, they are the training's output (msrun's own stdout may repeat parts of them)
+    all_lines = [l for rank in sorted(workers) for l in workers[rank]] if workers else lines
+    losses, finite = _parse_output(all_lines)
     outcome = RunOutcome(label=label, target=target, returncode=code, dump_dir=dump_dir,
-                         losses=losses, params_finite=finite, output_tail=[l for l in lines if "[WARNING]" not in l][-5:])
+                         losses=losses, params_finite=finite,
+                         output_tail=[l for l in all_lines if "[WARNING]" not in l and "[INFO]" not in l][-5:])
+    for rank, rank_lines in workers.items():
+        rank_losses, rank_finite = _parse_output(rank_lines)
+        outcome.per_rank[rank] = {"losses": rank_losses, "params_finite": rank_finite}
+    outcome.skipped = sorted({f"step {m.group(1)} on rank {m.group(2)}" for l in all_lines
+                              for m in [_GUARD_SKIP.search(l)] if m})
     if log_path:
-        if os.path.exists(log_path):
-            with open(log_path, encoding="utf-8") as fh:
-                outcome.patch_log = json.load(fh)
+        logs = _process_logs(log_path)
+        if logs:
+            outcome.patch_log = _merge_logs(logs)
         else:
             outcome.patch_log = {"applied": [], "searched": [], "errors": [
                 {"root": "-", "message": "the patch hook never ran (is the command a Python process?)"}]}
@@ -321,7 +416,7 @@ def _resolve(report_or_target) -> (Target, Optional[dict]):
 def verify(report_or_target: Union[dict, str, Target], command: List[str], dtype: str = "float32",
            workdir: Optional[str] = None, *, how: str = "runtime", widen: bool = True,
            baseline: Optional[bool] = None, echo: bool = True, cwd: Optional[str] = None,
-           dump_options: Optional[dict] = None) -> VerifyResult:
+           dump_options: Optional[dict] = None, title: Optional[str] = None) -> VerifyResult:
     """Re-run `command` with dump on and the patch in place; analyse; widen an op-only patch if it falls short.
 
     how: "runtime" injects msoverflow.patch.apply through the hook; "none" runs the command unchanged (the
@@ -340,7 +435,8 @@ def verify(report_or_target: Union[dict, str, Target], command: List[str], dtype
         raise UserError(f"{workdir}: MindSpore dump paths may hold only letters, digits, '-', '_' and '/'; "
                         f"choose another --workdir")
     os.makedirs(workdir, exist_ok=True)
-    result = VerifyResult(target=target, dtype=dtype, command=list(command), before=before, workdir=workdir)
+    result = VerifyResult(target=target, dtype=dtype, command=list(command), before=before, workdir=workdir,
+                          title=title)
     if baseline if baseline is not None else before is None:
         base = run_once("baseline", command, workdir, None, dtype, echo, cwd, dump_options)
         result.runs.append(base)

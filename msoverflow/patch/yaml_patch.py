@@ -39,6 +39,50 @@ def load_mapping(path: Optional[str] = None) -> dict:
         raise UserError(f"{source}: cannot read the MindFormers precision mapping ({exc.strerror})")
 
 
+@functools.lru_cache(maxsize=None)
+def load_reach() -> dict:
+    """msoverflow/data/mindformers_reach.yaml: which field reaches which Cell/op, citing MindFormers' source."""
+    from ruamel.yaml import YAML
+    from ..resources import config_path
+    try:
+        with open(config_path("mindformers_reach.yaml"), encoding="utf-8") as fh:
+            return YAML(typ="safe").load(fh)
+    except (OSError, FileNotFoundError) as exc:
+        raise UserError(f"mindformers_reach.yaml: cannot read the MindFormers reach table ({exc})")
+
+
+def _cites(entry: dict) -> str:
+    return ", ".join(f"{c['file'].rsplit('/', 1)[-1]}:{c['line']}" for c in entry.get("cites", []))
+
+
+def _entry_matches(entry: dict, culprit: "Culprit") -> bool:
+    ops, cells = entry.get("ops") or [], entry.get("cells") or []
+    op_hit = any(op in ops for op in culprit.op_types)
+    if cells and culprit.cell_type:
+        return culprit.cell_type in cells and (op_hit or not ops)
+    return op_hit
+
+
+def reach_check(culprit: "Culprit", fields: List[str], config) -> Optional[str]:
+    """Why none of `fields` reaches the culprit (None when the reach table raises no objection)."""
+    for family, versions in load_reach()["families"].items():
+        for version, body in versions.items():
+            where = f"MindFormers {family} {version}"
+            for entry in body.get("unreached") or []:
+                if _entry_matches(entry, culprit):
+                    return f"{' '.join(str(entry['why']).split())} ({where}: {_cites(entry)})"
+            for name in fields:
+                entry = (body.get("fields") or {}).get(name)
+                if not entry or not _entry_matches(entry, culprit):
+                    continue
+                for key, wanted in (entry.get("only_when") or {}).items():
+                    have = config.get(key) if hasattr(config, "get") else None
+                    if have is not None and str(have).lower() != str(wanted).lower():
+                        return (f"{name} reaches {entry['reaches']} only when {key} is {wanted}, and this config "
+                                f"sets {key}: {have} ({where}: {_cites(entry)})")
+    return None
+
+
 @dataclass
 class Culprit:
     """What the mapping is matched on."""
@@ -215,6 +259,12 @@ def plan(path: str, target: Target, dtype: str = "float32", *, allow_global: boo
         return result
     result.rule = rule["name"]
     fields = list(rule.get("fields", {}).get(gen, []))
+    global_names = list((rule.get("global_fields", {}) or {}).get(gen, {}) or {})
+    unreached = reach_check(culprit, fields + global_names, config)
+    if unreached:
+        # the reach table (MindFormers' own source) says no field, local or global, reaches it
+        result.uncovered = unreached
+        return result
     wanted = {f: dtype for f in fields}
     global_fields = {k: (dtype if v == GLOBAL_PLACEHOLDER else v)
                      for k, v in (rule.get("global_fields", {}) or {}).get(gen, {}).items()}

@@ -1,0 +1,34 @@
+"""`msoverflow repro --from report.json`: a standalone script that re-runs the origin op from its dumped inputs."""
+from __future__ import annotations
+
+import argparse
+import os
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "repro", help="write a standalone script that re-runs the origin op alone, from its dumped inputs",
+        description="Copy the origin's input tensors out of the dump (the dump is never written to) and write a "
+                    "script that re-runs the op (a backward kernel through its forward op's gradient) once in the "
+                    "dumped dtype and once in float32 (and bfloat16 where the device has it), printing max |x| and "
+                    "the inf/NaN counts of each output. Exit codes: 0 written, 2 error.")
+    parser.add_argument("--from", dest="report", required=True, metavar="REPORT",
+                        help="msoverflow analyze's JSON report (report.json)")
+    parser.add_argument("-o", "--output", metavar="DIR",
+                        help="where to write the script and inputs (default: ./repro_<op type>; never in the dump)")
+    parser.add_argument("--device", default="CPU", choices=["CPU", "Ascend", "GPU"],
+                        help="the script's default device (it also takes --device)")
+    parser.add_argument("--dump", metavar="DIR", help="the dump directory, when it moved since the analysis")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..patch.targets import load_report
+    from ..repro import write
+    report = load_report(args.report)
+    op = ((report.get("first") or {}).get("op_type") or "origin").replace(os.sep, "_")
+    out_dir = args.output or os.path.join(os.getcwd(), f"repro_{op}")
+    result = write(report, out_dir, device=args.device, dump_dir=args.dump)
+    print(result.describe())
+    return 0

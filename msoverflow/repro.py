@@ -1,0 +1,221 @@
+"""`msoverflow repro`: a standalone script that re-runs the report's origin op alone, from its own dumped inputs.
+
+The origin's input tensors are found again in the dump (same rank, step and op name), copied out of it into the
+output directory (the dump is never written to), and a script is written next to them. The script re-runs the op
+itself (a forward op), or, for a backward kernel, its forward op's gradient (SqrtGrad through Sqrt's vjp), once
+in the dumped dtype and once in float32 (and bfloat16 where the device has it), and prints max |x| and the inf/NaN
+counts of each output. No MindSpore import here: only the written script imports it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pprint
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+
+from .errors import UserError, reading
+
+# Backward kernels re-run through their forward op's gradient: how the forward input is rebuilt from the
+# kernel's inputs (y = forward output, dy = incoming gradient). Others run as the kernel primitive itself.
+VJP_FORMS = {
+    "SqrtGrad": {"forward": "Sqrt", "x": "y * y", "y": 0, "dy": 1},
+    "RsqrtGrad": {"forward": "Rsqrt", "x": "1.0 / (y * y)", "y": 0, "dy": 1},
+}
+
+
+@dataclass
+class Repro:
+    out_dir: str
+    script: str
+    inputs: List[str] = field(default_factory=list)
+    op_type: str = ""
+    how: str = ""
+
+    def describe(self) -> str:
+        lines = [f"repro of {self.op_type} ({self.how}) in {self.out_dir}",
+                 f"  script: {self.script}"]
+        lines += [f"  input : {p}" for p in self.inputs]
+        lines.append(f"  run it: python {self.script} [--device CPU|Ascend|GPU]")
+        return "\n".join(lines)
+
+
+def _inside(path: str, root: str) -> bool:
+    path, root = os.path.realpath(path), os.path.realpath(root)
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def find_origin_inputs(report: dict, dump_dir: Optional[str] = None):
+    """The origin's execution in the dump: its input events in slot order, and the output events."""
+    from .index import build_index
+    from .layout import discover
+    first = report.get("first") or {}
+    if report.get("verdict") == "clean" or not first:
+        raise UserError("the report has no origin: nothing to reproduce")
+    root = dump_dir or report.get("dump_dir")
+    if not root or not os.path.isdir(root):
+        raise UserError(f"{root or '(no dump_dir in the report)'}: the dump directory is not there; give --dump DIR")
+    notes: List[str] = []
+    dirs = discover(root, notes.append)
+    index = build_index(dirs, notes.append, [int(first["rank"])], [int(first["iteration"])])
+    candidates = [ex for ex in index.executions.get(int(first["rank"]), [])
+                  if ex.op_name == first.get("op_name") and str(ex.graph) == str(first.get("graph"))]
+    if not candidates:
+        candidates = [ex for ex in index.executions.get(int(first["rank"]), [])
+                      if ex.op_name == first.get("op_name")]
+    if not candidates:
+        raise UserError(f"{root}: no dump files of {first.get('op_name')} at rank {first['rank']} step "
+                        f"{first['iteration']}")
+    stamp = first.get("timestamp")
+    execution = min(candidates, key=lambda ex: abs(ex.time - stamp) if stamp else 0)
+    if not execution.inputs:
+        raise UserError(f"{root}: the dump holds no input tensors of {first.get('op_name')} (dump inputs too: "
+                        f"msoverflow config --inputs)")
+    return execution
+
+
+def write(report: dict, out_dir: str, device: str = "CPU", dump_dir: Optional[str] = None) -> Repro:
+    from .evaluate import TensorAccess
+    first = report["first"] if report.get("first") else {}
+    root = dump_dir or report.get("dump_dir") or ""
+    if root and _inside(out_dir, root):
+        raise UserError(f"{out_dir}: refusing to write inside the dump directory {root}")
+    execution = find_origin_inputs(report, dump_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    access = TensorAccess(lambda message: None)
+    declared_in = {int(t["slot"]): t.get("dtype") for t in first.get("inputs") or []}
+    declared_out = [t.get("dtype") for t in first.get("outputs") or []]
+    inputs, meta = [], []
+    for event in execution.inputs:
+        with reading(event.source):
+            array = access.array(event)
+        if array is None:
+            raise UserError(f"{event.source}: cannot read this input of the origin ({event.note})")
+        path = os.path.join(out_dir, f"input_{event.slot}.npy")
+        np.save(path, np.array(array))          # a copy: the dump file is only read
+        inputs.append(path)
+        meta.append({"slot": event.slot, "file": os.path.basename(path), "from": event.source,
+                     "dtype": declared_in.get(event.slot) or event.dtype, "shape": list(np.shape(array))})
+    op_type = first.get("op_type") or execution.op_type
+    forward = first.get("forward_op")
+    float_out = [d for d in declared_out if d and "float" in d]
+    dumped = float_out[0] if float_out else next((m["dtype"] for m in meta if m["dtype"] and "float" in m["dtype"]),
+                                                 "float16")
+    form = VJP_FORMS.get(op_type)
+    how = (f"through {form['forward']}'s gradient" if form else
+           "the backward kernel itself" if op_type.endswith("Grad") else "the op itself")
+    spec = {"op_type": op_type, "forward_op": forward, "full_name": first.get("full_name"),
+            "rank": first.get("rank"), "iteration": first.get("iteration"), "kind": first.get("kind"),
+            "dumped_dtype": dumped, "inputs": meta, "vjp": form, "device": device}
+    with open(os.path.join(out_dir, "repro.json"), "w", encoding="utf-8") as fh:
+        json.dump(spec, fh, indent=2)
+    script = os.path.join(out_dir, "repro.py")
+    with open(script, "w", encoding="utf-8") as fh:
+        fh.write(SCRIPT.replace("__SPEC__", pprint.pformat(spec, indent=4, width=110)).replace("__DEVICE__", device))
+    return Repro(out_dir=out_dir, script=script, inputs=inputs, op_type=op_type, how=how)
+
+
+SCRIPT = '''\
+"""Re-run one op of a MindSpore dump alone (written by `msoverflow repro`; needs numpy and mindspore only).
+
+Runs the origin once in the dtype the dump declared and once in float32 (and bfloat16 where the device has it)
+from the input tensors next to this file, and prints max |x| and the inf/NaN counts of every output.
+    python repro.py [--device CPU|Ascend|GPU]
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+SPEC = __SPEC__
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load_inputs():
+    return [np.load(os.path.join(HERE, item["file"])) for item in SPEC["inputs"]]
+
+
+def run(ms, dtype_name, arrays):
+    from mindspore import Tensor, ops
+    from mindspore.ops import operations as P
+    dtype = getattr(ms, dtype_name)
+
+    def tensor(array, declared):
+        if declared and "float" in declared:
+            return Tensor(array.astype(np.float32), ms.float32).astype(dtype)
+        return Tensor(array)
+    tensors = [tensor(a, item["dtype"]) for a, item in zip(arrays, SPEC["inputs"])]
+    vjp = SPEC["vjp"]
+    if vjp:
+        y, dy = tensors[vjp["y"]], tensors[vjp["dy"]]
+        x = eval(vjp["x"], {}, {"y": y})          # the forward input, rebuilt from the forward output
+        primitive = getattr(P, vjp["forward"])()
+        _, backward = ms.vjp(lambda t: primitive(t), x)
+        outputs = backward(dy)
+    else:
+        name = SPEC["op_type"]
+        primitive = getattr(P, name, None)
+        if primitive is None:
+            from mindspore.ops.operations import _grad_ops
+            primitive = getattr(_grad_ops, name, None)
+        if primitive is None:
+            raise SystemExit(f"{name}: no MindSpore primitive of that name to re-run")
+        outputs = primitive()(*tensors)
+    if not isinstance(outputs, (tuple, list)):
+        outputs = [outputs]
+    return [o.astype(ms.float32).asnumpy().astype(np.float64) for o in outputs]
+
+
+def describe(values):
+    finite = values[np.isfinite(values)]
+    return {"max_abs": float(np.abs(finite).max()) if finite.size else float("nan"),
+            "inf": int(np.isinf(values).sum()), "nan": int(np.isnan(values).sum())}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="__DEVICE__", choices=["CPU", "Ascend", "GPU"])
+    args = parser.parse_args()
+    import mindspore as ms
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device(args.device)
+    arrays = load_inputs()
+    print(f"{SPEC['op_type']} (rank {SPEC['rank']}, step {SPEC['iteration']}): {SPEC['full_name']}")
+    for array, item in zip(arrays, SPEC["inputs"]):
+        stats = describe(array.astype(np.float64))
+        print(f"  input {item['slot']}: {item['dtype']} {tuple(array.shape)} max|x| {stats['max_abs']:.6g} "
+              f"inf {stats['inf']} nan {stats['nan']}")
+    dtypes = [SPEC["dumped_dtype"]] + [d for d in ("float32", "bfloat16") if d != SPEC["dumped_dtype"]]
+    bad = {}
+    for name in dtypes:
+        try:
+            outputs = run(ms, name, arrays)
+        except Exception as exc:  # bf16 kernels are missing on some devices
+            print(f"  {name:<9}: not run on {args.device} ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+            continue
+        bad[name] = False
+        for slot, values in enumerate(outputs):
+            stats = describe(values)
+            bad[name] = bad[name] or stats["inf"] > 0 or stats["nan"] > 0
+            print(f"  {name:<9}: output {slot} max|x| {stats['max_abs']:.6g} inf {stats['inf']} nan {stats['nan']}")
+    dumped = SPEC["dumped_dtype"]
+    wide = [n for n in ("float32", "bfloat16") if n in bad and n != dumped]
+    if bad.get(dumped) and wide and not any(bad[n] for n in wide):
+        print(f"REPRODUCED: non-finite in {dumped}, finite in {', '.join(wide)}: a wider dtype fixes this op")
+    elif bad.get(dumped) and all(bad[n] for n in wide):
+        print(f"REPRODUCED: non-finite in every dtype tried ({', '.join(bad)}): not a precision problem "
+              f"(e.g. 0/0 or sqrt of a negative); a dtype change will not fix it")
+    elif dumped not in bad:
+        print(f"NOT RUN: the op could not be re-run in {dumped} on {args.device}")
+        return 1
+    else:
+        print(f"NOT REPRODUCED: the op alone gives finite outputs in {dumped} from these inputs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''

@@ -1,0 +1,151 @@
+"""The zero-token guard (msoverflow/guard.py, `patch --how guard`).
+
+The decision rules are checked with recorded collectives (as the Megatron PR's regression tests do): PP=1 does
+not broadcast; PP>1 broadcasts from the pipeline group's last member by its GLOBAL rank. The whole route is
+checked on a real 2-rank msrun run (MCCL on CPU, DATA_PARALLEL): rank 1 has an empty loss mask at step 1 and
+every rank at step 2; `msoverflow patch --write --verify -- msrun ...` must report both ranks clean, the skipped
+step, and loss and parameters finite on every rank.
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from msoverflow.guard import Topology, global_token_count
+from msoverflow.patch import guard_patch
+
+CASE = Path(__file__).resolve().parent / "guard_case" / "train_zero_token_dp.py"
+
+
+class Recorded:
+    def __init__(self, reduced=None):
+        self.calls = []
+        self.reduced = reduced
+
+    def all_reduce(self, value, group):
+        self.calls.append(("all_reduce", group))
+        return self.reduced if self.reduced is not None else value
+
+    def broadcast(self, value, src, group):
+        self.calls.append(("broadcast", src, group))
+        return value
+
+
+def test_pipeline_size_1_all_reduces_over_data_parallel_and_never_broadcasts():
+    comm = Recorded(reduced=0.0)
+    count = global_token_count(3.0, Topology(dp_size=4), comm, lambda: 0.0)
+    assert count == 0.0 and comm.calls == [("all_reduce", None)]
+    comm = Recorded()
+    assert global_token_count(3.0, Topology(dp_size=1), comm, lambda: 0.0) == 3.0 and comm.calls == []
+
+
+def test_pipeline_last_stage_decides_and_broadcasts_by_global_rank():
+    # this pipeline group holds global ranks 2 and 6 (stage 0 and 1); the stage index of the last stage is 1
+    last = Recorded(reduced=5.0)
+    topo = Topology(dp_group="dp", dp_size=2, pp_group="pp-2-6", pp_size=2, pp_ranks=(2, 6), is_last_stage=True)
+    assert global_token_count(1.0, topo, last, lambda: 0.0) == 5.0
+    assert last.calls == [("all_reduce", "dp"), ("broadcast", 6, "pp-2-6")]
+    first = Recorded()
+    topo = Topology(dp_group="dp", dp_size=2, pp_group="pp-2-6", pp_size=2, pp_ranks=(2, 6), is_last_stage=False)
+    global_token_count(1.0, topo, first, lambda: 0.0)
+    assert first.calls == [("broadcast", 6, "pp-2-6")], "a non-last stage only joins the broadcast"
+    with pytest.raises(ValueError):
+        global_token_count(1.0, Topology(pp_size=2), Recorded(), lambda: 0.0)
+
+
+def test_source_form_guards_the_division_and_the_train_step(tmp_path):
+    path = tmp_path / "train.py"
+    shutil.copy(CASE, path)
+    line = next(i + 1 for i, l in enumerate(path.read_text().splitlines()) if "/ token_count" in l)
+    patch = guard_patch.plan(str(path), line, count_input=2)
+    assert "/ mindspore.ops.maximum(token_count, 1)" in patch.patched
+    assert "msoverflow.guard.guard(nn.TrainOneStepCell(" in patch.patched and "count_input=2)" in patch.patched
+    changed = [l for l in patch.diff().splitlines() if l.startswith("+ ") or l.startswith("+    ")]
+    assert all("# msoverflow: zero-token guard" in l for l in changed if "=" in l or "return" in l)
+    path.write_text(patch.patched)
+    assert guard_patch.plan(str(path), line).already
+    with pytest.raises(guard_patch.UserError, match="no division"):
+        guard_patch.plan(str(CASE), 1)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.mindspore
+def test_guard_turns_the_real_two_rank_zero_token_run_clean_under_verify(tmp_path):
+    if shutil.which("msrun", path=os.path.dirname(sys.executable)) is None:
+        pytest.skip("msrun is not installed next to this Python")
+    shutil.copy(CASE, tmp_path / "train.py")
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env.pop("MSOVERFLOW_REPORT_JSON", None)
+
+    def msrun():
+        return (f"msrun --worker_num=2 --local_worker_num=2 --master_port={_free_port()} --join=True "
+                f"--log_dir={tmp_path}/logs train.py")
+
+    def sh(command, timeout=600):
+        return subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    base = sh(f"msoverflow run --device cpu --steps all --dump-dir {tmp_path}/dump --no-analyze -- {msrun()}")
+    assert base.returncode == 0, base.stdout[-2000:] + base.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "dump").iterdir() if p.name.startswith("rank_")) == ["rank_0", "rank_1"]
+    analysis = sh("msoverflow analyze dump")
+    assert analysis.returncode == 1, analysis.stdout[-2000:]
+    fix = " ".join(l.strip() for l in analysis.stdout.splitlines() if l.strip())
+    assert "`msoverflow patch --from report.json`" in fix, "the fix line names the command that writes the guard"
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["first"]["kind"] == "invalid" and report["first"]["rank"] == 1
+    assert report["first"]["iteration"] == 1 and "Div" in report["first"]["op_type"]
+    fixed = sh(f"msoverflow patch --from report.json --count-input 2 --write --verify -- {msrun()}", timeout=900)
+    out = fixed.stdout + fixed.stderr
+    assert fixed.returncode == 0, out[-3000:]
+    assert "FIXED" in out and "no anomaly on ranks 0, 1" in out
+    assert "zero-token guard skipped: step 2 on rank 0, step 2 on rank 1" in out
+    for rank in (0, 1):
+        line = next(l for l in out.splitlines() if l.strip().startswith(f"rank {rank}:"))
+        assert "4 step(s)" in line and "(finite)" in line and "parameters finite" in line, line
+    assert (tmp_path / "train.py.orig").read_bytes() == CASE.read_bytes()
+    # The runtime hook reaches every msrun worker: a runtime precision patch verified on the guarded script is
+    # applied in both worker processes (one log per process, merged).
+    again = sh(f"msoverflow patch --from report.json --cell TinyLM --how runtime --json verify.json --verify -- "
+               f"{msrun()}", timeout=900)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    patched_run = json.loads((tmp_path / "verify.json").read_text())["verify"]["runs"][-1]
+    assert patched_run["patch_log"]["processes"] == 2, patched_run["patch_log"]
+    assert {entry["root"] for entry in patched_run["patch_log"]["applied"]} >= {"TokenAveragedLoss"}
+    assert sorted(patched_run["per_rank"]) == ["0", "1"] or sorted(patched_run["per_rank"]) == [0, 1]
+
+
+def test_source_form_on_the_real_mindformers_masked_mean(tmp_path):
+    """MindFormers 1.3.2's MSELoss (MAE pretraining) divides the masked loss sum by the mask sum with no guard:
+    the guard rewrites exactly that division (an op attribute, `self.divide1 = P.RealDiv()`) and nothing else.
+    The file comes from the real wheel, downloaded at test time."""
+    import zipfile
+    where = tmp_path / "wheel"
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "mindformers==1.3.2", "--no-deps", "-q",
+                           "--disable-pip-version-check", "-d", str(where)], capture_output=True, text=True,
+                          timeout=300)
+    wheels = list(where.glob("*.whl"))
+    if proc.returncode != 0 or not wheels:
+        pytest.skip(f"cannot download mindformers==1.3.2 from PyPI: {proc.stderr.strip()[-200:]}")
+    path = tmp_path / "loss.py"
+    path.write_bytes(zipfile.ZipFile(wheels[0]).read("mindformers/core/loss/loss.py"))
+    original = path.read_text()
+    code = "loss = self.divide1(loss_sum, mask_sum)"
+    line = next(i + 1 for i, l in enumerate(original.splitlines()) if l.strip() == code)
+    patch = guard_patch.plan(str(path), line, code=code)
+    assert "loss = self.divide1(loss_sum, mindspore.ops.maximum(mask_sum, 1))  # msoverflow: zero-token guard" \
+        in patch.patched
+    removed = [l for l in patch.diff().splitlines() if l.startswith("-") and not l.startswith("---")]
+    assert [l.strip("- ") for l in removed] == [code]
+    assert "return self.div2(numerator, denominator)" in patch.patched      # the eps-guarded CE loss: untouched
+    compile(patch.patched, str(path), "exec")
