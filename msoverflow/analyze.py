@@ -11,12 +11,15 @@ import os
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
-from .errors import UserError
+from .errors import UserError, reading
 from .evaluate import TensorAccess
 from .index import DumpIndex, build_index
 from .layout import discover
-from .model import (CLEAN, CROSS_RANK, ORIGIN, PROPAGATOR, Finding, OpExecution, Report, Source, TensorEvent,
-                    TensorSummary)
+from .coverage import coverage_limits, inconclusive_reasons
+from .model import (CLEAN, CROSS_RANK, FLAGGED, ORIGIN, PROPAGATOR, SUSPECT, Finding, OpExecution, Report, Source,
+                    TensorEvent, TensorSummary)
+from .names import scope_to_file_name
+from .ranks import RankTable, expected_ranks
 from .rules import Verdict, judge
 from .rules.knowledge import knowledge
 from .scope import cell_of, enclosing_class
@@ -34,12 +37,19 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
 
     dirs = discover(path, note)
     if not dirs:
-        raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
-                        "binary dump, statistic.csv or Opdebug files)")
+        others = _other_files(path)
+        if not others:
+            raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
+                            "binary dump, statistic.csv or Opdebug files)")
+        return _not_understood(path, warnings, unknown=others, unknown_count=len(others))
     index = build_index(dirs, note, ranks, iterations)
+    index.executions = {rank: exs for rank, exs in index.executions.items() if exs}
     if not index.executions and not index.overflow_records:
-        what = "for the selected rank/iteration" if (ranks or iterations) else "that could be read"
-        raise UserError(f"{path}: no tensor files {what}")
+        if ranks or iterations:
+            raise UserError(f"{path}: no tensor files for the selected rank/iteration")
+        return _not_understood(path, warnings, unknown=index.unknown_examples + index.unreadable,
+                               unknown_count=index.unknown_files + len(index.unreadable), files=index.files,
+                               layout=",".join(index.layouts))
     _attach_overflow_records(index, note)
 
     access = TensorAccess(note)
@@ -48,59 +58,135 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     show = sys.stderr.isatty() if progress is None else progress
     total = sum(len(v) for v in index.executions.values())
 
-    # Opdebug records mean the hardware watched every op on every rank: the ops it flagged are the overflows,
-    # and other tensors need no read (collectives aside: they tell which rank a bad value came from).
+    # Opdebug records mean the hardware watched every op: only flagged ops (whose inputs decide) and collectives
+    # (which tell which rank a bad value came from) are worth a tensor read.
     flags_answer = bool(index.overflow_records)
     with _Progress(show, total) as bar:
         judged, after_arrival, scanned_all = _scan(index, access, kn, scan_all, flags_answer, bar)
 
-    if flags_answer:
-        _mark_arrivals_before_origins(index, judged, access, kn, after_arrival)
     if not judged and access.unreadable and not access.tensors_read and not _has_statistics(index):
         raise UserError(f"{path}: none of the tensor files could be read ({warnings[-1] if warnings else ''})")
     reads_to_decide = access.tensors_read
-    origins = [(ex, v) for ex, v in judged if v.role == ORIGIN]
+
+    def delivered_bad(ex: OpExecution) -> bool:
+        with reading(_file_of(ex)):
+            return judge(ex, access, kn, earlier_bad=False).kind == CROSS_RANK
+
+    table = RankTable(index.executions, judged, kn.is_collective, delivered_bad)
+    candidates = [(ex, v) for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK]
+    for ex, _v in candidates:      # a collective delivered a bad value to this rank earlier in the same step
+        arrival = table.first_arrival(ex.rank, before=ex, same_step=True) if id(ex) not in after_arrival else None
+        if arrival is not None and arrival.iteration == ex.iteration:
+            after_arrival.add(id(ex))
+    unmatched = [r for r in index.overflow_records if r.matched_op is None]
     # No origin anywhere but a rank received bad values: report the earliest cross-rank arrival.
-    if not origins:
-        origins = [(ex, v) for ex, v in judged if v.kind == CROSS_RANK][:1]
-        if origins:
+    if not candidates and not unmatched:
+        candidates = [(ex, v) for ex, v in judged if v.kind == CROSS_RANK][:1]
+        if candidates:
             note("no rank holds the origin: a collective delivered the first bad value; dump the other ranks")
-    _order_origins(index, origins, after_arrival)
-    anomalies = [_finding(ex, v, access, graphs, full=True) for ex, v in origins]
-    first = anomalies[0] if anomalies else None
+    if not candidates and not unmatched:
+        # Bad values, but every bad op's input was already bad: the op that created it is not in the dump
+        # (kernel filter, overflow-only mode, a step not dumped). Never clean: name the first bad op seen.
+        seen = [(ex, v) for ex, v in judged if v.role == PROPAGATOR]
+        _order_candidates(index, seen, after_arrival, kn)
+        candidates = seen[:1]
+        if candidates:
+            candidates[0][1].evidence.append("its input was already bad, and no dumped op created that value: the "
+                                             "origin is in an op, step or rank that was not dumped")
+            note("no dumped op created the first bad value: it is first seen as an input; dump without filters")
+    _order_candidates(index, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs))
+    findings = []
+    for ex, v in candidates:
+        with reading(_file_of(ex)):
+            findings.append(_finding(ex, v, access, graphs, full=True))
+    from_candidates = findings[0] if findings else None
+    findings += [_unmatched_finding(record) for record in unmatched]
+    findings.sort(key=lambda f: f.iteration)      # stable: an unmatched record goes last in its step
+    origins = [f for f in findings if f.role != SUSPECT]
+    suspects = [f for f in findings if f.role == SUSPECT]
+    first = findings[0] if findings else None
+    anomalies = ([first] if first is not None and first.role == SUSPECT else []) + origins
+    flagged = [f for f in suspects if f is not first]
     propagation: List[Finding] = []
-    if first is not None:
-        first_ex = origins[0][0]
+    if candidates and first is from_candidates:
+        first_ex = candidates[0][0]
         propagation = [_finding(ex, v, access, graphs, full=False) for ex, v in judged
                        if v.role == PROPAGATOR and ex.rank == first_ex.rank and ex.iteration == first_ex.iteration
                        and ex.time >= first_ex.time]
-    for record in index.overflow_records:
-        if record.matched_op is None:
-            note(f"{record.source}: overflow record ({record.unit}, task {record.task_id}, stream "
-                 f"{record.stream_id}) matches no dumped op in its directory")
+    for record in unmatched:
+        note(f"{record.source}: overflow record ({record.unit}, task {record.task_id}, stream "
+             f"{record.stream_id}) matches no dumped op in its directory")
     iterations_seen: Dict[int, List[int]] = {}
     for rank, executions in index.executions.items():
         iterations_seen[rank] = sorted({ex.iteration for ex in executions})
-    extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": _metadata(index, note)}
-    inconclusive = _undecodable(index, note)
+    roots = sorted({r for r in index.rank_roots.values() if r})
+    expected = expected_ranks(path, set(index.executions), roots, note) if not ranks else {}
+    if iterations:
+        expected = {rank: f"no file of step {', '.join(map(str, iterations))} on this rank ({why})"
+                    for rank, why in expected.items()}
+    rank_status = table.rows(expected, ranks, unmatched)
+    meta = _metadata(index, note)
+    limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {},
+                             (ex for exs in index.executions.values() for ex in exs), len(index.overflow_records))
+    unreadable = index.unreadable + sorted({e.source for exs in index.executions.values() for ex in exs
+                                            for e in ex.inputs + ex.outputs if e.note.startswith("unreadable")})
+    reasons = inconclusive_reasons(unknown=index.unknown_examples, unknown_count=index.unknown_files,
+                                   unreadable=unreadable, rank_status=rank_status, dumped_anything=True)
+    reasons += _undecodable(index, note)
+    extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": meta["summary"]}
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
                   files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
-                  tail_clean=scanned_all, extra=extra, inconclusive=inconclusive)
+                  tail_clean=scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
+                  inconclusive=reasons, flagged=flagged)
 
 
 def _undecodable(index: DumpIndex, warn) -> List[str]:
     """Tensors whose dtype cannot be decoded (readers mark them `dtypes.UNDECODABLE`): never read, so a verdict
     without findings cannot be clean."""
     from .dtypes import UNDECODABLE
-    reasons = [f"could not read {why}" for why in getattr(index, "unread", [])]
     found = [e for exs in index.executions.values() for ex in exs for e in ex.inputs + ex.outputs
              if e.note.startswith(UNDECODABLE)]
-    if found:
-        reasons.append(f"{len(found)} tensor(s) have a data type msoverflow cannot decode, e.g. {found[0].source}: "
-                       f"{found[0].note}")
-        warn(reasons[-1])
-    return reasons
+    if not found:
+        return []
+    reason = (f"{len(found)} tensor(s) have a data type msoverflow cannot decode, e.g. {found[0].source}: "
+              f"{found[0].note}")
+    warn(reason)
+    return [reason]
+
+
+def _other_files(path: str, limit: int = 2000) -> List[str]:
+    """Regular files under `path` that are not dump files (a few, for the message), skipping metadata folders."""
+    found: List[str] = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if d not in ("graphs", "execution_order", ".dump_metadata")]
+        for name in files:
+            found.append(os.path.join(root, name))
+            if len(found) >= limit:
+                return found
+    return found
+
+
+def _not_understood(path: str, warnings: List[str], *, unknown: List[str], unknown_count: int, files: int = 0,
+                    layout: str = "") -> Report:
+    """Files are there, but none was understood: never clean."""
+    reasons = inconclusive_reasons(unknown=unknown, unknown_count=unknown_count, unreadable=[], rank_status=[],
+                                   dumped_anything=False)
+    return Report(dump_dir=os.path.abspath(path), first=None, anomalies=[], propagation=[], warnings=warnings,
+                  ranks=[], iterations={}, files=files, layout=layout, inconclusive=reasons)
+
+
+def _unmatched_finding(record) -> Finding:
+    """An Opdebug record that names no dumped op: the hardware saw an overflow the dump cannot place."""
+    words = ", ".join(record.status_words) or "overflow"
+    detail = (f"Opdebug record ({record.unit}, status {record.status:#x}: {words}) names task {record.task_id}, "
+              f"stream {record.stream_id}, which matches no dumped op (file {record.source})")
+    return Finding(rank=record.rank, graph=record.graph, iteration=record.iteration, op_type="unknown op",
+                   op_name=f"task {record.task_id} stream {record.stream_id}", role=SUSPECT, kind=FLAGGED,
+                   detail=detail, timestamp=record.timestamp, flags=[record],
+                   recommendation="Dump this step with the ops' tensors (dump_mode 0, input_output 0) so the record "
+                                  "can be matched to its op, then run analyze again.",
+                   evidence=["the record's task/stream ids match no file in its directory or step"])
 
 
 def _scan(index: DumpIndex, access: TensorAccess, kn, scan_all: bool, flags_answer: bool, bar):
@@ -117,14 +203,15 @@ def _scan(index: DumpIndex, access: TensorAccess, kn, scan_all: bool, flags_answ
                 scanned_all = False
                 break
             bar.advance()
-            verdict = judge(ex, access, kn, earlier_bad, flags_answer=flags_answer)
+            with reading(_file_of(ex)):
+                verdict = judge(ex, access, kn, earlier_bad, flags_answer=flags_answer)
             if verdict.role == CLEAN:
                 continue
             earlier_bad = True
             judged.append((ex, verdict))
             if verdict.kind == CROSS_RANK:
                 arrived.add(ex.iteration)
-            if verdict.role == ORIGIN:
+            if verdict.role in (ORIGIN, SUSPECT):
                 if ex.iteration in arrived:
                     after_arrival.add(id(ex))
                 if first_iteration is None:
@@ -132,54 +219,76 @@ def _scan(index: DumpIndex, access: TensorAccess, kn, scan_all: bool, flags_answ
     return judged, after_arrival, scanned_all
 
 
-def _order_origins(index: DumpIndex, origins: List[Tuple[OpExecution, Verdict]], after_arrival: set):
-    """Ranks by step, never by clock. Within a step, an origin on a rank that had not yet received a bad value
-    from another rank comes first (pipeline: the last stage's backward feeds the earlier stages), then the time
-    since the rank's own step began (clock offsets between ranks cancel), then the rank."""
+def _file_of(ex: OpExecution) -> str:
+    """A file of this op execution, to name in an internal error."""
+    for event in ex.inputs + ex.outputs:
+        return event.source
+    return ex.flags[0].source if ex.flags else f"{ex.op_type} {ex.op_name}"
+
+
+def _order_candidates(index: DumpIndex, candidates: List[Tuple[OpExecution, Verdict]], after_arrival: set, kn,
+                      fed_by_bad: Optional[set] = None):
+    """Ranks by evidence, never by clock. By step first. Within a step: a candidate on a rank that had not yet
+    received a bad value through a collective comes first (pipeline: the last stage's backward feeds the earlier
+    stages); an op proven by its inputs before one only the hardware flagged; a flagged op that consumes what
+    others made (global norm, loss scale, optimizer) or whose producer in the saved graph already went bad
+    (`fed_by_bad`) after the rest; then the time since the rank's own step began (clock offsets between ranks
+    cancel), where the ranks' execution-order files put that rank's candidates in graph order; then the rank."""
+    fed_by_bad = fed_by_bad or set()
     step_start: Dict[Tuple[int, int], int] = {}
     for rank, executions in index.executions.items():
         for ex in executions:
             key = (rank, ex.iteration)
             step_start[key] = min(step_start.get(key, ex.time), ex.time)
-    origins.sort(key=lambda pair: (pair[0].iteration, id(pair[0]) in after_arrival,
-                                   pair[0].time - step_start.get((pair[0].rank, pair[0].iteration), 0),
-                                   pair[0].rank))
+    relative = {id(ex): ex.time - step_start.get((ex.rank, ex.iteration), 0) for ex, _v in candidates}
+    # Flagged ops decided by nothing but their flags: a debug file's timestamp is when it was written, not when the
+    # op ran (CANN), so on one rank the graph's order wins. Ops decided by their data keep the dump's time order
+    # (on CPU the execution-order csv is not the run order).
+    groups: Dict[Tuple[int, int, str], List[OpExecution]] = {}
+    for ex, v in candidates:
+        if ex.order is not None and v.role == SUSPECT:
+            groups.setdefault((ex.rank, ex.iteration, ex.graph), []).append(ex)
+    for members in groups.values():
+        times = sorted(relative[id(ex)] for ex in members)
+        for ex, when in zip(sorted(members, key=lambda e: (e.order, relative[id(e)])), times):
+            relative[id(ex)] = when
+    candidates.sort(key=lambda pair: (
+        pair[0].iteration, id(pair[0]) in after_arrival, pair[1].role != ORIGIN,
+        pair[1].role == SUSPECT and (kn.is_consumer(pair[0].op_type, pair[0].op_name) or id(pair[0]) in fed_by_bad),
+        relative[id(pair[0])], pair[0].rank))
+
+
+def _fed_by_bad(candidates, judged, graphs) -> set:
+    """Flagged-undecided ops whose producer (from the saved graph) is an op that went bad in the same step on the
+    same rank: they come after it."""
+    bad = {(ex.rank, ex.iteration, ex.op_name) for ex, _v in judged}
+    fed = set()
+    for ex, v in candidates:
+        if v.role != SUSPECT:
+            continue
+        node, _graph = graphs.node(ex)
+        producers = [p for p in (node.inputs if node else []) if p and not p.startswith("param:")]
+        if any((ex.rank, ex.iteration, scope_to_file_name(p)) in bad for p in producers):
+            fed.add(id(ex))
+    return fed
 
 
 def _metadata(index: DumpIndex, warn) -> Dict[str, object]:
-    """MindSpore version, device and the dump config, from the first rank's .dump_metadata/ (when written)."""
+    """MindSpore version, device and the dump config, from the first rank's .dump_metadata/ (when written):
+    {"summary": for the report, "settings": common_dump_settings, "runtime": config.json}."""
     from .readers.exec_order import dump_metadata
     for root in sorted({r for r in index.rank_roots.values() if r}):
         meta = dump_metadata(root, warn)
         if meta:
             runtime = meta.get("runtime") or {}
-            common = (meta.get("dump_config") or {}).get("common_dump_settings") or {}
-            return {"version": runtime.get("ms_version"), "device_target": runtime.get("device_target"),
-                    "dump_mode": common.get("dump_mode"), "input_output": common.get("input_output"),
-                    "op_debug_mode": common.get("op_debug_mode"), "saved_data": common.get("saved_data")}
-    return {}
-
-
-def _mark_arrivals_before_origins(index: DumpIndex, judged, access: TensorAccess, kn, after_arrival: set):
-    """When several ranks hold a flagged origin in the same first step, read their collectives' outputs (few
-    tensors) to see which ranks had already received a bad value from another rank before their origin."""
-    origins = [ex for ex, v in judged if v.role == ORIGIN]
-    if not origins:
-        return
-    step = min(ex.iteration for ex in origins)
-    first_on_rank: Dict[int, OpExecution] = {}
-    for ex in origins:
-        if ex.iteration == step and (ex.rank not in first_on_rank or ex.time < first_on_rank[ex.rank].time):
-            first_on_rank[ex.rank] = ex
-    if len(first_on_rank) < 2:
-        return
-    for rank, origin in first_on_rank.items():
-        for ex in index.executions[rank]:
-            if ex.iteration != step or ex.time >= origin.time or not kn.is_collective(ex.op_type):
-                continue
-            if judge(ex, access, kn, earlier_bad=False).kind == CROSS_RANK:
-                after_arrival.add(id(origin))
-                break
+            config = meta.get("dump_config") or {}
+            common = config.get("common_dump_settings") or {} if isinstance(config, dict) else {}
+            runtime = runtime if isinstance(runtime, dict) else {}
+            summary = {"version": runtime.get("ms_version"), "device_target": runtime.get("device_target"),
+                       "dump_mode": common.get("dump_mode"), "input_output": common.get("input_output"),
+                       "op_debug_mode": common.get("op_debug_mode"), "saved_data": common.get("saved_data")}
+            return {"summary": summary, "settings": common, "runtime": runtime}
+    return {"summary": {}, "settings": {}, "runtime": {}}
 
 
 def _has_statistics(index: DumpIndex) -> bool:
@@ -300,7 +409,7 @@ def _finding(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: _GraphCa
                    role=v.role, kind=v.kind, detail=v.detail, timestamp=ex.time, full_name=full_name,
                    forward_op=forward_op, cell=cell, cell_type=cell_type, source=source, inputs=inputs,
                    outputs=outputs, flags=list(ex.flags),
-                   recommendation=kn.recommend(v.advice, **values) if v.role == ORIGIN else "",
+                   recommendation=kn.recommend(v.advice, **values) if v.role in (ORIGIN, SUSPECT) else "",
                    evidence=evidence)
 
 

@@ -24,8 +24,9 @@ class DumpIndex:
     unknown_files: int = 0
     rank_roots: Dict[Tuple[int, str], Optional[str]] = field(default_factory=dict)  # (rank, graph) -> rank root
     layouts: List[str] = field(default_factory=list)
+    unknown_examples: List[str] = field(default_factory=list)   # a few files whose names were not understood
+    unreadable: List[str] = field(default_factory=list)         # dump files that yielded nothing readable
     graphs: Dict[Tuple[int, str], object] = field(default_factory=dict)  # (rank, graph) -> GraphIndex a reader built
-    unread: List[str] = field(default_factory=list)   # dump files that hold a whole step and could not be read
 
 
 def _npy_event(path: str, parsed: names.ParsedName, d: DumpDir) -> TensorEvent:
@@ -73,22 +74,34 @@ def events_of_dir(d: DumpDir, warn: Warn, counters: Dict[str, int]) -> Tuple[Lis
             if name.endswith((".npy", ".json", ".bin")) or (name.count(".") >= 4 and not name.endswith(".csv")):
                 warn(f"{path}: file name not understood, skipped")
                 counters["unknown"] += 1
+                if len(counters.setdefault("unknown_examples", [])) < 5:
+                    counters["unknown_examples"].append(path)
             continue
         counters["files"] += 1
         if parsed.kind == names.KIND_NPY:
             events.append(_npy_event(path, parsed, d))
         elif parsed.kind == names.KIND_OPDEBUG:
+            try:
+                opdebug.read_entries(path)
+            except opdebug.OpdebugFormatError:
+                counters.setdefault("unreadable", []).append(path)
             records.extend(opdebug.read_opdebug(
                 path, rank=d.rank, graph=d.graph, iteration=d.iteration, file_timestamp=parsed.timestamp,
                 file_task_id=parsed.task_id, file_stream_id=parsed.stream_id, warn=warn))
         elif parsed.kind == names.KIND_BIN:
-            events.extend(dumpdata_bin.tensor_events(
-                path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration, warn=warn))
+            found = dumpdata_bin.tensor_events(
+                path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration, warn=warn)
+            if not found:
+                counters.setdefault("unreadable", []).append(path)
+            events.extend(found)
         elif parsed.kind == names.KIND_RAW:
             events.append(raw.raw_event(path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration))
         elif parsed.kind == names.KIND_OPCSV:
-            stat_rows.extend(statistic_csv.read_op_csv(path, parsed, rank=d.rank, graph=d.graph,
-                                                       iteration=d.iteration, warn=warn))
+            rows = statistic_csv.read_op_csv(path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration,
+                                             warn=warn)
+            if not rows:
+                counters.setdefault("unreadable", []).append(path)
+            stat_rows.extend(rows)
     if rows_suffice:
         return stat_rows, records
     if stat_rows:
@@ -177,8 +190,8 @@ def build_index(dirs: List[DumpDir], warn: Warn, ranks: Optional[List[int]] = No
             from .readers import msprobe
             events, nodes, files, unread = msprobe.read_step_dir(d, warn)
             counters["files"] += files
-            if unread:
-                index.unread.append(unread)
+            if unread:     # a step whose dump.json cannot be read: never a clean verdict
+                counters.setdefault("unreadable", []).append(os.path.join(d.path, msprobe.DUMP_JSON))
             msprobe_nodes.setdefault((d.rank, d.graph), []).extend(nodes)
             records = []
         else:
@@ -187,6 +200,8 @@ def build_index(dirs: List[DumpDir], warn: Warn, ranks: Optional[List[int]] = No
         index.overflow_records.extend(records)
     index.files = counters["files"]
     index.unknown_files = counters["unknown"]
+    index.unknown_examples = list(counters.get("unknown_examples", []))
+    index.unreadable = list(counters.get("unreadable", []))
     if msprobe_nodes:
         from .readers.ir_graph import GraphIndex
         from .readers.msprobe import forward_nodes

@@ -35,6 +35,7 @@ RANK_NOT_DUMPED = "not dumped"    # an expected rank has no files
 ORIGIN = "origin"
 PROPAGATOR = "propagator"
 CLEAN = "clean"
+SUSPECT = "flagged"     # the hardware flagged it, but its inputs were not dumped/readable: origin or propagator?
 
 
 @dataclass(slots=True)
@@ -244,6 +245,7 @@ class Report:
     rank_status: List[RankStatus] = field(default_factory=list)   # every dumped or expected rank
     coverage: List[str] = field(default_factory=list)      # what the dump config could not show (caveats on clean)
     inconclusive: List[str] = field(default_factory=list)  # why a verdict without findings is not "clean"
+    flagged: List[Finding] = field(default_factory=list)   # flagged ops whose inputs could not decide (role SUSPECT)
 
     @property
     def verdict(self) -> str:

@@ -295,7 +295,8 @@ def file_op_name(full_name: str) -> str:
     return full_name.replace("/", "_").replace("\\", "_").replace(" ", "_")
 
 
-def _ops_for(stage: int, last: bool, overflow: bool, origin: bool, rng: np.random.RandomState):
+def _ops_for(stage: int, last: bool, overflow: bool, origin: bool, rng: np.random.RandomState,
+             clip_ops: bool = False):
     """(rel_time_us, op_type, full_name, inputs, outputs, stream, note) for one rank and one iteration."""
     f16 = np.float16
 
@@ -350,8 +351,22 @@ def _ops_for(stage: int, last: bool, overflow: bool, origin: bool, rng: np.rando
                     [received, act(0.1)], [out], COMPUTE_STREAM, "propagator" if overflow else ""))
     norm_in = np.array([np.nan if overflow else 3.5], np.float32)
     norm_out = np.array([np.nan if overflow else 14.0], np.float32)
+    if clip_ops:
+        # ClipGradNorm: the squared norms meet over the pipeline group; on the bad step they arrive as +inf, and
+        # the hardware flags Sqrt and Mul, whose inputs are already +inf (propagators, not origins).
+        norm_in = np.array([np.inf if overflow else 3.5], np.float32)
+        norm_out = np.array([np.inf if overflow else 14.0], np.float32)
     ops.append((2500, "AllReduce", SCOPE + "/clip_grad_norm-ClipGradNorm/AllReduce-op1", [norm_in], [norm_out],
                 COMM_STREAM, "distractor: global grad norm is NaN" if overflow else ""))
+    if clip_ops:
+        with np.errstate(over="ignore", invalid="ignore"):
+            global_norm = np.sqrt(norm_out).astype(np.float32)
+            scaled = (global_norm * np.float32(1e38)).astype(np.float32)
+        ops.append((2600, "Sqrt", SCOPE + "/clip_grad_norm-ClipGradNorm/Sqrt-op2", [norm_out], [global_norm],
+                    COMPUTE_STREAM, "clip-flagged" if overflow else ""))
+        ops.append((2700, "Mul", SCOPE + "/clip_grad_norm-ClipGradNorm/Mul-op3",
+                    [global_norm, np.array([1e38], np.float32)], [scaled], COMPUTE_STREAM,
+                    "clip-flagged" if overflow else ""))
     return ops
 
 
@@ -361,7 +376,8 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
                         opdebug_style: str = "old", opdebug_encoding: str = "json",
                         statistic_variant: str = "2.2", clock_offsets_us: Optional[Dict[int, int]] = None,
                         net: str = "Baichuan13BV2", graph: int = 0, saturation: bool = False,
-                        distractor_opdebug: Optional[bool] = None) -> dict:
+                        distractor_opdebug: Optional[bool] = None, clip_ops: bool = False,
+                        overflow_only: bool = False, inputs_dumped: bool = True) -> dict:
     """Write the seed case (documented formats, not a device recording) and describe it.
 
     8 ranks, `stages` pipeline stages (ranks 0..3 stage 0, 4..7 stage 1 by default). In `overflow_iteration`
@@ -379,6 +395,10 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
     the pinned values and the Opdebug records show the overflow.
     distractor_opdebug: write the stage-0 MatMul Opdebug record (default: yes, except in saturation mode,
     where that MatMul is fed zeros instead of NaN and would not overflow).
+    clip_ops: every rank runs ClipGradNorm's Sqrt and Mul after the global-norm AllReduce; on the bad step their
+    inputs are +inf and the hardware flags both on every rank (propagators the flag alone would call origins).
+    overflow_only: write only the flagged ops' files (what op_debug_mode 3 keeps). inputs_dumped=False: write
+    no input tensors (input_output 2), so a flagged op's inputs cannot decide.
     """
     if distractor_opdebug is None:
         distractor_opdebug = not saturation
@@ -412,7 +432,7 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
             true_base = BASE_TIME_US + iteration * ITERATION_US + rank * 3
             stat_rows = []
             mapping_rows = []
-            ops = _ops_for(stage, stage == last_stage, overflow, rank == origin_rank, rng)
+            ops = _ops_for(stage, stage == last_stage, overflow, rank == origin_rank, rng, clip_ops)
             if saturation:
                 ops = [op[:3] + ([_saturate(a) for a in op[3]], [_saturate(a) for a in op[4]]) + op[5:] for op in ops]
             for task, (rel, op_type, full_name, inputs, outputs, stream, note) in enumerate(ops, start=11):
@@ -421,6 +441,14 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
                 name = file_op_name(full_name)
                 ts_in, ts_out = base + rel, base + rel + 7       # each file carries its own timestamp
                 stream_id = stream
+                flagged = overflow and (note in ("origin", "clip-flagged") or (
+                    note == "propagator" and rank == 2 % ranks and distractor_opdebug))
+                if overflow_only and not flagged:
+                    continue
+                if not inputs_dumped:
+                    inputs = []
+                    if not outputs:
+                        continue
                 formats_map = {("input", 1): "FRACTAL_NZ"} if "FRACTAL_NZ" in note else None
                 if "bin" in formats:
                     file_name = f"{op_type}.{name}.{task}.{stream_id}.{ts_in}"
@@ -454,7 +482,8 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
                         "rank": rank, "iteration": iteration, "op_type": op_type, "op_name": name,
                         "full_name": full_name, "task_id": task, "stream_id": stream_id,
                         "input_timestamp": ts_in, "output_timestamp": ts_out, "true_time": true_base + rel,
-                        "input_max": float(np.abs(inputs[1].astype(np.float32)).max()), "dir": directory}
+                        "input_max": float(np.abs(inputs[1].astype(np.float32)).max()) if inputs else None,
+                        "dir": directory}
                     if "opdebug" in formats:
                         for k, delay in enumerate((40, 90)):     # two records name the same SqrtGrad
                             path = _write_opdebug(debug_dir, opdebug_encoding, opdebug_style, ts_out + delay,
@@ -463,6 +492,15 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
                             description["opdebug_files"].append(path)
                             bad_events.append((ts_out + delay, true_base + rel + 7 + delay, rank, "Opdebug", name,
                                                "opdebug"))
+                if overflow and note == "clip-flagged" and "opdebug" in formats:
+                    path = _write_opdebug(debug_dir, opdebug_encoding, opdebug_style, ts_out + 30,
+                                          file_task=5 + task, unit="AIC" if opdebug_style == "new" else "AI Core",
+                                          task=task, stream=stream_id, status=0x20, block=1)
+                    description["opdebug_files"].append(path)
+                    description["distractors"].append({"rank": rank, "op_type": op_type, "op_name": name,
+                                                       "timestamp": ts_out + 30,
+                                                       "why": "flagged ClipGradNorm op whose input is already +inf"})
+                    bad_events.append((ts_out + 30, true_base + rel + 37, rank, "Opdebug", name, "opdebug"))
                 if (overflow and note == "propagator" and rank == 2 % ranks and "opdebug" in formats
                         and distractor_opdebug):
                     path = _write_opdebug(debug_dir, opdebug_encoding, opdebug_style, ts_out + 50, file_task=4,
@@ -486,11 +524,34 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
             _write(os.path.join(root, f"acl_dump_{device}.json"), json.dumps(
                 {"dump": {"dump_path": root, "dump_mode": "all", "dump_op_switch": "on", "dump_debug": "on",
                           "dump_list": []}}, indent=2))
-    raw = min(bad_events)
-    true = min(bad_events, key=lambda e: e[1])
-    description["raw_earliest"] = {"rank": raw[2], "op_type": raw[3], "op_name": raw[4], "timestamp": raw[0],
-                                   "kind": raw[5]}
-    description["true_earliest"] = {"rank": true[2], "op_type": true[3], "op_name": true[4], "timestamp": true[0]}
+    if bad_events:      # none when the overflow step is not among the dumped iterations (a clean dump)
+        raw = min(bad_events)
+        true = min(bad_events, key=lambda e: e[1])
+        description["raw_earliest"] = {"rank": raw[2], "op_type": raw[3], "op_name": raw[4], "timestamp": raw[0],
+                                       "kind": raw[5]}
+        description["true_earliest"] = {"rank": true[2], "op_type": true[3], "op_name": true[4],
+                                        "timestamp": true[0]}
+    return description
+
+
+STAGE0_CLOCK_BEHIND_US = 400_000_000
+
+
+def build_pp_seed_case(out_dir: str, *, overflow_only: bool = False, inputs_dumped: bool = True,
+                       clock_offsets_us: Optional[Dict[int, int]] = None) -> dict:
+    """The seed's own shape (built from the documented formats, not recorded on Ascend): 8 ranks, PP=2,
+    MindSpore 2.2 async layout with old-style Opdebug JSON and binary dumps (no statistic.csv), the lm head on
+    stage 1 (ranks 4-7) where rank 5's NormHead SqrtGrad overflows at step 1; ClipGradNorm's Sqrt and Mul
+    flagged on every rank with +inf inputs; stage 0's node clock 400 s behind."""
+    offsets = {r: (-STAGE0_CLOCK_BEHIND_US if r < 4 else 0) for r in range(8)}
+    offsets.update(clock_offsets_us or {})
+    description = build_seed_scenario(out_dir, formats=("opdebug", "bin"), layout="async22", ranks=8, stages=2,
+                                      opdebug_style="old", opdebug_encoding="json", clock_offsets_us=offsets,
+                                      clip_ops=True, overflow_only=overflow_only, inputs_dumped=inputs_dumped)
+    description["label"] = "spec-built: " + description["label"]
+    description["expected_ranks"] = {
+        r: ("origin", "SqrtGrad") if r == 5 else (("received", "AllReduce") if r >= 4 else ("received", "Receive"))
+        for r in range(8)}
     return description
 
 

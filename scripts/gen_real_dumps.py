@@ -71,9 +71,15 @@ class Case:
     argv: tuple  # arguments after the python executable; script paths relative to scripts/realdump_cases/
     expected: dict  # design intent, stated once; copied into case.json
     dump_settings: dict = dataclasses.field(default_factory=dict)  # overrides of common_dump_settings
+    workers: int = 0      # > 0: started by `msrun` with this many local workers (one rank each, MCCL on CPU)
+    derive: Optional[tuple] = None   # (source case, transform): made from another case's real dump, no run
 
-    def command(self, python: str = sys.executable) -> List[str]:
+    def command(self, python: str = sys.executable, master_port: int = 0, log_dir: str = "") -> List[str]:
         args = [str(CASES_DIR / a) if a.endswith(".py") else a for a in self.argv]
+        if self.workers:
+            msrun = str(Path(python).parent / "msrun")
+            return [msrun, f"--worker_num={self.workers}", f"--local_worker_num={self.workers}",
+                    f"--master_port={master_port}", "--join=True", f"--log_dir={log_dir}", *args]
         return [python, *args]
 
     def dump_config(self, dump_path: str) -> dict:
@@ -217,7 +223,74 @@ CASES: List[Case] = [
                                                     "scope_contains": "Grad_ReduceSum"}),
     ),
 ]
-CASES_BY_NAME: Dict[str, Case] = {case.name: case for case in CASES}
+
+def _ranks(statuses: Dict[int, tuple]) -> Dict[str, dict]:
+    """expected per-rank table: rank -> (status, iteration, op_type)."""
+    return {str(r): {"status": s, "iteration": i, "op_type": t} for r, (s, i, t) in statuses.items()}
+
+
+_DP = "dp_allreduce.py"
+_ALL_DEVICES = {"support_device": [0, 1, 2, 3, 4, 5, 6, 7]}
+# Real multi-rank runs: `msrun` starts N CPU workers; init() + DATA_PARALLEL make TrainOneStepCell insert the
+# gradient AllReduce, so a bad gradient on one rank reaches every rank in the same step.
+MULTI_RANK_CASES: List[Case] = [
+    Case(
+        name="dp2_empty_loss_mask",
+        description="2 ranks (msrun, MCCL), data parallel, tiny LM with per-token weights mask / sum(mask); "
+                    "rank 1's loss mask is all zero at step 1 of 2.",
+        shows="The origin is rank 1's forward Div (0/0 -> NaN) at step 1; rank 0 never divides by zero but "
+              "receives NaN gradients through the gradient AllReduce in the same step.",
+        argv=(_DP, "--model", "tokens", "--steps", "2", "--bad", "1:1"),
+        workers=2, dump_settings=_ALL_DEVICES,
+        expected=_expect("anomaly", op_type="Div", iteration=1, kind="invalid", forward_op="Div",
+                         cell="TokenWeightedLoss", source_contains="mask / token_count", layout={0: [0, 1]},
+                         expected_origin_rank=1, expected_ranks=_ranks({0: ("received", 1, "AllReduce"),
+                                                                        1: ("origin", 1, "Div")})),
+    ),
+    Case(
+        name="dp2_normhead_one_rank",
+        description="2 ranks (msrun, MCCL), data parallel, the demo TinyBaichuan (fp16 NormHead); rank 1 trains "
+                    "step 1 of 2 with loss scale 256, every other (rank, step) with 1.",
+        shows="SqrtGrad in NormHead's backward leaves fp16's range on rank 1 only, at step 1; rank 0 receives "
+              "the bad gradient through the AllReduce.",
+        argv=(_DP, "--model", "normhead", "--steps", "2", "--bad", "1:1"),
+        workers=2, dump_settings=_ALL_DEVICES,
+        expected=_expect("anomaly", layout={0: [0, 1]}, **{**_NORMHEAD_OVERFLOW, "iteration": 1},
+                         expected_origin_rank=1, expected_ranks=_ranks({0: ("received", 1, "AllReduce"),
+                                                                        1: ("origin", 1, "SqrtGrad")})),
+    ),
+    Case(
+        name="dp4_two_origins",
+        description="4 ranks (msrun, MCCL), data parallel tiny LM; rank 1's loss mask is empty at step 1 and "
+                    "rank 3's at step 2 (of 3). A step that leaves non-finite weights is rolled back (skipped), "
+                    "so the two origins are independent.",
+        shows="Two real origins in different steps: rank 1 at step 1, rank 3 at step 2; ranks 0 and 2 receive "
+              "through the AllReduce at step 1, and so does rank 3 before its own origin.",
+        argv=(_DP, "--model", "tokens", "--steps", "3", "--bad", "1:1,3:2", "--rollback"),
+        workers=4, dump_settings=_ALL_DEVICES,
+        expected=_expect("anomaly", op_type="Div", iteration=1, kind="invalid", forward_op="Div",
+                         cell="TokenWeightedLoss", source_contains="mask / token_count", layout={0: [0, 1, 2]},
+                         expected_origin_rank=1,
+                         expected_later_origins=[{"rank": 3, "iteration": 2, "op_type": "Div"}],
+                         expected_ranks=_ranks({0: ("received", 1, "AllReduce"), 1: ("origin", 1, "Div"),
+                                                2: ("received", 1, "AllReduce"), 3: ("origin", 2, "Div")})),
+    ),
+    Case(
+        name="dp4_rank_dump_empty",
+        description="The dp4_two_origins dump (a real 4-rank run) with rank 2's directory emptied afterwards, as "
+                    "when one node's dump was lost or never copied. Derived from a real run, not a run of its own.",
+        shows="An expected rank with no files is reported as `not dumped`; the rest of the answer is unchanged.",
+        argv=(),
+        derive=("dp4_two_origins", "empty_rank_2"),
+        expected=_expect("anomaly", op_type="Div", iteration=1, kind="invalid", forward_op="Div",
+                         cell="TokenWeightedLoss", source_contains="mask / token_count", layout={0: [0, 1, 2]},
+                         expected_origin_rank=1,
+                         expected_later_origins=[{"rank": 3, "iteration": 2, "op_type": "Div"}],
+                         expected_ranks=_ranks({0: ("received", 1, "AllReduce"), 1: ("origin", 1, "Div"),
+                                                2: ("not dumped", None, None), 3: ("origin", 2, "Div")})),
+    ),
+]
+CASES_BY_NAME: Dict[str, Case] = {case.name: case for case in CASES + MULTI_RANK_CASES}
 
 
 class CaseFailed(RuntimeError):
@@ -339,10 +412,12 @@ def is_bad(health: dict) -> bool:
     return bool(health["nan"] or health["posinf"] or health["neginf"] or health["over_fp16_range"])
 
 
-def first_bad_tensors(dump_dir: Path, limit: int = 1) -> List[dict]:
-    """The naive answer: tensor files in (rank, iteration, timestamp) order, first ones non-finite or over range."""
+def first_bad_tensors(dump_dir: Path, limit: int = 1, rank: Optional[int] = None) -> List[dict]:
+    """The naive answer: tensor files in (rank, iteration, timestamp) order, first ones non-finite or over range
+    (on one rank only when `rank` is given)."""
     found = []
-    for tensor in sorted(iter_tensor_files(dump_dir), key=lambda t: t.sort_key):
+    tensors = [t for t in iter_tensor_files(dump_dir) if rank is None or t.rank == rank]
+    for tensor in sorted(tensors, key=lambda t: t.sort_key):
         health = tensor_health(tensor.path)
         if is_bad(health):
             found.append({"file": tensor.path.name, "rank": tensor.rank, "graph": tensor.graph,
@@ -353,8 +428,9 @@ def first_bad_tensors(dump_dir: Path, limit: int = 1) -> List[dict]:
     return found
 
 
-def observe(dump_dir: Path) -> dict:
-    """What the dump really contains, recorded next to the design intent in case.json."""
+def observe(dump_dir: Path, origin_rank: Optional[int] = None) -> dict:
+    """What the dump really contains, recorded next to the design intent in case.json. With several ranks,
+    `first_bad_tensors` looks at `origin_rank` only (another rank's first bad tensor is one it received)."""
     files = list(iter_tensor_files(dump_dir))
     layout: Dict[str, set] = {}
     for tensor in files:
@@ -369,7 +445,9 @@ def observe(dump_dir: Path) -> dict:
         "input_files": sum(1 for t in files if t.io == "input"),
         "op_types": sorted({t.op_type for t in files}),
         "files_with_payload_dtype_mismatch": mismatched,
-        "first_bad_tensors": first_bad_tensors(dump_dir, limit=3),
+        "first_bad_tensors": first_bad_tensors(dump_dir, limit=3, rank=origin_rank),
+        "rank_dirs": sorted(p.name for p in Path(dump_dir).glob("rank_*")),
+        "empty_rank_dirs": sorted(p.name for p in Path(dump_dir).glob("rank_*") if not any(p.iterdir())),
     }
 
 
@@ -428,6 +506,25 @@ def log_tail(log_path: Path, lines: int = 30) -> str:
     return "\n".join(text[-lines:])
 
 
+def _free_port() -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _derive(case: Case, source_dump: Path, target: Path):
+    """Make a derived case's dump from another case's real dump (copied, then changed as the case says)."""
+    shutil.copytree(source_dump, target, symlinks=True)
+    _source, transform = case.derive
+    if transform == "empty_rank_2":
+        rank_dir = target / "rank_2"
+        shutil.rmtree(rank_dir)
+        rank_dir.mkdir()
+    else:
+        raise ValueError(f"unknown transform {transform!r}")
+
+
 def run_case(case: Case, out_dir: Path, python: str = sys.executable, timeout: float = CASE_TIMEOUT_S) -> dict:
     """Run one case from scratch into `out_dir/<case>/`; returns its case.json content (also written to disk)."""
     case_dir = Path(out_dir) / case.name
@@ -442,19 +539,31 @@ def run_case(case: Case, out_dir: Path, python: str = sys.executable, timeout: f
     env = dict(os.environ)
     env["MINDSPORE_DUMP_CONFIG"] = str(config_path)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])  # msrun runs the first python
     env.pop("MS_ACL_DUMP_CFG_PATH", None)  # would divert O0/O1 dumps to the ACL path
     env.setdefault("GLOG_v", "2")
-    command = case.command(python)
+    log_dir = staging / "logs"
+    command = case.command(python, master_port=_free_port(), log_dir=str(log_dir)) if not case.derive else []
     log_path = case_dir / "run.log"
     started = time.monotonic()
     try:
         with open(log_path, "wb") as log:
-            try:
-                exit_code = subprocess.run(command, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                           timeout=timeout).returncode
-            except subprocess.TimeoutExpired:
-                exit_code = None
-                log.write(f"\n[gen_real_dumps] killed after {timeout} s\n".encode())
+            if case.derive:
+                source = Path(out_dir) / case.derive[0] / "dump"
+                log.write(f"[gen_real_dumps] derived from {source} ({case.derive[1]})\n".encode())
+                _derive(case, source, staging / "derived")
+                exit_code = 0
+                dump = staging / "derived"
+            else:
+                try:
+                    exit_code = subprocess.run(command, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                               timeout=timeout).returncode
+                except subprocess.TimeoutExpired:
+                    exit_code = None
+                    log.write(f"\n[gen_real_dumps] killed after {timeout} s\n".encode())
+            for worker_log in sorted(log_dir.glob("*.log")) if log_dir.is_dir() else []:
+                log.write(f"\n[gen_real_dumps] --- {worker_log.name} ---\n".encode())
+                log.write(worker_log.read_bytes()[-20000:])
         if dump.is_dir():
             shutil.move(str(dump), str(case_dir / "dump"))
     finally:
@@ -464,7 +573,11 @@ def run_case(case: Case, out_dir: Path, python: str = sys.executable, timeout: f
         "description": case.description,
         "shows": case.shows,
         "command": command,
-        "command_display": " ".join(["python", *case.argv]),
+        "command_display": " ".join(["msrun", f"--worker_num={case.workers}", f"--local_worker_num={case.workers}",
+                                     "--master_port=P", "--join=True", "--log_dir=D", *case.argv]
+                                    if case.workers else ["python", *case.argv]),
+        "derived_from": list(case.derive) if case.derive else None,
+        "workers": case.workers,
         "dump_config": config,
         "dump_path_note": "the dump was written to the temporary path in dump_config and then moved here",
         "exit_code": exit_code,
@@ -479,8 +592,12 @@ def run_case(case: Case, out_dir: Path, python: str = sys.executable, timeout: f
         problems.append(f"exit code {exit_code}")
     if not (case_dir / "dump" / "rank_0").is_dir():
         problems.append("no rank_0 directory in the dump")
+    if case.workers and not problems:
+        missing = [r for r in range(case.workers) if not (case_dir / "dump" / f"rank_{r}").is_dir()]
+        if missing:
+            problems.append(f"no dump directory for rank(s) {missing}")
     if not problems:
-        record["observed"] = observe(case_dir / "dump")
+        record["observed"] = observe(case_dir / "dump", case.expected.get("expected_origin_rank"))
         record["self_check"] = self_check(case, record["observed"])
     record["ok"] = not problems
     record["problems"] = problems
@@ -549,8 +666,9 @@ def failure_message(case_dir: Path, record: dict) -> str:
 
 def ensure_cases(names: Optional[Sequence[str]] = None, out_dir: Optional[Path] = None, force: bool = False,
                  jobs: int = 2, python: str = sys.executable, progress=None) -> RealDumps:
-    """Generate the named cases (all by default) unless a finished copy is already in `out_dir`."""
-    names = list(names or CASES_BY_NAME)
+    """Generate the named cases (the single-rank CASES by default; MULTI_RANK_CASES by name) unless a finished
+    copy is already in `out_dir`."""
+    names = list(names or [case.name for case in CASES])
     unknown = [n for n in names if n not in CASES_BY_NAME]
     if unknown:
         raise KeyError(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES_BY_NAME)}")
@@ -576,9 +694,18 @@ def ensure_cases(names: Optional[Sequence[str]] = None, out_dir: Optional[Path] 
                 progress(f"{case.name}: {'ok' if record['ok'] else 'FAILED'} in {record['duration_s']} s")
             return record
 
+        # msrun cases start several processes each and derived cases need their source: one at a time, last.
+        alone = [c for c in todo if c.workers or c.derive]
+        alone.sort(key=lambda c: c.derive is not None)
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            for record in pool.map(run, todo):
+            for record in pool.map(run, [c for c in todo if c not in alone]):
                 records[record["name"]] = record
+        for case in alone:
+            if case.derive and not (records.get(case.derive[0]) or read_case_json(out_dir / case.derive[0]) or {}
+                                    ).get("ok"):
+                source = CASES_BY_NAME[case.derive[0]]
+                records[source.name] = run(source)
+            records[case.name] = run(case)
     return RealDumps(out_dir, {name: records[name] for name in names})
 
 
@@ -599,18 +726,20 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, help=f"output directory (default {DEFAULT_CACHE_ROOT}/<key>)")
     parser.add_argument("--case", action="append", choices=sorted(CASES_BY_NAME), help="only this case (repeatable)")
+    parser.add_argument("--multi-rank", action="store_true", help="the msrun (multi-rank) cases only")
     parser.add_argument("--force", action="store_true", help="regenerate even when a finished copy exists")
     parser.add_argument("--jobs", type=int, default=2, help="cases run at the same time (default 2)")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
     args = parser.parse_args(argv)
     if args.list:
-        for case in CASES:
+        for case in CASES + MULTI_RANK_CASES:
             print(f"{case.name}: {case.shows}")
         return 0
     if mindspore_version() is None:
         print("gen_real_dumps: MindSpore is not installed (pip install 'msoverflow[mindspore]')", file=sys.stderr)
         return 2
-    dumps = ensure_cases(args.case, args.out, args.force, args.jobs,
+    names = args.case or ([c.name for c in MULTI_RANK_CASES] if args.multi_rank else None)
+    dumps = ensure_cases(names, args.out, args.force, args.jobs,
                          progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     print(f"out: {dumps.root}")
     for name, record in dumps.records.items():

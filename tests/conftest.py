@@ -58,5 +58,17 @@ def real_dumps():
     generator = load_generator()
     out_dir = os.environ.get(OUT_DIR_ENV) or None
     # sys.__stderr__ so the one-time ~30 s pause is explained even under pytest's output capture.
-    return generator.ensure_cases(out_dir=out_dir,
+    return generator.ensure_cases([case.name for case in generator.CASES], out_dir=out_dir,
+                                  progress=lambda msg: print(f"[real dumps] {msg}", file=sys.__stderr__, flush=True))
+
+
+@pytest.fixture(scope="session")
+def multirank_dumps():
+    """Like `real_dumps`, for the real multi-rank cases (gen_real_dumps.MULTI_RANK_CASES: `msrun` with 2 or 4 CPU
+    workers, MCCL collectives; about 2.5 min on 2 cores the first time, cached like the others)."""
+    if not mindspore_available():
+        pytest.skip("mindspore is not installed (pip install 'msoverflow[mindspore]')")
+    generator = load_generator()
+    out_dir = os.environ.get(OUT_DIR_ENV) or None
+    return generator.ensure_cases([case.name for case in generator.MULTI_RANK_CASES], out_dir=out_dir, jobs=1,
                                   progress=lambda msg: print(f"[real dumps] {msg}", file=sys.__stderr__, flush=True))

@@ -19,7 +19,15 @@ def register(sub):
                        description="Read a MindSpore dump directory (any layout, any level inside it) and name the "
                                    "first operator that created a non-finite or out-of-range value: op, forward op, "
                                    "Cell, source line, rank, step, kind of fault and what to do. "
-                                   + EXIT_CODES_HELP)
+                                   + EXIT_CODES_HELP,
+                       epilog="Verdicts: CLEAN (0) only when every file that could hold an origin was understood "
+                              "and read (caveat lines name what the dump config could not show); ANOMALY (1) names "
+                              "the op that created the first bad value (a hardware flag alone never proves it: "
+                              "flagged ops whose inputs were not dumped are reported as 'flagged'); INCONCLUSIVE "
+                              "(3) when files were not understood or not read, or an expected rank has no files, "
+                              "with the reason. Every report ends with a per-rank table: origin, received (via "
+                              "which collective), flagged, clean or not dumped. Ranks are ordered by steps, "
+                              "collectives and op knowledge, never by their clocks.")
     p.add_argument("dump_dir", metavar="DUMP_DIR")
     p.add_argument("--rank", type=_int_list, help="only these ranks (e.g. 0 or 0,7)")
     p.add_argument("--iteration", type=_int_list, help="only these iterations/steps")

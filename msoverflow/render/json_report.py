@@ -51,6 +51,11 @@ def report_dict(report: Report) -> dict:
         "propagation": [{"rank": f.rank, "graph": f.graph, "iteration": f.iteration, "op_type": f.op_type,
                          "op_name": f.op_name, "full_name": f.full_name, "kind": f.kind, "cell": f.cell}
                         for f in report.propagation],
+        "flagged": [finding_dict(f) for f in report.flagged],
+        "ranks": [{"rank": r.rank, "status": r.status, "iteration": r.iteration, "op_name": r.op_name,
+                   "op_type": r.op_type, "via": r.via, "note": r.note} for r in report.rank_status],
+        "coverage": report.coverage,
+        "inconclusive": report.inconclusive,
         "warnings": report.warnings,
         "summary": {"layout": report.layout, "ranks": report.ranks,
                     "iterations": {str(k): v for k, v in report.iterations.items()},

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import List
 
-from ..model import Report, TensorSummary
-from .text import op_label, shape_text
+from ..model import SUSPECT, Report, TensorSummary
+from .text import op_label, rank_text, shape_text
 
 
 def _row(t: TensorSummary) -> str:
@@ -19,11 +19,21 @@ def _row(t: TensorSummary) -> str:
 def render_markdown(report: Report, top: int = 10) -> str:
     out: List[str] = ["# msoverflow report", ""]
     f = report.first
-    if f is None:
+    if f is None and report.inconclusive:
+        out.append(f"**Inconclusive**: no bad value seen, but {report.inconclusive[0]}")
+        out += [f"- also: {reason}" for reason in report.inconclusive[1:]]
+    elif f is None:
         out.append(f"**Clean**: no inf, NaN or out-of-range value in {report.files} files.")
+    elif f.role == SUSPECT:
+        out.append(f"**Anomaly** (flagged): the hardware flagged **{op_label(f)}** on rank {f.rank}, step "
+                   f"{f.iteration}; its inputs were not dumped, so it may have received the bad value.")
     else:
-        out.append(f"**Anomaly** ({f.kind}): first created by **{op_label(f)}** on rank {f.rank}, "
+        made = "first seen in" if f.role == "propagator" else "first created by"
+        out.append(f"**Anomaly** ({f.kind}): {made} **{op_label(f)}** on rank {f.rank}, "
                    f"step {f.iteration}, graph {f.graph}.")
+    if f is None:
+        out += [f"- caveat: {limit}" for limit in report.coverage]
+    else:
         out.append("")
         out.append(f"- what: {f.detail}")
         if f.source:
@@ -41,6 +51,16 @@ def render_markdown(report: Report, top: int = 10) -> str:
             out += ["", "Later origins:", ""]
             out += [f"- rank {a.rank} step {a.iteration}: {a.kind} in {op_label(a)}: {a.detail}"
                     for a in report.anomalies[1:top + 1]]
+        if report.flagged:
+            out += ["", "Flagged by the hardware, not decided:", ""]
+            out += [f"- rank {a.rank} step {a.iteration}: {op_label(a)}: {a.detail}" for a in report.flagged[:top]]
+        if report.coverage or report.inconclusive:
+            out += ["", "Limits of this dump:", ""] + [f"- caveat: {c}" for c in report.coverage]
+            out += [f"- also: {c}" for c in report.inconclusive]
+    if report.rank_status:
+        out += ["", "Ranks:", "", "| rank | status | step | first bad op / how |", "|---|---|---|---|"]
+        out += [f"| {r.rank} | {r.status} | {'-' if r.iteration is None else r.iteration} | "
+                f"{rank_text(r).replace('|', '/')} |" for r in report.rank_status]
     if report.warnings:
         out += ["", f"Warnings ({len(report.warnings)}):", ""] + [f"- {w}" for w in report.warnings[:20]]
     return "\n".join(out) + "\n"

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import io
-from typing import List
+from typing import List, Optional
 
-from ..model import Finding, Report, TensorSummary
+from ..model import SUSPECT, Finding, RankStatus, Report, TensorSummary
 
 
 def _g(x) -> str:
@@ -50,11 +50,21 @@ def tensor_table(title: str, tensors: List[TensorSummary]) -> str:
 def render_text(report: Report, top: int = 10) -> str:
     lines: List[str] = []
     f = report.first
-    if f is None:
+    if f is None and report.inconclusive:
+        lines.append(f"INCONCLUSIVE: no bad value seen, but {report.inconclusive[0]}")
+        lines += [f"  also: {reason}" for reason in report.inconclusive[1:]]
+        lines += [f"  caveat: {limit}" for limit in report.coverage]
+    elif f is None:
         lines.append(f"CLEAN: no inf, NaN or out-of-range value in {report.files} files "
                      f"(ranks {', '.join(map(str, report.ranks)) or '-'}).")
+        lines += [f"  caveat: {limit}" for limit in report.coverage]
     else:
-        lines.append(f"ANOMALY: {f.kind} first created by {op_label(f)}")
+        if f.role == SUSPECT:
+            lines.append(f"ANOMALY: the hardware flagged {op_label(f)}; its inputs were not dumped, so it may "
+                         "have received the bad value rather than created it")
+        else:
+            made = "first seen in" if f.role == "propagator" else "first created by"
+            lines.append(f"ANOMALY: {f.kind} {made} {op_label(f)}")
         lines.append(f"  where : {_where(f)}")
         lines.append(f"  what  : {f.detail}")
         if f.source:
@@ -82,14 +92,32 @@ def render_text(report: Report, top: int = 10) -> str:
         later = report.anomalies[1:]
         if later:
             lines.append("")
-            lines.append(f"Later origins ({len(later)}, time order)")
+            lines.append(f"Later origins ({len(later)}, by step)")
             for other in later[:top]:
                 lines.append(f"  {_where(other)}: {other.kind} in {op_label(other)} - {other.detail}")
             if len(later) > top:
                 lines.append(f"  ... {len(later) - top} more (--top N, or --format json)")
+        if report.flagged:
+            lines.append("")
+            lines.append(f"Flagged by the hardware, not decided ({len(report.flagged)}: inputs not dumped or not "
+                         "matched)")
+            for other in report.flagged[:top]:
+                lines.append(f"  {_where(other)}: {op_label(other)} - {other.detail}")
+            if len(report.flagged) > top:
+                lines.append(f"  ... {len(report.flagged) - top} more (--top N, or --format json)")
+        if report.coverage or report.inconclusive:
+            lines.append("")
+            lines.append("Limits of this dump")
+            lines += [f"  caveat: {limit}" for limit in report.coverage]
+            lines += [f"  also: {reason}" for reason in report.inconclusive]
+    if report.rank_status:
+        lines.append("")
+        lines.append(rank_table(report.rank_status))
     lines.append("")
     per_rank = {r: _steps(v) for r, v in sorted(report.iterations.items())}
-    if len(set(per_rank.values())) == 1:
+    if not per_rank:
+        steps = "no step"
+    elif len(set(per_rank.values())) == 1:
         steps = f"steps {next(iter(per_rank.values()))} on every rank"
     else:
         steps = "steps " + "; ".join(f"rank {r}: {v}" for r, v in per_rank.items())
@@ -109,6 +137,34 @@ def render_text(report: Report, top: int = 10) -> str:
         if len(report.warnings) > 5:
             lines.append(f"  ... {len(report.warnings) - 5} more (--format json lists all)")
     return "\n".join(lines) + "\n"
+
+
+def _short(name: Optional[str], width: int = 56) -> str:
+    name = name or ""
+    return name if len(name) <= width else "..." + name[-(width - 3):]
+
+
+def rank_text(row: RankStatus) -> str:
+    """One rank's story in a few words: how it first went bad, and where."""
+    if row.status == "received":
+        return f"via {row.op_type} {_short(row.op_name)}" if row.via else row.note
+    if row.op_type:
+        return f"{row.op_type} {_short(row.op_name)}" + (f" ({row.note})" if row.note else "")
+    return row.note
+
+
+def rank_table(rows: List[RankStatus]) -> str:
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title="Ranks", title_justify="left", box=None, pad_edge=False, show_edge=False)
+    for column in ("rank", "status", "step", "first bad op / how"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(str(row.rank), row.status, "-" if row.iteration is None else str(row.iteration),
+                      rank_text(row))
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None, highlight=False, soft_wrap=False).print(table)
+    return out.getvalue().rstrip("\n")
 
 
 def shape_text(shape) -> str:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..dtypes import dtype_max
 from ..model import (CLEAN, CROSS_RANK, FLAGGED, INVALID, NONFINITE_INPUT, ORIGIN, OVERFLOW, PROPAGATOR,
-                     SATURATION, OpExecution, TensorEvent, TensorStats)
+                     SATURATION, SUSPECT, OpExecution, TensorEvent, TensorStats)
 from .knowledge import OpKnowledge
 
 
@@ -102,10 +102,12 @@ def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: b
 
 
 def _judge_by_flags(ex: OpExecution, access: TensorAccess, kn: OpKnowledge) -> Verdict:
-    """Opdebug names the ops that overflowed: decide from the records and any statistics, reading no tensor."""
-    known_in = [access.known_bad(e) for e in _floats(ex.inputs)]
-    known_out = [access.known_bad(e) for e in _floats(ex.outputs)]
+    """Opdebug names the ops that overflowed. A flag says "this op overflowed", not "this op created the bad value":
+    only its inputs decide. Unflagged ops are judged from the dump's statistics alone (no read); a flagged op's
+    inputs are read when no statistics cover them (overflow-only dumps hold few files, so this stays cheap)."""
     if not ex.flags:
+        known_in = [access.known_bad(e) for e in _floats(ex.inputs)]
+        known_out = [access.known_bad(e) for e in _floats(ex.outputs)]
         if any(known_out):
             if kn.is_collective(ex.op_type) and not any(known_in):
                 return Verdict(PROPAGATOR, CROSS_RANK, f"{ex.op_type} delivered a bad value from another rank",
@@ -113,15 +115,37 @@ def _judge_by_flags(ex: OpExecution, access: TensorAccess, kn: OpKnowledge) -> V
             return Verdict(PROPAGATOR, _nonfinite_kind_known(ex, access), "not flagged by the hardware: propagated")
         return Verdict(CLEAN)
     words = ", ".join(sorted({w for r in ex.flags for w in r.status_words})) or "overflow"
-    unit = ex.flags[0].unit
-    if any(known_in):
-        return Verdict(PROPAGATOR, OVERFLOW, f"flagged ({words}, {unit}) but an input was already bad")
-    pinned = [e for e in ex.outputs if e.stats is not None and e.stats.at_max and not e.stats.nonfinite]
-    if pinned and not any(known_out):
-        return Verdict(ORIGIN, SATURATION, f"Opdebug flagged {words} ({unit}); output {pinned[0].slot} pinned at the "
-                       f"{pinned[0].dtype} max (saturation mode)", advice="saturation")
-    return Verdict(ORIGIN, OVERFLOW, f"Opdebug flagged {words} ({unit}, task {ex.flags[0].task_id}, stream "
-                   f"{ex.flags[0].stream_id})", advice="overflow")
+    record = ex.flags[0]
+    flag = f"Opdebug flagged {words} ({record.unit}, task {record.task_id}, stream {record.stream_id})"
+    unread: List[TensorEvent] = []
+    for event in _floats(ex.inputs):
+        state = access.known_bad(event)
+        if state is None:
+            state = access.bad(event)
+        if state:
+            kind = INVALID if (access.stats(event) or TensorStats(count=0)).nan else OVERFLOW
+            return Verdict(PROPAGATOR, kind, f"flagged ({words}, {record.unit}) but input {event.slot} was already "
+                           "bad", bad_input=event)
+        if state is None:
+            unread.append(event)
+    if not ex.inputs or unread:
+        why = ("its inputs were not dumped" if not ex.inputs else
+               f"input {', '.join(str(e.slot) for e in unread)} could not be read")
+        return Verdict(SUSPECT, FLAGGED, f"{flag}; {why}, so whether it created the bad value or received it "
+                       "is not known", advice="flagged_undecided")
+    # Every float input is finite and in range: the flag marks a real origin. Name the fault from the outputs.
+    outs = _floats(ex.outputs)
+    bad_outs = [e for e in outs if access.bad(e)]
+    if bad_outs:
+        verdict = _fault_kind(ex, bad_outs, access, kn)
+        verdict.evidence.append(f"{flag}; every input finite and in range")
+        return verdict
+    pinned = [e for e in outs if access.pinned(e)]
+    if pinned:
+        return Verdict(ORIGIN, SATURATION, f"{flag}; output {pinned[0].slot} pinned at the {pinned[0].dtype} max "
+                       "(saturation mode)", advice="saturation")
+    return Verdict(ORIGIN, FLAGGED, f"{flag} while its inputs and outputs look finite"
+                   + ("" if ex.outputs else " (outputs not dumped)"), advice="flagged")
 
 
 def _nonfinite_kind_known(ex: OpExecution, access: TensorAccess) -> str:

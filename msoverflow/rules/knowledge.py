@@ -15,6 +15,9 @@ class OpKnowledge:
         self.domain = dict(table.get("domain") or {})
         self.state_updates = set(table.get("state_updates") or [])
         self.recommendations = dict(table.get("recommendations") or {})
+        consumers = table.get("consumers") or {}
+        self.consumer_types = set(consumers.get("op_types") or [])
+        self.consumer_words = [str(w).lower() for w in consumers.get("scope_words") or []]
 
     def forward_of(self, op_type: str) -> Optional[str]:
         if op_type in self.backward_to_forward:
@@ -26,6 +29,13 @@ class OpKnowledge:
 
     def is_collective(self, op_type: str) -> bool:
         return op_type in self.collectives
+
+    def is_consumer(self, op_type: str, op_name: str = "") -> bool:
+        """A global-norm, loss-scale or optimizer op: it consumes what other ops made."""
+        if op_type in self.consumer_types or op_type in self.state_updates:
+            return True
+        scope = op_name.lower()
+        return any(word in scope for word in self.consumer_words)
 
     def recommend(self, key: str, **values) -> str:
         template = self.recommendations.get(key) or self.recommendations.get("overflow", "")

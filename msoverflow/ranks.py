@@ -1,0 +1,283 @@
+"""Every rank accounted for: which ranks the dump should hold, and for each one how it first went bad.
+
+A rank is `origin` when one of its ops created a bad value (inputs finite, output not), `received` when a
+collective delivered it (output bad, inputs fine), `flagged` when only the hardware flag speaks and the inputs
+that would decide were not dumped, `clean`, or `not dumped` when the rank is expected but has no file.
+Expected ranks come from the rank_* directories present (empty ones included), gaps in their numbering, and the
+rank count the dump's metadata declares. Ranks are never compared by their clocks: within a rank its own order
+is used, across ranks only steps and collectives.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Callable, Dict, List, Optional, Set, Tuple
+
+from .errors import reading
+from .model import (CROSS_RANK, ORIGIN, RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, RANK_ORIGIN,
+                    RANK_RECEIVED, SUSPECT, OpExecution, RankStatus)
+
+_RANK_DIR = re.compile(r"^rank_(\d+)$")
+_MAX_DIRS = 5000          # directories looked at when searching rank_* folders (a dump tree is shallow)
+_RANK_SIZE_KEYS = ("rank_size", "RANK_SIZE", "group_size", "world_size", "device_num")
+
+
+def rank_directories(path: str, depth: int = 3) -> Dict[int, str]:
+    """rank_N directories at or below `path` (a few levels down), empty ones included."""
+    found: Dict[int, str] = {}
+    stack: List[Tuple[str, int]] = [(os.path.abspath(path), 0)]
+    seen = 0
+    while stack and seen < _MAX_DIRS:
+        current, level = stack.pop()
+        seen += 1
+        match = _RANK_DIR.match(os.path.basename(current))
+        if match:
+            found.setdefault(int(match.group(1)), current)
+            continue
+        if level >= depth:
+            continue
+        try:
+            entries = [e for e in os.scandir(current) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        stack.extend((e.path, level + 1) for e in entries)
+    return found
+
+
+def _is_empty(directory: str, limit: int = 10000) -> bool:
+    """No regular file anywhere below (metadata folders count: a rank that wrote only graphs is not empty)."""
+    seen = 0
+    for _root, _dirs, files in os.walk(directory):
+        if files:
+            return False
+        seen += 1
+        if seen > limit:
+            return False
+    return True
+
+
+def inside_one_rank(path: str) -> bool:
+    """The path names one rank's directory or a place inside it: other ranks are not expected."""
+    return any(_RANK_DIR.match(part) for part in os.path.abspath(path).split(os.sep))
+
+
+def declared_rank_count(rank_roots: List[str], warn: Callable[[str], None]) -> Optional[int]:
+    """The number of ranks a dump's metadata declares (rank_N/.dump_metadata/*.json), when it says."""
+    for root in rank_roots:
+        folder = os.path.join(root, ".dump_metadata")
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                if os.path.getsize(path) > 1 << 20:
+                    continue
+                with reading(path), open(path, encoding="utf-8") as fh:
+                    doc = json.load(fh)
+            except (OSError, ValueError, UnicodeDecodeError):
+                continue
+            count = _find_count(doc)
+            if count:
+                return count
+    return None
+
+
+_ACL_CONFIG = re.compile(r"^acl_dump_(\d+)\.json$")
+_RANK_TABLE = re.compile(r"(rank_table|hccl).*\.json$", re.IGNORECASE)
+
+
+def _ranks_named_at_root(path: str) -> Dict[int, str]:
+    """Ranks the files beside the dump name: `acl_dump_{device}.json` (one per device that was told to dump) and an
+    HCCL rank table (`rank_table*.json`, `hccl*.json`: server_list[].device[].rank_id)."""
+    found: Dict[int, str] = {}
+    try:
+        names = sorted(e.name for e in os.scandir(path) if e.is_file(follow_symlinks=False))
+    except OSError:
+        return found
+    for name in names:
+        match = _ACL_CONFIG.match(name)
+        if match:
+            found.setdefault(int(match.group(1)), f"{name} configures device {match.group(1)} to dump")
+        elif _RANK_TABLE.search(name):
+            full = os.path.join(path, name)
+            try:
+                if os.path.getsize(full) > 4 << 20:
+                    continue
+                with reading(full), open(full, encoding="utf-8") as fh:
+                    table = json.load(fh)
+            except (OSError, ValueError, UnicodeDecodeError):
+                continue
+            servers = table.get("server_list") if isinstance(table, dict) else None
+            for server in servers if isinstance(servers, list) else []:
+                devices = server.get("device") if isinstance(server, dict) else None
+                for device in devices if isinstance(devices, list) else []:
+                    try:
+                        rank = int(device.get("rank_id"))
+                    except (AttributeError, TypeError, ValueError):
+                        continue
+                    if 0 <= rank <= 1 << 16:
+                        found.setdefault(rank, f"the rank table {name} lists rank {rank}")
+    return found
+
+
+def _find_count(doc, depth: int = 0) -> Optional[int]:
+    if depth > 4:
+        return None
+    if isinstance(doc, dict):
+        for key in _RANK_SIZE_KEYS:
+            value = doc.get(key)
+            try:
+                number = int(value)
+            except (TypeError, ValueError):
+                continue
+            if 0 < number <= 1 << 16:
+                return number
+        for value in doc.values():
+            found = _find_count(value, depth + 1)
+            if found:
+                return found
+    return None
+
+
+def expected_ranks(path: str, dumped: Set[int], rank_roots: List[str],
+                   warn: Callable[[str], None]) -> Dict[int, str]:
+    """rank -> why it is expected, for the ranks that should be in the dump."""
+    if inside_one_rank(path):
+        return {r: "dumped" for r in dumped}
+    reasons: Dict[int, str] = {}
+    directories = rank_directories(path)
+    for rank, directory in directories.items():
+        shown = os.path.relpath(directory, path)
+        reasons[rank] = (f"{shown}/ is present but holds no file" if _is_empty(directory) else
+                         f"{shown}/ is present but none of its files is a tensor file msoverflow understood")
+    declared = declared_rank_count(rank_roots, warn)
+    if declared:
+        for rank in range(declared):
+            reasons.setdefault(rank, f"the dump metadata declares {declared} ranks")
+    for rank, why in _ranks_named_at_root(path).items():
+        reasons.setdefault(rank, why)
+    known = set(reasons) | set(dumped)
+    if len(known) > 1 or (known and max(known) > 0):
+        for rank in range(max(known) + 1):
+            reasons.setdefault(rank, f"ranks {_span(sorted(known))} are present: rank {rank} is missing between them")
+    return reasons
+
+
+def _span(values: List[int]) -> str:
+    return ", ".join(map(str, values)) if len(values) <= 6 else f"{values[0]}..{values[-1]}"
+
+
+class RankTable:
+    """Builds the per-rank table from the judged executions. `collective_verdict(ex)` reads a collective's
+    tensors when the scan did not (Opdebug mode reads only flagged ops) and says whether it delivered a bad value."""
+
+    def __init__(self, executions: Dict[int, List[OpExecution]], judged, is_collective: Callable[[str], bool],
+                 collective_verdict: Callable[[OpExecution], bool]):
+        self.executions = executions
+        self.judged = judged
+        self.is_collective = is_collective
+        self.collective_verdict = collective_verdict
+        self._position = {id(ex): i for exs in executions.values() for i, ex in enumerate(exs)}
+        self._judged_arrivals: Dict[int, List[OpExecution]] = {}
+        for ex, v in judged:
+            if v.kind == CROSS_RANK:
+                self._judged_arrivals.setdefault(ex.rank, []).append(ex)
+        self._read: Dict[int, bool] = {}
+
+    def position(self, ex: OpExecution) -> int:
+        return self._position.get(id(ex), 1 << 30)
+
+    def first_arrival(self, rank: int, before: Optional[OpExecution] = None,
+                      same_step: bool = False) -> Optional[OpExecution]:
+        """The first collective on `rank` that delivered a bad value, up to and including `before` (in `before`'s
+        step only, when the scan did not judge the collectives), or None."""
+        limit = self.position(before) if before is not None else None
+        candidates = [ex for ex in self._judged_arrivals.get(rank, [])
+                      if (limit is None or self.position(ex) <= limit)
+                      and not (same_step and before is not None and ex.iteration != before.iteration)]
+        if candidates:
+            return min(candidates, key=self.position)
+        step = before.iteration if before is not None else None
+        for ex in self.executions.get(rank, []):
+            if limit is not None and self.position(ex) > limit:
+                break
+            if step is not None and ex.iteration != step:
+                continue
+            if not self.is_collective(ex.op_type) or not ex.outputs:
+                continue
+            if id(ex) not in self._read:
+                self._read[id(ex)] = bool(self.collective_verdict(ex))
+            if self._read[id(ex)]:
+                return ex
+        return None
+
+    def rows(self, expected: Dict[int, str], selected: Optional[List[int]] = None,
+             unmatched_records=()) -> List[RankStatus]:
+        """unmatched_records: Opdebug records that name no dumped op (the hardware saw something on that rank)."""
+        by_rank: Dict[int, List] = {}
+        for ex, v in self.judged:
+            by_rank.setdefault(ex.rank, []).append((ex, v))
+        unmatched: Dict[int, list] = {}
+        for record in unmatched_records:
+            unmatched.setdefault(record.rank, []).append(record)
+        ranks = set(self.executions) | set(expected) | set(unmatched)
+        if selected is not None:
+            ranks &= set(selected)
+        rows = []
+        for rank in sorted(ranks):
+            records = sorted(unmatched.get(rank, []), key=lambda r: r.iteration)
+            if not self.executions.get(rank) and not records:
+                why = expected.get(rank) or "no tensor file of this rank was understood"
+                rows.append(RankStatus(rank, RANK_NOT_DUMPED, note=why))
+                continue
+            items = sorted(by_rank.get(rank, []), key=lambda item: self.position(item[0]))
+            row = self._row(rank, items)
+            if records and row.status in (RANK_CLEAN, RANK_NOT_DUMPED) or (
+                    records and row.iteration is not None and records[0].iteration < row.iteration
+                    and row.status != RANK_ORIGIN):
+                record = records[0]
+                row = RankStatus(rank, RANK_FLAGGED, record.iteration, f"task {record.task_id} stream "
+                                 f"{record.stream_id}", "unknown op",
+                                 note=f"an Opdebug record ({record.unit}) matches no dumped op")
+            rows.append(row)
+        return rows
+
+    def _row(self, rank: int, items) -> RankStatus:
+        if not self.executions.get(rank):
+            return RankStatus(rank, RANK_CLEAN)
+        origins = [(ex, v) for ex, v in items if v.role == ORIGIN and v.kind != CROSS_RANK]
+        suspects = [(ex, v) for ex, v in items if v.role == SUSPECT]
+        first_bad = items[0][0] if items else None
+        arrival = self.first_arrival(rank, before=first_bad if first_bad is not None and not origins else None) \
+            if not origins else self.first_arrival(rank, before=origins[0][0])
+        if origins:
+            ex, _v = origins[0]
+            note = ""
+            if arrival is not None:
+                note = (f"had received a bad value before: step {arrival.iteration} via {arrival.op_type} "
+                        f"{arrival.op_name}")
+            return RankStatus(rank, RANK_ORIGIN, ex.iteration, ex.op_name, ex.op_type, note=note)
+        if arrival is None and first_bad is None:
+            arrival = self.first_arrival(rank)
+        if arrival is not None:
+            return RankStatus(rank, RANK_RECEIVED, arrival.iteration, arrival.op_name, arrival.op_type,
+                              via=f"{arrival.op_type} {arrival.op_name}")
+        if suspects:
+            ex, _v = suspects[0]
+            return RankStatus(rank, RANK_FLAGGED, ex.iteration, ex.op_name, ex.op_type,
+                              note="hardware flag only: the inputs that would decide were not dumped")
+        if first_bad is not None:
+            ex, v = items[0]
+            flagged = any(e.flags for e, _ in items)
+            note = ("its flagged ops' inputs were already bad and no dumped op on this rank created them; the op "
+                    "that delivered them was not dumped") if flagged else (
+                   "no dumped op on this rank created the bad value and no dumped collective delivered it")
+            return RankStatus(rank, RANK_FLAGGED if flagged else RANK_RECEIVED, ex.iteration, ex.op_name,
+                              ex.op_type, note=note)
+        return RankStatus(rank, RANK_CLEAN)
+
+
+__all__ = ["RankTable", "expected_ranks", "rank_directories", "declared_rank_count", "inside_one_rank"]
