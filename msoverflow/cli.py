@@ -43,7 +43,17 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def _tolerant_streams() -> None:
+    """File names with bytes that are not UTF-8 (surrogate escapes) print as \\xNN instead of crashing."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):
+            pass
+
+
 def main(argv=None) -> int:
+    _tolerant_streams()
     argv, debug = _split_debug(argv)
     parser = build_parser()
     args = parser.parse_args(argv)

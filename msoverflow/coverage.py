@@ -17,7 +17,7 @@ from .model import OpExecution, RankStatus, RANK_NOT_DUMPED
 def _int(value) -> Optional[int]:
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
 
 

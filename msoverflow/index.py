@@ -46,8 +46,8 @@ def _is_binary_dump(name: str) -> bool:
 def events_of_dir(d: DumpDir, warn: Warn, counters: Dict[str, int]) -> Tuple[List[TensorEvent], List[OverflowRecord]]:
     events: List[TensorEvent] = []
     records: List[OverflowRecord] = []
-    try:
-        entries = sorted(e.name for e in os.scandir(d.path) if not e.is_dir())
+    try:   # regular files only (symlinks followed); layout discovery already warned about FIFOs and devices
+        entries = sorted(e.name for e in os.scandir(d.path) if e.is_file())
     except OSError as exc:
         warn(f"{d.path}: cannot list directory ({exc.strerror})")
         return events, records

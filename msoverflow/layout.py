@@ -19,12 +19,13 @@ from typing import Callable, List, Optional
 
 from .errors import UserError
 
-_RANK = re.compile(r"^rank_(\d+)$")
-_DIGITS = re.compile(r"^\d+$")
-_TIME = re.compile(r"^\d{14}$")   # ACL/GE time directory: YYYYMMDDhhmmss
-_KERNEL_STEP = re.compile(r"^step_(\d+)$")        # msprobe adump: rank_{r}/{timestamp}/step_{k}
-_FRAMEWORK_STEP = re.compile(r"^step(\d+)$")      # msprobe PrecisionDebugger: step{k}/rank{r}
-_FRAMEWORK_RANK = re.compile(r"^(?:rank(\d+)|proc(\d+))$")
+# ASCII digits, bounded: a directory named with a million digits is not an iteration.
+_RANK = re.compile(r"^rank_([0-9]{1,9})$")
+_DIGITS = re.compile(r"^[0-9]{1,18}$")
+_TIME = re.compile(r"^[0-9]{14}$")   # ACL/GE time directory: YYYYMMDDhhmmss
+_KERNEL_STEP = re.compile(r"^step_([0-9]{1,18})$")        # msprobe adump: rank_{r}/{timestamp}/step_{k}
+_FRAMEWORK_STEP = re.compile(r"^step([0-9]{1,18})$")      # msprobe PrecisionDebugger: step{k}/rank{r}
+_FRAMEWORK_RANK = re.compile(r"^(?:rank([0-9]{1,9})|proc([0-9]{1,18}))$")
 
 LAYOUT_MS = "mindspore"       # rank_{r}/{net}/{graph}/{iter}
 LAYOUT_DEBUG = "debug_files"  # rank_{r}/debug_files/{iter}
@@ -50,6 +51,19 @@ class DumpDir:
 def _is_dump_file(name: str) -> bool:
     return name.endswith(".npy") or name in ("statistic.csv", "dump.json") or name.startswith("Opdebug.") or (
         name.count(".") >= 3 and not name.endswith((".json", ".ir", ".pb", ".txt", ".log")))
+
+
+def _not_regular(path: str) -> str:
+    import stat
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a dangling link"
+    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return "special file"
 
 
 def interpret(path: str) -> DumpDir:
@@ -120,7 +134,9 @@ def discover(path: str, warn: Callable[[str], None]) -> List[DumpDir]:
                 if entry.is_dir():
                     if entry.name not in ("graphs", "execution_order", ".dump_metadata", "dump_tensor_data"):
                         subdirs.append(entry.path)
-                elif not has_files and _is_dump_file(entry.name):
+                elif not entry.is_file():   # regular files only (symlinks followed): never a FIFO or device
+                    warn(f"{entry.path}: {_not_regular(entry.path)}, not a regular file: skipped")
+                elif _is_dump_file(entry.name):
                     has_files = True
             except OSError:
                 warn(f"{entry.path}: cannot stat, skipped")

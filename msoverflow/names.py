@@ -26,10 +26,10 @@ from typing import Dict, List, Optional, Tuple
 
 from .dtypes import canonical
 
-_DIGITS = re.compile(r"^\d+$")
-_SHAPE_X = re.compile(r"^\d+(?:x\d+)*$")        # msaccucmp npy: 1x2x3
-_SHAPE_UNDERSCORE = re.compile(r"^\d+(?:_\d+)*$")  # msaccucmp bin: 1_2_3
-_LXSLICE = re.compile(r"_lxslice(\d+)$")
+_DIGITS = re.compile(r"^[0-9]{1,20}$")   # ids and timestamps: uint64 at most, never a million digits
+_SHAPE_X = re.compile(r"^[0-9]{1,12}(?:x[0-9]{1,12}){0,15}$")        # msaccucmp npy: 1x2x3
+_SHAPE_UNDERSCORE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,12}){0,15}$")  # msaccucmp bin: 1_2_3
+_LXSLICE = re.compile(r"_lxslice([0-9]{1,9})$")
 TIMESTAMP_MIN_DIGITS = 10   # a microsecond clock after 1970-04-26 has at least 10 digits; ids never reach that
 
 KIND_NPY = "npy"
@@ -213,9 +213,12 @@ def _parse_opdebug(name: str) -> Optional[ParsedName]:
 
 def read_mapping(path: str, warn) -> Dict[str, str]:
     """mapping.csv: `{random name},{original name}` rows (names over 255 chars are replaced by a random one)."""
+    from . import safeio
     mapping: Dict[str, str] = {}
     try:
-        with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        with safeio.open_regular(path, "r", newline="", encoding="utf-8", errors="replace") as fh:
+            if os.fstat(fh.fileno()).st_size > safeio.MAX_READ_BYTES:
+                raise safeio.TooLarge(0, f"over the {safeio.MAX_READ_BYTES}-byte limit", path)
             for lineno, row in enumerate(csv.reader(fh), 1):
                 if len(row) < 2 or not row[0].strip():
                     if row:
@@ -224,6 +227,8 @@ def read_mapping(path: str, warn) -> Dict[str, str]:
                 mapping[os.path.basename(row[0].strip())] = row[1].strip()
     except OSError as exc:
         warn(f"{path}: cannot read mapping file ({exc.strerror})")
+    except csv.Error as exc:    # a NUL byte, a field over the csv module's limit: keep the rows read so far
+        warn(f"{path}: mapping file is not readable CSV ({exc}); {len(mapping)} row(s) used")
     return mapping
 
 

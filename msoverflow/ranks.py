@@ -9,16 +9,16 @@ is used, across ranks only steps and collectives.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
+from . import safeio
 from .errors import reading
 from .model import (CROSS_RANK, ORIGIN, RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, RANK_ORIGIN,
                     RANK_RECEIVED, SUSPECT, OpExecution, RankStatus)
 
-_RANK_DIR = re.compile(r"^rank_(\d+)$")
+_RANK_DIR = re.compile(r"^rank_([0-9]{1,9})$")
 _MAX_DIRS = 5000          # directories looked at when searching rank_* folders (a dump tree is shallow)
 _RANK_SIZE_KEYS = ("rank_size", "RANK_SIZE", "group_size", "world_size", "device_num")
 
@@ -72,12 +72,10 @@ def declared_rank_count(rank_roots: List[str], warn: Callable[[str], None]) -> O
             continue
         for name in names:
             path = os.path.join(folder, name)
-            try:
-                if os.path.getsize(path) > 1 << 20:
-                    continue
-                with reading(path), open(path, encoding="utf-8") as fh:
-                    doc = json.load(fh)
-            except (OSError, ValueError, UnicodeDecodeError):
+            try:   # regular files only (a FIFO never blocks), bounded size and nesting (msoverflow.safeio)
+                with reading(path):
+                    doc = safeio.load_json(path, limit=1 << 20)
+            except (OSError, ValueError):
                 continue
             count = _find_count(doc)
             if count:
@@ -85,7 +83,7 @@ def declared_rank_count(rank_roots: List[str], warn: Callable[[str], None]) -> O
     return None
 
 
-_ACL_CONFIG = re.compile(r"^acl_dump_(\d+)\.json$")
+_ACL_CONFIG = re.compile(r"^acl_dump_([0-9]{1,9})\.json$")
 _RANK_TABLE = re.compile(r"(rank_table|hccl).*\.json$", re.IGNORECASE)
 
 
@@ -104,11 +102,9 @@ def _ranks_named_at_root(path: str) -> Dict[int, str]:
         elif _RANK_TABLE.search(name):
             full = os.path.join(path, name)
             try:
-                if os.path.getsize(full) > 4 << 20:
-                    continue
-                with reading(full), open(full, encoding="utf-8") as fh:
-                    table = json.load(fh)
-            except (OSError, ValueError, UnicodeDecodeError):
+                with reading(full):
+                    table = safeio.load_json(full, limit=4 << 20)
+            except (OSError, ValueError):
                 continue
             servers = table.get("server_list") if isinstance(table, dict) else None
             for server in servers if isinstance(servers, list) else []:
@@ -131,7 +127,7 @@ def _find_count(doc, depth: int = 0) -> Optional[int]:
             value = doc.get(key)
             try:
                 number = int(value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 continue
             if 0 < number <= 1 << 16:
                 return number

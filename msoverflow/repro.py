@@ -42,11 +42,6 @@ class Repro:
         return "\n".join(lines)
 
 
-def _inside(path: str, root: str) -> bool:
-    path, root = os.path.realpath(path), os.path.realpath(root)
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
 def find_origin_inputs(report: dict, dump_dir: Optional[str] = None):
     """The origin's execution in the dump: its input events in slot order, and the output events."""
     from .index import build_index
@@ -80,8 +75,9 @@ def write(report: dict, out_dir: str, device: str = "CPU", dump_dir: Optional[st
     from .evaluate import TensorAccess
     first = report["first"] if report.get("first") else {}
     root = dump_dir or report.get("dump_dir") or ""
-    if root and _inside(out_dir, root):
-        raise UserError(f"{out_dir}: refusing to write inside the dump directory {root}")
+    if root:   # resolved through symlinks and judged from the dump's root (msoverflow.safeio)
+        from .safeio import refuse_output_inside
+        refuse_output_inside(out_dir, root)
     execution = find_origin_inputs(report, dump_dir)
     os.makedirs(out_dir, exist_ok=True)
     access = TensorAccess(lambda message: None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import List, Optional, Tuple
 
+MAX_SOURCE_BYTES = 16 << 20
 _ROOTS = ("Gradients", "Default", "recompute_Default", "Expand")
 _CLASS_THEN_ATTR = re.compile(r"^(_?[A-Za-z0-9]+)_(.+)$")
 
@@ -53,10 +54,14 @@ def enclosing_class(path: str, line: int) -> Optional[str]:
     """The class whose body holds `line` of a Python source file (the Cell when the scope name lost it,
     as in @jit functions); None when the file is not here or not parseable."""
     import ast
-    try:
-        with open(path, encoding="utf-8") as fh:
-            tree = ast.parse(fh.read())
-    except (OSError, SyntaxError, ValueError):
+
+    from . import safeio
+    try:   # the path comes from the dump's graph: a regular file of bounded size and nesting only
+        text = safeio.read_text(path, MAX_SOURCE_BYTES)
+        if safeio.source_nesting(text) > safeio.MAX_SOURCE_NESTING:
+            return None
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     best = None
     for node in ast.walk(tree):

@@ -16,7 +16,8 @@ def _chunks(array: np.ndarray):
     plain file reads into one reused-size buffer: touching the map would leave every page of a large tensor
     resident, so peak memory would grow with tensor size."""
     if isinstance(array, np.memmap) and array.filename and (array.flags.c_contiguous or array.flags.f_contiguous):
-        with open(array.filename, "rb") as fh:
+        from .safeio import open_regular
+        with open_regular(array.filename, "rb") as fh:
             fh.seek(array.offset)
             remaining = array.size
             while remaining > 0:

@@ -51,17 +51,15 @@ def run(args) -> int:
     from ..errors import UserError
     from ..render import render
 
-    if args.output:
-        out_abs = os.path.abspath(args.output)
-        dump_abs = os.path.abspath(args.dump_dir)
-        if out_abs.startswith(dump_abs.rstrip(os.sep) + os.sep):
-            raise UserError(f"{args.output}: refusing to write into the dump directory {args.dump_dir}")
+    from ..safeio import refuse_output_inside
+    if args.output:   # resolved through symlinks, judged against the dump's root, not only DUMP_DIR
+        refuse_output_inside(args.output, args.dump_dir)
     report = analyze(args.dump_dir, ranks=args.rank, iterations=args.iteration, scan_all=args.scan_all,
                      progress=False if args.no_progress else None)
     text = render(report, args.format, args.top)
     if args.output:
         try:
-            with open(args.output, "w", encoding="utf-8") as fh:
+            with open(args.output, "w", encoding="utf-8", errors="backslashreplace") as fh:
                 fh.write(text)
         except OSError as exc:
             raise UserError(f"{args.output}: cannot write report ({exc.strerror})")
@@ -79,10 +77,10 @@ def _save_json(args, report) -> None:
     path = args.save if args.save is not None else os.environ.get("MSOVERFLOW_REPORT_JSON", "report.json")
     if args.no_save or not path:
         return
+    from ..safeio import dump_root, inside
     out_abs = os.path.realpath(path)
-    dump_abs = os.path.realpath(args.dump_dir)
-    if out_abs.startswith(dump_abs.rstrip(os.sep) + os.sep):
-        print(f"msoverflow: not saving {path}: it is inside the dump directory {args.dump_dir} "
+    if inside(out_abs, args.dump_dir) or inside(out_abs, dump_root(args.dump_dir)):   # the dump's root too
+        print(f"msoverflow: not saving {path}: it is inside the dump directory {dump_root(args.dump_dir)} "
               f"(run from elsewhere, or give --save FILE)", file=sys.stderr)
         return
     tmp = out_abs + ".tmp"

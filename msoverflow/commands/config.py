@@ -68,6 +68,9 @@ def _generate(args) -> int:
     purpose, options = options_from_args(args)
     to_stdout = args.output == "-"
     config_path = None if to_stdout else os.path.abspath(args.output or DEFAULT_CONFIG_NAME)
+    if config_path and isinstance(options.get("path"), str):
+        from ..safeio import refuse_output_inside   # the config never lands inside the dump it configures
+        refuse_output_inside(config_path, options["path"])
     result = build(purpose, config_path=config_path, **options)
     if config_path:
         result.write(config_path)

@@ -27,11 +27,6 @@ MAX_FILE_NAME = 255
 _NOT_DUMPS = (".npy", ".csv", ".json", ".ir", ".pb", ".txt", ".log", ".dat", ".py", ".yaml", ".yml", ".pt")
 
 
-def _inside(path: str, directory: str) -> bool:
-    path, directory = os.path.realpath(path), os.path.realpath(directory)
-    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
-
-
 def _candidates(src: str):
     """(file, directory relative to SRC) for every file that could be a binary dump."""
     if os.path.isfile(src):
@@ -71,9 +66,8 @@ def run(args) -> int:
         raise UserError(f"{args.src} is a directory: give -o OUTDIR (convert never writes into the dump)")
     out_root = os.path.abspath(args.output or os.getcwd())
     src_dir = src if os.path.isdir(src) else os.path.dirname(src)
-    if _inside(out_root, src_dir):
-        raise UserError(f"{out_root}: output directory is inside the dump directory {src_dir}; "
-                        "choose an OUTDIR outside it (convert never writes into the dump)")
+    from ..safeio import refuse_output_inside
+    refuse_output_inside(out_root, src_dir)
     if os.path.exists(out_root) and not os.path.isdir(out_root):
         raise UserError(f"{out_root}: output exists and is not a directory")
 
@@ -84,9 +78,15 @@ def run(args) -> int:
     skipped, written, converted = [], 0, 0
     long_names: dict = {}
     mappings: dict = {}
+    from ..safeio import is_regular
     for path, relative in _candidates(src):
         base = os.path.basename(path)
+        if not is_regular(path):   # FIFOs, devices, sockets, dangling links: never opened
+            skipped.append(f"{path}: not a regular file")
+            continue
         original = _mapping(os.path.dirname(path), mappings).get(base, base)
+        if "/" in original or "\0" in original or original in (".", ".."):
+            original = base   # a mapping.csv name is a file name, never a path out of OUTDIR
         target_dir = os.path.join(out_root, relative)
         if opdebug.is_opdebug_file(original):
             try:

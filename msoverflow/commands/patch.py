@@ -91,6 +91,11 @@ def run(args: argparse.Namespace) -> int:
     if args.verify and not command:
         raise UserError("--verify needs the training command after '--', e.g. -- python train.py")
 
+    if args.dump:   # nothing msoverflow writes may land inside the dump being read
+        from ..safeio import refuse_output_inside
+        for output in (args.json_out, args.workdir):
+            if output:
+                refuse_output_inside(output, args.dump)
     report = None
     if args.report and args.dump:
         raise UserError("give either --from REPORT or --dump DIR, not both")
@@ -142,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         result["verify"] = outcome.to_dict()
         code = outcome.exit_code
     if args.json_out:
-        with open(args.json_out, "w", encoding="utf-8") as fh:
+        with open(args.json_out, "w", encoding="utf-8", errors="backslashreplace") as fh:
             json.dump(result, fh, indent=2, default=str)
     return code
 

@@ -12,6 +12,7 @@ from .rules import (DEVICES, JIT_LEVELS, Situation, bad_items, get_dotted, load_
                     render, select_mechanism, version_label, version_matches, when_matches)
 
 SEVERITIES = ("error", "warning", "info")
+MAX_CONFIG_BYTES = 16 << 20
 
 
 @dataclass
@@ -78,12 +79,15 @@ def resolve_target(ms_version: Optional[str], device: Optional[str], jit_level: 
 def load_config(source: Union[str, os.PathLike, Mapping]) -> dict:
     if isinstance(source, Mapping):
         return dict(source)
-    try:
-        with open(source, encoding="utf-8") as fh:
-            data = json.load(fh)
+    from ..safeio import load_json
+    try:   # a regular file (never a FIFO), bounded in size, nesting and integer length
+        data = load_json(source, limit=MAX_CONFIG_BYTES)
     except OSError as exc:
         raise UserError(f"{source}: cannot read the dump config ({exc.strerror})") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start}); MindSpore would fail "
+                        "with \"Parse dump json failed\"") from exc
+    except ValueError as exc:
         raise UserError(f"{source}: not valid JSON ({exc}); MindSpore would fail with \"Parse dump json failed\"") from exc
     if not isinstance(data, dict):
         raise UserError(f"{source}: a dump config is a JSON object with common_dump_settings, not {type(data).__name__}")
@@ -136,6 +140,12 @@ _TYPES = {
 _TYPE_WORDS = {"uint": "an unsigned integer", "string": "a string", "list": "a list", "bool": "true or false"}
 
 
+def _shown(value, limit: int = 200) -> str:
+    """A config value as JSON for a message, cut to `limit` characters (a config may hold huge values)."""
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _key_problems(config: Mapping, target: Target, mechanism: str) -> list[Problem]:
     problems = []
     keys = load_rules()["keys"]
@@ -180,14 +190,14 @@ def _key_problems(config: Mapping, target: Target, mechanism: str) -> list[Probl
                 continue  # reported by a check with a better explanation where it matters
             if not _TYPES[spec["type"]](value):
                 problems.append(Problem("key-type", "error",
-                                        f"{name} must be {_TYPE_WORDS[spec['type']]}, not {json.dumps(value)}",
+                                        f"{name} must be {_TYPE_WORDS[spec['type']]}, not {_shown(value)}",
                                         key=dotted,
                                         mindspore_says=f"Dump config parse failed, {name} should be "
                                                        f"{'unsigned int' if spec['type'] == 'uint' else spec['type']} type"))
                 continue
             if "values" in spec and value not in spec["values"]:
                 problems.append(Problem("key-value", "error",
-                                        f"{name} is {json.dumps(value)}; allowed: "
+                                        f"{name} is {_shown(value)}; allowed: "
                                         f"{', '.join(json.dumps(v) for v in spec['values'])}", key=dotted))
     return problems
 
@@ -201,7 +211,7 @@ def _rule_problems(config: Mapping, target: Target, mechanism: str) -> list[Prob
             continue
         value = get_dotted(config, rule["key"]) if rule.get("key") else None
         predicate = (rule["when"].get("config") or {}).get(rule.get("key"), {})
-        values = dict(common, value=json.dumps(value) if isinstance(value, (list, dict)) else value,
+        values = dict(common, value=_shown(value) if isinstance(value, (list, dict)) else value,
                       device=target.device.upper() if target.device != "ascend" else "Ascend",
                       version=target.version_label, jit_level=target.jit_level,
                       bad_items=", ".join(map(str, bad_items(value, predicate))) or None)

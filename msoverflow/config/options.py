@@ -59,5 +59,6 @@ def options_from_args(args: argparse.Namespace, purpose_default: str = "overflow
             options[name] = value
     for name in ("ms_version", "steps", "ranks"):
         if isinstance(options.get(name), (int, float)) and not isinstance(options.get(name), bool):
-            options[name] = str(options[name])
+            value = options[name]
+            options[name] = str(value) if not isinstance(value, int) or abs(value) < 10 ** 30 else "(huge number)"
     return purpose, options

@@ -43,14 +43,19 @@ def load_preset(name_or_path: Union[str, Path]) -> dict:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
+    from ..safeio import read_text, source_nesting
     path = resolve_preset(name_or_path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = YAML(typ="safe").load(fh)
+        text = read_text(path, 1 << 20)
+        if source_nesting(text) > 100:
+            raise ValueError("nested too deeply")
+        data = YAML(typ="safe").load(text)
     except OSError as exc:
         raise UserError(f"{path}: cannot read the preset ({exc.strerror})") from exc
     except YAMLError as exc:
         raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+    except (ValueError, RecursionError) as exc:
+        raise UserError(f"{path}: not a readable preset ({str(exc)[:100]})") from exc
     if not isinstance(data, dict):
         raise UserError(f"{path}: a preset is a YAML mapping of msoverflow config options")
     unknown = sorted(set(data) - PRESET_KEYS)

@@ -582,6 +582,101 @@ def _insert_module_parts(module: cst.Module, need_import: bool, helpers: List[st
     return module.with_changes(body=body)
 
 
+MAX_SOURCE_BYTES = 4 << 20
+PARSE_TIMEOUT = 60.0     # seconds for the probe parse in a child process
+
+
+def read_source(path: str) -> str:
+    """A model source file: regular (never a FIFO or /dev/zero), bounded, UTF-8, newlines kept."""
+    from ..safeio import read_bytes
+    try:
+        data = read_bytes(path, MAX_SOURCE_BYTES)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the model source ({exc.strerror})")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a UTF-8 Python source file")
+
+
+MAX_SYNTAX_DEPTH = 100   # syntax-tree depth libcst is trusted with (real model code stays under 40)
+
+
+def syntax_depth(tree) -> int:
+    """The depth of a Python syntax tree, walked without recursion."""
+    import ast
+    deepest = 0
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+def parse_source(text: str, path: str) -> cst.Module:
+    """libcst's native parser recurses on nesting: deep enough source crashes the process (SIGSEGV: 20000 unary
+    minus signs) or takes minutes and gigabytes (4000). CPython's own parser, which has stack guards, measures
+    the nesting first; then a forked child parses once, so any crash left becomes a clear error."""
+    import ast
+    try:
+        depth = syntax_depth(ast.parse(text))
+    except SyntaxError as exc:
+        raise UserError(f"{path}: cannot parse it as Python (line {exc.lineno}: {exc.msg}); refusing to patch")
+    except (RecursionError, MemoryError):
+        raise UserError(f"{path}: nested too deeply for a Python parser; refusing to patch")
+    except ValueError as exc:   # null bytes
+        raise UserError(f"{path}: not Python source ({exc}); refusing to patch")
+    if depth > MAX_SYNTAX_DEPTH:
+        raise UserError(f"{path}: its syntax nests {depth} levels deep (at most {MAX_SYNTAX_DEPTH} are parsed "
+                        f"safely); refusing to patch")
+    _probe_parse(text, path)
+    try:
+        return cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        raise UserError(f"{path}: cannot parse it as Python (line {exc.raw_line}: {exc.message}); refusing to patch")
+    except (RecursionError, MemoryError, ValueError) as exc:
+        raise UserError(f"{path}: cannot parse it as Python ({type(exc).__name__}); refusing to patch")
+
+
+def _probe_parse(text: str, path: str) -> None:
+    """Parse once in a forked child: a native crash (libcst segfaults on e.g. 20000 unary minus signs, which
+    no bracket count sees) or a parse that never ends becomes a UserError instead of killing msoverflow."""
+    import os
+    import signal
+    import time
+    if not hasattr(os, "fork"):
+        return
+    pid = os.fork()
+    if pid == 0:   # child: parse, report by exit status only, never run the parent's cleanup
+        code = 0
+        try:
+            import faulthandler
+            import resource
+            faulthandler.disable()                              # the parent reports the crash, in one line
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a crash writes no core file (slow, litter)
+        except (ImportError, ValueError, OSError):
+            pass
+        try:
+            cst.parse_module(text)
+        except BaseException:   # noqa: BLE001 - any Python-level error is reported by the parent's own parse
+            code = 0
+        os._exit(code)
+    deadline = time.monotonic() + PARSE_TIMEOUT
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise UserError(f"{path}: the Python parser did not finish in {PARSE_TIMEOUT:.0f} s; refusing to patch")
+        time.sleep(0.01)
+    if os.WIFSIGNALED(status):
+        raise UserError(f"{path}: the Python parser crashed on this file (signal {os.WTERMSIG(status)}: nesting too "
+                        "deep for it); refusing to patch")
+
+
 def _relocate(text: str, line: int, code: str, path: str) -> int:
     """The report's line may be stale (the file was edited): find the line holding `code` if it moved."""
     lines = text.splitlines()
@@ -599,17 +694,8 @@ def plan(path: str, line: int, dtype: str = "float32", code: str = "") -> Source
     """Work out the patch for the function around `path:line` (`code`: the line's text from the report, used
     to find the line again if the file moved); nothing is written."""
     check_dtype(dtype)
-    try:
-        with open(path, encoding="utf-8", newline="") as fh:
-            original = fh.read()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the model source ({exc.strerror})")
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 Python source file")
-    try:
-        module = cst.parse_module(original)
-    except cst.ParserSyntaxError as exc:
-        raise UserError(f"{path}: cannot parse it as Python (line {exc.raw_line}: {exc.message}); refusing to patch")
+    original = read_source(path)
+    module = parse_source(original, path)
     if f"{MARKER}: computed in {dtype} (overflow at line {line};" in original:
         return SourcePatch(path=path, line=line, dtype=dtype, original=original, patched=original, already=True,
                            function=f"the function around the original line {line}")

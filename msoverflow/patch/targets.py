@@ -2,7 +2,6 @@
 or from the command line. No MindSpore import here: the CLI and the YAML/source patches use it too."""
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
@@ -85,17 +84,61 @@ def check_dtype(dtype: str) -> str:
     return dtype
 
 
+MAX_REPORT_BYTES = 64 << 20
+
+
 def load_report(path: str) -> dict:
+    """A report written by `analyze --format json`: a regular file, bounded, UTF-8, with the fields `patch`
+    uses of the right types (anything else is a clear error, exit 2)."""
+    from ..safeio import load_json
     try:
-        with open(path, encoding="utf-8") as fh:
-            report = json.load(fh)
+        report = load_json(path, limit=MAX_REPORT_BYTES)
     except OSError as exc:
         raise UserError(f"{path}: cannot read the analysis report ({exc.strerror})")
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not a JSON analysis report (line {exc.lineno}: {exc.msg})")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not a JSON analysis report (not UTF-8 text: byte {exc.start})")
+    except ValueError as exc:
+        raise UserError(f"{path}: not a JSON analysis report ({exc})")
     if not isinstance(report, dict) or "verdict" not in report:
         raise UserError(f"{path}: not an msoverflow analysis report (no 'verdict' key)")
+    _check_report_types(report, path)
     return report
+
+
+def _check_report_types(report: dict, path: str) -> None:
+    def bad(where: str, want: str, value) -> UserError:
+        return UserError(f"{path}: not an msoverflow analysis report ({where} is {type(value).__name__}, "
+                         f"expected {want})")
+    if not isinstance(report["verdict"], str):
+        raise bad("verdict", "a string", report["verdict"])
+    first = report.get("first")
+    if first is None:
+        return
+    if not isinstance(first, dict):
+        raise bad("first", "an object or null", first)
+    for key in ("cell", "cell_type", "op_type", "forward_op", "full_name", "op_name", "kind"):
+        if first.get(key) is not None and not isinstance(first[key], str):
+            raise bad(f"first.{key}", "a string", first[key])
+    for key in ("rank", "iteration", "timestamp"):
+        value = first.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 64):
+            raise bad(f"first.{key}", "a non-negative integer", value)
+    for key in ("inputs", "outputs"):
+        if first.get(key) is not None and not (isinstance(first[key], list)
+                                               and all(isinstance(t, dict) for t in first[key])):
+            raise bad(f"first.{key}", "a list of objects", first[key])
+    source = first.get("source")
+    if source is None:
+        return
+    if not isinstance(source, dict):
+        raise bad("first.source", "an object or null", source)
+    if source.get("file") is not None and not isinstance(source["file"], str):
+        raise bad("first.source.file", "a string", source["file"])
+    if source.get("code") is not None and not isinstance(source["code"], str):
+        raise bad("first.source.code", "a string", source["code"])
+    line = source.get("line")
+    if line is not None and (isinstance(line, bool) or not isinstance(line, int) or not 0 <= line < 10 ** 9):
+        raise bad("first.source.line", "a line number", line)
 
 
 def target_from_report(report: dict, where: str = "report") -> Target:
@@ -103,10 +146,13 @@ def target_from_report(report: dict, where: str = "report") -> Target:
     first = report.get("first")
     if report.get("verdict") == "clean" or not first:
         raise UserError(f"{where}: the analysis found no anomaly, so there is nothing to patch")
+    if not isinstance(first, dict):
+        raise UserError(f"{where}: not an msoverflow analysis report ('first' is {type(first).__name__})")
     cell, cell_type = first.get("cell"), first.get("cell_type")
     source = first.get("source")
     location = None
-    if source and source.get("file") and source.get("line"):
+    if isinstance(source, dict) and isinstance(source.get("file"), str) and source.get("line") \
+            and isinstance(source.get("line"), int):
         location = SourceLocation(file=source["file"], line=int(source["line"]), code=source.get("code") or "")
     if not cell and not cell_type:
         # No Cell known: fall back to the op itself; verify will say it could not widen.

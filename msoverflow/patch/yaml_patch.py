@@ -28,6 +28,9 @@ def mapping_path() -> Path:
         raise UserError(f"mindformers_precision.yaml: {exc}")
 
 
+MAX_YAML_CHARS = 16 << 20
+
+
 @functools.lru_cache(maxsize=None)
 def load_mapping(path: Optional[str] = None) -> dict:
     from ruamel.yaml import YAML
@@ -240,11 +243,16 @@ def plan(path: str, target: Target, dtype: str = "float32", *, allow_global: boo
     """Work out the YAML edit for `target`'s culprit; nothing is written."""
     check_dtype(dtype)
     mapping = mapping or load_mapping()
-    try:
-        with open(path, encoding="utf-8", newline="") as fh:
-            original = fh.read()
+    from ..safeio import open_regular
+    try:   # a regular file only: a FIFO given as --yaml never blocks
+        with open_regular(path, "r", encoding="utf-8", newline="") as fh:
+            original = fh.read(MAX_YAML_CHARS + 1)
     except OSError as exc:
         raise UserError(f"{path}: cannot read the MindFormers config ({exc.strerror})")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text")
+    if len(original) > MAX_YAML_CHARS:
+        raise UserError(f"{path}: over {MAX_YAML_CHARS} characters, not a MindFormers config")
     data = _load_rt(original, path)
     config, where = _find_model_config(data, path)
     gen, note = _generation(config, mapping, generation)

@@ -1,6 +1,7 @@
 """Just enough of the protobuf wire format to read and write CANN's DumpData header: no protoc, no generated code.
 
 Wire types: 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32 (3/4, the old groups, are rejected).
+Messages are decoded flat (no recursion): nesting is as deep as the caller's schema, never the input's.
 The decoder works on any indexable buffer (bytes or an mmap) and reports length-delimited fields as
 (start, end) offsets, so a tensor stored inline in the header is never copied.
 """
@@ -32,11 +33,17 @@ def read_varint(buf, pos: int, end: int) -> Tuple[int, int]:
             raise ProtobufError("varint longer than 10 bytes")
 
 
-def iter_fields(buf, start: int = 0, end: int = None) -> Iterator[Tuple[int, int, Union[int, Tuple[int, int]]]]:
-    """Yield (field_number, wire_type, value); value is an int, or (start, end) offsets for LEN fields."""
+def iter_fields(buf, start: int = 0, end: int = None, max_fields: int = None
+                ) -> Iterator[Tuple[int, int, Union[int, Tuple[int, int]]]]:
+    """Yield (field_number, wire_type, value); value is an int, or (start, end) offsets for LEN fields.
+    More than `max_fields` fields is an error (a corrupt message can hold millions of tiny ones)."""
     pos = start
     end = len(buf) if end is None else end
+    count = 0
     while pos < end:
+        count += 1
+        if max_fields is not None and count > max_fields:
+            raise ProtobufError(f"more than {max_fields} fields in one message")
         key, pos = read_varint(buf, pos, end)
         number, wire = key >> 3, key & 7
         if number == 0:
@@ -72,11 +79,11 @@ def parse(buf, start: int = 0, end: int = None) -> Dict[int, List[Tuple[int, obj
     return fields
 
 
-def packed_varints(buf, span: Tuple[int, int]) -> List[int]:
-    """A proto3 packed repeated varint field."""
+def packed_varints(buf, span: Tuple[int, int], limit: int = None) -> List[int]:
+    """A proto3 packed repeated varint field (at most `limit` values are decoded)."""
     pos, end = span
     values = []
-    while pos < end:
+    while pos < end and (limit is None or len(values) < limit):
         value, pos = read_varint(buf, pos, end)
         values.append(value)
     return values

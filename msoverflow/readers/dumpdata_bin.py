@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
-from .. import names
+from .. import names, safeio
 from ..dtypes import SUB_BYTE_BITS, UNDECODABLE, decode_raw, numpy_dtype
 from ..model import INPUT, OUTPUT, TensorEvent
 from . import _protobuf as pb
@@ -55,6 +55,7 @@ MINDSPORE_DTYPE_WORDS = {
 }
 
 HEADER_LENGTH_BYTES = 8
+MAX_TENSOR_FIELDS = 256    # an OpInput/OpOutput has 8 fields; more is a corrupt header
 
 
 class DumpFormatError(ValueError):
@@ -118,13 +119,15 @@ class DumpHeader:
 
 def _shape(buf, span) -> Tuple[int, ...]:
     dims: List[int] = []
-    for number, wire, value in pb.iter_fields(buf, *span):
+    for number, wire, value in pb.iter_fields(buf, *span, max_fields=safeio.MAX_DIMS + 16):
         if number != 1:
             continue
         if wire == pb.LEN:          # proto3 packs repeated uint64
-            dims.extend(pb.packed_varints(buf, value))
+            dims.extend(pb.packed_varints(buf, value, limit=safeio.MAX_DIMS + 1))
         elif wire == pb.VARINT:
             dims.append(value)
+        if len(dims) > safeio.MAX_DIMS:
+            raise pb.ProtobufError(f"a shape with more than {safeio.MAX_DIMS} dimensions")
     return tuple(dims)
 
 
@@ -135,7 +138,7 @@ def _tensor(buf, span, io: str, index: int, path: str) -> TensorSlot:
     shape: Tuple[int, ...] = ()
     original_shape = None
     data_span = None
-    for number, wire, value in pb.iter_fields(buf, *span):
+    for number, wire, value in pb.iter_fields(buf, *span, max_fields=MAX_TENSOR_FIELDS):
         if number == 1 and wire == pb.VARINT:
             data_type = value
         elif number == 2 and wire == pb.VARINT:
@@ -172,8 +175,8 @@ def read_dump_header(path: str) -> DumpHeader:
     """
     path = os.fspath(path)
     try:
-        file_size = os.path.getsize(path)
-        with open(path, "rb") as fh:
+        with safeio.open_regular(path, "rb") as fh:
+            file_size = os.fstat(fh.fileno()).st_size
             head = fh.read(HEADER_LENGTH_BYTES)
             if len(head) < HEADER_LENGTH_BYTES:
                 raise DumpFormatError(f"{path}: {file_size} bytes, too short for the 8-byte header length")
@@ -194,11 +197,13 @@ def _parse_header(buf, path: str, header_length: int, file_size: int) -> DumpHea
     start, end = HEADER_LENGTH_BYTES, HEADER_LENGTH_BYTES + header_length
     header = DumpHeader(path=path, header_length=header_length, file_size=file_size)
     try:
-        for number, wire, value in pb.iter_fields(buf, start, end):
+        for number, wire, value in pb.iter_fields(buf, start, end, max_fields=4 * safeio.MAX_TENSOR_SLOTS):
             if number == 1 and wire == pb.LEN:
                 header.version = bytes(buf[value[0]:value[1]]).decode("utf-8", "replace")
             elif number == 2 and wire == pb.VARINT:
                 header.dump_time = value
+            elif number in (3, 4) and len(header.inputs) + len(header.outputs) >= safeio.MAX_TENSOR_SLOTS:
+                raise pb.ProtobufError(f"more than {safeio.MAX_TENSOR_SLOTS} inputs and outputs")
             elif number == 3 and wire == pb.LEN:
                 header.outputs.append(_tensor(buf, value, OUTPUT, len(header.outputs), path))
             elif number == 4 and wire == pb.LEN:
@@ -214,8 +219,16 @@ def _parse_header(buf, path: str, header_length: int, file_size: int) -> DumpHea
     for slot in header.slots():
         if slot.inline:
             continue
-        if slot.dtype is not None and slot.size == 0 and slot.numel > 0:
-            slot.size = int(-(-slot.numel * _itemsize(slot.dtype) // 1))
+        if slot.dtype is not None and slot.size == 0 and slot.shape:
+            try:    # checked against the file before any product is trusted
+                if slot.dtype in SUB_BYTE_BITS:     # packed: several values per byte
+                    per_byte = 8 // SUB_BYTE_BITS[slot.dtype]
+                    count = safeio.tensor_bytes(slot.shape, 1, (file_size - cursor) * per_byte)
+                    slot.size = -(-count // per_byte)
+                else:
+                    slot.size = safeio.tensor_bytes(slot.shape, int(_itemsize(slot.dtype)), file_size - cursor)
+            except safeio.BadNumber:
+                slot.size = file_size + 1   # reported as truncated just below
             header.problems.append(f"{path}: {slot.io} {slot.slot} has no size; assumed shape x itemsize")
         if cursor + slot.size > file_size:
             slot.problem = slot.problem or (

@@ -9,6 +9,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional
 
+from .. import safeio
 from ..model import GraphNode
 from ..names import scope_to_file_name
 
@@ -17,15 +18,42 @@ _PARAM = re.compile(r"^%(para\d+)_(\S+?):")
 _REF = re.compile(r"%(\w+)")
 _DTYPE_OUT = re.compile(r"->\s*\(<(?:Ref\[)?Tensor\[(\w+)\]")
 _KERNEL_OUT = re.compile(r"->\s*\(<(\w+?)x\w+")
-_FULLNAME = re.compile(r"# Fullname with scope: \((.*)\)\s*$")
-_FULLNAME_OLD = re.compile(r"^: full_name_with_scope: \((.*)\)\s*$")       # older dialect (MindSpore 1.x docs)
-_SOURCE = re.compile(r"# In file (.*):(\d+)(?:~\d+)?, \d+~\d+/(.*)/\s*$")
-_SOURCE_OLD = re.compile(r"# In file (.*)\((\d+)\)/(.*)/\s*$")              # `# In file net.py(175)/  code/`
+_FULLNAME_PREFIX = "# Fullname with scope: "
+_FULLNAME_OLD_PREFIX = ": full_name_with_scope: "          # older dialect (MindSpore dump tutorial)
+# `# In file {path}:{line}[~{end}], {col}~{col}/{code}/`: found by scanning for the separator (linear), never by
+# a leading `(.*)` that backtracks over a long line.
+_SOURCE_PREFIX = "# In file "
+_SOURCE_SEPARATOR = re.compile(r":(\d+)(?:~\d+)?, \d+~\d+/")
+_SOURCE_OLD_SEPARATOR = re.compile(r"\((\d{1,9})\)/")        # older dialect: `# In file net.py(175)/  code/`
+MAX_LINE_NUMBER_DIGITS = 9
 # Appended to a source line that several nodes share: not the line that made this node, if another one exists.
 SHARED_MARK = "<~~This line of code can be shared by multiple nodes, and may be duplicated."
 _UNIQUE = re.compile(r'\bunique_id: "(\d+)"')
 _FORWARD = re.compile(r'forward_node_name: "([^"]+)"(?:, forward_unique_id: "(\d+)")?')
 _FRAMEWORK = re.compile(r"[/\\](?:site|dist)-packages[/\\]mindspore[/\\]|[/\\]mindspore[/\\]python[/\\]mindspore[/\\]")
+
+
+def _full_name(stripped: str) -> Optional[str]:
+    prefix = _FULLNAME_PREFIX if stripped.startswith(_FULLNAME_PREFIX) else _FULLNAME_OLD_PREFIX
+    rest = stripped[len(prefix):].rstrip()
+    if rest.startswith("(") and rest.endswith(")"):
+        return rest[1:-1]
+    return None
+
+
+def _source(stripped: str):
+    """(file, line, code) of a `# In file` comment, or None."""
+    body = stripped[len(_SOURCE_PREFIX):].rstrip()
+    if not body.endswith("/"):
+        return None
+    last = None
+    for last in _SOURCE_SEPARATOR.finditer(body, 0, len(body) - 1):
+        pass
+    if last is None:
+        last = _SOURCE_OLD_SEPARATOR.search(body, 0, len(body) - 1)
+    if last is None or last.start() == 0 or len(last.group(1)) > MAX_LINE_NUMBER_DIGITS:
+        return None
+    return body[:last.start()], int(last.group(1)), body[last.end():-1].strip()
 
 
 def _is_user_code(path: str) -> bool:
@@ -127,26 +155,22 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             elif current["types"] == 2:
                 d = _KERNEL_OUT.search(stripped)
                 current["kernel"] = d.group(1) if d else None
-        elif stripped.startswith("# Fullname with scope:"):
-            f = _FULLNAME.search(stripped)
-            if f:
-                current["full_name"] = f.group(1)
-        elif stripped.startswith(": full_name_with_scope:"):
-            f = _FULLNAME_OLD.match(stripped)
-            if f:
-                current["full_name"] = f.group(1)
-        elif stripped.startswith("# In file"):
+        elif stripped.startswith(_FULLNAME_PREFIX) or stripped.startswith(_FULLNAME_OLD_PREFIX):
+            full = _full_name(stripped)
+            if full:
+                current["full_name"] = full
+        elif stripped.startswith(_SOURCE_PREFIX):
             shared = SHARED_MARK in stripped
             text = stripped.replace(SHARED_MARK, "").rstrip()
             if shared and not text.endswith("/"):
                 text += "/"
-            s = _SOURCE.search(text) or _SOURCE_OLD.search(text)
-            if s:
+            src = _source(text)
+            if src:
                 # Lines run from the outermost call to the innermost: the last of the best kind wins.
                 # Best: user code not marked shared; then shared user code; then framework code.
-                rank = (0 if _is_user_code(s.group(1)) else 2) + (1 if shared else 0)
+                rank = (0 if _is_user_code(src[0]) else 2) + (1 if shared else 0)
                 if rank <= current.get("source_rank", 99):
-                    current["source"] = (s.group(1), int(s.group(2)), s.group(3).strip())
+                    current["source"] = src
                     current["source_rank"] = rank
         elif current.get("open", 0) > 0:      # attributes of the node line wrapped onto this line
             current["open"] += stripped.count("{") - stripped.count("}")
@@ -165,8 +189,8 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
 
 
 def load_ir(path: str) -> GraphIndex:
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        return parse_ir(fh)
+    with safeio.open_regular(path, "r", encoding="utf-8", errors="replace") as fh:
+        return parse_ir(safeio.bounded_lines(fh))
 
 
 def graph_files(rank_root: str, graph: str) -> List[str]:
@@ -176,5 +200,5 @@ def graph_files(rank_root: str, graph: str) -> List[str]:
     found = [os.path.join(folder, n) for n in names if os.path.isfile(os.path.join(folder, n))]
     if not found and os.path.isdir(folder):
         found = sorted(os.path.join(folder, n) for n in os.listdir(folder)
-                       if n.endswith(f"_graph_{graph}.ir"))
+                       if n.endswith(f"_graph_{graph}.ir") and safeio.is_regular(os.path.join(folder, n)))
     return found

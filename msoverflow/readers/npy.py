@@ -14,6 +14,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from .. import safeio
 from ..dtypes import canonical
 
 
@@ -35,6 +36,7 @@ class NpyHeader:
 
 
 SMALL = 1 << 20   # files up to this size are read in one go; larger ones are memory-mapped
+MAX_HEADER = 1 << 20
 
 _MAGIC = b"\x93NUMPY"
 _FAST_HEADER = re.compile(r"^\{'descr': '([<>|=][a-zA-Z]\d+|\|b1)', 'fortran_order': (True|False), "
@@ -42,14 +44,20 @@ _FAST_HEADER = re.compile(r"^\{'descr': '([<>|=][a-zA-Z]\d+|\|b1)', 'fortran_ord
 
 
 def _parse_header_dict(text: str):
-    m = _FAST_HEADER.match(text)
-    if m:  # the exact form numpy (and MindSpore) write: no need for a Python-literal parser
-        shape = tuple(int(d) for d in m.group(3).replace(" ", "").split(",") if d)
-        return shape, m.group(2) == "True", np.dtype(m.group(1))
     try:
+        m = _FAST_HEADER.match(text)
+        if m:  # the exact form numpy (and MindSpore) write: no need for a Python-literal parser
+            shape = tuple(safeio.int_text(d, "shape dimension") for d in m.group(3).replace(" ", "").split(",")
+                          if d)
+            return safeio.check_shape(shape), m.group(2) == "True", np.dtype(m.group(1))
+        if len(text) > 65535 or safeio.source_nesting(text) > 8:
+            raise ValueError("header too long or too deeply nested")
         d = ast.literal_eval(text)
-        return tuple(d["shape"]), bool(d["fortran_order"]), np.lib.format.descr_to_dtype(d["descr"])
-    except (ValueError, SyntaxError, KeyError, TypeError) as exc:
+        if not isinstance(d, dict):
+            raise TypeError("header is not a dict")
+        return (safeio.check_shape(d["shape"]), bool(d["fortran_order"]),
+                np.lib.format.descr_to_dtype(d["descr"]))
+    except (ValueError, SyntaxError, KeyError, TypeError, OverflowError, MemoryError, RecursionError) as exc:
         raise NpyError(f"not a valid npy file (bad header: {str(exc)[:60]})") from None
 
 
@@ -65,6 +73,8 @@ def _parse_prefix(prefix: bytes, size: int):
         raise NpyError(f"not a valid npy file (format version {major})")
     if start + length > size:
         raise NpyError("truncated inside the npy header")
+    if length > MAX_HEADER:
+        raise NpyError(f"npy header of {length} bytes (at most {MAX_HEADER} for a tensor)")
     encoding = "utf8" if major == 3 else "latin1"
     if start + length > len(prefix):
         return None, start, start + length, encoding
@@ -73,20 +83,28 @@ def _parse_prefix(prefix: bytes, size: int):
 
 def read_header(path: str, prefix: Optional[bytes] = None, size: Optional[int] = None) -> NpyHeader:
     try:
-        size = os.path.getsize(path) if size is None else size
         if prefix is None:
-            with open(path, "rb") as fh:
+            with safeio.open_regular(path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size if size is None else size
                 prefix = fh.read(4096)
+        size = safeio.regular_size(path) if size is None else size
         text, start, offset, encoding = _parse_prefix(prefix, size)
         if text is None:  # a header longer than the first read
-            with open(path, "rb") as fh:
+            with safeio.open_regular(path, "rb") as fh:
                 text = fh.read(offset)[start:].decode(encoding)
     except OSError as exc:
         raise NpyError(f"cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise NpyError("not a valid npy file (header is not text)") from None
     shape, fortran, dtype = _parse_header_dict(text)
-    shape = tuple(int(d) for d in shape)
-    count = math.prod(shape) if shape else 1
     payload = size - offset
+    if dtype.itemsize == 0 or dtype.hasobject:
+        raise NpyError(f"dtype {dtype} is not a tensor dtype")
+    try:   # the claimed size is checked against the file before anything is computed from it
+        count = safeio.tensor_bytes(shape, 1, max(payload, 0), "npy header") if shape else 1
+    except safeio.BadNumber:
+        raise NpyError(f"truncated: header says {shape[:8]} {dtype}, more than the file's {payload} "
+                       f"payload bytes") from None
     expected = count * dtype.itemsize
     payload_dtype = dtype
     if payload != expected and count > 0 and dtype.kind in "fc":
@@ -120,12 +138,12 @@ def open_array(path: str, header: Optional[NpyHeader] = None) -> np.ndarray:
 def load(path: str) -> Tuple[NpyHeader, np.ndarray]:
     """Header and data; small files in one read, large ones memory-mapped so memory stays flat."""
     try:
-        size = os.path.getsize(path)
-        if size > SMALL:
-            header = read_header(path, size=size)
-            return header, open_array(path, header)
-        with open(path, "rb") as fh:
-            blob = fh.read()
+        with safeio.open_regular(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > SMALL:
+                header = read_header(path, size=size)
+                return header, open_array(path, header)
+            blob = fh.read(SMALL + 1)
     except OSError as exc:
         raise NpyError(f"cannot read ({exc.strerror})") from None
     header = read_header(path, blob, len(blob))

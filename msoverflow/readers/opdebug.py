@@ -10,17 +10,18 @@ OpDebug node itself and are only a fallback.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import struct
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from .. import safeio
 from ..model import OverflowRecord
 from . import dumpdata_bin
 
 MAGIC = 0x5A5A5A5A
 OLD_RECORD_BYTES = 2048
+MAX_JSON_BYTES = 16 << 20     # an Opdebug record is a few hundred bytes
 AI_CORE_UNITS = {"AI Core", "AIC", "AIV"}
 ACC_TYPES = {0: "AIC", 1: "AIV", 2: "AICPU", 3: "SDMA"}
 # uint64 fields of one acc_list entry, per accelerator type (new binary layout).
@@ -84,7 +85,11 @@ def _as_int(value) -> Optional[int]:
         return value
     if isinstance(value, float):
         return int(value) if value.is_integer() else None
-    text = str(value).strip()
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if len(text) > 24:       # no id or status has more digits; refuse before converting
+        return None
     try:
         return int(text, 0) if text.lower().startswith("0x") else int(text)
     except ValueError:
@@ -168,14 +173,15 @@ def read_entries(path: str) -> List[dict]:
     """All entries of one Opdebug file, JSON or binary. Raises OpdebugFormatError naming the file."""
     path = os.fspath(path)
     try:
-        with open(path, "rb") as fh:
+        with safeio.open_regular(path, "rb") as fh:
             head = fh.read(64)
     except OSError as exc:
         raise OpdebugFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     if path.endswith(".json") or head.lstrip()[:1] == b"{":
         try:
-            with open(path, encoding="utf-8") as fh:
-                return entries_from_json(json.load(fh))
+            return entries_from_json(safeio.load_json(path, limit=MAX_JSON_BYTES))
+        except OSError as exc:
+            raise OpdebugFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
         except (ValueError, UnicodeDecodeError) as exc:
             raise OpdebugFormatError(f"{path}: bad Opdebug JSON: {exc}") from exc
     if head[:8] == b"\0" * 8:
@@ -187,12 +193,14 @@ def read_entries(path: str) -> List[dict]:
         slot = header.outputs[0]
         if slot.offset is None:
             raise OpdebugFormatError(f"{path}: {slot.problem or 'output 0 is not in the file'}")
-        with open(path, "rb") as fh:
+        with safeio.open_regular(path, "rb") as fh:
             fh.seek(slot.offset)
             raw = fh.read(slot.size)
         return entries_from_raw(raw)
     except dumpdata_bin.DumpFormatError as exc:
         raise OpdebugFormatError(str(exc)) from exc
+    except OSError as exc:
+        raise OpdebugFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except ValueError as exc:
         raise OpdebugFormatError(f"{path}: bad Opdebug record: {exc}") from exc
 

@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .. import safeio
 from ..dtypes import canonical, dtype_max
 from ..model import INPUT, OUTPUT, TensorEvent, TensorStats
 from ..names import scope_to_file_name
@@ -64,7 +65,10 @@ def parse_shape(text: Optional[str]) -> Optional[Tuple[int, ...]]:
     if body[:1] in "([" and body[-1:] in ")]":
         body = body[1:-1]
     parts = [p for p in re.split(r"[,\s]+", body) if p]
-    return tuple(int(p) for p in parts)
+    try:
+        return safeio.check_shape([safeio.int_text(p, "dimension", 19) for p in parts])
+    except safeio.BadNumber as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _float(text: Optional[str]) -> Optional[float]:
@@ -77,6 +81,8 @@ def _int(text: Optional[str]) -> Optional[int]:
     if text is None or text.strip().lower() in NULLS:
         return None
     text = text.strip()
+    if len(text) > safeio.MAX_INT_DIGITS:
+        raise ValueError(f"{text[:20]}... has {len(text)} characters, not a count or id")
     try:
         return int(text)
     except ValueError:
@@ -112,6 +118,13 @@ def read_statistic_csv(path: str, *, rank: int, graph: str, iteration: int,
     caller knows that a 0 count there means "unknown", not "none".
     """
     path = os.fspath(path)
+    try:   # a regular file of bounded size, checked before either parser opens it
+        size = safeio.regular_size(path)
+        if size > safeio.MAX_READ_BYTES:
+            raise safeio.TooLarge(0, f"{size} bytes, over the {safeio.MAX_READ_BYTES}-byte limit", path)
+    except OSError as exc:
+        warn(f"{path}: cannot read statistic.csv: {exc.strerror or exc}")
+        return []
     fast = _read_with_pandas(path, rank, graph, iteration)
     if fast is not None:
         if loader_for is not None:
@@ -119,7 +132,7 @@ def read_statistic_csv(path: str, *, rank: int, graph: str, iteration: int,
                 event.loader = loader_for(event)
         return fast
     try:
-        with open(path, newline="", encoding="utf-8-sig", errors="replace") as fh:
+        with safeio.open_regular(path, "r", newline="", encoding="utf-8-sig", errors="replace") as fh:
             rows = list(csv.reader(fh))
     except OSError as exc:
         warn(f"{path}: cannot read statistic.csv: {exc.strerror or exc}")
@@ -172,9 +185,16 @@ def _read_with_pandas(path: str, rank: int, graph: str, iteration: int) -> Optio
     """The fast path for well-formed files (real dumps hold 10^5 rows per step): pandas' C parser and
     column-wise conversion. Anything unusual (ragged rows, a bad value, a missing column) returns None and the
     row-by-row reader above handles the file, with its per-row warnings."""
+    import warnings
+
     import pandas as pd
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig", skipinitialspace=True)
+        # index_col=False: a row longer than the header goes to the careful reader (pandas' warning about it is
+        # made an error), never into a thousands-level index that takes pandas minutes to build
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig",
+                                skipinitialspace=True, index_col=False)
     except Exception:     # pandas raises many kinds on odd files; the careful reader explains them
         return None
     columns: Dict[str, str] = {}

@@ -67,4 +67,5 @@ def report_dict(report: Report) -> dict:
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(report_dict(report), indent=2, allow_nan=False) + "\n"
+    from ..safeio import json_safe   # a NaN anywhere (a version, a value from a dump) never breaks the report
+    return json.dumps(json_safe(report_dict(report)), indent=2, allow_nan=False) + "\n"

@@ -1,0 +1,1 @@
+"""Package data (kept a package so setuptools installs it and importlib.resources finds it)."""

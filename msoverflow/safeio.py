@@ -1,0 +1,352 @@
+"""The contract at the edges: every file msoverflow reads, every number it takes from one, every path it writes.
+
+- Only regular files are opened. A FIFO, device or socket (or a symlink to one) is refused with NotRegularFile,
+  an OSError, so the readers' `except OSError` turns it into a warning. Files are opened with O_NONBLOCK, so
+  even a FIFO that appears between the check and the open never blocks.
+- Sizes come from fstat or from a header that was range-checked, and are checked against the file size before
+  anything is allocated: a tensor that claims more bytes than its file holds is corrupt.
+- Memory is bounded: a file read whole (JSON, CSV, configs, reports, source) is at most MAX_READ_BYTES
+  (256 MiB, MSOVERFLOW_MAX_READ_BYTES overrides it); a text line is cut at MAX_LINE_CHARS; tensors are never read
+  whole (memory maps scanned in chunks, see stats.py).
+- JSON nesting is at most MAX_JSON_DEPTH, integers in JSON at most MAX_INT_DIGITS digits, NaN/Infinity are
+  not JSON. Tensor shapes have at most MAX_DIMS dimensions of non-negative integers; a DumpData header lists at
+  most MAX_TENSOR_SLOTS inputs and outputs.
+- Output paths are resolved (realpath, symlinks followed) and refused inside a dump, judged from the dump's
+  ROOT (the directory holding rank_*/, time or step directories), not only the directory given.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import re
+import stat
+from typing import Any, Iterable, Iterator, Optional
+
+MAX_READ_BYTES = int(os.environ.get("MSOVERFLOW_MAX_READ_BYTES", 256 << 20))
+MAX_LINE_CHARS = 1 << 20
+MAX_JSON_DEPTH = 64
+MAX_INT_DIGITS = 40          # more than any id, size or timestamp a dump holds (uint64 has 20 digits)
+MAX_DIMS = 64                # numpy's own limit; MindSpore tensors have at most 8
+MAX_TENSOR_SLOTS = 16384     # inputs + outputs of one op in a DumpData header
+MAX_SOURCE_NESTING = 100     # brackets/indentation levels in Python source before a parser is trusted with it
+
+
+class NotRegularFile(OSError):
+    """A path that is not a regular file (FIFO, device, socket, directory), or a symlink to one."""
+
+
+class TooLarge(OSError):
+    """A file larger than the limit for a whole-file read."""
+
+
+class BadNumber(ValueError):
+    """A number out of range, or not a number, where a file promised one."""
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "a special file"
+
+
+def _refuse(path, mode: int) -> NotRegularFile:
+    return NotRegularFile(errno.EINVAL, f"{_kind(mode)}, not a regular file", os.fspath(path))
+
+
+def regular_size(path) -> int:
+    """The size of a regular file (symlinks followed); NotRegularFile for anything else."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(path, st.st_mode)
+    return st.st_size
+
+
+def is_regular(path) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def open_regular(path, mode: str = "rb", *, encoding: Optional[str] = None, errors: Optional[str] = None,
+                 newline: Optional[str] = None):
+    """open() for reading that never blocks and only accepts a regular file (checked on the open descriptor)."""
+    if any(c in mode for c in "wax+"):
+        raise ValueError("open_regular is for reading")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse(path, st.st_mode)
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        if "b" in mode:
+            return os.fdopen(fd, mode)
+        return os.fdopen(fd, mode, encoding=encoding or "utf-8", errors=errors, newline=newline)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path, limit: Optional[int] = None) -> bytes:
+    limit = MAX_READ_BYTES if limit is None else limit
+    with open_regular(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > limit:
+            raise TooLarge(errno.EFBIG, f"{size} bytes, over the {limit}-byte limit for a file read whole",
+                           os.fspath(path))
+        data = fh.read(limit + 1)
+    if len(data) > limit:   # grew while being read
+        raise TooLarge(errno.EFBIG, f"over the {limit}-byte limit for a file read whole", os.fspath(path))
+    return data
+
+
+def read_text(path, limit: Optional[int] = None, *, encoding: str = "utf-8", errors: str = "strict") -> str:
+    """A regular file's text, bounded; UnicodeDecodeError (a ValueError) when it is not `encoding`."""
+    return read_bytes(path, limit).decode(encoding, errors)
+
+
+def bounded_lines(fh, max_chars: int = MAX_LINE_CHARS) -> Iterator[str]:
+    """Lines of a text file, each cut at `max_chars` (the rest of an overlong line is skipped, memory stays flat)."""
+    while True:
+        line = fh.readline(max_chars)
+        if not line:
+            return
+        if len(line) >= max_chars and not line.endswith("\n"):
+            while True:              # drop the rest of this line
+                rest = fh.readline(max_chars)
+                if not rest or rest.endswith("\n"):
+                    break
+        yield line
+
+
+# ---- JSON ---------------------------------------------------------------------------------------------------
+
+class JsonError(ValueError):
+    """Text that is not JSON msoverflow accepts (syntax, nesting, a huge integer, NaN)."""
+
+
+def json_depth(text: str) -> int:
+    """The deepest [ / { nesting of JSON text, in one linear pass (brackets inside strings ignored)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise JsonError(f"an integer of {len(text)} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise JsonError(f"{text[:40]} is out of range for a number (not finite)")
+    return value
+
+
+def _no_constant(name: str):
+    raise JsonError(f"{name} is not JSON")
+
+
+def loads_json(text: str, *, max_depth: int = MAX_JSON_DEPTH, allow_nan: bool = False) -> Any:
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8")
+    depth = json_depth(text)
+    if depth > max_depth:
+        raise JsonError(f"nested {depth} levels deep (at most {max_depth})")
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_float=(float if allow_nan else _finite_float),
+                          parse_constant=(float if allow_nan else _no_constant))
+    except JsonError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise JsonError(f"line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:
+        raise JsonError(str(exc)[:200]) from None
+
+
+def load_json(path, *, limit: Optional[int] = None, max_depth: int = MAX_JSON_DEPTH, allow_nan: bool = False) -> Any:
+    """A JSON file: regular, bounded in size and nesting. OSError for the file, JsonError (ValueError) for the
+    text, UnicodeDecodeError (ValueError) for bytes that are not UTF-8."""
+    return loads_json(read_text(path, limit), max_depth=max_depth, allow_nan=allow_nan)
+
+
+def json_safe(value: Any) -> Any:
+    """NaN/inf floats -> None, recursively, so a report always serialises (allow_nan=False)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+# ---- numbers ------------------------------------------------------------------------------------------------
+
+_DIGITS = re.compile(r"[+-]?\d{1,%d}" % MAX_INT_DIGITS)
+
+
+def int_text(text: str, what: str = "number", max_digits: int = 18) -> int:
+    """Decimal text -> int, refusing more than `max_digits` digits (no million-digit conversions)."""
+    body = str(text).strip()
+    digits = body.lstrip("+-")
+    if not digits.isdigit() or not digits.isascii():
+        raise BadNumber(f"{what} {body[:40]!r} is not an integer")
+    if len(digits) > max_digits:
+        raise BadNumber(f"{what} has {len(digits)} digits (at most {max_digits})")
+    return int(body)
+
+
+def check_int(value: Any, what: str, low: int = 0, high: int = (1 << 63) - 1) -> int:
+    """An int from a file (JSON/header): a real int (not bool/float/None/complex) within [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadNumber(f"{what} is {type(value).__name__} {str(value)[:40]}, not an integer")
+    if not low <= value <= high:
+        raise BadNumber(f"{what} {str(value)[:40]} is out of range ({low}..{high})")
+    return value
+
+
+def check_shape(shape: Any, what: str = "shape") -> tuple:
+    """A tensor shape: at most MAX_DIMS non-negative ints, each below 2**63."""
+    if not isinstance(shape, (tuple, list)):
+        raise BadNumber(f"{what} is {type(shape).__name__}, not a list of dimensions")
+    if len(shape) > MAX_DIMS:
+        raise BadNumber(f"{what} has {len(shape)} dimensions (at most {MAX_DIMS})")
+    return tuple(check_int(d, f"{what} dimension") for d in shape)
+
+
+def tensor_bytes(shape: Iterable[int], itemsize: int, available: int, what: str = "tensor") -> int:
+    """Bytes a tensor of `shape` needs; BadNumber when that exceeds the `available` bytes of its file.
+    Multiplies with an early exit, so a shape of huge dims never builds a huge integer."""
+    count = 1
+    zero = False
+    limit = max(available, 0) // max(itemsize, 1)
+    for d in shape:
+        if d == 0:
+            zero = True
+        elif not zero:
+            count *= d
+            if count > limit:
+                raise BadNumber(f"{what} claims more than {available} bytes, more than its file holds: corrupt")
+    return 0 if zero else count * itemsize
+
+
+# ---- Python source ------------------------------------------------------------------------------------------
+
+def source_nesting(text: str) -> int:
+    """An upper bound on the bracket nesting of Python source (strings and comments are not excluded, which
+    only errs towards refusing), plus indentation depth in 4-column steps. Linear."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+    indent = 0
+    for line in text.splitlines():
+        stripped = line.lstrip(" \t")
+        if stripped and not stripped.startswith("#"):
+            width = len(line.expandtabs(8)) - len(stripped)
+            indent = max(indent, width // 4)
+    return max(deepest, indent)
+
+
+# ---- text shown to people -----------------------------------------------------------------------------------
+
+def printable(text: Any) -> str:
+    """Text that any UTF-8 stream accepts: undecodable bytes of file names (surrogate escapes) as \\xNN."""
+    text = str(text)
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") \
+            if _only_escapes(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _only_escapes(text: str) -> bool:
+    try:
+        text.encode("utf-8", "surrogateescape")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+# ---- where outputs may go -----------------------------------------------------------------------------------
+
+# Directory names that only occur inside a dump; the dump's root is the parent of the outermost one
+# (2 levels for an ACL step directory: {root}/{step}/{time}/...).
+_RANK_DIR = re.compile(r"^rank_?\d+$")
+_TIME_DIR = re.compile(r"^\d{14}$")
+_STEP_DIR = re.compile(r"^step\d+$")
+
+
+def dump_root(path) -> str:
+    """The real path of the root of the dump that `path` (a directory or file inside it) belongs to: the
+    parent of the outermost rank_N / stepN directory, or of the time directory of an ACL/GE dump (and its step
+    directory). A path inside no known layout is its own root."""
+    real = os.path.realpath(path)
+    parts = real.split(os.sep)
+    root_index = None
+    for i, name in enumerate(parts):
+        if _RANK_DIR.match(name) or _STEP_DIR.match(name):
+            root_index = i
+            break
+        if _TIME_DIR.match(name):
+            root_index = i - 1 if i >= 2 and parts[i - 1].isdigit() else i
+            break
+    if root_index is None or root_index < 1:
+        return real
+    root = os.sep.join(parts[:root_index]) or os.sep
+    return root
+
+
+def inside(path, directory) -> bool:
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def refuse_output_inside(output, *protected, what: str = "the dump directory") -> str:
+    """The real path of `output`; UserError when it lies inside any of `protected` (each widened to its dump
+    root). Symlinks are followed, so a link pointing into the dump is refused too."""
+    from .errors import UserError
+    real = os.path.realpath(output)
+    for directory in protected:
+        if not directory:
+            continue
+        for guarded in {os.path.realpath(directory), dump_root(directory)}:
+            if inside(real, guarded):
+                raise UserError(f"{printable(output)}: refusing to write inside {what} {printable(guarded)} "
+                                f"(msoverflow never writes into a dump); choose a path outside it")
+    return real
