@@ -132,6 +132,7 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
                                             for e in ex.inputs + ex.outputs if e.note.startswith("unreadable")})
     reasons = inconclusive_reasons(unknown=index.unknown_examples, unknown_count=index.unknown_files,
                                    unreadable=unreadable, rank_status=rank_status, dumped_anything=True)
+    reasons += _undecodable(index, note)
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": meta["summary"]}
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
@@ -139,6 +140,20 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
                   tail_clean=scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
                   inconclusive=reasons, flagged=flagged, step_times=_step_times(index),
                   overflow_records=list(index.overflow_records))
+
+
+def _undecodable(index: DumpIndex, warn) -> List[str]:
+    """Tensors whose dtype cannot be decoded (readers mark them `dtypes.UNDECODABLE`): never read, so a verdict
+    without findings cannot be clean."""
+    from .dtypes import UNDECODABLE
+    found = [e for exs in index.executions.values() for ex in exs for e in ex.inputs + ex.outputs
+             if e.note.startswith(UNDECODABLE)]
+    if not found:
+        return []
+    reason = (f"{len(found)} tensor(s) have a data type msoverflow cannot decode, e.g. {found[0].source}: "
+              f"{found[0].note}")
+    warn(reason)
+    return [reason]
 
 
 def _other_files(path: str, limit: int = 2000) -> List[str]:
@@ -330,9 +345,9 @@ class _GraphCache:
     def node(self, ex: OpExecution):
         key = (ex.rank, ex.graph)
         if key not in self.cache:
-            self.cache[key] = None
+            self.cache[key] = getattr(self.index, "graphs", {}).get(key)   # built by a reader (msprobe)
             root = self.index.rank_roots.get(key)
-            if root:
+            if root and self.cache[key] is None:
                 from .readers.ir_graph import graph_files, load_ir
                 for path in graph_files(root, ex.graph):
                     try:

@@ -83,7 +83,9 @@ class TensorEvent:
     stats: Optional[TensorStats] = None          # known without reading data (statistic.csv)
     loader: Optional[Callable[[], "object"]] = field(default=None, repr=False)  # -> TensorData (lazy)
     payload_dtype: Optional[str] = None          # dtype of the bytes on disk when it differs from `dtype`
-    note: str = ""
+    note: str = ""                  # "undecodable: ..." = the bytes cannot be decoded (dtypes.UNDECODABLE)
+    context_id: Optional[int] = None   # FFTS+ sub-task ids from the file name (match Opdebug records)
+    thread_id: Optional[int] = None
 
     @property
     def is_float(self) -> bool:
@@ -149,6 +151,14 @@ class OpExecution:
     def time(self) -> int:
         stamps = [t.timestamp for t in self.inputs + self.outputs] or [r.timestamp for r in self.flags]
         return min(stamps) if stamps else 0
+
+    @property
+    def context_id(self) -> Optional[int]:
+        return next((t.context_id for t in self.inputs + self.outputs if t.context_id is not None), None)
+
+    @property
+    def thread_id(self) -> Optional[int]:
+        return next((t.thread_id for t in self.inputs + self.outputs if t.thread_id is not None), None)
 
     @property
     def is_parameter(self) -> bool:
