@@ -144,12 +144,28 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
                                             for e in ex.inputs + ex.outputs if e.note.startswith("unreadable")})
     reasons = inconclusive_reasons(unknown=index.unknown_examples, unknown_count=index.unknown_files,
                                    unreadable=unreadable, rank_status=rank_status, dumped_anything=True)
+    reasons += _undecodable(index, note)
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": meta["summary"]}
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
                   files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
                   tail_clean=scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
-                  inconclusive=reasons, flagged=flagged)
+                  inconclusive=reasons, flagged=flagged, step_times=_step_times(index),
+                  overflow_records=list(index.overflow_records))
+
+
+def _undecodable(index: DumpIndex, warn) -> List[str]:
+    """Tensors whose dtype cannot be decoded (readers mark them `dtypes.UNDECODABLE`): never read, so a verdict
+    without findings cannot be clean."""
+    from .dtypes import UNDECODABLE
+    found = [e for exs in index.executions.values() for ex in exs for e in ex.inputs + ex.outputs
+             if e.note.startswith(UNDECODABLE)]
+    if not found:
+        return []
+    reason = (f"{len(found)} tensor(s) have a data type msoverflow cannot decode, e.g. {found[0].source}: "
+              f"{found[0].note}")
+    warn(reason)
+    return [reason]
 
 
 def _nothing_understood(index: DumpIndex, path: str, warnings: List[str], ranks, iterations) -> Report:
@@ -274,6 +290,17 @@ def _fed_by_bad(candidates, judged, graphs) -> set:
     return fed
 
 
+def _step_times(index: DumpIndex) -> Dict[int, Dict[int, Tuple[int, int]]]:
+    """rank -> step -> (first, last) op time on that rank's clock, for timelines (renderers only)."""
+    times: Dict[int, Dict[int, Tuple[int, int]]] = {}
+    for rank, executions in index.executions.items():
+        for ex in executions:
+            t = ex.time
+            first, last = times.setdefault(rank, {}).get(ex.iteration, (t, t))
+            times[rank][ex.iteration] = (min(first, t), max(last, t))
+    return times
+
+
 def _metadata(index: DumpIndex, warn) -> Dict[str, object]:
     """MindSpore version, device and the dump config, from the first rank's .dump_metadata/ (when written):
     {"summary": for the report, "settings": common_dump_settings, "runtime": config.json}."""
@@ -334,9 +361,9 @@ class _GraphCache:
     def node(self, ex: OpExecution):
         key = (ex.rank, ex.graph)
         if key not in self.cache:
-            self.cache[key] = None
+            self.cache[key] = getattr(self.index, "graphs", {}).get(key)   # built by a reader (msprobe)
             root = self.index.rank_roots.get(key)
-            if root:
+            if root and self.cache[key] is None:
                 from .readers.ir_graph import graph_files, load_ir
                 for path in graph_files(root, ex.graph):
                     try:
@@ -351,7 +378,7 @@ class _GraphCache:
 def _summary(event: TensorEvent, access: TensorAccess, producer: Optional[str], full: bool) -> TensorSummary:
     stats = access.stats(event) if full else event.stats
     return TensorSummary(slot=event.slot, io=event.io, dtype=event.dtype, shape=event.shape, stats=stats,
-                         payload_dtype=event.payload_dtype, producer=producer, note=event.note)
+                         payload_dtype=event.payload_dtype, producer=producer, note=event.note, file=event.source)
 
 
 def _finding(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: _GraphCache, full: bool) -> Finding:
@@ -411,7 +438,8 @@ def _finding(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: _GraphCa
                    forward_op=forward_op, cell=cell, cell_type=cell_type, source=source, inputs=inputs,
                    outputs=outputs, flags=list(ex.flags),
                    recommendation=kn.recommend(v.advice, **values) if v.role in (ORIGIN, SUSPECT) else "",
-                   evidence=evidence)
+                   evidence=evidence, producers=list(node.inputs) if node else [],
+                   ir_file=getattr(graph, "path", None) if node else None, ir_line=node.ir_line if node else None)
 
 
 class _Progress:

@@ -7,6 +7,7 @@ import sys
 
 from . import __version__
 from .errors import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_USAGE, UserError, file_of
+from .logs import add_options as add_logging_options
 
 # Command name -> one-line help. Only the command being run is imported (msoverflow/commands/NAME.py defines
 # register(subparsers) -> parser with set_defaults(run=...)); the others appear in --help from this table alone,
@@ -39,12 +40,13 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                     "explain it, and patch the precision. " + EXIT_CODES_HELP)
     parser.add_argument("--version", action="version", version=f"msoverflow {__version__}")
     parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error (exit 4)")
+    add_logging_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = _command_in(argv or [])
     for name, help_text in COMMANDS.items():
         if name == chosen:
             try:
-                importlib.import_module(f".commands.{name}", __package__).register(sub)
+                add_logging_options(importlib.import_module(f".commands.{name}", __package__).register(sub))
                 continue
             except ModuleNotFoundError as exc:
                 if exc.name != f"{__package__}.commands.{name}":
@@ -83,7 +85,9 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return int(args.run(args) or 0)
+        from .logs import session as logging_session
+        with logging_session(args, argv):
+            return int(args.run(args) or 0)
     except UserError as exc:
         print(f"msoverflow: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE

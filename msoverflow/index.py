@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import names
-from .layout import DumpDir
+from .layout import LAYOUT_MSPROBE, DumpDir
 from .model import INPUT, OpExecution, OverflowRecord, TensorEvent
-from .readers import dumpdata_bin, opdebug, statistic_csv
+from .readers import dumpdata_bin, opdebug, raw, statistic_csv
 from .readers.exec_order import execution_order
 
 Warn = Callable[[str], None]
@@ -26,6 +26,7 @@ class DumpIndex:
     layouts: List[str] = field(default_factory=list)
     unknown_examples: List[str] = field(default_factory=list)   # a few files whose names were not understood
     unreadable: List[str] = field(default_factory=list)         # dump files that yielded nothing readable
+    graphs: Dict[Tuple[int, str], object] = field(default_factory=dict)  # (rank, graph) -> GraphIndex a reader built
     # Per step, kept apart from `executions` (which may hold only the executions that need a closer look):
     iterations: Dict[int, List[int]] = field(default_factory=dict)       # rank -> steps that hold op runs
     step_start: Dict[Tuple[int, int], int] = field(default_factory=dict)  # (rank, step) -> earliest timestamp
@@ -36,7 +37,7 @@ def _npy_event(path: str, parsed: names.ParsedName, d: DumpDir) -> TensorEvent:
     return TensorEvent(source=path, rank=d.rank, graph=d.graph, iteration=d.iteration, op_type=parsed.op_type,
                        op_name=parsed.op_name, task_id=parsed.task_id, stream_id=parsed.stream_id,
                        timestamp=parsed.timestamp, io=parsed.io or INPUT, slot=parsed.slot or 0, fmt=parsed.fmt,
-                       dtype=parsed.dtype)
+                       dtype=parsed.dtype, context_id=parsed.context_id, thread_id=parsed.thread_id)
 
 
 def _is_binary_dump(name: str) -> bool:
@@ -74,7 +75,7 @@ def events_of_dir(d: DumpDir, warn: Warn, counters: Dict[str, int]) -> Tuple[Lis
         path = os.path.join(d.path, name)
         parsed = names.parse(mapping.get(name, name))
         if parsed is None:
-            if name.endswith((".npy", ".json")) or name.count(".") >= 4:
+            if name.endswith((".npy", ".json", ".bin")) or (name.count(".") >= 4 and not name.endswith(".csv")):
                 warn(f"{path}: file name not understood, skipped")
                 counters["unknown"] += 1
                 if len(counters.setdefault("unknown_examples", [])) < 5:
@@ -97,6 +98,14 @@ def events_of_dir(d: DumpDir, warn: Warn, counters: Dict[str, int]) -> Tuple[Lis
             if not found:
                 counters.setdefault("unreadable", []).append(path)
             events.extend(found)
+        elif parsed.kind == names.KIND_RAW:
+            events.append(raw.raw_event(path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration))
+        elif parsed.kind == names.KIND_OPCSV:
+            rows = statistic_csv.read_op_csv(path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration,
+                                             warn=warn)
+            if not rows:
+                counters.setdefault("unreadable", []).append(path)
+            stat_rows.extend(rows)
     if rows_suffice:
         return stat_rows, records
     if stat_rows:
@@ -170,6 +179,7 @@ def build_index(dirs: List[DumpDir], warn: Warn, ranks: Optional[List[int]] = No
     counters = {"files": 0, "unknown": 0}
     per_rank: Dict[int, List[TensorEvent]] = defaultdict(list)
     orders: Dict[Tuple[int, str], Dict[str, int]] = {}
+    msprobe_nodes: Dict[Tuple[int, str], list] = {}
     for d in dirs:
         if ranks is not None and d.rank not in ranks:
             continue
@@ -180,13 +190,28 @@ def build_index(dirs: List[DumpDir], warn: Warn, ranks: Optional[List[int]] = No
         index.rank_roots.setdefault((d.rank, d.graph), d.rank_root)
         if d.rank_root and (d.rank, d.graph) not in orders:
             orders[(d.rank, d.graph)] = execution_order(d.rank_root, d.graph, warn)
-        events, records = events_of_dir(d, warn, counters)
+        if d.layout == LAYOUT_MSPROBE:      # msprobe framework dump: dump.json, not file names
+            from .readers import msprobe
+            events, nodes, files, unread = msprobe.read_step_dir(d, warn)
+            counters["files"] += files
+            if unread:     # a step whose dump.json cannot be read: never a clean verdict
+                counters.setdefault("unreadable", []).append(os.path.join(d.path, msprobe.DUMP_JSON))
+            msprobe_nodes.setdefault((d.rank, d.graph), []).extend(nodes)
+            records = []
+        else:
+            events, records = events_of_dir(d, warn, counters)
         per_rank[d.rank].extend(events)
         index.overflow_records.extend(records)
     index.files = counters["files"]
     index.unknown_files = counters["unknown"]
     index.unknown_examples = list(counters.get("unknown_examples", []))
     index.unreadable = list(counters.get("unreadable", []))
+    if msprobe_nodes:
+        from .readers.ir_graph import GraphIndex
+        from .readers.msprobe import forward_nodes
+        for key, nodes in msprobe_nodes.items():
+            unique = list({n.full_name: n for n in reversed(nodes)}.values())[::-1]
+            index.graphs[key] = GraphIndex(unique + forward_nodes(unique))
     for rank, events in per_rank.items():
         events = _drop_duplicates(events, warn)
         executions = group_executions(events, warn)

@@ -83,7 +83,9 @@ class TensorEvent:
     stats: Optional[TensorStats] = None          # known without reading data (statistic.csv)
     loader: Optional[Callable[[], "object"]] = field(default=None, repr=False)  # -> TensorData (lazy)
     payload_dtype: Optional[str] = None          # dtype of the bytes on disk when it differs from `dtype`
-    note: str = ""
+    note: str = ""                  # "undecodable: ..." = the bytes cannot be decoded (dtypes.UNDECODABLE)
+    context_id: Optional[int] = None   # FFTS+ sub-task ids from the file name (match Opdebug records)
+    thread_id: Optional[int] = None
 
     @property
     def is_float(self) -> bool:
@@ -126,6 +128,7 @@ class GraphNode:
     is_backend_cast: bool = False
     inferred_out: Optional[str] = None   # output dtype the front end inferred
     kernel_out: Optional[str] = None     # output dtype of the selected kernel
+    ir_line: Optional[int] = None        # 1-based line of the node in its .ir file
 
 
 @dataclass(slots=True)
@@ -150,6 +153,14 @@ class OpExecution:
         return min(stamps) if stamps else 0
 
     @property
+    def context_id(self) -> Optional[int]:
+        return next((t.context_id for t in self.inputs + self.outputs if t.context_id is not None), None)
+
+    @property
+    def thread_id(self) -> Optional[int]:
+        return next((t.thread_id for t in self.inputs + self.outputs if t.thread_id is not None), None)
+
+    @property
     def is_parameter(self) -> bool:
         return self.op_type == "Parameter"
 
@@ -164,15 +175,19 @@ class TensorSummary:
     payload_dtype: Optional[str] = None
     producer: Optional[str] = None    # the op that produced this input, from the graph
     note: str = ""
+    file: Optional[str] = None        # the tensor file (or statistic.csv / binary dump file) it came from
 
     @property
-    def headroom(self) -> Optional[float]:
-        """max |x| as a fraction of the declared dtype's max (1.0 = at the limit)."""
+    def range_used(self) -> Optional[float]:
+        """Largest finite |x| as a share of the declared dtype's max (1.0 = at the limit). Finite values only:
+        a tensor holding inf is past any range, which renderers show as "inf"."""
         from .dtypes import dtype_max
         limit = dtype_max(self.dtype)
         if self.stats is None or self.stats.max_abs is None or not limit:
             return None
         return self.stats.max_abs / limit
+
+    headroom = range_used   # the old name, kept for callers
 
 
 @dataclass
@@ -204,6 +219,9 @@ class Finding:
     flags: List[OverflowRecord] = field(default_factory=list)
     recommendation: str = ""
     evidence: List[str] = field(default_factory=list)
+    producers: List[str] = field(default_factory=list)   # the graph's inputs of this op (full names), for edges
+    ir_file: Optional[str] = None     # the saved graph (.ir) holding this op
+    ir_line: Optional[int] = None
 
 
 @dataclass
@@ -216,6 +234,7 @@ class RankStatus:
     op_type: Optional[str] = None
     via: Optional[str] = None          # the collective that delivered the bad value ("AllReduce <op_name>")
     note: str = ""
+    time: Optional[int] = None         # timestamp (us, this rank's clock) of that first bad op, when known
 
 
 @dataclass
@@ -236,6 +255,10 @@ class Report:
     coverage: List[str] = field(default_factory=list)      # what the dump config could not show (caveats on clean)
     inconclusive: List[str] = field(default_factory=list)  # why a verdict without findings is not "clean"
     flagged: List[Finding] = field(default_factory=list)   # flagged ops whose inputs could not decide (role SUSPECT)
+    # rank -> step -> (first, last) op timestamp in us on that rank's clock: timelines measure from a rank's
+    # own step start, so clock offsets between ranks cancel.
+    step_times: Dict[int, Dict[int, Tuple[int, int]]] = field(default_factory=dict)
+    overflow_records: List[OverflowRecord] = field(default_factory=list)  # every hardware flag, matched or not
 
     @property
     def verdict(self) -> str:

@@ -1,9 +1,20 @@
 """The dump file-name grammar, every variant, parsed from the right (op names may contain dots in old dumps).
 
-npy  <= 2.3 : {op_type}.{op_name}.{task}.{stream}.{ts}.{input|output}.{slot}.{format}.npy
-npy  2.4+   : {op_type}.{op_name}.{task}.{stream}.{ts}.{input|output}.{slot}.{format}.{DType}.npy
-bin  (ACL)  : {op_type}.{op_name}.{task}.{stream}.{ts}
-Opdebug     : Opdebug.Node_OpDebug.{task}.{stream}.{ts}[.output.0.json|.npy]
+A dump file's own name (the "core"):
+  {op_type}.{op_name}.{task}.{stream}.{ts}                        ACL/GE binary dump, MindSpore npy prefix
+  {op_type}.{op_name}.{task}.{ts}                                 older CANN: no stream id (stream_id -1)
+  {op_type}.{op_name}.{task}.{stream}.{ts}.{a}.{ctx}.{thread}.{b} FFTS+ (sub-task ids after the timestamp)
+  op_name may end in `_lxslice{N}` (FFTS+ manual slicing): the slice is split off the op name.
+Files made from a core:
+  npy  <= 2.3   : {core}.{input|output}.{slot}.{format}.npy      (also msaccucmp's "msnpy" output)
+  npy  2.4+     : {core}.{input|output}.{slot}.{format}.{DType}.npy  (msprobe adump too: FLOAT, BF16, INT4...)
+  msaccucmp npy : {core}.{input|output}.{slot}[.{AxBxC}].npy
+  msaccucmp bin : {core}.{input|output}.{slot}.{A_B_C}.{numpy dtype}.{format}.bin   (raw bytes, no header)
+  msprobe raw   : {core}.{input|output}.{slot}.{format}.{DTYPE}  (no suffix: dtypes numpy lacks, raw bytes)
+  per-op stats  : {core}.csv                                     (CANN device statistics, one file per op)
+Opdebug         : Opdebug.Node_OpDebug.{task}[.{stream}].{ts}[.{a}.{ctx}.{thread}.{b}][.output.{n}.json|.npy]
+Timestamps are microseconds (16 digits today); an FFTS+ core is told from a plain one by where that long
+number sits.
 """
 from __future__ import annotations
 
@@ -11,76 +22,178 @@ import csv
 import os
 import re
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .dtypes import canonical
 
 _DIGITS = re.compile(r"^[0-9]{1,20}$")   # ids and timestamps: uint64 at most, never a million digits
+_SHAPE_X = re.compile(r"^[0-9]{1,12}(?:x[0-9]{1,12}){0,15}$")        # msaccucmp npy: 1x2x3
+_SHAPE_UNDERSCORE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,12}){0,15}$")  # msaccucmp bin: 1_2_3
+_LXSLICE = re.compile(r"_lxslice([0-9]{1,9})$")
+TIMESTAMP_MIN_DIGITS = 10   # a microsecond clock after 1970-04-26 has at least 10 digits; ids never reach that
 
 KIND_NPY = "npy"
-KIND_BIN = "bin"
+KIND_BIN = "bin"            # binary DumpData file (header + payload)
+KIND_RAW = "raw"            # headerless tensor bytes (msprobe raw, msaccucmp .bin)
+KIND_OPCSV = "opcsv"        # per-op statistics csv
 KIND_OPDEBUG = "opdebug"
+
+IO_WORDS = ("input", "output")
 
 
 @dataclass(frozen=True)
 class ParsedName:
-    kind: str                 # npy | bin | opdebug
+    kind: str                 # npy | bin | raw | opcsv | opdebug
+    op_type: str
+    op_name: str
+    task_id: int
+    stream_id: int            # -1: the name carries none (older CANN)
+    timestamp: int
+    io: Optional[str] = None  # None for bin/opcsv files (one file holds every input and output)
+    slot: Optional[int] = None
+    fmt: str = ""
+    dtype: Optional[str] = None   # canonical dtype from the name (2.4+ `.DType`, msprobe words, msaccucmp bin)
+    context_id: Optional[int] = None   # FFTS+
+    thread_id: Optional[int] = None    # FFTS+
+    lxslice: Optional[int] = None      # FFTS+ manual slice number split off the op name
+    shape: Optional[Tuple[int, ...]] = None   # msaccucmp-converted names carry it
+    dtype_word: str = ""               # the dtype as written (kept when canonical() does not know it)
+
+
+@dataclass(frozen=True)
+class _Core:
     op_type: str
     op_name: str
     task_id: int
     stream_id: int
     timestamp: int
-    io: Optional[str] = None  # None for bin files (one file holds every input and output)
-    slot: Optional[int] = None
-    fmt: str = ""
-    dtype: Optional[str] = None   # canonical dtype from the 2.4+ `.DType` field
+    context_id: Optional[int] = None
+    thread_id: Optional[int] = None
+    lxslice: Optional[int] = None
 
 
-def _ids(tokens, at):
-    task, stream, ts = tokens[at], tokens[at + 1], tokens[at + 2]
-    if not (_DIGITS.match(task) and _DIGITS.match(stream) and _DIGITS.match(ts)):
+def _is_ts(token: str) -> bool:
+    return len(token) >= TIMESTAMP_MIN_DIGITS
+
+
+def _trailing_digits(tokens: List[str]) -> int:
+    count = 0
+    for token in reversed(tokens):
+        if not _DIGITS.match(token):
+            break
+        count += 1
+    return count
+
+
+def _core(tokens: List[str]) -> Optional[_Core]:
+    """{op_type}.{op_name...}.{ids} -> _Core; None when the ids are not there."""
+    n = len(tokens)
+    run = min(_trailing_digits(tokens), n - 2)     # op_type and at least one op_name token stay
+    context = thread = None
+    if run >= 6 and not _is_ts(tokens[-1]) and _is_ts(tokens[-5]):       # FFTS+: ts.a.ctx.thread.b
+        ts_at, context, thread = n - 5, int(tokens[-3]), int(tokens[-2])
+    elif run >= 5 and not _is_ts(tokens[-1]) and _is_ts(tokens[-4]):     # FFTS+ without the last number
+        ts_at, context, thread = n - 4, int(tokens[-2]), int(tokens[-1])
+    elif run >= 2:
+        ts_at = n - 1
+    else:
         return None
-    return int(task), int(stream), int(ts)
+    before = ts_at - (n - run)                      # digit tokens left of the timestamp
+    if before >= 2:
+        task, stream, name_end = int(tokens[ts_at - 2]), int(tokens[ts_at - 1]), ts_at - 2
+    elif before == 1:
+        task, stream, name_end = int(tokens[ts_at - 1]), -1, ts_at - 1
+    else:
+        return None
+    op_type, op_name = tokens[0], ".".join(tokens[1:name_end])
+    if not op_type or not op_name:
+        return None
+    lxslice = None
+    m = _LXSLICE.search(op_name)
+    if m:
+        lxslice, op_name = int(m.group(1)), op_name[:m.start()]
+    return _Core(op_type, op_name, task, stream, int(tokens[ts_at]), context, thread, lxslice)
+
+
+def _named(kind: str, core: _Core, **fields) -> ParsedName:
+    return ParsedName(kind, core.op_type, core.op_name, core.task_id, core.stream_id, core.timestamp,
+                      context_id=core.context_id, thread_id=core.thread_id, lxslice=core.lxslice, **fields)
 
 
 def parse(filename: str) -> Optional[ParsedName]:
-    """Parse one dump file name; None when it is not a dump tensor/overflow file."""
+    """Parse one dump file name; None when it is not a dump tensor/statistics/overflow file."""
     if filename.startswith("Opdebug."):
         return _parse_opdebug(filename)
     if filename.endswith(".npy"):
         return _parse_npy(filename[:-4])
-    if "." in filename and not filename.endswith((".csv", ".json", ".ir", ".pb", ".txt", ".log", ".dat")):
-        return _parse_bin(filename)
+    if filename.endswith(".bin"):
+        return _parse_msaccucmp_bin(filename[:-4])
+    if filename.endswith(".csv"):
+        if filename in ("statistic.csv", "mapping.csv"):
+            return None
+        core = _core(filename[:-4].split("."))
+        return _named(KIND_OPCSV, core) if core else None
+    if "." in filename and not filename.endswith((".json", ".ir", ".pb", ".txt", ".log", ".dat")):
+        return _parse_bin_or_raw(filename)
     return None
+
+
+def _io_slot(tokens: List[str], at: int) -> bool:
+    return len(tokens) > -at + 1 and tokens[at] in IO_WORDS and bool(_DIGITS.match(tokens[at + 1]))
 
 
 def _parse_npy(stem: str) -> Optional[ParsedName]:
     tokens = stem.split(".")
-    dtype = None
-    # 2.4+: the last token is a dtype and the io field sits 4 from the end
-    if len(tokens) >= 9 and tokens[-4] in ("input", "output") and canonical(tokens[-1]):
-        dtype = canonical(tokens[-1])
-        tokens = tokens[:-1]
-    if len(tokens) < 8 or tokens[-3] not in ("input", "output") or not _DIGITS.match(tokens[-2]):
-        return None
-    ids = _ids(tokens, len(tokens) - 6)
-    if ids is None:
-        return None
-    op_name = ".".join(tokens[1:-6])
-    if not op_name:
-        return None
-    return ParsedName(KIND_NPY, tokens[0], op_name, *ids, io=tokens[-3], slot=int(tokens[-2]),
-                      fmt=tokens[-1], dtype=dtype)
+    # {core}.{io}.{slot}.{format}.{DType}
+    if len(tokens) >= 9 and _io_slot(tokens, -4) and canonical(tokens[-1]):
+        core = _core(tokens[:-4])
+        if core:
+            return _named(KIND_NPY, core, io=tokens[-4], slot=int(tokens[-3]), fmt=tokens[-2],
+                          dtype=canonical(tokens[-1]), dtype_word=tokens[-1])
+    # {core}.{io}.{slot}
+    if len(tokens) >= 6 and _io_slot(tokens, -2):
+        core = _core(tokens[:-2])
+        if core:
+            return _named(KIND_NPY, core, io=tokens[-2], slot=int(tokens[-1]))
+    # {core}.{io}.{slot}.{AxBxC}   (msaccucmp with the shape) -- before the format form: 3x4 is no format
+    if len(tokens) >= 7 and _io_slot(tokens, -3) and _SHAPE_X.match(tokens[-1]):
+        core = _core(tokens[:-3])
+        if core:
+            return _named(KIND_NPY, core, io=tokens[-3], slot=int(tokens[-2]),
+                          shape=tuple(int(d) for d in tokens[-1].split("x")))
+    # {core}.{io}.{slot}.{format}
+    if len(tokens) >= 7 and _io_slot(tokens, -3):
+        core = _core(tokens[:-3])
+        if core:
+            return _named(KIND_NPY, core, io=tokens[-3], slot=int(tokens[-2]), fmt=tokens[-1])
+    return None
 
 
-def _parse_bin(name: str) -> Optional[ParsedName]:
+def _parse_msaccucmp_bin(stem: str) -> Optional[ParsedName]:
+    """{core}.{io}.{slot}.{A_B_C}.{numpy dtype}.{format}.bin: raw bytes with shape and dtype in the name."""
+    tokens = stem.split(".")
+    if len(tokens) < 10 or not _io_slot(tokens, -5) or not _SHAPE_UNDERSCORE.match(tokens[-3]):
+        return None
+    core = _core(tokens[:-5])
+    if core is None:
+        return None
+    return _named(KIND_RAW, core, io=tokens[-5], slot=int(tokens[-4]), fmt=tokens[-1],
+                  dtype=canonical(tokens[-2]), dtype_word=tokens[-2],
+                  shape=tuple(int(d) for d in tokens[-3].split("_")))
+
+
+def _parse_bin_or_raw(name: str) -> Optional[ParsedName]:
     tokens = name.split(".")
-    if len(tokens) < 5:
+    # msprobe raw: {core}.{io}.{slot}.{format}.{DTYPE}, the dtype word possibly one msoverflow does not know
+    if len(tokens) >= 9 and _io_slot(tokens, -4) and not _DIGITS.match(tokens[-1]):
+        core = _core(tokens[:-4])
+        if core:
+            return _named(KIND_RAW, core, io=tokens[-4], slot=int(tokens[-3]), fmt=tokens[-2],
+                          dtype=canonical(tokens[-1]), dtype_word=tokens[-1])
+    if len(tokens) < 4:
         return None
-    ids = _ids(tokens, len(tokens) - 3)
-    if ids is None or not tokens[0]:
-        return None
-    return ParsedName(KIND_BIN, tokens[0], ".".join(tokens[1:-3]), *ids)
+    core = _core(tokens)
+    return _named(KIND_BIN, core) if core else None
 
 
 def _parse_opdebug(name: str) -> Optional[ParsedName]:
@@ -89,14 +202,13 @@ def _parse_opdebug(name: str) -> Optional[ParsedName]:
         if stem.endswith(suffix):
             stem = stem[: -len(suffix)]
     tokens = stem.split(".")
-    if len(tokens) >= 7 and tokens[-2] == "output":
+    if len(tokens) >= 6 and tokens[-2] == "output" and _DIGITS.match(tokens[-1]):
         tokens = tokens[:-2]
-    if len(tokens) < 5:
+    core = _core(tokens)
+    if core is None:
         return None
-    ids = _ids(tokens, len(tokens) - 3)
-    if ids is None:
-        return None
-    return ParsedName(KIND_OPDEBUG, "Opdebug", ".".join(tokens[1:-3]), *ids)
+    return _named(KIND_OPDEBUG, _Core("Opdebug", core.op_name, core.task_id, core.stream_id, core.timestamp,
+                                      core.context_id, core.thread_id, core.lxslice))
 
 
 @dataclass

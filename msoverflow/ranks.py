@@ -255,16 +255,16 @@ class RankTable:
             if arrival is not None:
                 note = (f"had received a bad value before: step {arrival.iteration} via {arrival.op_type} "
                         f"{arrival.op_name}")
-            return RankStatus(rank, RANK_ORIGIN, ex.iteration, ex.op_name, ex.op_type, note=note)
+            return RankStatus(rank, RANK_ORIGIN, ex.iteration, ex.op_name, ex.op_type, note=note, time=ex.time)
         if arrival is None and first_bad is None:
             arrival = self.first_arrival(rank)
         if arrival is not None:
             return RankStatus(rank, RANK_RECEIVED, arrival.iteration, arrival.op_name, arrival.op_type,
-                              via=f"{arrival.op_type} {arrival.op_name}")
+                              via=f"{arrival.op_type} {arrival.op_name}", time=arrival.time)
         if suspects:
             ex, _v = suspects[0]
             return RankStatus(rank, RANK_FLAGGED, ex.iteration, ex.op_name, ex.op_type,
-                              note="hardware flag only: the inputs that would decide were not dumped")
+                              note="hardware flag only: the inputs that would decide were not dumped", time=ex.time)
         if first_bad is not None:
             ex, v = items[0]
             flagged = any(e.flags for e, _ in items)
@@ -272,7 +272,7 @@ class RankTable:
                     "that delivered them was not dumped") if flagged else (
                    "no dumped op on this rank created the bad value and no dumped collective delivered it")
             return RankStatus(rank, RANK_FLAGGED if flagged else RANK_RECEIVED, ex.iteration, ex.op_name,
-                              ex.op_type, note=note)
+                              ex.op_type, note=note, time=ex.time)
         return RankStatus(rank, RANK_CLEAN)
 
 

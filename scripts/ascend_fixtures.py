@@ -610,6 +610,164 @@ def _rank_extras(root, layout, rank, net, graph, order_names, iterations):
            "".join(f"{i}\n" for i in iterations))
 
 
+# ---- forms found in the wild (issue 10) ---------------------------------------------------------------
+# Each form below is built from the named vendor source, not recorded from a device:
+#   msprobe resource/dump_data.proto + AclDumpMsg.proto (DT_BF16=27 ...), msprobe msaccucmp file_utils.py /
+#   dump_utils.py / dump_data_parser.py (FFTS+, Opdebug, _lxslice and converted names), Ascend/tools
+#   precision_tool util.py (names without a stream id, converted npy with shape), msprobe AclDumpDataProcessor.cpp
+#   (rank_{r}/{timestamp}/step_{k} layout, raw files for dtypes numpy lacks, per-op statistics csv and statistic.csv
+#   columns), MindSpore debug_services.cc CheckOpOverflow (Opdebug record at 321 in a zero-header file).
+WILD_FORMS = ("bf16_bin", "ffts_bin", "lxslice_bin", "msaccucmp_npy", "msaccucmp_bin", "no_stream_bin",
+              "per_op_csv", "msprobe_kernel_statistic", "msprobe_raw_bf16", "opdebug_zero_header",
+              "undecodable_bin")
+WILD_TS = 1705388945730000        # microseconds: a 16-digit clock, as devices write
+FFTS_TAIL = (4, 1, 0, 0)          # the four numbers after the timestamp: {a}.{context_id}.{thread_id}.{b}
+
+
+def to_bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (uint16), round to nearest even; inf and NaN kept."""
+    bits = np.ascontiguousarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    nan = np.isnan(np.asarray(values, np.float32))
+    return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
+
+
+def wild_ops(dtype=np.float16):
+    """Three ops of one step: Add (clean), SqrtGrad (finite inputs up to 47580, an inf output: the origin),
+    Cast (propagates it). [(op_type, op_name, inputs, outputs)] in execution order."""
+    rs = np.random.RandomState(3)
+    a = rs.uniform(-1, 1, (4, 8)).astype(dtype)
+    y = np.full((4, 8), 1e-3, dtype)
+    dy = rs.uniform(-1, 1, (4, 8)).astype(dtype)
+    dy[0, 0] = 47580
+    with np.errstate(over="ignore"):        # the point: 47580 * 0.5 / 1e-3 leaves fp16's range
+        out = (dy.astype(np.float32) * 0.5 / y.astype(np.float32)).astype(dtype)
+    cast_out = out.astype(np.float32)
+    return [("Add", "Default_net_Add-op0", [a, a], [(a + a).astype(dtype)]),
+            ("SqrtGrad", "Gradients_Default_net_lm_head-NormHead_Grad_Sqrt_SqrtGrad-op0", [y, dy], [out]),
+            ("Cast", "Gradients_Default_net_lm_head-NormHead_Cast-op1", [out], [cast_out])]
+
+
+def _core(op_type, op_name, task, stream, ts, tail=()):
+    parts = [op_type, op_name, str(task)] + ([] if stream is None else [str(stream)]) + [str(ts)]
+    return ".".join(parts + [str(t) for t in tail])
+
+
+def build_wild_form(out_dir: str, form: str) -> dict:
+    """A one-step dump in `form` whose first overflow is SqrtGrad. Returns {"root", "dir", "iteration",
+    "origin_op", "expect" (verdict)}."""
+    iteration = 3 if form.startswith("msprobe") else 1
+    if form.startswith("msprobe"):
+        directory = os.path.join(out_dir, "rank_0", "20240116153025", f"step_{iteration}")
+        _write(os.path.join(out_dir, "acl_dump_0.json"), json.dumps({"dump": {"dump_path": out_dir}}))
+    else:
+        directory = os.path.join(out_dir, "1", "20240116153025", "0", "Baichuan", "1", str(iteration))
+    os.makedirs(directory, exist_ok=True)
+    ops = wild_ops()
+    result = {"root": out_dir, "dir": directory, "iteration": iteration, "origin_op": "SqrtGrad",
+              "expect": "anomaly"}
+    for index, (op_type, op_name, ins, outs) in enumerate(ops):
+        task, stream, ts = 10 + index, 2, WILD_TS + 100 * index
+        if form == "bf16_bin":
+            bf_in = [to_bf16_bits(a.astype(np.float32)) for a in ins]
+            bf_out = [to_bf16_bits(np.where(np.isinf(o.astype(np.float32)), np.inf, o.astype(np.float32)))
+                      for o in outs]
+            override = {(io, i): 27 for io, group in (("input", bf_in), ("output", bf_out)) for i in range(len(group))}
+            write_dump_bin(os.path.join(directory, _core(op_type, op_name, task, stream, ts)), op_name, bf_in, bf_out,
+                           data_type_override=override, dump_time=ts)
+        elif form in ("ffts_bin", "lxslice_bin"):
+            name = op_name + ("_lxslice0" if form == "lxslice_bin" else "")
+            tail = (FFTS_TAIL[0], index + 1, 0, FFTS_TAIL[3])     # context id differs per op
+            write_dump_bin(os.path.join(directory, _core(op_type, name, 7, stream, ts, tail)), op_name, ins, outs,
+                           dump_time=ts)
+            if op_type == "SqrtGrad":      # same task and stream for every op: only the context id tells them apart
+                write_opdebug_json(os.path.join(directory, _core("Opdebug", "Node_OpDebug", 0, stream, ts + 50,
+                                                                 FFTS_TAIL) + ".output.0.json"),
+                                   [{"unit": "AIV", "task_id": 7, "stream_id": stream, "context_id": index + 1,
+                                     "thread_id": 0, "status": 0x20}], style="new")
+        elif form == "msaccucmp_npy":
+            core = _core(op_type, op_name, task, stream, ts)
+            for io, group in (("input", ins), ("output", outs)):
+                for i, array in enumerate(group):
+                    shape = "x".join(str(d) for d in array.shape)
+                    name = f"{core}.{io}.{i}.{shape}.npy" if i % 2 else f"{core}.{io}.{i}.npy"
+                    np.save(os.path.join(directory, name), array)
+        elif form == "msaccucmp_bin":
+            core = _core(op_type, op_name, task, stream, ts)
+            for io, group in (("input", ins), ("output", outs)):
+                for i, array in enumerate(group):
+                    shape = "_".join(str(d) for d in array.shape)
+                    _write(os.path.join(directory, f"{core}.{io}.{i}.{shape}.{array.dtype.name}.ND.bin"),
+                           np.ascontiguousarray(array).tobytes())
+        elif form == "no_stream_bin":
+            write_dump_bin(os.path.join(directory, _core(op_type, op_name, task, None, ts)), op_name, ins, outs,
+                           dump_time=ts)
+        elif form == "per_op_csv":
+            header = ["Input/Output", "Index", "Data Size", "Data Type", "Format", "Shape", "Max Value",
+                      "Min Value", "Avg Value", "L2Norm Value", "NaN Count", "Negative Inf Count",
+                      "Positive Inf Count"]
+            lines = [",".join(header)]
+            for io, group in (("input", ins), ("output", outs)):
+                for i, array in enumerate(group):
+                    c = _stat_cells(array)
+                    shape = '"(' + ",".join(str(d) for d in array.shape) + ')"'
+                    lines.append(",".join([io, str(i), str(array.nbytes), "DT_" + array.dtype.name.upper(), "ND",
+                                           shape, c["max value"], c["min value"], c["avg value"],
+                                           c["l2 value"], c["nan count"], c["negative inf count"],
+                                           c["positive inf count"]]))
+            _write(os.path.join(directory, _core(op_type, op_name, task, stream, ts) + ".csv"), "\n".join(lines) + "\n")
+        elif form == "msprobe_kernel_statistic":
+            header = ["Op Type", "Op Name", "Task ID", "Stream ID", "Timestamp", "Input/Output", "Slot",
+                      "Data Size", "Data Type", "Format", "Shape", "Max Value", "Min Value", "Avg Value",
+                      "L2Norm Value", "NaN Count", "Negative Inf Count", "Positive Inf Count", "MD5 Value"]
+            path = os.path.join(directory, "statistic.csv")
+            rows = [] if os.path.exists(path) else [",".join(header)]
+            for io, group in (("input", ins), ("output", outs)):
+                for i, array in enumerate(group):
+                    c = _stat_cells(array)
+                    shape = '"(' + ",".join(str(d) for d in array.shape) + ')"'
+                    word = {"float16": "FLOAT16", "float32": "FLOAT"}[array.dtype.name]
+                    rows.append(",".join([op_type, op_name, str(task), str(stream), str(ts), io, str(i),
+                                          str(array.nbytes), word, "ND", shape, c["max value"], c["min value"],
+                                          c["avg value"], c["l2 value"], c["nan count"], c["negative inf count"],
+                                          c["positive inf count"], c["md5"]]))
+            with open(path, "a") as fh:
+                fh.write("\n".join(rows) + "\n")
+        elif form == "msprobe_raw_bf16":
+            core = _core(op_type, op_name, task, stream, ts)
+            for io, group in (("input", ins), ("output", outs)):
+                for i, array in enumerate(group):
+                    as32 = array.astype(np.float32)
+                    if op_type == "SqrtGrad":      # bf16 op: numpy has no bf16, so adump writes the raw bytes
+                        _write(os.path.join(directory, f"{core}.{io}.{i}.ND.BF16"), to_bf16_bits(as32).tobytes())
+                    else:
+                        np.save(os.path.join(directory, f"{core}.{io}.{i}.ND.FLOAT.npy"), as32)
+        elif form == "opdebug_zero_header":
+            write_dump_bin(os.path.join(directory, _core(op_type, op_name, task, stream, ts)), op_name, ins, outs,
+                           dump_time=ts)
+            if op_type == "SqrtGrad":
+                blob = bytearray(8 + 400)          # header length 0, then the record MindSpore's debugger reads
+                struct.pack_into("<Q", blob, 321 + 16, stream)
+                struct.pack_into("<Q", blob, 321 + 24, task)
+                _write(os.path.join(directory, _core("Opdebug", "Node_OpDebug", 1, stream, ts + 50)), bytes(blob))
+        elif form == "undecodable_bin":
+            override = {("output", 0): 33} if op_type == "SqrtGrad" else None   # DT_HIFLOAT8
+            outs_written = [np.zeros(o.size, np.uint8) for o in outs] if override else outs
+            if override:
+                outs_written = [np.zeros(o.shape, np.uint8) for o in outs]
+                ins = [np.clip(a, -1, 1).astype(a.dtype) for a in ins]     # nothing bad anywhere readable
+            write_dump_bin(os.path.join(directory, _core(op_type, op_name, task, stream, ts)), op_name, ins,
+                           outs_written, data_type_override=override, dump_time=ts)
+            result["expect"] = "inconclusive"
+        else:
+            raise ValueError(f"unknown form {form!r}")
+    if form == "undecodable_bin":     # the Cast reads a finite copy: nothing readable is bad
+        for name in os.listdir(directory):
+            if name.startswith("Cast."):
+                os.remove(os.path.join(directory, name))
+    return result
+
+
 def main(argv=None) -> int:
     import argparse
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -199,15 +199,16 @@ def test_bin_payload_shorter_than_sizes(tmp_path):
 
 
 def test_bin_unknown_data_type_is_reported_not_guessed(tmp_path):
-    """Fixture built from the documented format with data_type 27 (not in the documented enum)."""
+    """Fixture built from the documented format with data_type 99 (in no enum) in the first slot."""
     a = np.arange(6, dtype=np.float16)
     b = np.arange(3, dtype=np.int32)
     path = fx.write_dump_bin(str(tmp_path / "Cast.Cast-op1.1.1.5"), "Cast-op1", [a], [b],
-                             data_type_override={("input", 0): 27})
+                             data_type_override={("input", 0): 99})
     warnings = Warnings()
     events = db.tensor_events(path, rank=0, graph="0", iteration=0, warn=warnings)
-    assert events[0].dtype is None and events[0].loader is None and "unknown data_type 27" in events[0].note
-    assert any("unknown data_type 27" in w for w in warnings)
+    assert events[0].dtype is None and events[0].loader is None and "data_type 99" in events[0].note
+    assert events[0].note.startswith("undecodable")
+    assert any("data_type 99" in w for w in warnings)
     # The next tensor's offset still follows from the header's size field.
     np.testing.assert_array_equal(events[1].loader(), b)
     with pytest.raises(db.DumpFormatError):

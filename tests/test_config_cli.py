@@ -55,10 +55,55 @@ def test_config_refusal_is_one_line_exit_2(capsys):
     assert err.count("\n") == 1 and "only supported on GPU and Ascend" in err
 
 
-def test_o2_from_2_6_says_use_msprobe(capsys):
-    code, _, err = run_cli(["config", "overflow", "--ms-version", "2.6", "--device", "ascend", "--jit-level", "O2",
-                            "--path", "/d", "--output", "-"], capsys)
-    assert code == 2 and "msprobe" in err
+def test_o2_from_2_6_writes_msprobe_config_and_snippet(capsys):
+    code, out, err = run_cli(["config", "overflow", "--ms-version", "2.6", "--device", "ascend", "--jit-level", "O2",
+                              "--path", "/d", "--output", "-"], capsys)
+    config = json.loads(out)
+    assert code == 0 and config["task"] == "statistics" and config["level"] == "L2" and config["dump_path"] == "/d"
+    assert "from msprobe.mindspore import PrecisionDebugger" in err and "debugger.step()" in err
+    assert "export INF_NAN_MODE_ENABLE=1" in err and "MS_ASCEND_CHECK_OVERFLOW_MODE=INFNAN_MODE" in err
+
+
+def test_pynative_writes_msprobe_config_with_levels(capsys):
+    code, out, _ = run_cli(["config", "tensors", "--mode", "pynative", "--msprobe-level", "L0", "--ms-version",
+                            "2.10", "--device", "cpu", "--path", "/d", "--steps", "3,5-6", "--ranks", "0,1",
+                            "--kernels", "Functional.sqrt", "--output", "-"], capsys)
+    config = json.loads(out)
+    assert code == 0 and (config["task"], config["level"]) == ("tensor", "L0")
+    assert config["step"] == [3, "5-6"] and config["rank"] == [0, 1]
+    assert config["tensor"]["list"] == ["Functional.sqrt"] and config["extra_info"] is True
+    code, _, err = run_cli(["config", "overflow", "--mode", "pynative", "--msprobe-level", "L2", "--ms-version",
+                            "2.10", "--device", "cpu", "--path", "/d", "--output", "-"], capsys)
+    assert code == 2 and "PyNative" in err
+
+
+def test_check_msprobe_config_files(tmp_path, capsys):
+    good = tmp_path / "msprobe.json"
+    good.write_text(json.dumps({"task": "statistics", "dump_path": "/d", "rank": [], "step": [0, "2-4"],
+                                "level": "L1", "statistics": {"scope": [], "list": [], "data_mode": ["all"],
+                                                              "summary_mode": "statistics"}}))
+    code, out, _ = run_cli(["config", "--check", str(good), "--ms-version", "2.10", "--device", "cpu"], capsys)
+    assert code == 0 and out.strip().endswith("ok")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"task": "tensor", "dump_path": "", "step": ["two"], "level": "L3",
+                               "tensor": {"data_mode": ["fwd"], "file_format": "h5", "scoop": []}}))
+    code, out, _ = run_cli(["config", "--check", str(bad), "--ms-version", "2.10", "--device", "cpu"], capsys)
+    assert code == 1
+    for fragment in ("dump_path is required", "step must be a list", "level \"L3\"", "data_mode must be",
+                     "file_format must be", "does not read 'scoop'"):
+        assert fragment.replace("\\", "") in out.replace("\\", ""), fragment
+    o2 = tmp_path / "o2.json"
+    o2.write_text(json.dumps({"task": "statistics", "dump_path": "/d", "level": "L1"}))
+    code, out, _ = run_cli(["config", "--check", str(o2), "--ms-version", "2.7", "--device", "ascend",
+                            "--jit-level", "O2"], capsys)
+    assert code == 1 and "O2 runs as a static graph" in out
+    ms = tmp_path / "ms.json"
+    ms.write_text(json.dumps({"common_dump_settings": {"dump_mode": 0, "path": "/d", "net_name": "Net",
+                                                       "iteration": "0", "input_output": 0, "kernels": [],
+                                                       "support_device": [0], "op_debug_mode": 3}}))
+    code, out, _ = run_cli(["config", "--check", str(ms), "--ms-version", "2.7", "--device", "ascend",
+                            "--jit-level", "O2"], capsys)
+    assert code == 1 and "msprobe" in out
 
 
 def test_check_exit_codes(tmp_path, capsys):

@@ -71,11 +71,18 @@ def test_golden_o2_2_3_to_2_5_is_acl_dump_with_npy_and_graph_saving():
         assert "e2e_dump_settings" not in golden["config"]
 
 
-def test_golden_o2_from_2_6_refuses_and_points_to_msprobe():
+def test_golden_o2_from_2_6_writes_msprobe_config():
+    # MindSpore 2.6+ ignores MINDSPORE_DUMP_CONFIG at O2: msprobe's config.json, level L2, INF/NAN mode.
+    tasks = {"overflow": "statistics", "statistics": "statistics", "tensors": "tensor", "exception": "exception_dump"}
     for version in ("2.6", "2.7", "2.10"):
-        for purpose in ("overflow", "statistics", "tensors", "exception"):
-            refused = _purpose(f"ascend-{version}-O2", purpose)["refused"]
-            assert "msprobe" in refused and "O0/O1" in refused
+        for purpose, task in tasks.items():
+            golden = _purpose(f"ascend-{version}-O2", purpose)
+            assert golden["mechanism"] == "msprobe"
+            assert golden["config"]["task"] == task and golden["config"]["level"] == "L2"
+            assert golden["config"]["dump_path"] == "/data/dump" and golden["config"]["rank"] == ["0-7"]
+            assert golden["env"]["INF_NAN_MODE_ENABLE"] == "1"
+            assert golden["env"]["MS_ASCEND_CHECK_OVERFLOW_MODE"] == "INFNAN_MODE"
+            assert "MINDSPORE_DUMP_CONFIG" in golden["unset"]
 
 
 def test_golden_cpu_never_statistics_nor_overflow_filter():

@@ -191,7 +191,7 @@ def test_generated_configs_are_clean_for_every_platform():
     (dict(purpose="statistics", device="cpu"), "only supported on GPU and Ascend"),
     (dict(purpose="exception", device="cpu"), "Ascend-only"),
     (dict(purpose="exception", device="ascend", ms_version="2.2"), "arrived in MindSpore 2.3"),
-    (dict(purpose="overflow", device="ascend", ms_version="2.7", jit_level="O2"), "msprobe"),
+    (dict(purpose="overflow", device="ascend", ms_version="2.7", jit_level="O2", msprobe_level="L1"), "PyNative"),
     (dict(purpose="overflow", device="ascend", ms_version="2.4"), "--jit-level"),
     (dict(purpose="overflow", device="cpu", path="relative/dump"), "absolute"),
     (dict(purpose="overflow", device="cpu", path="/tmp/has space"), "letters, digits"),
@@ -281,7 +281,7 @@ def test_check_infers_the_dump_machinery_when_jit_level_is_unknown():
 
 def test_check_o2_from_2_6_says_the_file_is_ignored():
     problems = check({"common_dump_settings": CPU_OK["common_dump_settings"]}, "2.7", "ascend", "O2")
-    unsupported = [p for p in problems if p.id == "msprobe-unsupported"]
+    unsupported = [p for p in problems if p.id == "msprobe-needed"]
     assert unsupported and unsupported[0].severity == "error" and "msprobe" in unsupported[0].message
 
 

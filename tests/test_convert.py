@@ -115,14 +115,35 @@ def test_convert_unusable_input_exits_2(tmp_path, capsys):
 
 
 def test_convert_skips_unknown_dtype_but_writes_the_rest(tmp_path, capsys):
-    """A binary dump built from the documented format with one tensor of data_type 27 (undocumented)."""
+    """A binary dump built from the documented format with one tensor of data_type 33 (DT_HIFLOAT8: known,
+    not decodable)."""
     src = tmp_path / "src"
-    a, b = np.ones(4, np.float16), np.arange(3, dtype=np.int64)
-    fx.write_dump_bin(str(src / "Cast.Cast-op1.7.2.99"), "Cast-op1", [a], [b], data_type_override={("input", 0): 27})
+    a, b = np.ones(4, np.uint8), np.arange(3, dtype=np.int64)
+    fx.write_dump_bin(str(src / "Cast.Cast-op1.7.2.99"), "Cast-op1", [a], [b], data_type_override={("input", 0): 33})
     out = tmp_path / "out"
     assert cli.main(["convert", str(src), "-o", str(out)]) == 0
     assert [p.name for p in out.iterdir()] == ["Cast.Cast-op1.7.2.99.output.0.ND.Int64.npy"]
-    assert "unknown data_type 27" in capsys.readouterr().err
+    assert "data_type 33 (DT_HIFLOAT8)" in capsys.readouterr().err
+
+
+def test_convert_writes_bf16_as_float32_keeping_the_declared_dtype(tmp_path):
+    """bf16 binary dump (DT_BF16 = 27, msprobe dump_data.proto): float32 npy, `BFloat16` in the name, exact values."""
+    src = tmp_path / "src"
+    values = np.array([[1.5, -2.25], [np.inf, 3.0e38]], np.float32)
+    bits = fx.to_bf16_bits(values)
+    fx.write_dump_bin(str(src / "MatMul.MatMul-op3.4.2.1705388945730000"), "MatMul-op3", [bits], [bits],
+                      data_type_override={("input", 0): 27, ("output", 0): 27})
+    out = tmp_path / "out"
+    assert cli.main(["convert", str(src), "-o", str(out)]) == 0
+    written = sorted(p.name for p in out.iterdir())
+    assert written == ["MatMul.MatMul-op3.4.2.1705388945730000.input.0.ND.BFloat16.npy",
+                       "MatMul.MatMul-op3.4.2.1705388945730000.output.0.ND.BFloat16.npy"]
+    array = np.load(out / written[1])
+    assert array.dtype == np.float32 and array.shape == (2, 2)
+    assert array[0, 0] == 1.5 and array[0, 1] == -2.25 and np.isposinf(array[1, 0])
+    assert abs(array[1, 1] - 3.0e38) / 3.0e38 < 1e-2          # bf16 keeps fp32's range
+    parsed = names.parse(written[1])
+    assert parsed.dtype == "bfloat16" and parsed.io == "output"
 
 
 def test_convert_restores_mapped_names_and_maps_long_outputs(tmp_path):
@@ -139,3 +160,34 @@ def test_convert_restores_mapped_names_and_maps_long_outputs(tmp_path):
     mapping = names.read_mapping(str(out / "mapping.csv"), lambda m: None)
     assert sorted(mapping.values()) == [f"{original}.input.0.ND.Float16.npy", f"{original}.output.0.ND.Float16.npy"]
     assert all((out / short).exists() and len(short) <= 255 for short in mapping)
+
+
+def test_convert_keeps_ffts_ids_and_slices_in_the_output_names(tmp_path):
+    """FFTS+ name (msprobe msaccucmp file_utils.py form): the four numbers after the timestamp survive."""
+    src = tmp_path / "src"
+    a = np.ones((2, 2), np.float16)
+    core = "Add.Default_Add-op0_lxslice1.3.2.1705388945730000.4.7.0.0"
+    fx.write_dump_bin(str(src / core), "Default/Add-op0", [a], [a])
+    out = tmp_path / "out"
+    assert cli.main(["convert", str(src), "-o", str(out)]) == 0
+    parsed = [names.parse(p.name) for p in sorted(out.iterdir())]
+    assert [(p.io, p.task_id, p.stream_id, p.context_id, p.lxslice, p.op_name) for p in parsed] == [
+        ("input", 3, 2, 7, 1, "Default_Add-op0"), ("output", 3, 2, 7, 1, "Default_Add-op0")]
+
+
+def test_convert_msprobe_raw_bf16_and_msaccucmp_bin(tmp_path):
+    """Raw tensors: msprobe adump's `{core}.{io}.{slot}.{format}.BF16` (AclDumpDataProcessor.cpp) and msaccucmp's
+    `{core}.{io}.{slot}.{A_B_C}.{dtype}.{format}.bin` (dump_data_parser.py) become npy with the dtype in the name."""
+    src = tmp_path / "src"
+    src.mkdir()
+    core = "Sub.Default_Sub-op0.10.10.1735011096427368"
+    (src / f"{core}.input.0.ND.BF16").write_bytes(fx.to_bf16_bits(np.array([1.5, np.inf], np.float32)).tobytes())
+    (src / f"{core}.output.0.2_2.float16.NC1HWC0.bin").write_bytes(np.arange(4, dtype=np.float16).tobytes())
+    out = tmp_path / "out"
+    assert cli.main(["convert", str(src), "-o", str(out)]) == 0
+    written = sorted(p.name for p in out.iterdir())
+    assert written == [f"{core}.input.0.ND.BFloat16.npy", f"{core}.output.0.NC1HWC0.Float16.npy"]
+    bf = np.load(out / written[0])
+    assert bf.dtype == np.float32 and bf[0] == 1.5 and np.isposinf(bf[1])
+    assert np.load(out / written[1]).shape == (2, 2)
+    assert names.parse(written[0]).dtype == "bfloat16"

@@ -19,5 +19,7 @@ def test_demo_finds_sqrtgrad_patches_and_verifies(tmp_path):
     assert "result: FIXED" in out
     report = json.loads((tmp_path / "demo" / "report.json").read_text())
     assert report["first"]["cell_type"] == "NormHead"
+    page = (tmp_path / "demo" / "report.html").read_text()     # the HTML report beside it (browser-tested elsewhere)
+    assert 'id="timeline-svg"' in page and "SqrtGrad" in page and "NormHead" in page
     # the demo never edits the packaged model: the fix was applied at run time
     assert "msoverflow: precision island" not in open(report["first"]["source"]["file"]).read()

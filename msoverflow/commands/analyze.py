@@ -3,15 +3,27 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 from ..errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_CODES_HELP, EXIT_INCONCLUSIVE
 
 
 def _int_list(text: str):
+    """Steps/ranks as `config` spells them: 0 | 0,7 | 0-3 | 0|5-8 | all (no filter)."""
+    if text.strip().lower() == "all":
+        return None
+    values = set()
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        for part in text.replace("|", ",").split(","):
+            part = part.strip()
+            if "-" in part:
+                low, high = (int(x) for x in part.split("-", 1))
+                values.update(range(low, high + 1))
+            elif part:
+                values.add(int(part))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number or comma-separated numbers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected numbers like 0, 0,7, 0-3 or 0|5-8, got {text!r}")
+    return sorted(values)
 
 
 def register(sub):
@@ -29,13 +41,18 @@ def register(sub):
                               "which collective), flagged, clean or not dumped. Ranks are ordered by steps, "
                               "collectives and op knowledge, never by their clocks.")
     p.add_argument("dump_dir", metavar="DUMP_DIR")
-    p.add_argument("--rank", type=_int_list, help="only these ranks (e.g. 0 or 0,7)")
-    p.add_argument("--iteration", type=_int_list, help="only these iterations/steps")
+    p.add_argument("--ranks", "--rank", dest="rank", type=_int_list, metavar="IDS",
+                   help="only these ranks, e.g. 0, 0,7 or 0-3")
+    p.add_argument("--steps", "--step", "--iteration", "--iterations", dest="iteration", type=_int_list,
+                   metavar="STEPS", help="only these steps (the dump's iteration directories), e.g. 0, 0-3 or 0|5-8")
     p.add_argument("--top", type=int, default=10, help="later origins to list (default 10)")
     p.add_argument("--all", dest="scan_all", action="store_true",
                    help="scan every step (default: stop after the step holding the first origin)")
-    p.add_argument("--format", choices=["text", "json", "markdown"], default="text")
-    p.add_argument("-o", "--output", help="write the report here instead of stdout (then no report.json is saved)")
+    p.add_argument("--format", choices=["text", "json", "markdown", "html"],
+                   help="default: from -o's extension (.html, .json, .md), else text; html: one self-contained page "
+                        "with plots, viewable offline")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the report here instead of stdout (then no report.json is saved)")
     p.add_argument("--save", metavar="FILE", default=None,
                    help="without -o, also save the JSON report here for `msoverflow patch/repro --from` "
                         "(default: report.json in the current directory, never inside the dump; "
@@ -59,28 +76,45 @@ def run(args) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs {args.jobs}: expected 1 or more")
+    from ..logs import log
     from ..safeio import refuse_output_inside
     if args.output:   # resolved through symlinks, judged against the dump's root, not only DUMP_DIR
         refuse_output_inside(args.output, args.dump_dir)
+    started = time.monotonic()
     report = analyze(args.dump_dir, ranks=args.rank, iterations=args.iteration, scan_all=args.scan_all,
-                     progress=False if args.no_progress else None, jobs=args.jobs, scheduler=args.scheduler)
-    text = render(report, args.format, args.top)
+                     progress=False if (args.no_progress or getattr(args, "quiet", False)) else None,
+                     warn=lambda message: log.debug("warning: %s", message), jobs=args.jobs,
+                     scheduler=args.scheduler)
+    log.debug("analyzed %s in %.1f s: %s, %d files, %d tensors read", args.dump_dir, time.monotonic() - started,
+              report.verdict, report.files, report.tensors_read)
+    fmt = args.format or _format_of(args.output)
+    text = render(report, fmt, args.top)
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8", errors="backslashreplace") as fh:
                 fh.write(text)
         except OSError as exc:
             raise UserError(f"{args.output}: cannot write report ({exc.strerror})")
+        log.info("wrote %s (%s, %s)", os.path.abspath(args.output), fmt, _size(os.path.getsize(args.output)))
     else:
         print(text, end="")
         _save_json(args, report)
     return {"anomaly": EXIT_ANOMALY, "inconclusive": EXIT_INCONCLUSIVE}.get(report.verdict, EXIT_CLEAN)
 
 
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.0f} KB" if n >= 1e3 else f"{n} bytes"
+
+
+def _format_of(output) -> str:
+    extension = os.path.splitext(output or "")[1].lower()
+    return {".html": "html", ".htm": "html", ".json": "json", ".md": "markdown"}.get(extension, "text")
+
+
 def _save_json(args, report) -> None:
     """The quick start's second command (`patch --from report.json`) needs the JSON report on disk."""
-    import sys
     from ..errors import UserError
+    from ..logs import log
     from ..render import render
     path = args.save if args.save is not None else os.environ.get("MSOVERFLOW_REPORT_JSON", "report.json")
     if args.no_save or not path:
@@ -88,8 +122,8 @@ def _save_json(args, report) -> None:
     from ..safeio import dump_root, inside
     out_abs = os.path.realpath(path)
     if inside(out_abs, args.dump_dir) or inside(out_abs, dump_root(args.dump_dir)):   # the dump's root too
-        print(f"msoverflow: not saving {path}: it is inside the dump directory {dump_root(args.dump_dir)} "
-              f"(run from elsewhere, or give --save FILE)", file=sys.stderr)
+        log.warning("not saving %s: it is inside the dump directory %s (run from elsewhere, or give --save FILE)",
+                    path, dump_root(args.dump_dir))
         return
     tmp = out_abs + ".tmp"
     try:
@@ -98,4 +132,4 @@ def _save_json(args, report) -> None:
         os.replace(tmp, out_abs)
     except OSError as exc:
         raise UserError(f"{path}: cannot save the JSON report ({exc.strerror}); give --save FILE or --no-save")
-    print(f"msoverflow: JSON report saved to {path} (next: msoverflow patch --from {path})", file=sys.stderr)
+    log.info("JSON report saved to %s (next: msoverflow patch --from %s)", path, path)

@@ -21,7 +21,10 @@ def register(subparsers):
     add_config_options(parser)
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="where to write the JSON (default ./dump_config.json; '-' prints it instead)")
-    parser.add_argument("--json", action="store_true", help="print the whole result (config, env, summary) as JSON")
+    parser.add_argument("--format", choices=["text", "json"], default="text",
+                        help="json: print the whole result (config, env, summary, or --check's problems) as JSON")
+    parser.add_argument("--json", dest="format", action="store_const", const="json",
+                        help="the same as --format json (old spelling)")
     parser.add_argument("--check", metavar="FILE", help="validate an existing dump config and explain each problem")
     parser.add_argument("--list-presets", action="store_true", help="list the presets in msoverflow/data/presets/")
     parser.set_defaults(run=run)
@@ -48,7 +51,7 @@ def _check(args) -> int:
 
     problems = check(args.check, ms_version=args.ms_version, device=args.device, jit_level=args.jit_level)
     real = [p for p in problems if p.severity in ("error", "warning")]
-    if args.json:
+    if args.format == "json":
         print(json.dumps({"file": args.check, "ok": not real, "problems": [p.to_dict() for p in problems]}, indent=2))
     else:
         for problem in problems:
@@ -74,7 +77,7 @@ def _generate(args) -> int:
     result = build(purpose, config_path=config_path, **options)
     if config_path:
         result.write(config_path)
-    if args.json:
+    if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2))
         return EXIT_OK
     if to_stdout:

@@ -14,17 +14,16 @@ HELP = "convert Ascend binary dump files to npy (writes only into OUTDIR)"
 def register(subparsers):
     parser = subparsers.add_parser(
         "convert", help=HELP, description=HELP + ". Output names: "
-        "{op_type}.{op_name}.{task}.{stream}.{ts}.{input|output}.{slot}.{format}.{DType}.npy")
+        "{dump file name}.{input|output}.{slot}.{format}.{DType}.npy (bfloat16 as float32 values, BFloat16 in the name)")
     parser.add_argument("src", metavar="SRC", help="a binary dump file or a directory (searched recursively)")
     parser.add_argument("-o", "--output", metavar="OUTDIR",
                         help="where to write (required for a directory; default for a file: the current directory)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="only print errors and the summary")
     parser.set_defaults(run=run)
     return parser
 
 
 MAX_FILE_NAME = 255
-_NOT_DUMPS = (".npy", ".csv", ".json", ".ir", ".pb", ".txt", ".log", ".dat", ".py", ".yaml", ".yml")
+_NOT_DUMPS = (".npy", ".csv", ".json", ".ir", ".pb", ".txt", ".log", ".dat", ".py", ".yaml", ".yml", ".pt")
 
 
 def _candidates(src: str):
@@ -72,7 +71,7 @@ def run(args) -> int:
         raise UserError(f"{out_root}: output exists and is not a directory")
 
     def say(message):
-        if not args.quiet:
+        if not getattr(args, "quiet", False):     # -q/--quiet: the shared option (msoverflow.logs)
             print(message)
 
     skipped, written, converted = [], 0, 0
@@ -101,6 +100,24 @@ def run(args) -> int:
             converted += 1
             continue
         parsed = names.parse(original)
+        if parsed is not None and parsed.kind == names.KIND_RAW:
+            # msprobe's raw tensors (dtypes npy lacks, e.g. BF16) and msaccucmp's .bin: one tensor per file
+            from ..readers import raw
+            if not raw.decodable(parsed.dtype):
+                skipped.append(f"{path}: dtype {parsed.dtype_word} cannot be decoded")
+                continue
+            word = dumpdata_bin.MINDSPORE_DTYPE_WORDS.get(parsed.dtype, parsed.dtype_word)
+            stem = original[:-len(".bin")] if original.endswith(".bin") else original
+            if parsed.shape is not None and original.endswith(".bin"):   # msaccucmp: drop shape/dtype/format
+                stem = ".".join(stem.split(".")[:-3])
+                name = f"{stem}.{parsed.fmt}.{word}.npy"
+            else:
+                name = ".".join(stem.split(".")[:-1]) + f".{word}.npy"
+            os.makedirs(target_dir, exist_ok=True)
+            np.save(os.path.join(target_dir, name), raw.load_raw(path, parsed.dtype, parsed.shape))
+            written += 1
+            converted += 1
+            continue
         if parsed is None or parsed.kind != names.KIND_BIN:
             skipped.append(f"{path}: not a binary dump file name ({{op_type}}.{{op_name}}.{{task}}.{{stream}}.{{ts}})")
             continue
@@ -119,8 +136,9 @@ def run(args) -> int:
             if note:
                 say(f"note: {path}: {slot.io} {slot.slot}: {note}")
             word = dumpdata_bin.MINDSPORE_DTYPE_WORDS[slot.dtype]
-            name = (f"{parsed.op_type}.{parsed.op_name}.{parsed.task_id}.{parsed.stream_id}.{parsed.timestamp}."
-                    f"{slot.io}.{slot.slot}.{slot.format_name}.{word}.npy")
+            # The dump file's own name leads (FFTS+ sub-task ids, _lxslice, a missing stream id all survive);
+            # bf16 is written as float32 values with BFloat16 kept in the name, as MindSpore and msprobe do.
+            name = f"{original}.{slot.io}.{slot.slot}.{slot.format_name}.{word}.npy"
             if len(name) > MAX_FILE_NAME:   # as MindSpore does: a short name, listed in mapping.csv
                 short = hashlib.sha1(name.encode()).hexdigest()[:24] + ".npy"
                 long_names.setdefault(target_dir, []).append((short, name))

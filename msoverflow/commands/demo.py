@@ -48,9 +48,11 @@ def run(args) -> int:
     report = analyze(str(outcome.dump_dir), progress=False)
     print(render(report, "text"), end="")
     report_path = os.path.join(workdir, "report.json")
-    with open(report_path, "w", encoding="utf-8") as fh:
-        fh.write(render(report, "json"))
-    print(f"(report: {report_path})")
+    html_path = os.path.join(workdir, "report.html")
+    for path, fmt in ((report_path, "json"), (html_path, "html")):
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(render(report, fmt))
+    print(f"(reports: {report_path}, and {html_path} to open in a browser)")
     if report.first is None:
         print("The demo run did not overflow: nothing to patch.")
         return 1

@@ -60,7 +60,8 @@ def register(subparsers):
     check.add_argument("--ms-version", help="MindSpore version of the re-run (default: the installed one)")
     check.add_argument("--no-widen", action="store_true",
                        help="verify: do not widen an op-only patch to its Cell when it falls short")
-    check.add_argument("--json", dest="json_out", metavar="FILE", help="also write the result as JSON here")
+    parser.add_argument("-o", "--output", "--json", dest="json_out", metavar="FILE",
+                        help="also write the result (target, patch, verification) as JSON here (--json: old spelling)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after '--'")
     parser.set_defaults(run=run)
     return parser
@@ -149,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json_out:
         with open(args.json_out, "w", encoding="utf-8", errors="backslashreplace") as fh:
             json.dump(result, fh, indent=2, default=str)
+        from ..logs import log
+        log.info("wrote %s", os.path.abspath(args.json_out))
     return code
 
 

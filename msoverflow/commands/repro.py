@@ -5,6 +5,11 @@ import argparse
 import os
 
 
+def _device(text: str) -> str:
+    """config and patch spell devices in lower case: accept that spelling too."""
+    return {"cpu": "CPU", "ascend": "Ascend", "gpu": "GPU"}.get(text.lower(), text)
+
+
 def register(subparsers):
     parser = subparsers.add_parser(
         "repro", help="write a standalone script that re-runs the origin op alone, from its dumped inputs",
@@ -16,8 +21,8 @@ def register(subparsers):
                         help="msoverflow analyze's JSON report (report.json)")
     parser.add_argument("-o", "--output", metavar="DIR",
                         help="where to write the script and inputs (default: ./repro_<op type>; never in the dump)")
-    parser.add_argument("--device", default="CPU", choices=["CPU", "Ascend", "GPU"],
-                        help="the script's default device (it also takes --device)")
+    parser.add_argument("--device", default="CPU", choices=["CPU", "Ascend", "GPU"], type=_device,
+                        help="the script's default device (it also takes --device); any case, as in config/patch")
     parser.add_argument("--dump", metavar="DIR", help="the dump directory, when it moved since the analysis")
     parser.set_defaults(run=run)
     return parser

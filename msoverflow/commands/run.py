@@ -39,6 +39,13 @@ def run(args: argparse.Namespace) -> int:
         from ..errors import UserError
 
         raise UserError("msoverflow run writes the dump into --dump-dir; use --dump-dir instead of --path")
+    import time
+
+    from ..logs import log
+    started = time.monotonic()
+    log.debug("run: %s (purpose %s)", " ".join(command), purpose)
     outcome = run_and_analyze(command, args.dump_dir, purpose=purpose, analyze=not args.no_analyze,
                               analyze_args=args.analyze_args, **options)
+    log.debug("run: command exit %s, %d dump files in %s, analysis exit %s, %.1f s", outcome.command_exit,
+              outcome.files_written, outcome.dump_dir, outcome.analysis_exit, time.monotonic() - started)
     return outcome.exit_code

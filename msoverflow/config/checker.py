@@ -120,6 +120,12 @@ def infer_mechanism(target: Target, config: Mapping) -> tuple[str, list[Problem]
             key="e2e_dump_settings", fix="add \"e2e_dump_settings\": {\"enable\": true, \"trans_flag\": true}"))
         return "e2e", problems
     entry = select_mechanism(situation)
+    if entry.get("writer") == "msprobe":
+        problems.append(Problem(
+            "msprobe-needed", "error",
+            f"MindSpore {target.version_label} at jit_level O2 ignores MINDSPORE_DUMP_CONFIG: O2 dumps go through "
+            "msprobe's PrecisionDebugger", key="common_dump_settings",
+            fix="`msoverflow config --jit-level O2` writes msprobe's config.json, or run at jit_level O0/O1"))
     if entry.get("unsupported"):
         problems.append(Problem(f"{entry['id']}-unsupported", "error", " ".join(entry["unsupported"].split())))
     return entry["id"], problems
@@ -221,6 +227,9 @@ def check(config: Union[str, os.PathLike, Mapping], ms_version: Optional[str] = 
     file cannot be read. Version and device default to the installed MindSpore / this machine."""
     data = load_config(config)
     target = resolve_target(ms_version, device, jit_level, newest_if_unknown=True)
+    from .msprobe import check_msprobe, is_msprobe_config
+    if is_msprobe_config(data):       # msprobe's config.json (PrecisionDebugger), not MINDSPORE_DUMP_CONFIG
+        return [Problem("assumed", "info", note) for note in target.notes] + check_msprobe(data, target=target)
     return check_for_target(data, target)
 
 

@@ -136,12 +136,14 @@ def build(purpose: str, *, ms_version: Optional[str] = None, device: Optional[st
           steps: Union[None, str, int, Iterable[int]] = None, ranks: Union[None, str, int, Iterable[int]] = None,
           inputs: bool = False, outputs: bool = False, kernels: Optional[Sequence[str]] = None,
           statistic_category: Optional[Sequence[str]] = None, overflow_number: Optional[int] = None,
-          multi_rank: Optional[bool] = None, config_path: Optional[str] = None) -> DumpConfigResult:
+          multi_rank: Optional[bool] = None, config_path: Optional[str] = None, mode: Optional[str] = None,
+          msprobe_level: Optional[str] = None) -> DumpConfigResult:
     """A dump config for `purpose` (overflow | statistics | tensors | exception) on this platform.
 
     ms_version defaults to the installed MindSpore (read from package metadata), device to this machine's
     (Ascend toolkit present -> ascend, else cpu). jit_level matters on Ascend 2.3+ only. path must be absolute
     (default: ./msoverflow_dump made absolute). Raises ConfigRefused (a UserError) when the combination cannot work.
+    mode "pynative", and Ascend O2 from MindSpore 2.6, give msprobe's config.json (an MsprobeConfigResult).
     """
     if purpose not in PURPOSES:
         raise UserError(f"purpose '{purpose}' is not one of {', '.join(PURPOSES)}")
@@ -156,7 +158,15 @@ def build(purpose: str, *, ms_version: Optional[str] = None, device: Optional[st
     where = f"MindSpore {target.version_label} on {target.device}" + (
         f" (jit_level {target.jit_level})" if target.jit_level else "")
 
-    mechanism_entry = select_mechanism(situation)
+    if mode not in (None, "graph", "pynative"):
+        raise UserError(f"mode '{mode}' is not graph or pynative")
+    mechanism_entry = None if mode == "pynative" else select_mechanism(situation)
+    if mode == "pynative" or mechanism_entry.get("writer") == "msprobe":
+        # MindSpore's own dump does not cover these runs: msprobe's PrecisionDebugger does.
+        from .msprobe import build_msprobe
+        return build_msprobe(purpose, target, mode=mode or "graph", path=path, steps=steps, ranks=ranks,
+                             kernels=kernels, level=msprobe_level, config_path=config_path,
+                             multi_rank=bool(multi_rank))
     if mechanism_entry.get("unsupported"):
         raise ConfigRefused(f"no {purpose} dump config for {where}: " + " ".join(mechanism_entry["unsupported"].split()))
     situation.mechanism = mechanism = mechanism_entry["id"]

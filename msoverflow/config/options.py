@@ -16,11 +16,16 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", choices=["ascend", "gpu", "cpu"],
                        help="default: ascend when an Ascend toolkit is installed here, else cpu")
     group.add_argument("--jit-level", choices=["O0", "O1", "O2"], help="needed on Ascend with MindSpore 2.3+")
+    group.add_argument("--mode", choices=["graph", "pynative"],
+                       help="pynative: write msprobe's config.json (PrecisionDebugger) instead of a MindSpore dump "
+                            "config; Ascend O2 from MindSpore 2.6 gets msprobe's too")
+    group.add_argument("--msprobe-level", choices=["L0", "L1", "mix", "L2"],
+                       help="msprobe dump level: L0 Cells, L1 APIs (PyNative default), mix both, L2 kernels (graph)")
     group.add_argument("--path", metavar="DIR", help="absolute dump directory (MindSpore refuses relative paths)")
     group.add_argument("--net-name", metavar="NAME", help="dump sub-directory name (default Net)")
-    group.add_argument("--steps", metavar="STEPS", help="steps to dump: \"all\" or like 0|5-8 (default 0; "
+    group.add_argument("--steps", "--step", "--iteration", "--iterations", dest="steps", metavar="STEPS", help="steps to dump: \"all\" or like 0|5-8 (default 0; "
                                                         "Ascend overflow: all)")
-    group.add_argument("--ranks", "--devices", dest="ranks", metavar="IDS",
+    group.add_argument("--ranks", "--rank", "--devices", dest="ranks", metavar="IDS",
                        help="device ids to dump, e.g. 0,1 or 0-7 (default 0-7)")
     group.add_argument("--multi-rank", action="store_true", default=None,
                        help="the run spans several ranks (adds HCCL_EXEC_TIMEOUT on Ascend)")
@@ -34,7 +39,7 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
                        help="stop after N overflow dumps (2.4+, op_debug_mode 3 only)")
 
 
-_OPTION_NAMES = ("ms_version", "device", "jit_level", "path", "net_name", "steps", "ranks", "multi_rank", "inputs",
+_OPTION_NAMES = ("ms_version", "device", "jit_level", "mode", "msprobe_level", "path", "net_name", "steps", "ranks", "multi_rank", "inputs",
                  "outputs", "kernels", "statistic_category", "overflow_number")
 
 

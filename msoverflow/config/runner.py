@@ -96,6 +96,10 @@ def run_and_analyze(command: Sequence[str], dump_dir: Union[None, str, os.PathLi
         print(f"  {line}", file=log)
     for warning in result.warnings:
         print(f"  note: {warning}", file=log)
+    if result.mechanism == "msprobe":     # msprobe dumps only what a PrecisionDebugger in the script asks for
+        print("  the script must hold msprobe's PrecisionDebugger (run cannot insert it):", file=log)
+        for line in getattr(result, "python", []):
+            print(f"    {line}", file=log)
     log.flush()
     try:
         completed = subprocess.run(list(command), env=run_env(result))
@@ -109,9 +113,14 @@ def run_and_analyze(command: Sequence[str], dump_dir: Union[None, str, os.PathLi
     if not analyze:
         pass
     elif files == 0:
-        print("msoverflow run: the dump is empty, nothing to analyze (did the script run in graph mode, reach the "
-              f"dumped steps {result.config['common_dump_settings']['iteration']!r}, and read MINDSPORE_DUMP_CONFIG "
-              "before starting?)", file=log)
+        if result.mechanism == "msprobe":
+            print("msoverflow run: the dump is empty, nothing to analyze (does the script create "
+                  f"PrecisionDebugger(config_path={result.config_path!r}) and call start/stop/step around the "
+                  f"dumped steps {result.config.get('step') or 'all'}?)", file=log)
+        else:
+            print("msoverflow run: the dump is empty, nothing to analyze (did the script run in graph mode, reach "
+                  f"the dumped steps {result.config['common_dump_settings']['iteration']!r}, and read "
+                  "MINDSPORE_DUMP_CONFIG before starting?)", file=log)
         analysis_exit = 2
     else:
         analysis_exit = _analyze(directory, analyze_args, log)

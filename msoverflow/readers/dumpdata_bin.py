@@ -18,18 +18,24 @@ from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
 from .. import names, safeio
+from ..dtypes import SUB_BYTE_BITS, UNDECODABLE, decode_raw, numpy_dtype
 from ..model import INPUT, OUTPUT, TensorEvent
 from . import _protobuf as pb
 
-# data_type enum -> canonical numpy dtype name. Only values the format doc fixes; anything else is reported,
-# never guessed (newer CANN releases add bfloat16 and friends under numbers we have not verified).
+# data_type enum -> canonical dtype name (msprobe resource/dump_data.proto and adump's AclDumpMsg.proto).
+# numpy lacks bfloat16 and the packed sub-byte integers: their bytes are decoded by dtypes.decode_raw.
 DATA_TYPES = {
     1: "float32", 2: "float16", 3: "int8", 4: "uint8", 5: "int16", 6: "uint16", 7: "int32", 8: "int64",
     9: "uint32", 10: "uint64", 11: "bool", 12: "float64", 16: "complex64", 17: "complex128",
+    27: "bfloat16", 28: "int4", 29: "uint1", 30: "int2", 31: "uint2",
 }
+# Known numbers whose tensors are not read: they make a verdict inconclusive, never clean.
 DATA_TYPE_NAMES = {0: "DT_UNDEFINED", 13: "DT_STRING", 14: "DT_DUAL_SUB_INT8", 15: "DT_DUAL_SUB_UINT8",
                    18: "DT_QINT8", 19: "DT_QINT16", 20: "DT_QINT32", 21: "DT_QUINT8", 22: "DT_QUINT16",
-                   23: "DT_RESOURCE", 24: "DT_STRING_REF", 25: "DT_DUAL", 26: "DT_VARIANT"}
+                   23: "DT_RESOURCE", 24: "DT_STRING_REF", 25: "DT_DUAL", 26: "DT_VARIANT",
+                   32: "DT_COMPLEX32", 33: "DT_HIFLOAT8", 34: "DT_FLOAT8_E5M2", 35: "DT_FLOAT8_E4M3FN",
+                   36: "DT_FLOAT8_E8M0", 37: "DT_FLOAT6_E3M2", 38: "DT_FLOAT6_E2M3", 39: "DT_FLOAT4_E2M1",
+                   40: "DT_FLOAT4_E1M2", 41: "DT_HIFLOAT4"}
 
 # format enum -> name used in MindSpore's npy file names.
 FORMATS = {
@@ -46,6 +52,7 @@ MINDSPORE_DTYPE_WORDS = {
     "int8": "Int8", "int16": "Int16", "int32": "Int32", "int64": "Int64",
     "uint8": "UInt8", "uint16": "UInt16", "uint32": "UInt32", "uint64": "UInt64", "bool": "Bool",
     "complex64": "Complex64", "complex128": "Complex128",
+    "int4": "Int4", "uint1": "UInt1", "int2": "Int2", "uint2": "UInt2",
 }
 
 HEADER_LENGTH_BYTES = 8
@@ -71,6 +78,7 @@ class TensorSlot:
     original_shape: Optional[Tuple[int, ...]] = None
     inline: bool = False                 # bytes stored in the protobuf `data` field, not the payload
     problem: str = ""                    # why the tensor cannot be read ("" = readable)
+    declared: Optional[str] = None       # dtype name of an enum value known but not decodable (hifloat8, ...)
 
     @property
     def readable(self) -> bool:
@@ -150,7 +158,9 @@ def _tensor(buf, span, io: str, index: int, path: str) -> TensorSlot:
                       original_shape=original_shape or None)
     if dtype is None:
         name = DATA_TYPE_NAMES.get(data_type, "not in the documented enum")
-        slot.problem = f"unknown data_type {data_type} ({name}) for {io} {index}: not read"
+        slot.problem = f"{UNDECODABLE}: data_type {data_type} ({name}) for {io} {index} cannot be decoded: not read"
+        if name != "not in the documented enum":
+            slot.declared = name[3:].lower()
     if data_span is not None and data_span[1] > data_span[0]:
         slot.inline = True
         slot.offset = data_span[0]          # spans are offsets into the whole file
@@ -212,7 +222,12 @@ def _parse_header(buf, path: str, header_length: int, file_size: int) -> DumpHea
             continue
         if slot.dtype is not None and slot.size == 0 and slot.shape:
             try:    # checked against the file before any product is trusted
-                slot.size = safeio.tensor_bytes(slot.shape, _itemsize(slot.dtype), file_size - cursor)
+                if slot.dtype in SUB_BYTE_BITS:     # packed: several values per byte
+                    per_byte = 8 // SUB_BYTE_BITS[slot.dtype]
+                    count = safeio.tensor_bytes(slot.shape, 1, (file_size - cursor) * per_byte)
+                    slot.size = -(-count // per_byte)
+                else:
+                    slot.size = safeio.tensor_bytes(slot.shape, int(_itemsize(slot.dtype)), file_size - cursor)
             except safeio.BadNumber:
                 slot.size = file_size + 1   # reported as truncated just below
             header.problems.append(f"{path}: {slot.io} {slot.slot} has no size; assumed shape x itemsize")
@@ -229,9 +244,13 @@ def _parse_header(buf, path: str, header_length: int, file_size: int) -> DumpHea
     return header
 
 
-def _itemsize(dtype: str) -> int:
-    import numpy as np
-    return np.dtype(dtype).itemsize
+def _itemsize(dtype: str) -> float:
+    """Bytes per element; a fraction for packed sub-byte integers (int4: 0.5)."""
+    if dtype in SUB_BYTE_BITS:
+        return SUB_BYTE_BITS[dtype] / 8
+    if dtype == "bfloat16":
+        return 2
+    return numpy_dtype(dtype).itemsize
 
 
 def tensor_view(path: str, slot: TensorSlot):
@@ -239,6 +258,14 @@ def tensor_view(path: str, slot: TensorSlot):
     import numpy as np
     if not slot.readable:
         raise DumpFormatError(f"{path}: {slot.problem or f'{slot.io} {slot.slot} is not in the file'}")
+    if numpy_dtype(slot.dtype) is None:
+        # bfloat16 -> float32, packed int4/int2/uint1/uint2 -> one int8/uint8 per element (a decoded copy)
+        raw = np.memmap(path, dtype=np.uint8, mode="r", offset=slot.offset, shape=(slot.size,)) if slot.size \
+            else np.empty(0, np.uint8)
+        flat = decode_raw(raw, slot.dtype)
+        if slot.dtype in SUB_BYTE_BITS:
+            flat = flat[:slot.numel]
+        return flat.reshape(slot.shape) if _shape_fits(slot, flat.size) else flat
     dtype = np.dtype(slot.dtype)
     count = slot.size // dtype.itemsize
     if count == 0:
@@ -258,7 +285,10 @@ def layout_note(slot: TensorSlot) -> str:
     """Why a view comes back flat, or ""."""
     if not slot.readable:
         return slot.problem
-    count = slot.size // _itemsize(slot.dtype)
+    if slot.dtype in SUB_BYTE_BITS:
+        return "" if slot.size * 8 >= slot.numel * SUB_BYTE_BITS[slot.dtype] else \
+            f"{slot.size} bytes is too short for {slot.numel} {slot.dtype} values; read flat"
+    count = int(slot.size // _itemsize(slot.dtype))
     if _shape_fits(slot, count):
         return ""
     if slot.size % _itemsize(slot.dtype):
@@ -321,8 +351,9 @@ def tensor_events(path: str, parsed=None, *, rank: int, graph: str, iteration: i
             task_id=task_id if task_id is not None else -1,
             stream_id=stream_id if stream_id is not None else -1,
             timestamp=timestamp if timestamp is not None else header.dump_time,
-            io=slot.io, slot=slot.slot, fmt=slot.format_name, dtype=slot.dtype,
-            shape=tuple(slot.original_shape or slot.shape), loader=loader, note=layout_note(slot)))
+            io=slot.io, slot=slot.slot, fmt=slot.format_name, dtype=slot.dtype or slot.declared,
+            shape=tuple(slot.original_shape or slot.shape), loader=loader, note=layout_note(slot),
+            context_id=getattr(parsed, "context_id", None), thread_id=getattr(parsed, "thread_id", None)))
     return events
 
 

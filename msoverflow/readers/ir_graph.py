@@ -19,18 +19,23 @@ _REF = re.compile(r"%(\w+)")
 _DTYPE_OUT = re.compile(r"->\s*\(<(?:Ref\[)?Tensor\[(\w+)\]")
 _KERNEL_OUT = re.compile(r"->\s*\(<(\w+?)x\w+")
 _FULLNAME_PREFIX = "# Fullname with scope: "
+_FULLNAME_OLD_PREFIX = ": full_name_with_scope: "          # older dialect (MindSpore dump tutorial)
 # `# In file {path}:{line}[~{end}], {col}~{col}/{code}/`: found by scanning for the separator (linear), never by
 # a leading `(.*)` that backtracks over a long line.
 _SOURCE_PREFIX = "# In file "
 _SOURCE_SEPARATOR = re.compile(r":(\d+)(?:~\d+)?, \d+~\d+/")
+_SOURCE_OLD_SEPARATOR = re.compile(r"\((\d{1,9})\)/")        # older dialect: `# In file net.py(175)/  code/`
 MAX_LINE_NUMBER_DIGITS = 9
+# Appended to a source line that several nodes share: not the line that made this node, if another one exists.
+SHARED_MARK = "<~~This line of code can be shared by multiple nodes, and may be duplicated."
 _UNIQUE = re.compile(r'\bunique_id: "(\d+)"')
 _FORWARD = re.compile(r'forward_node_name: "([^"]+)"(?:, forward_unique_id: "(\d+)")?')
 _FRAMEWORK = re.compile(r"[/\\](?:site|dist)-packages[/\\]mindspore[/\\]|[/\\]mindspore[/\\]python[/\\]mindspore[/\\]")
 
 
 def _full_name(stripped: str) -> Optional[str]:
-    rest = stripped[len(_FULLNAME_PREFIX):].rstrip()
+    prefix = _FULLNAME_PREFIX if stripped.startswith(_FULLNAME_PREFIX) else _FULLNAME_OLD_PREFIX
+    rest = stripped[len(prefix):].rstrip()
     if rest.startswith("(") and rest.endswith(")"):
         return rest[1:-1]
     return None
@@ -44,6 +49,8 @@ def _source(stripped: str):
     last = None
     for last in _SOURCE_SEPARATOR.finditer(body, 0, len(body) - 1):
         pass
+    if last is None:
+        last = _SOURCE_OLD_SEPARATOR.search(body, 0, len(body) - 1)
     if last is None or last.start() == 0 or len(last.group(1)) > MAX_LINE_NUMBER_DIGITS:
         return None
     return body[:last.start()], int(last.group(1)), body[last.end():-1].strip()
@@ -77,8 +84,9 @@ def _args(line: str, start: int) -> List[str]:
 class GraphIndex:
     """Nodes of one saved graph, looked up by full name or by the name as written in dump files."""
 
-    def __init__(self, nodes: List[GraphNode]):
+    def __init__(self, nodes: List[GraphNode], path: Optional[str] = None):
         self.nodes = nodes
+        self.path = path
         self.by_full: Dict[str, GraphNode] = {n.full_name: n for n in nodes}
         self.by_file: Dict[str, GraphNode] = {scope_to_file_name(n.full_name): n for n in nodes}
         short: Dict[str, List[GraphNode]] = {}
@@ -106,7 +114,8 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
         if current and current.get("full_name"):
             node = GraphNode(full_name=current["full_name"], op_type=current["op_type"], ir_id=current["id"],
                              inputs=current["inputs"], is_backend_cast=current["backend_cast"],
-                             inferred_out=current.get("inferred"), kernel_out=current.get("kernel"))
+                             inferred_out=current.get("inferred"), kernel_out=current.get("kernel"),
+                             ir_line=current.get("line"))
             src = current.get("source")
             if src:
                 node.source_file, node.source_line, node.source_code = src
@@ -117,15 +126,16 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
                 pending_forward[len(nodes)] = current["forward"]
             nodes.append(node)
 
-    for line in lines:
+    for line_number, line in enumerate(lines, 1):
         m = _NODE.match(line)
         if m:
             finish()
             op = m.group(2)
             op_type = op[len("PrimFunc_"):] if op.startswith("PrimFunc_") else op
             args = [a[1:] if _REF.fullmatch(a) else "const" for a in _args(line, m.end())]
-            current = {"id": m.group(1), "op_type": op_type, "inputs": args,
-                       "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0}
+            current = {"id": m.group(1), "op_type": op_type, "inputs": args, "line": line_number,
+                       "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0,
+                       "open": line.count("{") - line.count("}")}
             u = _UNIQUE.search(line.split("cnode_primal_attrs", 1)[-1]) if "cnode_primal_attrs" in line else None
             f = _FORWARD.search(line)
             if f:
@@ -147,14 +157,25 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             elif current["types"] == 2:
                 d = _KERNEL_OUT.search(stripped)
                 current["kernel"] = d.group(1) if d else None
-        elif stripped.startswith(_FULLNAME_PREFIX):
+        elif stripped.startswith(_FULLNAME_PREFIX) or stripped.startswith(_FULLNAME_OLD_PREFIX):
             full = _full_name(stripped)
             if full:
                 current["full_name"] = full
         elif stripped.startswith(_SOURCE_PREFIX):
-            s = _source(stripped)
-            if s and (_is_user_code(s[0]) or not current.get("source")):
-                current["source"] = s
+            shared = SHARED_MARK in stripped
+            text = stripped.replace(SHARED_MARK, "").rstrip()
+            if shared and not text.endswith("/"):
+                text += "/"
+            src = _source(text)
+            if src:
+                # Lines run from the outermost call to the innermost: the last of the best kind wins.
+                # Best: user code not marked shared; then shared user code; then framework code.
+                rank = (0 if _is_user_code(src[0]) else 2) + (1 if shared else 0)
+                if rank <= current.get("source_rank", 99):
+                    current["source"] = src
+                    current["source_rank"] = rank
+        elif current.get("open", 0) > 0:      # attributes of the node line wrapped onto this line
+            current["open"] += stripped.count("{") - stripped.count("}")
         elif not stripped.startswith("#") and not stripped.startswith(":") and stripped and current:
             finish()
             current = None
@@ -171,7 +192,9 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
 
 def load_ir(path: str) -> GraphIndex:
     with safeio.open_regular(path, "r", encoding="utf-8", errors="replace") as fh:
-        return parse_ir(safeio.bounded_lines(fh))
+        graph = parse_ir(safeio.bounded_lines(fh))
+    graph.path = path
+    return graph
 
 
 def graph_files(rank_root: str, graph: str) -> List[str]:

@@ -68,11 +68,13 @@ def decode_status(unit: str, status: int) -> List[str]:
 
 
 def file_name_ids(path: str) -> Optional[Tuple[int, int, int]]:
-    """(task, stream, timestamp) from an Opdebug file name: the OpDebug node's ids, not the op's."""
-    match = FILE_NAME.match(os.path.basename(path))
-    if not match:
+    """(task, stream, timestamp) from an Opdebug file name: the OpDebug node's ids, not the op's. The stream
+    is -1 for names without one (older CANN); FFTS+ names carry four more numbers after the timestamp."""
+    from ..names import KIND_OPDEBUG, parse
+    parsed = parse(os.path.basename(path))
+    if parsed is None or parsed.kind != KIND_OPDEBUG:
         return None
-    return int(match["task"]), int(match["stream"]), int(match["ts"])
+    return parsed.task_id, parsed.stream_id, parsed.timestamp
 
 
 def _as_int(value) -> Optional[int]:
@@ -182,6 +184,8 @@ def read_entries(path: str) -> List[dict]:
             raise OpdebugFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
         except (ValueError, UnicodeDecodeError) as exc:
             raise OpdebugFormatError(f"{path}: bad Opdebug JSON: {exc}") from exc
+    if head[:8] == b"\0" * 8:
+        return _entries_zero_header(path)
     try:
         header = dumpdata_bin.read_dump_header(path)
         if not header.outputs:
@@ -199,6 +203,33 @@ def read_entries(path: str) -> List[dict]:
         raise OpdebugFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except ValueError as exc:
         raise OpdebugFormatError(f"{path}: bad Opdebug record: {exc}") from exc
+
+
+# MindSpore's own Opdebug test fixtures (debug_services.cc CheckOpOverflow, tests/st/debugger): header length 0,
+# and the overflowing op's ids at fixed offsets of the file.
+ZERO_HEADER_RECORD_OFFSET = 321
+ZERO_HEADER_STREAM_AT = 16
+ZERO_HEADER_TASK_AT = 24
+ZERO_HEADER_UNIT = "AI Core"
+
+
+def _entries_zero_header(path: str) -> List[dict]:
+    """A file whose header length is 0: the record MindSpore's debugger reads at offset 321 (stream id at +16,
+    task id at +24, little-endian uint64). The file holds no status: its existence is the overflow flag."""
+    need = ZERO_HEADER_RECORD_OFFSET + ZERO_HEADER_TASK_AT + 8
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(ZERO_HEADER_RECORD_OFFSET)
+            record = fh.read(ZERO_HEADER_TASK_AT + 8)
+    except OSError as exc:
+        raise OpdebugFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    if len(record) < ZERO_HEADER_TASK_AT + 8:
+        raise OpdebugFormatError(f"{path}: header length is 0 and the file is shorter than {need} bytes: "
+                                 "neither a DumpData file nor MindSpore's fixed-offset Opdebug record")
+    stream, = struct.unpack_from("<Q", record, ZERO_HEADER_STREAM_AT)
+    task, = struct.unpack_from("<Q", record, ZERO_HEADER_TASK_AT)
+    return [{"unit": ZERO_HEADER_UNIT, "status": 1, "task_id": task, "stream_id": stream,
+             "status_recorded": False}]
 
 
 def read_opdebug(path: str, *, rank: int, graph: str, iteration: int, file_timestamp: Optional[int] = None,
@@ -226,7 +257,9 @@ def read_opdebug(path: str, *, rank: int, graph: str, iteration: int, file_times
             unit=entry["unit"],
             task_id=_first(entry["task_id"], file_task_id, -1),
             stream_id=_first(entry["stream_id"], file_stream_id, -1),
-            status=entry["status"], status_words=decode_status(entry["unit"], entry["status"]),
+            status=entry["status"],
+            status_words=decode_status(entry["unit"], entry["status"]) if entry.get("status_recorded", True)
+            else ["overflow (flagged by the file itself; no status recorded)"],
             context_id=entry.get("context_id"), thread_id=entry.get("thread_id")))
     if not records:
         warn(f"{path}: no overflow flagged (status 0 in every entry)")
@@ -268,7 +301,7 @@ def match_records(records: Sequence[OverflowRecord], candidates: Sequence) -> Li
         found = None
         if task is not None:
             for candidate in ordered:
-                if _get(candidate, "task_id") != task or _get(candidate, "stream_id") != stream:
+                if _get(candidate, "task_id") != task or not _same_stream(stream, _get(candidate, "stream_id")):
                     continue
                 if not _same_optional(record.context_id, _get(candidate, "context_id")):
                     continue
@@ -280,6 +313,11 @@ def match_records(records: Sequence[OverflowRecord], candidates: Sequence) -> Li
             record.matched_op = _get(found, "op_name")
         result.append((record, found))
     return result
+
+
+def _same_stream(mine, theirs) -> bool:
+    """-1 = a name without a stream id (older CANN): matches any stream."""
+    return mine == theirs or mine == -1 or theirs == -1
 
 
 def _same_optional(mine, theirs) -> bool:

@@ -28,7 +28,8 @@ COLUMNS = {
     "max value": "max", "min value": "min", "avg value": "avg", "count": "count",
     "negative zero count": "negative_zero", "positive zero count": "positive_zero", "nan count": "nan",
     "negative inf count": "neginf", "positive inf count": "posinf", "zero count": "zero",
-    "l2 value": "l2", "l2norm value": "l2", "md5": "md5",
+    "l2 value": "l2", "l2norm value": "l2", "l2norm": "l2", "md5": "md5", "md5 value": "md5",
+    "index": "slot",      # per-op statistics files (CANN device statistics): Input/Output,Index,...
 }
 REQUIRED = ("op_type", "op_name", "task_id", "stream_id", "timestamp", "io", "slot")
 NULLS = {"", "null", "none", "nil", "n/a", "-"}
@@ -267,6 +268,52 @@ def _read_with_pandas(path: str, rank: int, graph: str, iteration: int) -> Optio
             source=path, rank=rank, graph=graph, iteration=iteration, op_type=op_type, op_name=name,
             task_id=ints["task_id"][i], stream_id=ints["stream_id"][i], timestamp=ints["timestamp"][i],
             io=io_i, slot=ints["slot"][i], fmt=fmt[i], dtype=dtype, shape=shape, stats=stats, note=note))
+    return events
+
+
+def read_op_csv(path: str, parsed, *, rank: int, graph: str, iteration: int,
+                warn: Callable[[str], None]) -> List[TensorEvent]:
+    """A per-op statistics file `{dump file name}.csv` (CANN's device-side statistics, as msprobe's adump receives
+    them): header `Input/Output,Index,Data Size,Data Type,Format,Shape,<statistics...>`, one row per tensor; the
+    op's type, name and ids come from the file name (`parsed`, a names.ParsedName). Bad rows warn and are skipped."""
+    path = os.fspath(path)
+    try:
+        with open(path, newline="", encoding="utf-8-sig", errors="replace") as fh:
+            rows = [r for r in csv.reader(fh) if any(cell.strip() for cell in r)]
+    except OSError as exc:
+        warn(f"{path}: cannot read per-op statistics: {exc.strerror or exc}")
+        return []
+    except csv.Error as exc:
+        warn(f"{path}: not a CSV file: {exc}")
+        return []
+    if not rows:
+        warn(f"{path}: empty per-op statistics file")
+        return []
+    columns: Dict[str, int] = {}
+    for index, name in enumerate(rows[0]):
+        key = COLUMNS.get(_norm_header(name))
+        if key is not None and key not in columns:
+            columns[key] = index
+    if "io" not in columns or "slot" not in columns:
+        warn(f"{path}: per-op statistics header lacks Input/Output or Index: file skipped "
+             f"(header: {','.join(rows[0])})")
+        return []
+    not_recorded = [k for k in ("nan", "posinf", "neginf", "max", "min") if k not in columns]
+    note = f"not recorded: {', '.join(not_recorded)}" if not_recorded else ""
+    fixed = {"op_type": parsed.op_type, "op_name": parsed.op_name, "task_id": str(parsed.task_id),
+             "stream_id": str(parsed.stream_id), "timestamp": str(parsed.timestamp)}
+    events = []
+    for line_no, row in enumerate(rows[1:], start=2):
+        row = _rejoin_shape(row, columns.get("shape"), len(rows[0]))
+        cells = dict(fixed, **{key: (row[i].strip() if i < len(row) else None) for key, i in columns.items()})
+        try:
+            event = _event(path, cells, rank, graph, iteration, note)
+        except (ValueError, OverflowError) as exc:
+            warn(f"{path}: row {line_no} skipped: {exc}")
+            continue
+        event.op_name = parsed.op_name          # already a file-name op name
+        event.context_id, event.thread_id = parsed.context_id, parsed.thread_id
+        events.append(event)
     return events
 
 

@@ -16,6 +16,11 @@ def _num(x: Optional[float]):
     return x
 
 
+def graph_id(graph: str):
+    """The dump's graph/model id: an integer where it is numeric (graph 0), else the string as written."""
+    return int(graph) if isinstance(graph, str) and graph.isdigit() else graph
+
+
 def tensor_dict(t: TensorSummary) -> dict:
     s = t.stats
     return {
@@ -24,14 +29,16 @@ def tensor_dict(t: TensorSummary) -> dict:
         "max_abs": _num(s.max_abs) if s else None, "min": _num(s.min) if s else None, "max": _num(s.max) if s else None,
         "nan": s.nan if s else None, "posinf": s.posinf if s else None, "neginf": s.neginf if s else None,
         "over_range": s.over_range if s else None, "zero": s.zero if s else None,
-        "count": s.count if s else None, "headroom": _num(t.headroom), "producer": t.producer,
+        "count": s.count if s else None, "range_used": _num(t.range_used),
+        "headroom": _num(t.range_used),  # old name of range_used, kept for readers of schema 1
+        "producer": t.producer, "file": t.file,
     }
 
 
 def finding_dict(f: Finding) -> dict:
     return {
-        "rank": f.rank, "graph": f.graph, "iteration": f.iteration, "op_type": f.op_type, "op_name": f.op_name,
-        "full_name": f.full_name, "role": f.role, "kind": f.kind, "detail": f.detail, "timestamp": f.timestamp,
+        "rank": f.rank, "graph": graph_id(f.graph), "iteration": f.iteration, "op_type": f.op_type,
+        "op_name": f.op_name, "full_name": f.full_name, "ir_file": f.ir_file, "ir_line": f.ir_line, "role": f.role, "kind": f.kind, "detail": f.detail, "timestamp": f.timestamp,
         "forward_op": f.forward_op, "cell": f.cell, "cell_type": f.cell_type,
         "source": ({"file": f.source.file, "line": f.source.line, "code": f.source.code} if f.source else None),
         "inputs": [tensor_dict(t) for t in f.inputs], "outputs": [tensor_dict(t) for t in f.outputs],
@@ -48,7 +55,7 @@ def report_dict(report: Report) -> dict:
         "dump_dir": report.dump_dir,
         "first": finding_dict(report.first) if report.first else None,
         "anomalies": [finding_dict(f) for f in report.anomalies],
-        "propagation": [{"rank": f.rank, "graph": f.graph, "iteration": f.iteration, "op_type": f.op_type,
+        "propagation": [{"rank": f.rank, "graph": graph_id(f.graph), "iteration": f.iteration, "op_type": f.op_type,
                          "op_name": f.op_name, "full_name": f.full_name, "kind": f.kind, "cell": f.cell}
                         for f in report.propagation],
         "flagged": [finding_dict(f) for f in report.flagged],

@@ -1,19 +1,35 @@
-"""Markdown: the same story as text, for issues and chat."""
+"""Markdown: the same story as text (verdict, evidence with producers, spread, later origins, ranks, scan summary,
+warnings), for issues and chat."""
 from __future__ import annotations
 
 from typing import List
 
 from ..model import SUSPECT, Report, TensorSummary
-from .text import op_label, rank_text, shape_text
+from .text import chain_label, max_abs_text, op_label, range_used_text, rank_text, shape_text
+
+_TENSOR_HEADER = ["| slot | dtype | shape | max \\|x\\| | range used | nan | +inf | -inf | produced by |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _row(t: TensorSummary) -> str:
     s = t.stats
-    g = (lambda x: "-" if x is None else f"{x:.4g}")
-    return (f"| {t.slot} | {t.dtype or '?'}{' (' + t.payload_dtype + ' bytes)' if t.payload_dtype else ''} | "
-            f"{shape_text(t.shape)} | {g(s.max_abs if s else None)} | "
-            f"{f'{t.headroom:.0%}' if t.headroom is not None else '-'} | {s.nan if s else '-'} | "
-            f"{s.posinf if s else '-'} | {s.neginf if s else '-'} |")
+    dtype = (t.dtype or "?") + (f" ({t.payload_dtype} bytes)" if t.payload_dtype else "")
+    producer = "/".join((t.producer or "").rsplit("/", 2)[-2:])
+    return (f"| {t.slot} | {dtype} | {shape_text(t.shape)} | {max_abs_text(s)} | {range_used_text(t)} | "
+            f"{s.nan if s else '-'} | {s.posinf if s else '-'} | {s.neginf if s else '-'} | "
+            f"{'`' + _cell(producer) + '`' if producer else ''} |")
+
+
+def _steps(values: List[int]) -> str:
+    if not values:
+        return "-"
+    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}-{values[-1]}"
+    return ",".join(map(str, values))
 
 
 def render_markdown(report: Report, top: int = 10) -> str:
@@ -43,14 +59,25 @@ def render_markdown(report: Report, top: int = 10) -> str:
             out.append(f"- fix: {f.recommendation}")
         for title, tensors in (("Inputs", f.inputs), ("Outputs", f.outputs)):
             if tensors:
-                out += ["", f"{title}:", "", "| slot | dtype | shape | max abs | of max | nan | +inf | -inf |",
-                        "|---|---|---|---|---|---|---|---|"] + [_row(t) for t in tensors]
-        if f.evidence:
-            out += [""] + [f"- {e}" for e in f.evidence]
-        if len(report.anomalies) > 1:
-            out += ["", "Later origins:", ""]
-            out += [f"- rank {a.rank} step {a.iteration}: {a.kind} in {op_label(a)}: {a.detail}"
-                    for a in report.anomalies[1:top + 1]]
+                out += ["", f"{title}:", ""] + _TENSOR_HEADER + [_row(t) for t in tensors]
+        if f.flags or f.evidence:
+            out.append("")
+        for flag in f.flags:
+            out.append(f"- overflow flag: {flag.unit} status {flag.status:#x} "
+                       f"({', '.join(flag.status_words) or 'overflow'}) from `{flag.source}`")
+        out += [f"- {e}" for e in f.evidence]
+        if report.propagation:
+            chain = [chain_label(p) for p in report.propagation]
+            shown = chain[:8] + (["..."] + chain[-3:] if len(chain) > 11 else chain[8:])
+            out += ["", f"Spread in step {f.iteration} through {len(chain)} ops: "
+                    + " -> ".join(f"`{c}`" if c != "..." else c for c in [chain_label(f)] + shown)]
+        later = report.anomalies[1:]
+        if later:
+            out += ["", f"Later origins ({len(later)}, time order):", ""]
+            out += [f"- rank {a.rank} step {a.iteration} graph {a.graph}: {a.kind} in {op_label(a)}: {a.detail}"
+                    for a in later[:top]]
+            if len(later) > top:
+                out.append(f"- ... {len(later) - top} more (--top N, or --format json)")
         if report.flagged:
             out += ["", "Flagged by the hardware, not decided:", ""]
             out += [f"- rank {a.rank} step {a.iteration}: {op_label(a)}: {a.detail}" for a in report.flagged[:top]]
@@ -61,6 +88,20 @@ def render_markdown(report: Report, top: int = 10) -> str:
         out += ["", "Ranks:", "", "| rank | status | step | first bad op / how |", "|---|---|---|---|"]
         out += [f"| {r.rank} | {r.status} | {'-' if r.iteration is None else r.iteration} | "
                 f"{rank_text(r).replace('|', '/')} |" for r in report.rank_status]
+    per_rank = {r: _steps(v) for r, v in sorted(report.iterations.items())}
+    if len(set(per_rank.values())) == 1:
+        steps = f"steps {next(iter(per_rank.values()))} on every rank"
+    else:
+        steps = "steps " + "; ".join(f"rank {r}: {v}" for r, v in per_rank.items())
+    meta = report.extra.get("mindspore") or {}
+    written_by = (f", MindSpore {meta['version']} {meta.get('device_target') or ''}".rstrip()
+                  if meta.get("version") else "")
+    out += ["", f"Scanned {report.files} files ({report.layout or 'unknown'} layout{written_by}), read "
+                f"{report.tensors_read} tensors; ranks {_steps(report.ranks)}; {steps}."]
+    if not report.tail_clean:
+        out.append("Steps after the first origin were not scanned (--all scans every step).")
     if report.warnings:
         out += ["", f"Warnings ({len(report.warnings)}):", ""] + [f"- {w}" for w in report.warnings[:20]]
+        if len(report.warnings) > 20:
+            out.append(f"- ... {len(report.warnings) - 20} more (--format json lists all)")
     return "\n".join(out) + "\n"

@@ -7,8 +7,30 @@ from typing import List, Optional
 from ..model import SUSPECT, Finding, RankStatus, Report, TensorSummary
 
 
-def _g(x) -> str:
-    return "-" if x is None else f"{x:.4g}"
+def max_abs_text(stats) -> str:
+    """max |x| as people mean it: inf when the tensor holds an inf, else the largest finite |x|."""
+    if stats is None:
+        return "-"
+    if stats.posinf or stats.neginf:
+        return "inf"
+    if stats.max_abs is None:
+        return "nan" if stats.nan else "-"
+    return f"{stats.max_abs:.4g}"
+
+
+def range_used_text(t: TensorSummary, digits: int = 0) -> str:
+    """The share of the declared dtype's range used; "inf" when the tensor holds an inf (past any range)."""
+    if t.stats is not None and (t.stats.posinf or t.stats.neginf):
+        return "inf"
+    return f"{t.range_used:.{digits}%}" if t.range_used is not None else "-"
+
+
+def chain_label(f: Finding) -> str:
+    """One hop of a spread chain: the op type and the Cell it ran in (the last two parts of the path)."""
+    if f.op_type == "Parameter":
+        return f"Parameter({f.op_name})"
+    cell = ".".join(f.cell.split(".")[-2:]) if f.cell else (f.cell_type or "")
+    return f"{f.op_type}[{cell}]" if cell else f.op_type
 
 
 def _where(f: Finding) -> str:
@@ -30,7 +52,7 @@ def tensor_table(title: str, tensors: List[TensorSummary]) -> str:
     from rich.console import Console
     from rich.table import Table
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, show_edge=False)
-    for column in ("slot", "dtype", "shape", "max |x|", "of max", "nan", "+inf", "-inf", "produced by"):
+    for column in ("slot", "dtype", "shape", "max |x|", "range used", "nan", "+inf", "-inf", "produced by"):
         table.add_column(column, overflow="fold")
     for t in tensors:
         s = t.stats
@@ -39,7 +61,7 @@ def tensor_table(title: str, tensors: List[TensorSummary]) -> str:
             dtype += f" ({t.payload_dtype} bytes)"
         producer = (t.producer or "").rsplit("/", 2)
         table.add_row(str(t.slot), dtype, shape_text(t.shape),
-                      _g(s.max_abs if s else None), f"{t.headroom:.0%}" if t.headroom is not None else "-",
+                      max_abs_text(s), range_used_text(t),
                       str(s.nan) if s else "-", str(s.posinf) if s else "-", str(s.neginf) if s else "-",
                       "/".join(producer[-2:]) if t.producer else "")
     out = io.StringIO()
@@ -84,11 +106,10 @@ def render_text(report: Report, top: int = 10) -> str:
         for item in f.evidence:
             lines.append(f"  - {item}")
         if report.propagation:
-            chain = [f"{p.op_type}({p.op_name})" if p.op_type == "Parameter" else p.op_type
-                     for p in report.propagation]
+            chain = [chain_label(p) for p in report.propagation]
             shown = chain[:8] + (["..."] + chain[-3:] if len(chain) > 11 else chain[8:])
             lines.append(f"  spread in step {f.iteration} through {len(chain)} ops: "
-                         + " -> ".join([f.op_type] + shown))
+                         + " -> ".join([chain_label(f)] + shown))
         later = report.anomalies[1:]
         if later:
             lines.append("")

@@ -1,0 +1,101 @@
+"""-v/--verbose, -q/--quiet and --log-file, the same on every command.
+
+Messages about the run (where a report was written, each warning as it is met, timings) go to the `msoverflow`
+logger, never into the report. On stderr: errors only with -q, notes by default, details with -v. --log-file FILE
+appends every detail with a timestamp, whatever -v/-q say: keep it for long runs (analysis of a large dump,
+`run`, `patch --verify`) to see afterwards what was read, skipped and written, and how long it took.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+
+log = logging.getLogger("msoverflow")
+
+
+def add_options(parser: argparse.ArgumentParser, top_level: bool = False) -> None:
+    """Add the shared options, skipping any a command already defines (e.g. convert's own -q)."""
+    # Sub-command copies default to SUPPRESS so that `msoverflow -v analyze` keeps the top-level value.
+    default = {} if top_level else {"default": argparse.SUPPRESS}
+    taken = set(parser._option_string_actions)
+    group = parser.add_argument_group("output and logging") if not top_level else parser
+    if not taken & {"-v", "--verbose"}:
+        group.add_argument("-v", "--verbose", action="count", help="say more on stderr: each warning as it is met, timings",
+                           **({"default": 0} if top_level else default))
+    if not taken & {"-q", "--quiet"}:
+        group.add_argument("-q", "--quiet", action="store_true", help="say only errors and the result",
+                           **({"default": False} if top_level else default))
+    if "--log-file" not in taken:
+        group.add_argument("--log-file", metavar="FILE",
+                           help="append a timestamped log of the run (what was read, skipped, written; timings)",
+                           **({"default": None} if top_level else default))
+
+
+class _Stderr(logging.StreamHandler):
+    """Looks up sys.stderr on each message (pytest and callers swap it)."""
+
+    def __init__(self):
+        super().__init__()
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
+_depth = 0
+
+
+@contextlib.contextmanager
+def session(args: argparse.Namespace, argv=None):
+    """Configure logging for one command. A command run inside another (patch --dump runs analyze) keeps the
+    outer command's settings: its -q or --log-file still hold."""
+    global _depth
+    if _depth == 0:
+        setup(args, argv)
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+
+
+def setup(args: argparse.Namespace, argv=None) -> None:
+    verbose = getattr(args, "verbose", 0) or 0
+    quiet = bool(getattr(args, "quiet", False))
+    log_file = getattr(args, "log_file", None)
+    for handler in list(log.handlers):
+        log.removeHandler(handler)
+        handler.close()
+    log.propagate = False
+    log.setLevel(logging.DEBUG)
+    stderr = _Stderr()
+    stderr.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.INFO)
+    stderr.setFormatter(logging.Formatter("msoverflow: %(message)s"))
+    log.addHandler(stderr)
+    if log_file:
+        dump_dir = getattr(args, "dump_dir", None)
+        if dump_dir and _inside(log_file, dump_dir):
+            from .errors import UserError
+            raise UserError(f"{log_file}: refusing to write the log into the dump directory {dump_dir}")
+        try:
+            handler = logging.FileHandler(log_file, encoding="utf-8")
+        except OSError as exc:
+            from .errors import UserError
+            raise UserError(f"{log_file}: cannot open the log file ({exc.strerror})")
+        handler.setLevel(logging.DEBUG)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        from . import __version__
+        log.debug("msoverflow %s: %s", __version__, " ".join(sys.argv[1:] if argv is None else argv))
+
+
+def _inside(path: str, directory: str) -> bool:
+    import os
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path.startswith(directory.rstrip(os.sep) + os.sep)

@@ -1,0 +1,639 @@
+"""HTML: one self-contained, offline page (no CDN, no script) with the verdict, the per-rank table and three plots.
+
+Plots are matplotlib SVG embedded inline. Why matplotlib and not plotly: plotly needs its ~3.5 MB JS bundle inlined
+in every report to work offline, and the page then renders by running that JS; matplotlib's SVG for these plots is
+tens of KB (the demo's whole page: about 80 KB), appears as soon as the HTML is parsed, needs no script at all
+(nothing to break, nothing blocked by a strict viewer), and keeps its text as text (searchable, copyable;
+`svg.fonttype = none`). Rendering costs matplotlib's import and one draw per plot (a few seconds at most on a busy
+2-core machine), bounded by the caps below whatever the dump's size. What interactivity the report needs is plain
+SVG: markers and graph nodes link to their evidence and show a hover text; tensor files and .ir lines are links.
+
+Large dumps stay usable: every table and plot is capped (the `MAX_*` numbers below) and says what it left out.
+Renderers know only findings: Report in, text out.
+"""
+from __future__ import annotations
+
+import html
+import io
+import math
+import os
+import pathlib
+import re
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from ..dtypes import dtype_max
+from ..model import (RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED, Finding, Report,
+                     TensorSummary)
+from .text import max_abs_text, op_label, range_used_text, shape_text
+
+FP16_MAX = 65504.0
+BF16_MAX = 3.3895313892515355e38
+
+MAX_TIMELINE_STEPS = 6        # steps drawn as timeline panels (the ones holding events first)
+MAX_MARKERS_PER_KIND = 400    # per panel and marker kind: more are sampled evenly
+MAX_GRAPH_NODES = 32          # propagation graph: the origin and the first ops it reached
+GRAPH_WIDTH = 6               # columns per band of the propagation graph
+MAX_HEADROOM_BARS = 24
+MAX_TABLE_ROWS = 200
+MAX_WARNINGS = 300
+
+STATUS_CLASS = {RANK_ORIGIN: "origin", RANK_RECEIVED: "received", RANK_FLAGGED: "flagged", RANK_CLEAN: "clean",
+                RANK_NOT_DUMPED: "notdumped"}
+COLORS = {"origin": "#c62828", "arrival": "#ef6c00", "flag": "#6a1b9a", "clean": "#2e7d32", "spread": "#78909c",
+          "span": "#e0e0e0"}
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;background:#fafafa;color:#212121}
+main{max-width:1200px;margin:0 auto;padding:16px 24px 48px}
+h1{font-size:1.5em;margin:.4em 0} h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:4px}
+.card{background:#fff;border:1px solid #ddd;border-left:8px solid #888;border-radius:6px;padding:12px 18px}
+.card.anomaly{border-left-color:#c62828}.card.clean{border-left-color:#2e7d32}.card.inconclusive{border-left-color:#f9a825}
+.card dl{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;margin:8px 0}
+.card dt{font-weight:600;color:#555}.card dd{margin:0}
+.badge{display:inline-block;padding:2px 10px;border-radius:12px;color:#fff;font-weight:600;font-size:.9em}
+.badge.anomaly{background:#c62828}.badge.clean{background:#2e7d32}.badge.inconclusive{background:#f9a825;color:#000}
+table{border-collapse:collapse;background:#fff;font-size:.88em;margin:6px 0}
+th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f0f0f0} td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.bad{color:#c62828;font-weight:600}
+tr.origin td:nth-child(2){color:#c62828;font-weight:600} tr.received td:nth-child(2){color:#ef6c00;font-weight:600}
+tr.flagged td:nth-child(2){color:#6a1b9a;font-weight:600} tr.clean td:nth-child(2){color:#2e7d32}
+tr.notdumped td:nth-child(2){color:#757575;font-style:italic}
+code{background:#f3f3f3;padding:1px 4px;border-radius:3px;font-size:.92em;word-break:break-all}
+.plot{background:#fff;border:1px solid #ddd;border-radius:6px;padding:6px;overflow-x:auto}
+.plot svg{max-width:100%;height:auto} .scroll{max-height:30em;overflow-y:auto;display:inline-block}
+.note{color:#616161;font-size:.9em} .warn li{margin:2px 0}
+nav a{margin-right:12px}
+"""
+
+
+# ---- small helpers ---------------------------------------------------------------------------------------------
+
+def _e(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _uri(path: Optional[str]) -> Optional[str]:
+    if not path:
+        return None
+    try:
+        return pathlib.Path(os.path.abspath(path)).as_uri()
+    except ValueError:
+        return None
+
+
+def _file_link(path: Optional[str], label: Optional[str] = None, line: Optional[int] = None) -> str:
+    uri = _uri(path)
+    if uri is None:
+        return "-"
+    text = (label or os.path.basename(path)) + (f":{line}" if line else "")
+    return f'<a class="file" href="{_e(uri)}" title="{_e(path)}">{_e(text)}</a>'
+
+
+def _short_cell(cell: Optional[str], parts: int = 2) -> str:
+    if not cell:
+        return ""
+    return ".".join(cell.split(".")[-parts:])
+
+
+def _node_label(f: Finding) -> str:
+    if f.op_type == "Parameter":
+        return f"Parameter\n{f.op_name.rsplit('.', 1)[-1][:28]}"
+    cell = _short_cell(f.cell) or (f.cell_type or "")
+    return f.op_type + (f"\n{cell[:30]}" if cell else "")
+
+
+def _sample(items: Sequence, limit: int) -> list:
+    """At most `limit` items, evenly spread (first and last kept)."""
+    if len(items) <= limit:
+        return list(items)
+    step = (len(items) - 1) / (limit - 1)
+    return [items[round(i * step)] for i in range(limit)]
+
+
+def _finding_id(index: int) -> str:
+    return f"finding-{index}"
+
+
+# ---- plots -----------------------------------------------------------------------------------------------------
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure     # no pyplot: no global figure state, no GUI backend
+    return Figure(figsize=(width, height), dpi=100)
+
+
+def _svg(fig, element_id: str, label: str) -> str:
+    import matplotlib
+    out = io.StringIO()
+    # Text stays text (small, searchable); ids are salted per plot so several SVGs share one page without
+    # clashing, and stable so the same report gives the same file. rc_context leaves a caller's settings alone.
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": element_id}):
+        fig.savefig(out, format="svg", bbox_inches="tight", metadata={"Date": None})
+    svg = out.getvalue()
+    svg = svg[svg.index("<svg"):]
+    # matplotlib numbers its element ids per figure (figure_1, axes_1 ...): prefix them so that the page's ids
+    # stay unique with several plots inline.
+    # In-page links open in place; text after "|" in a link is the marker's hover text (an SVG <title>).
+    svg = re.sub(r'<a xlink:href="(#[^"|]*)(?:\|([^"]*))?"(?: target="_blank")?>',
+                 lambda m: f'<a xlink:href="{m.group(1)}">' + (f"<title>{m.group(2)}</title>" if m.group(2) else ""),
+                 svg)
+    own = set(re.findall(r'id="([^"]+)"', svg))     # links out of the plot (#finding-0 ...) stay as they are
+    svg = re.sub(r'(id="|url\(#|href="#)([^"#)]+)',
+                 lambda m: f"{m.group(1)}{element_id}-{m.group(2)}" if m.group(2) in own else m.group(0), svg)
+    return svg.replace("<svg ", f'<svg id="{element_id}" role="img" aria-label="{_e(label)}" ', 1)
+
+
+def _timeline_events(report: Report, top: int):
+    """(rank, step, time since that rank's step began in ms or None, kind, label, link) for every marker; the
+    link is where the page tells more (markers are clickable in the SVG)."""
+    starts = {(r, s): span[0] for r, steps in report.step_times.items() for s, span in steps.items()}
+    events = []
+
+    def rel(rank, step, ts):
+        start = starts.get((rank, step))
+        return None if ts is None or start is None else max(0.0, (ts - start) / 1000.0)
+
+    for i, f in enumerate(report.anomalies):
+        kind = "arrival" if f.kind == "cross-rank" else "origin"
+        events.append((f.rank, f.iteration, rel(f.rank, f.iteration, f.timestamp), kind, op_label(f),
+                       f"#{_finding_id(i)}" if i <= top else "#origins"))
+    for p in report.propagation:
+        events.append((p.rank, p.iteration, rel(p.rank, p.iteration, p.timestamp), "spread", p.op_type,
+                       "#propagation-list"))
+    for rec in report.overflow_records:
+        try:
+            step = int(rec.iteration)
+        except (TypeError, ValueError):
+            continue
+        events.append((rec.rank, step, rel(rec.rank, step, rec.timestamp), "flag", rec.matched_op or rec.unit,
+                       "#scan"))
+    for status in report.rank_status:
+        if status.status == RANK_RECEIVED and status.iteration is not None:
+            events.append((status.rank, status.iteration, rel(status.rank, status.iteration, status.time),
+                           "arrival", status.via or status.op_type or "", f"#rank-{status.rank}"))
+        elif status.status == RANK_FLAGGED and status.iteration is not None and not report.overflow_records:
+            events.append((status.rank, status.iteration, rel(status.rank, status.iteration, status.time),
+                           "flag", status.op_type or "", f"#rank-{status.rank}"))
+    return events
+
+
+_MARKER_WORDS = {"origin": "origin", "arrival": "arrived via", "flag": "hardware flag on", "spread": "spread to"}
+
+
+def _marker_url(event) -> str:
+    """The marker's link, with its hover text after a "|" (_svg turns it into an SVG <title>)."""
+    rank, step, t, kind, label, link = event
+    when = f", {t:.3f} ms into the step" if t is not None else ""
+    return f"{link or '#timeline'}|{_MARKER_WORDS.get(kind, kind)} {label} (rank {rank}, step {step}{when})"
+
+
+def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
+    """One panel per step: x = ms since that rank's own step began (ranks' clocks are never compared),
+    y = rank. Grey bars: the span of the rank's dumped ops in that step."""
+    ranks = sorted(set(report.ranks) | {s.rank for s in report.rank_status})
+    if not ranks:
+        return None, "no ranks"
+    events = _timeline_events(report, top)
+    event_steps = sorted({e[1] for e in events})
+    all_steps = sorted({s for steps in report.iterations.values() for s in steps})
+    steps = event_steps[:MAX_TIMELINE_STEPS] if event_steps else _sample(all_steps, min(MAX_TIMELINE_STEPS, 3))
+    if not steps:
+        return None, "no steps"
+    left_out = [s for s in (event_steps or all_steps) if s not in steps]
+    clean_ranks = {s.rank for s in report.rank_status if s.status == RANK_CLEAN}
+    if not report.rank_status and report.verdict == "clean":
+        clean_ranks = set(report.ranks)
+    not_dumped = {s.rank for s in report.rank_status if s.status == RANK_NOT_DUMPED}
+    rank_pos = {r: i for i, r in enumerate(ranks)}
+    height = min(0.9 + 0.32 * len(ranks), 14)
+    fig = _figure(min(max(3.4 * len(steps), 7.5) + 1.6, 18), height)
+    axes = fig.subplots(1, len(steps), sharey=True, squeeze=False)[0]
+    legend = {}
+    style = {"origin": dict(marker="*", s=180, c=COLORS["origin"], zorder=5, label="origin (created here)"),
+             "arrival": dict(marker=">", s=80, c=COLORS["arrival"], zorder=4, label="arrival via a collective"),
+             "flag": dict(marker="X", s=60, c=COLORS["flag"], zorder=4, label="hardware overflow flag"),
+             "spread": dict(marker="o", s=10, c=COLORS["spread"], zorder=3, label="spread (first origin's rank)"),
+             "clean": dict(marker="o", s=60, facecolors="none", edgecolors=COLORS["clean"], linewidths=1.6,
+                           zorder=3, label="clean rank")}
+    for ax, step in zip(axes, steps):
+        spans = [(rank_pos[r], (report.step_times[r][step][1] - report.step_times[r][step][0]) / 1000.0)
+                 for r in ranks if step in report.step_times.get(r, {})]
+        span_max = max((length for _, length in spans), default=0.0)
+        if spans:   # one call for all ranks: a bar per call costs ~10 ms each on large jobs
+            ax.barh([y for y, _ in spans], [max(length, 1e-3) for _, length in spans], left=0, height=0.5,
+                    color=COLORS["span"], zorder=1)
+        for kind in ("spread", "flag", "arrival", "origin"):
+            pts = [e for e in events if e[1] == step and e[3] == kind]
+            pts = _sample(pts, MAX_MARKERS_PER_KIND)
+            if not pts:
+                continue
+            known = [e for e in pts if e[2] is not None]
+            if known:
+                xs = [e[2] for e in known]
+                legend[kind] = ax.scatter(xs, [rank_pos.get(e[0], 0) for e in known], **style[kind])
+                legend[kind].set_urls([_marker_url(e) for e in known])
+                span_max = max(span_max, max(xs))
+            unknown = [e for e in pts if e[2] is None]
+            if unknown:     # the report does not say when: drawn hollow at the step's start, and said so
+                hollow = {**style[kind], "facecolors": "none", "edgecolors": style[kind]["c"], "linewidths": 1.4}
+                hollow.pop("c")
+                hollow["label"] += " (time not recorded: drawn at 0)"
+                legend[kind + "?"] = ax.scatter([0.0] * len(unknown), [rank_pos.get(e[0], 0) for e in unknown],
+                                                **hollow)
+                legend[kind + "?"].set_urls([_marker_url(e) for e in unknown])
+                style[kind + "?"] = hollow
+        first = report.first
+        if first is not None and first.iteration == step:
+            x = next((e[2] for e in events if e[5] == f"#{_finding_id(0)}"), None)
+            if first.rank in rank_pos:
+                ax.annotate(first.op_type, (x or 0.0, rank_pos[first.rank]), xytext=(6, 8),
+                            textcoords="offset points", color=COLORS["origin"], fontsize=9, fontweight="bold")
+        clean_here = [r for r in ranks if r in clean_ranks and step in report.iterations.get(r, [])]
+        if clean_here:
+            xs = [(report.step_times.get(r, {}).get(step, (0, 0))[1]
+                   - report.step_times.get(r, {}).get(step, (0, 0))[0]) / 1000.0 for r in clean_here]
+            legend["clean"] = ax.scatter(xs, [rank_pos[r] for r in clean_here], **style["clean"])
+        for rank in not_dumped:
+            ax.text(0, rank_pos[rank], " not dumped", va="center", fontsize=8, color="#757575", style="italic")
+        ax.set_title(f"step {step}", fontsize=10)
+        ax.set_xlabel("ms since the rank's step began", fontsize=8)
+        ax.set_xlim(-0.03 * (span_max or 1), (span_max or 1) * 1.08)
+        ax.grid(axis="x", color="#eeeeee")
+        ax.tick_params(labelsize=8)
+    every = max(1, -(-len(ranks) // 32))      # at most 32 labelled ticks: ticks dominate the drawing time
+    labelled = ranks[::every]
+    axes[0].set_yticks([rank_pos[r] for r in labelled])
+    axes[0].set_yticklabels([f"rank {r}" if every == 1 else str(r) for r in labelled])
+    axes[0].set_ylim(len(ranks) - 0.5, -0.5)
+    if legend:
+        order = [k for k in ("origin", "origin?", "arrival", "arrival?", "flag", "flag?", "spread", "clean")
+                 if k in legend]
+        fig.legend([legend[k] for k in order], [style[k]["label"] for k in order], loc="center left",
+                   fontsize=8, frameon=False, bbox_to_anchor=(1.0, 0.5))
+    note = ("Each rank's time is measured from its own step start: clocks of different ranks are never compared."
+            + (f" Steps not drawn: {_steps_text(left_out)}." if left_out else ""))
+    return _svg(fig, "timeline-svg", "timeline of the first bad values per rank and step"), note
+
+
+def _graph_nodes(report: Report) -> Tuple[List[Finding], List[Tuple[int, int, bool]], int]:
+    """Nodes (origin first, then propagation in time order, capped) and edges (producer, consumer, from_graph)."""
+    first = report.first
+    nodes = [first] + list(report.propagation[:MAX_GRAPH_NODES - 1])
+    left_out = max(0, len(report.propagation) - (MAX_GRAPH_NODES - 1))
+    key_of = {}
+    for i, f in enumerate(nodes):
+        for key in (f.full_name, f.op_name):
+            if key:
+                key_of.setdefault(key, i)
+    edges = []
+    for i, f in enumerate(nodes[1:], 1):
+        found = False
+        for producer in f.producers:
+            j = key_of.get(producer)
+            if producer.startswith("param:"):
+                j = key_of.get(producer[len("param:"):], j)
+            if j is not None and j != i:
+                edges.append((j, i, True))
+                found = True
+        if not found:
+            edges.append((i - 1, i, False))   # no graph edge known: time order only, drawn dashed
+    return nodes, edges, left_out
+
+
+def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
+    if report.first is None:
+        return None, "nothing to draw: no origin"
+    nodes, edges, left_out = _graph_nodes(report)
+    depth = {0: 0}
+    for j, i, _ in sorted(edges, key=lambda e: e[1]):
+        depth[i] = max(depth.get(i, 0), depth.get(j, 0) + 1)
+    columns: Dict[int, List[int]] = {}
+    for i in range(len(nodes)):
+        columns.setdefault(depth.get(i, 0), []).append(i)
+    # Long chains wrap into bands of GRAPH_WIDTH columns (read left to right, then the next band) so labels
+    # keep a readable size on a page.
+    width = min(len(columns), GRAPH_WIDTH)
+    nrows = max(len(v) for v in columns.values())
+    bands = (len(columns) + GRAPH_WIDTH - 1) // GRAPH_WIDTH
+    pos = {}
+    for col, members in columns.items():
+        band, x = divmod(col, GRAPH_WIDTH)
+        for row, i in enumerate(members):
+            pos[i] = (x, -band * (nrows + 0.8) - row)
+    ncols = width
+    fig = _figure(1.0 + 2.1 * width, min(0.6 + 0.75 * ((bands - 1) * (nrows + 0.8) + nrows), 18))
+    ax = fig.add_subplot()
+    ax.set_axis_off()
+    for j, i, from_graph in edges:
+        (x0, y0), (x1, y1) = pos[j], pos[i]
+        if x1 > x0:     # same band: side to side
+            start, end = (x0 + 0.42, y0), (x1 - 0.42, y1)
+        else:           # into the next band (or a lower row): bottom to top, clear of the boxes
+            start, end = (x0, y0 - 0.28), (x1, y1 + 0.28)
+        ax.annotate("", xy=end, xytext=start,
+                    arrowprops=dict(arrowstyle="-|>", color="#546e7a", lw=1.1,
+                                    linestyle="-" if from_graph else (0, (3, 3)), shrinkA=0, shrinkB=0))
+    for i, f in enumerate(nodes):
+        x, y = pos[i]
+        is_origin = i == 0
+        label = ax.text(x, y, _node_label(f), ha="center", va="center", fontsize=8 if not is_origin else 9,
+                        fontweight="bold" if is_origin else "normal", color="#b71c1c" if is_origin else "#263238",
+                        bbox=dict(boxstyle="round,pad=0.35", fc="#ffebee" if is_origin else "#eceff1",
+                                  ec=COLORS["origin"] if is_origin else "#90a4ae", lw=1.4 if is_origin else 0.8))
+        where = f" in {f.cell}" if f.cell else ""
+        label.set_url(f"#{_finding_id(0)}|{f.op_type}{where}: {f.full_name or f.op_name}" if is_origin else
+                      f"#propagation-list|{f.op_type}{where}: {f.full_name or f.op_name}")
+    ax.set_xlim(-0.6, ncols - 0.4)
+    ax.set_ylim(min(y for _, y in pos.values()) - 0.6, 0.6)
+    dashed = sum(1 for e in edges if not e[2])
+    note = (f"rank {report.first.rank}, step {report.first.iteration}: {len(report.propagation)} ops reached after "
+            f"the origin. Arrows: producer -> consumer from the saved graph"
+            + (f"; {dashed} dashed arrow(s) only follow time order (no graph edge known)" if dashed else "")
+            + (f". {left_out} later op(s) not drawn (see the table below)." if left_out else "."))
+    return _svg(fig, "propagation-svg", "propagation graph from the origin"), note
+
+
+def _headroom_rows(report: Report) -> List[Tuple[str, TensorSummary, str]]:
+    rows = []
+    findings = list(report.anomalies[:4]) + list(report.propagation[:8])
+    for f in findings:
+        for t in list(f.inputs) + list(f.outputs):
+            if t.stats is None or not t.dtype or "float" not in t.dtype:
+                continue
+            io_name = "in" if t.io == "input" else "out"
+            producer = (t.producer or "").rsplit("/", 1)[-1]
+            label = f"{f.op_type} {io_name}{t.slot}" + (f" <- {producer[:24]}" if producer and t.io == "input" else "")
+            rows.append((label, t, f.op_type))
+    return rows[:MAX_HEADROOM_BARS]
+
+
+def headroom_svg(report: Report) -> Tuple[Optional[str], str]:
+    rows = _headroom_rows(report)
+    if not rows:
+        return None, "no tensor statistics around an origin"
+    values, colors, texts = [], [], []
+    finite = [t.stats.max_abs for _, t, _ in rows if t.stats.max_abs]
+    top = max(finite + [FP16_MAX]) * 30
+    for label, t, _ in rows:
+        s = t.stats
+        limit = dtype_max(t.dtype)
+        if s.posinf or s.neginf:
+            values.append(top)
+            colors.append(COLORS["origin"])
+            texts.append("inf")
+        elif s.max_abs is None:
+            values.append(0)
+            colors.append("#bdbdbd")
+            texts.append("nan only" if s.nan else "no finite value")
+        else:
+            used = s.max_abs / limit if limit else None
+            values.append(max(s.max_abs, 1e-30))
+            colors.append(COLORS["origin"] if (used or 0) > 1 else "#ef6c00" if (used or 0) > 0.5 else "#1565c0")
+            texts.append(f"{s.max_abs:.5g}" + (f"  ({used:.0%} of {t.dtype} max)" if used is not None else ""))
+    fig = _figure(10, 0.9 + 0.32 * len(rows))
+    ax = fig.add_subplot()
+    ys = list(range(len(rows)))
+    ax.barh(ys, values, color=colors, height=0.6)
+    ax.set_xscale("log")
+    positive = [v for v in values if v > 0]
+    low = max(min(positive) / 10 if positive else 1e-3, 1e-12)
+    ax.set_xlim(low, max(top * 3, BF16_MAX * 30) if any(t.dtype == "bfloat16" for _, t, _ in rows) else top * 3)
+    ax.axvline(FP16_MAX, color=COLORS["origin"], ls="--", lw=1.2)
+    ax.text(FP16_MAX, -0.9, " float16 max 65504", color=COLORS["origin"], fontsize=8, va="bottom")
+    xmax = ax.get_xlim()[1]
+    if BF16_MAX < xmax:
+        ax.axvline(BF16_MAX, color=COLORS["flag"], ls="--", lw=1.2)
+        ax.text(BF16_MAX, -0.9, " bfloat16 max 3.39e38", color=COLORS["flag"], fontsize=8, va="bottom")
+    for y, value, text in zip(ys, values, texts):
+        ax.text(max(value, low), y, "  " + text, va="center", fontsize=8)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([label for label, _, _ in rows], fontsize=8)
+    ax.set_ylim(len(rows) - 0.4, -1.2)
+    ax.set_xlabel("max |x| (log scale)", fontsize=9)
+    ax.tick_params(axis="x", labelsize=8)
+    ax.grid(axis="x", color="#eeeeee")
+    note = ("max |x| of the inputs and outputs of the origin(s) and the first ops they reached, against the fp16 "
+            "limit" + (" and the bf16 limit" if BF16_MAX < xmax else " (bf16's max, 3.39e38, is off this scale)")
+            + "; a bar at the right edge is inf.")
+    return _svg(fig, "headroom-svg", "max |x| against the dtype limits"), note
+
+
+# ---- HTML sections ---------------------------------------------------------------------------------------------
+
+def _steps_text(values: Iterable[int]) -> str:
+    values = sorted(set(values))
+    if not values:
+        return "-"
+    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}-{values[-1]}"
+    shown = ",".join(map(str, values[:20]))
+    return shown + (f",... ({len(values)} steps)" if len(values) > 20 else "")
+
+
+def _verdict_card(report: Report) -> str:
+    verdict = report.verdict
+    f = report.first
+    out = [f'<section id="verdict" class="card {verdict}">',
+           f'<h2 style="border:0;margin:0">Verdict <span class="badge {verdict}">{_e(verdict.upper())}</span></h2>']
+    if f is not None:
+        # A finding that only the hardware flag names (its inputs were not dumped) is not called the origin.
+        role = {"flagged": "flagged (not proven)", "propagator": "first seen in"}.get(f.role, "origin")
+        items = [(role, f"<strong>{_e(op_label(f))}</strong>"),
+                 ("kind", _e(f.kind)),
+                 ("where", f"rank {f.rank}, step {f.iteration}, graph {_e(f.graph)}"),
+                 ("what", _e(f.detail)),
+                 ("Cell", _e(f"{f.cell or '-'}" + (f" ({f.cell_type})" if f.cell_type else ""))),
+                 ("source", (f"{_file_link(f.source.file, f.source.file, f.source.line)} "
+                             f"<code>{_e(f.source.code)}</code>") if f.source else "not known (no saved graph)"),
+                 ("op", f"<code>{_e(f.full_name or f.op_name)}</code>"
+                        + (f" ({_file_link(f.ir_file, None, f.ir_line)})" if f.ir_file else "")),
+                 ("fix", _e(f.recommendation) or "-")]
+    elif verdict == "inconclusive":
+        items = [("why", "<ul>" + "".join(f"<li>{_e(r)}</li>" for r in report.inconclusive) + "</ul>")]
+    else:
+        items = [("result", f"no inf, NaN or out-of-range value in {report.files} files")]
+    out.append("<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in items) + "</dl>")
+    if f is not None and report.inconclusive:
+        out.append('<p class="note">Also not understood: ' + "; ".join(_e(r) for r in report.inconclusive) + "</p>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _rank_table(report: Report) -> str:
+    out = ['<section id="ranks"><h2>Ranks</h2>']
+    if not report.rank_status:
+        out.append('<p class="note">This report carries no per-rank status; ranks seen: '
+                   f'{_e(_steps_text(report.ranks))}.</p>')
+        return "\n".join(out + ["</section>"])
+    out.append('<div class="scroll"><table id="rank-table"><thead><tr><th>rank</th><th>status</th><th>first bad step</th>'
+               '<th>first bad op</th><th>carried by (collective)</th><th>note</th></tr></thead><tbody>')
+    rows = sorted(report.rank_status, key=lambda s: s.rank)
+    for s in rows[:MAX_TABLE_ROWS * 4]:
+        op = f"{_e(s.op_type or '')} <code>{_e(s.op_name)}</code>" if s.op_name else _e(s.op_type or "-")
+        out.append(f'<tr id="rank-{s.rank}" class="{STATUS_CLASS.get(s.status, "")}" data-rank="{s.rank}">'
+                   f'<td class="num">{s.rank}</td>'
+                   f'<td class="status">{_e(s.status)}</td>'
+                   f'<td class="num">{"-" if s.iteration is None else s.iteration}</td><td>{op}</td>'
+                   f'<td>{_e(s.via or "-")}</td><td>{_e(s.note)}</td></tr>')
+    out.append("</tbody></table></div>")
+    if len(rows) > MAX_TABLE_ROWS * 4:
+        out.append(f'<p class="note">{len(rows) - MAX_TABLE_ROWS * 4} more ranks: see --format json.</p>')
+    counts: Dict[str, int] = {}
+    for s in rows:
+        counts[s.status] = counts.get(s.status, 0) + 1
+    out.append('<p class="note">' + ", ".join(f"{n} {k}" for k, n in counts.items()) + "</p></section>")
+    return "\n".join(out)
+
+
+def _plot_section(section_id: str, title: str, svg: Optional[str], note: str) -> str:
+    body = f'<div class="plot">{svg}</div>' if svg else f'<p class="note">{_e(note)}</p>'
+    return (f'<section id="{section_id}"><h2>{_e(title)}</h2>{body}'
+            + (f'<p class="note">{_e(note)}</p>' if svg else "") + "</section>")
+
+
+def _tensor_table(title: str, tensors: List[TensorSummary]) -> str:
+    rows = []
+    for t in tensors:
+        s = t.stats
+        dtype = (t.dtype or "?") + (f" ({t.payload_dtype} bytes)" if t.payload_dtype else "")
+        bad = s is not None and s.bad
+        producer = "/".join((t.producer or "").rsplit("/", 2)[-2:])
+        rows.append(f'<tr><td class="num">{t.slot}</td><td>{_e(dtype)}</td><td>{_e(shape_text(t.shape))}</td>'
+                    f'<td class="num{" bad" if bad else ""}">{_e(max_abs_text(s))}</td>'
+                    f'<td class="num">{_e(range_used_text(t, 1))}</td>'
+                    f'<td class="num">{s.nan if s else "-"}</td><td class="num">{s.posinf if s else "-"}</td>'
+                    f'<td class="num">{s.neginf if s else "-"}</td><td>{_e(producer)}</td>'
+                    f'<td>{_file_link(t.file)}</td></tr>')
+    return (f"<table><caption style='text-align:left'>{_e(title)}</caption><thead><tr><th>slot</th><th>dtype</th>"
+            "<th>shape</th><th>max |x|</th><th>range used</th><th>nan</th><th>+inf</th><th>-inf</th>"
+            "<th>produced by</th><th>file</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
+def _finding_block(f: Finding, index: int) -> str:
+    out = [f'<article id="{_finding_id(index)}" class="finding"><h3>{"First origin" if index == 0 else "Origin"}: '
+           f'{_e(op_label(f))} <span class="note">(rank {f.rank}, step {f.iteration}, graph {_e(f.graph)})</span>'
+           "</h3>", f"<p>{_e(f.detail)}</p>",
+           f'<p>op <code>{_e(f.full_name or f.op_name)}</code>'
+           + (f" · saved graph {_file_link(f.ir_file, None, f.ir_line)}" if f.ir_file else "")
+           + (f" · source {_file_link(f.source.file, f.source.file, f.source.line)}" if f.source else "") + "</p>"]
+    if f.inputs:
+        out.append(_tensor_table("inputs", f.inputs))
+    if f.outputs:
+        out.append(_tensor_table("outputs", f.outputs))
+    if f.flags:
+        out.append("<ul>" + "".join(
+            f"<li>hardware overflow flag: {_e(r.unit)} status {r.status:#x} "
+            f"({_e(', '.join(r.status_words) or 'overflow')}) from {_file_link(r.source)}</li>" for r in f.flags)
+            + "</ul>")
+    if f.evidence:
+        out.append("<ul>" + "".join(f"<li>{_e(item)}</li>" for item in f.evidence) + "</ul>")
+    if f.recommendation:
+        out.append(f"<p><strong>fix:</strong> {_e(f.recommendation)}</p>")
+    out.append("</article>")
+    return "\n".join(out)
+
+
+def _evidence(report: Report, top: int) -> str:
+    if not report.anomalies:
+        return ""
+    shown = report.anomalies[:top + 1]
+    out = ['<section id="evidence"><h2>Evidence</h2>']
+    out += [_finding_block(f, i) for i, f in enumerate(shown)]
+    if len(report.anomalies) > len(shown):
+        out.append(f'<p class="note">{len(report.anomalies) - len(shown)} more origins: listed below, '
+                   "full evidence in --format json.</p>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _origins_table(report: Report) -> str:
+    if len(report.anomalies) < 2:
+        return ""
+    rows = []
+    for i, f in enumerate(report.anomalies[:MAX_TABLE_ROWS]):
+        rows.append(f'<tr><td class="num">{i + 1}</td><td class="num">{f.rank}</td><td class="num">{f.iteration}</td>'
+                    f'<td>{_e(f.kind)}</td><td><a href="#{_finding_id(i)}">{_e(f.op_type)}</a></td>'
+                    f'<td>{_e(f.cell or f.cell_type or "-")}</td><td>{_e(f.detail)}</td></tr>')
+    more = len(report.anomalies) - MAX_TABLE_ROWS
+    return ('<section id="origins"><h2>All origins (time order per rank, ranks by step)</h2><table><thead><tr>'
+            "<th>#</th><th>rank</th><th>step</th><th>kind</th><th>op</th><th>Cell</th><th>what</th></tr></thead>"
+            "<tbody>" + "".join(rows) + "</tbody></table>"
+            + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "") + "</section>")
+
+
+def _flagged_table(report: Report) -> str:
+    flagged = getattr(report, "flagged", None) or []
+    if not flagged:
+        return ""
+    rows = "".join(f'<tr><td class="num">{f.rank}</td><td class="num">{f.iteration}</td><td>{_e(op_label(f))}</td>'
+                   f'<td>{_e(f.detail)}</td></tr>' for f in flagged[:MAX_TABLE_ROWS])
+    more = len(flagged) - MAX_TABLE_ROWS
+    return ('<section id="flagged"><h2>Flagged by the hardware, not decided</h2><p class="note">The inputs that '
+            "would tell whether these ops created the bad value or received it were not dumped.</p><table><thead>"
+            "<tr><th>rank</th><th>step</th><th>op</th><th>what</th></tr></thead><tbody>" + rows + "</tbody></table>"
+            + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "") + "</section>")
+
+
+def _propagation_table(report: Report) -> str:
+    if not report.propagation:
+        return ""
+    shown = _sample(report.propagation, MAX_TABLE_ROWS)
+    rows = "".join(f'<tr><td>{_e(p.op_type)}</td><td>{_e(p.cell or p.cell_type or "-")}</td><td>{_e(p.kind)}</td>'
+                   f'<td><code>{_e(p.full_name or p.op_name)}</code></td></tr>' for p in shown)
+    note = (f'<p class="note">{len(shown)} of {len(report.propagation)} ops shown (evenly sampled).</p>'
+            if len(shown) < len(report.propagation) else "")
+    return (f'<details id="propagation-list"><summary>The {len(report.propagation)} ops the first origin reached '
+            f"in its step</summary><table><thead><tr><th>op</th><th>Cell</th><th>kind</th><th>name</th></tr>"
+            f"</thead><tbody>{rows}</tbody></table>{note}</details>")
+
+
+def _scan_section(report: Report) -> str:
+    meta = report.extra.get("mindspore") or {}
+    written_by = f", MindSpore {meta['version']} {meta.get('device_target') or ''}" if meta.get("version") else ""
+    per_rank = "; ".join(f"rank {r}: {_steps_text(v)}" for r, v in sorted(report.iterations.items())[:64])
+    items = [f"{report.files} files ({_e(report.layout or 'unknown')} layout{_e(written_by)}), "
+             f"{report.tensors_read} tensors read",
+             f"ranks {_e(_steps_text(report.ranks))}; steps {_e(per_rank)}",
+             f"hardware overflow records: {len(report.overflow_records)}"]
+    if not report.tail_clean:
+        items.append("steps after the first origin were not scanned (--all scans every step)")
+    out = ['<section id="scan"><h2>What was scanned</h2><ul>'] + [f"<li>{i}</li>" for i in items] + ["</ul>"]
+    if report.coverage:
+        out.append('<div id="coverage"><h3>Coverage: what this dump could not show</h3><ul>'
+                   + "".join(f"<li>{_e(c)}</li>" for c in report.coverage) + "</ul></div>")
+    if report.inconclusive:
+        out.append('<div id="inconclusive"><h3>Not understood or not read</h3><ul>'
+                   + "".join(f"<li>{_e(c)}</li>" for c in report.inconclusive) + "</ul></div>")
+    out.append(f'<p class="note">dump directory: {_file_link(report.dump_dir, report.dump_dir)}</p></section>')
+    return "\n".join(out)
+
+
+def _warnings(report: Report) -> str:
+    if not report.warnings:
+        return '<section id="warnings"><h2>Warnings</h2><p class="note">none</p></section>'
+    shown = report.warnings[:MAX_WARNINGS]
+    more = len(report.warnings) - len(shown)
+    return (f'<section id="warnings"><h2>Warnings ({len(report.warnings)})</h2><details open><summary>show</summary>'
+            '<ul class="warn">' + "".join(f"<li>{_e(w)}</li>" for w in shown) + "</ul>"
+            + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "") + "</details></section>")
+
+
+def render_html(report: Report, top: int = 10) -> str:
+    title = "msoverflow: " + (f"{report.first.kind} in {report.first.op_type}" if report.first else report.verdict)
+    timeline, timeline_note = timeline_svg(report, top)
+    sections = [_verdict_card(report), _rank_table(report),
+                _plot_section("timeline", "Timeline", timeline, timeline_note)]
+    if report.first is not None:
+        graph, graph_note = propagation_svg(report)
+        sections.append(_plot_section("propagation", "Propagation from the origin", graph, graph_note)
+                        .replace("</section>", _propagation_table(report) + "</section>"))
+        bars, bars_note = headroom_svg(report)
+        sections.append(_plot_section("headroom", "Headroom: max |x| against the dtype's limits", bars, bars_note))
+    sections += [_evidence(report, top), _origins_table(report), _flagged_table(report), _warnings(report),
+                 _scan_section(report)]
+    nav = " ".join(f'<a href="#{s}">{s}</a>' for s in re.findall(r'<section id="([a-z-]+)"', "".join(sections)))
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>"
+            f"<h1>msoverflow report</h1><p class=\"note\">{_e(report.dump_dir)}</p><nav>{nav}</nav>\n"
+            + "\n".join(s for s in sections if s) + "\n</main></body></html>\n")
