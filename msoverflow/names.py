@@ -284,40 +284,18 @@ def parse_many(filenames) -> NpyNames:
     if columns is not None:
         return columns
     out = NpyNames([], [], [], [], [], [], [], [])
-    dtype_of: Dict[str, Optional[str]] = {}
-    for i, name in enumerate(filenames):
-        parts = name[:-4].rsplit(".", 5) if name.endswith(".npy") else ()
-        if len(parts) == 6 and parts[2] in _IO:
-            dtype = dtype_of.get(parts[5], "")
-            if dtype == "":
-                dtype = dtype_of[parts[5]] = canonical(parts[5])
-            if dtype is None or parts[0].count(".") < 3:   # no dtype field, or too short for one: let parse() say
-                parts = ()
-            else:
-                parts = parts[:5]
-        elif len(parts) >= 5:
-            parts = name[:-4].rsplit(".", 4)
-            dtype = None
-            if parts[2] not in _IO or parts[0].count(".") < 3:
-                parts = ()
-        else:
-            parts = ()
-        if not parts or not (parts[1].isdigit() and parts[1].isascii() and parts[3].isdigit()
-                             and parts[3].isascii()):
-            parsed = parse(name)
-            if parsed is None or parsed.kind != KIND_NPY:
-                out.rejected.append(i)
-                continue
-            parts = (f"{parsed.op_type}.{parsed.op_name}.{parsed.task_id}.{parsed.stream_id}",
-                     str(parsed.timestamp), parsed.io, str(parsed.slot), parsed.fmt)
-            dtype = parsed.dtype
+    for i, name in enumerate(filenames):          # mixed or odd forms: one by one, through parse()
+        parsed = parse(name)
+        if parsed is None or parsed.kind != KIND_NPY:
+            out.rejected.append(i)
+            continue
         out.rows.append(i)
-        out.prefix.append(parts[0])
-        out.timestamp.append(int(parts[1]))
-        out.io.append(parts[2])
-        out.slot.append(int(parts[3]))
-        out.fmt.append(parts[4])
-        out.dtype.append(dtype)
+        out.prefix.append(f"{parsed.op_type}.{parsed.op_name}.{parsed.task_id}.{parsed.stream_id}")
+        out.timestamp.append(parsed.timestamp)
+        out.io.append(parsed.io)
+        out.slot.append(parsed.slot)
+        out.fmt.append(parsed.fmt)
+        out.dtype.append(parsed.dtype)
     return out
 
 

@@ -135,7 +135,7 @@ def test_bulk_name_parser_agrees_with_parse():
             assert i in bulk.rejected or names.split_prefix(bulk.prefix[accepted[i]]) is None, name
             continue
         k = accepted[i]
-        assert names.split_prefix(bulk.prefix[k]) == (one.op_type, one.op_name, one.task_id, one.stream_id), name
+        assert bulk.prefix[k] == f"{one.op_type}.{one.op_name}.{one.task_id}.{one.stream_id}", name
         assert (bulk.timestamp[k], bulk.io[k], bulk.slot[k], bulk.fmt[k], bulk.dtype[k]) == (
             one.timestamp, one.io, one.slot, one.fmt, one.dtype), name
 
