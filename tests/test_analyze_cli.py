@@ -96,3 +96,18 @@ def test_progress_bar_goes_to_stderr_never_into_the_report(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert render(report, "text").startswith("CLEAN")
+
+
+def test_unrecognised_dump_is_inconclusive_and_its_parent_is_guarded(tmp_path, monkeypatch):
+    """A directory of files msoverflow cannot name is never clean, and since the dump's root is then unknown, -o
+    next to DUMP_DIR (in the directory holding it) is refused unless that is where the user stands."""
+    sub = tmp_path / "d" / "sub"
+    sub.mkdir(parents=True)
+    np.save(sub / "loss.npy", np.array([np.inf], np.float32))
+    monkeypatch.chdir(tmp_path)
+    assert main(["analyze", str(sub), "--no-progress", "--no-save"]) == 3
+    assert main(["analyze", str(sub), "-o", str(tmp_path / "d" / "report.json"), "--no-progress"]) == 2
+    assert not (tmp_path / "d" / "report.json").exists()
+    monkeypatch.chdir(tmp_path / "d")
+    assert main(["analyze", "sub", "-o", "report.json", "--no-progress"]) == 3
+    assert (tmp_path / "d" / "report.json").exists()

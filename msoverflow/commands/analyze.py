@@ -89,6 +89,12 @@ def run(args) -> int:
               report.verdict, report.files, report.tensors_read)
     fmt = args.format or _format_of(args.output)
     text = render(report, fmt, args.top)
+    if args.output and not report.files:
+        # No file was understood, so where the dump begins is unknown: DUMP_DIR may be a subdirectory of it.
+        # Its parent is guarded too (unless that is where the user stands).
+        parent = os.path.dirname(os.path.realpath(args.dump_dir))
+        if parent != os.path.realpath(os.getcwd()):
+            refuse_output_inside(args.output, parent, what="the directory holding an unrecognised dump")
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8", errors="backslashreplace") as fh:
