@@ -31,14 +31,7 @@ class TensorAccess:
             if not event.source.endswith(".npy"):
                 return None
             header, array = npy.load(event.source)
-            declared = canonical(header.header_dtype.name)
-            if event.dtype is None:
-                event.dtype = declared
-            event.shape = header.shape
-            if header.mismatch:
-                event.payload_dtype = canonical(header.payload_dtype.name)
-                if event.payload_dtype == event.dtype:
-                    event.payload_dtype = None
+            _take_header(event, header)
             return array
         except npy.NpyError as exc:
             self._unreadable(event, str(exc))
@@ -49,14 +42,7 @@ class TensorAccess:
     def seed(self, event: TensorEvent, header: "npy.NpyHeader", bad: bool, pinned: bool):
         """What a batch check already found for an npy tensor (msoverflow/scan.py), as array() and a scan would
         have recorded it. The caller counts the read."""
-        declared = canonical(header.header_dtype.name)
-        if event.dtype is None:
-            event.dtype = declared
-        event.shape = header.shape
-        if header.mismatch:
-            event.payload_dtype = canonical(header.payload_dtype.name)
-            if event.payload_dtype == event.dtype:
-                event.payload_dtype = None
+        _take_header(event, header)
         self._scan[id(event)] = (bad, pinned)
 
     def _unreadable(self, event: TensorEvent, why: str):
@@ -116,3 +102,15 @@ class TensorAccess:
         """Drop cached results of a tensor nobody will ask about again (keeps memory flat on long scans)."""
         self._scan.pop(id(event), None)
         self._stats.pop(id(event), None)
+
+
+def _take_header(event: TensorEvent, header: "npy.NpyHeader") -> None:
+    """What an npy header tells about its tensor: declared dtype (when the name did not), shape, and the dtype of
+    the bytes when they differ from the declared one (MindSpore CPU writes fp32 bytes under fp16 names)."""
+    if event.dtype is None:
+        event.dtype = canonical(header.header_dtype.name)
+    event.shape = header.shape
+    if header.mismatch:
+        event.payload_dtype = canonical(header.payload_dtype.name)
+        if event.payload_dtype == event.dtype:
+            event.payload_dtype = None

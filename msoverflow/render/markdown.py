@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import List
 
 from ..model import SUSPECT, Report, TensorSummary
-from .text import chain_label, max_abs_text, op_label, range_used_text, rank_text, shape_text
+from .text import chain_label, max_abs_text, op_label, range_used_text, rank_text, scan_summary, shape_text
 
 _TENSOR_HEADER = ["| slot | dtype | shape | max \\|x\\| | range used | nan | +inf | -inf | produced by |",
                   "|---|---|---|---|---|---|---|---|---|"]
@@ -22,14 +22,6 @@ def _row(t: TensorSummary) -> str:
     return (f"| {t.slot} | {dtype} | {shape_text(t.shape)} | {max_abs_text(s)} | {range_used_text(t)} | "
             f"{s.nan if s else '-'} | {s.posinf if s else '-'} | {s.neginf if s else '-'} | "
             f"{'`' + _cell(producer) + '`' if producer else ''} |")
-
-
-def _steps(values: List[int]) -> str:
-    if not values:
-        return "-"
-    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
-        return f"{values[0]}-{values[-1]}"
-    return ",".join(map(str, values))
 
 
 def render_markdown(report: Report, top: int = 10) -> str:
@@ -88,16 +80,7 @@ def render_markdown(report: Report, top: int = 10) -> str:
         out += ["", "Ranks:", "", "| rank | status | step | first bad op / how |", "|---|---|---|---|"]
         out += [f"| {r.rank} | {r.status} | {'-' if r.iteration is None else r.iteration} | "
                 f"{rank_text(r).replace('|', '/')} |" for r in report.rank_status]
-    per_rank = {r: _steps(v) for r, v in sorted(report.iterations.items())}
-    if len(set(per_rank.values())) == 1:
-        steps = f"steps {next(iter(per_rank.values()))} on every rank"
-    else:
-        steps = "steps " + "; ".join(f"rank {r}: {v}" for r, v in per_rank.items())
-    meta = report.extra.get("mindspore") or {}
-    written_by = (f", MindSpore {meta['version']} {meta.get('device_target') or ''}".rstrip()
-                  if meta.get("version") else "")
-    out += ["", f"Scanned {report.files} files ({report.layout or 'unknown'} layout{written_by}), read "
-                f"{report.tensors_read} tensors; ranks {_steps(report.ranks)}; {steps}."]
+    out += ["", scan_summary(report) + "."]
     if not report.tail_clean:
         out.append("Steps after the first origin were not scanned (--all scans every step).")
     if report.warnings:

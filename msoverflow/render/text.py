@@ -135,19 +135,7 @@ def render_text(report: Report, top: int = 10) -> str:
         lines.append("")
         lines.append(rank_table(report.rank_status))
     lines.append("")
-    per_rank = {r: _steps(v) for r, v in sorted(report.iterations.items())}
-    if not per_rank:
-        steps = "no step"
-    elif len(set(per_rank.values())) == 1:
-        steps = f"steps {next(iter(per_rank.values()))} on every rank"
-    else:
-        steps = "steps " + "; ".join(f"rank {r}: {v}" for r, v in per_rank.items())
-    meta = report.extra.get("mindspore") or {}
-    written_by = (f", MindSpore {meta['version']} {meta.get('device_target') or ''}".rstrip()
-                  if meta.get("version") else "")
-    scanned = (f"Scanned {report.files} files ({report.layout or 'unknown'} layout{written_by}), read "
-               f"{report.tensors_read} "
-               f"tensors; ranks {_steps(report.ranks)}; {steps}")
+    scanned = scan_summary(report)
     lines.append(scanned)
     if not report.tail_clean:
         lines.append("Steps after the first origin were not scanned (--all scans every step).")
@@ -186,6 +174,22 @@ def rank_table(rows: List[RankStatus]) -> str:
     out = io.StringIO()
     Console(file=out, width=160, color_system=None, highlight=False, soft_wrap=False).print(table)
     return out.getvalue().rstrip("\n")
+
+
+def scan_summary(report: Report) -> str:
+    """One line on what was scanned: files, layout, writer, tensors read, ranks and steps."""
+    per_rank = {r: _steps(v) for r, v in sorted(report.iterations.items())}
+    if not per_rank:
+        steps = "no step"
+    elif len(set(per_rank.values())) == 1:
+        steps = f"steps {next(iter(per_rank.values()))} on every rank"
+    else:
+        steps = "steps " + "; ".join(f"rank {r}: {v}" for r, v in per_rank.items())
+    meta = report.extra.get("mindspore") or {}
+    written_by = (f", MindSpore {meta['version']} {meta.get('device_target') or ''}".rstrip()
+                  if meta.get("version") else "")
+    return (f"Scanned {report.files} files ({report.layout or 'unknown'} layout{written_by}), read "
+            f"{report.tensors_read} tensors; ranks {_steps(report.ranks)}; {steps}")
 
 
 def shape_text(shape) -> str:
