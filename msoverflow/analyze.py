@@ -18,8 +18,8 @@ from .evaluate import TensorAccess
 from .index import DumpIndex, build_index
 from .layout import discover
 from .coverage import coverage_limits, inconclusive_reasons
-from .model import (CLEAN, CROSS_RANK, FLAGGED, ORIGIN, PROPAGATOR, SUSPECT, Finding, OpExecution, Report, Source,
-                    TensorEvent, TensorSummary)
+from .model import (CLEAN, CROSS_RANK, FLAGGED, ORIGIN, PROPAGATOR, RANK_CLEAN, SUSPECT, Finding, OpExecution,
+                    Report, Source, TensorEvent, TensorSummary)
 from .names import scope_to_file_name
 from .parallel import map_reduce
 from .ranks import RankTable, expected_ranks
@@ -78,8 +78,8 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
             return _nothing_understood(index, path, warnings, ranks, iterations)
     graphs = _GraphCache(index, note)
 
-    if not judged and access.unreadable and not access.tensors_read and not _has_statistics(index):
-        raise UserError(f"{path}: none of the tensor files could be read ({warnings[-1] if warnings else ''})")
+    # Files that could not be read (corrupt, truncated) are warnings; when none could, the verdict says so
+    # (inconclusive, with the files named) rather than failing the command.
     reads_to_decide = access.tensors_read
 
     def delivered_bad(ex: OpExecution) -> bool:
@@ -144,6 +144,7 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
                                             for e in ex.inputs + ex.outputs if e.note.startswith("unreadable")})
     reasons = inconclusive_reasons(unknown=index.unknown_examples, unknown_count=index.unknown_files,
                                    unreadable=unreadable, rank_status=rank_status, dumped_anything=True)
+    _note_unread_ranks(rank_status, unreadable, dirs)
     reasons += _undecodable(index, note)
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": meta["summary"]}
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
@@ -152,6 +153,20 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
                   tail_clean=scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
                   inconclusive=reasons, flagged=flagged, step_times=_step_times(index),
                   overflow_records=list(index.overflow_records))
+
+
+def _note_unread_ranks(rank_status, unreadable: List[str], dirs) -> None:
+    """A rank is clean only as far as its files could be read: say so on its row when some could not."""
+    rank_of_dir = {os.path.realpath(d.path): d.rank for d in dirs}
+    per_rank: Dict[int, int] = {}
+    for path in unreadable:
+        rank = rank_of_dir.get(os.path.dirname(os.path.realpath(path)))
+        if rank is not None:
+            per_rank[rank] = per_rank.get(rank, 0) + 1
+    for row in rank_status:
+        if row.status == RANK_CLEAN and per_rank.get(row.rank):
+            row.note = (f"clean in what could be read: {per_rank[row.rank]} file(s) unreadable"
+                        + (f"; {row.note}" if row.note else ""))
 
 
 def _undecodable(index: DumpIndex, warn) -> List[str]:
