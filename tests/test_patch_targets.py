@@ -93,3 +93,14 @@ def test_verify_reads_loss_and_parameter_finiteness_from_common_log_lines():
     assert losses[:2] == [226.9761, 2.302585] and math.isnan(losses[2]) and losses[3] == math.inf
     assert losses[4:] == [1.0]
     assert finite == [True, False]
+
+
+@pytest.mark.parametrize("role", ["flagged", "propagator"])
+def test_unproven_first_finding_is_not_patched_unless_named(role):
+    """A hardware flag alone, or the first place a bad value was seen, is not a proven origin: patching there
+    could miss the real one. An explicit --cell/--op still works."""
+    report = hand_report()
+    report["first"]["role"] = role
+    with pytest.raises(UserError, match="not a proven origin"):
+        target_from_report(report)
+    assert target_from_args(cell="network._backbone.lm_head", report=report).cell == "network._backbone.lm_head"

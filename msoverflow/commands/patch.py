@@ -24,8 +24,8 @@ def register(subparsers):
                     "Ways: runtime (msoverflow.patch.apply, injected into an unmodified script by --verify), "
                     "a MindFormers YAML (--yaml CONFIG; only fields that reach the culprit), the model's source "
                     "(--how source, diff by default, --write to apply), or, for a 0/0 at a masked mean, the "
-                    "zero-token guard (--how guard). Exit codes: 0 patch shown/written/fixed, 1 verify shows it is not fixed, 2 error, "
-                    "3 no change that reaches the culprit was made (already patched, or no field/patch reaches "
+                    "zero-token guard (--how guard). Exit codes: 0 patch shown/written/fixed, 1 verify shows it is not "
+                    "fixed, 2 bad input, 4 internal error, 3 no change that reaches the culprit was made (already patched, or no field/patch reaches "
                     "it: the output says why and what to do instead).")
     what = parser.add_argument_group("what to patch")
     what.add_argument("--from", dest="report", metavar="REPORT", help="msoverflow analyze --format json output")

@@ -16,7 +16,7 @@ def register(subparsers):
         description="Copy the origin's input tensors out of the dump (the dump is never written to) and write a "
                     "script that re-runs the op (a backward kernel through its forward op's gradient) once in the "
                     "dumped dtype and once in float32 (and bfloat16 where the device has it), printing max |x| and "
-                    "the inf/NaN counts of each output. Exit codes: 0 written, 2 error.")
+                    "the inf/NaN counts of each output. Exit codes: 0 written, 2 bad input, 4 internal error.")
     parser.add_argument("--from", dest="report", required=True, metavar="REPORT",
                         help="msoverflow analyze's JSON report (report.json)")
     parser.add_argument("-o", "--output", metavar="DIR",

@@ -12,8 +12,8 @@ def register(subparsers):
         usage="msoverflow run [options] -- COMMAND [ARGS...]",
         description="Write a dump config into a fresh directory, run COMMAND with MINDSPORE_DUMP_CONFIG set (its "
                     "output passes through, its exit code is reported), then run `msoverflow analyze` on the dump. "
-                    "Exit code: the analysis' (0 clean, 1 anomaly, 2 error; a failed command with a clean dump "
-                    "gives 2), or the command's own when the analysis is skipped.")
+                    "Exit code: the analysis' (0 clean, 1 anomaly, 2 bad input, 3 inconclusive, 4 internal error; a "
+                    "failed command with a clean dump gives 2), or the command's own when the analysis is skipped.")
     parser.add_argument("--purpose", choices=["overflow", "statistics", "tensors", "exception"],
                         help=PURPOSE_HELP + " (default: overflow)")
     add_config_options(parser)

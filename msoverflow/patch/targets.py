@@ -148,6 +148,12 @@ def target_from_report(report: dict, where: str = "report") -> Target:
         raise UserError(f"{where}: the analysis found no anomaly, so there is nothing to patch")
     if not isinstance(first, dict):
         raise UserError(f"{where}: not an msoverflow analysis report ('first' is {type(first).__name__})")
+    role = first.get("role", "origin")
+    if role != "origin":
+        # Only inputs prove an origin: a hardware flag alone, or the first place a bad value was seen, may be
+        # downstream of where it was made. Patching there could leave the real origin untouched.
+        raise UserError(f"{where}: the first finding ({first.get('op_type')}, role {role!r}) is not a proven "
+                        "origin; dump its inputs (see the report's fix line), or name the target with --cell/--op")
     cell, cell_type = first.get("cell"), first.get("cell_type")
     source = first.get("source")
     location = None
