@@ -334,10 +334,6 @@ def _metadata(index: DumpIndex, warn) -> Dict[str, object]:
     return {"summary": {}, "settings": {}, "runtime": {}}
 
 
-def _has_statistics(index: DumpIndex) -> bool:
-    return index.has_statistics
-
-
 def _attach_overflow_records(index: DumpIndex, warn):
     """Opdebug records join the op they name (ids inside the record), earliest timestamp first."""
     if not index.overflow_records:

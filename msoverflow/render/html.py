@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import html
 import io
-import math
 import os
 import pathlib
 import re
