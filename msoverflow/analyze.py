@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from .errors import UserError, reading
 from .evaluate import TensorAccess
 from .index import DumpIndex, build_index
-from .layout import discover
+from .layout import LAYOUT_MSPROBE, discover
 from .coverage import coverage_limits, inconclusive_reasons
 from .model import (CLEAN, CROSS_RANK, FLAGGED, ORIGIN, PROPAGATOR, RANK_CLEAN, SUSPECT, Finding, OpExecution,
                     Report, Source, TensorEvent, TensorSummary)
@@ -55,7 +55,10 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     show = sys.stderr.isatty() if progress is None else progress
 
     hardware_flags, files = survey(units)
-    if hardware_flags:
+    # msprobe framework dumps are one dump.json per step (their reader builds the ops and the graph), not files to
+    # scan as columns: they are judged in one piece too.
+    whole_dump = hardware_flags or any(d.layout == LAYOUT_MSPROBE for d in dirs)
+    if whole_dump:
         # Opdebug records mean the hardware watched every op: only flagged ops (whose inputs decide) and
         # collectives (which tell which rank a bad value came from) are worth a tensor read. The records answer
         # across ranks, so these dumps (flagged ops only) are judged in one piece.
