@@ -101,7 +101,8 @@ def read_header(path: str, prefix: Optional[bytes] = None, size: Optional[int] =
         raise NpyError("not a valid npy file (header is not text)") from None
     shape, fortran, dtype = _parse_header_dict(text)
     payload = size - offset
-    if dtype.itemsize == 0 or dtype.hasobject:
+    if dtype.itemsize == 0 or dtype.hasobject or dtype.subdtype is not None or dtype.fields is not None:
+        # object, structured and sub-array dtypes ('(2,2)f4' holds 4 values per element) are not tensors
         raise NpyError(f"dtype {dtype} is not a tensor dtype")
     try:   # the claimed size is checked against the file before anything is computed from it
         count = safeio.tensor_bytes(shape, 1, max(payload, 0), "npy header") if shape else 1

@@ -105,6 +105,9 @@ def _rejoin_shape(row: List[str], shape_index: Optional[int], width: int) -> Lis
     return row
 
 
+MAX_COLUMNS = 256
+
+
 def read_statistic_csv(path: str, *, rank: int, graph: str, iteration: int,
                        warn: Callable[[str], None],
                        loader_for: Optional[Callable[[TensorEvent], Optional[Callable]]] = None
@@ -122,8 +125,13 @@ def read_statistic_csv(path: str, *, rank: int, graph: str, iteration: int,
         size = safeio.regular_size(path)
         if size > safeio.MAX_READ_BYTES:
             raise safeio.TooLarge(0, f"{size} bytes, over the {safeio.MAX_READ_BYTES}-byte limit", path)
+        with safeio.open_regular(path, "rb") as fh:
+            width = fh.readline(safeio.MAX_LINE_CHARS).count(b",") + 1
     except OSError as exc:
         warn(f"{path}: cannot read statistic.csv: {exc.strerror or exc}")
+        return []
+    if width > MAX_COLUMNS:   # every writer has a few dozen; a huge header makes the parsers crawl
+        warn(f"{path}: not a statistic.csv: its header has {width} columns (at most {MAX_COLUMNS} expected)")
         return []
     fast = _read_with_pandas(path, rank, graph, iteration)
     if fast is not None:
