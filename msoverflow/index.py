@@ -59,8 +59,17 @@ def events_of_dir(d: DumpDir, warn: Warn, counters: Dict[str, int]) -> Tuple[Lis
     stat_rows: List[TensorEvent] = []
     if "statistic.csv" in entries:
         counters["files"] += 1
-        stat_rows = statistic_csv.read_statistic_csv(os.path.join(d.path, "statistic.csv"), rank=d.rank,
-                                                     graph=d.graph, iteration=d.iteration, warn=warn)
+        stat_path = os.path.join(d.path, "statistic.csv")
+        complaints: List[str] = []
+
+        def stat_warn(message: str):
+            complaints.append(message)
+            warn(message)
+
+        stat_rows = statistic_csv.read_statistic_csv(stat_path, rank=d.rank, graph=d.graph, iteration=d.iteration,
+                                                     warn=stat_warn)
+        if complaints:     # rows (or the whole file) that could not be read could hold the bad value: never clean
+            counters.setdefault("unreadable", []).append(stat_path)
     npy_files = sum(1 for name in entries if name.endswith(".npy"))
     # When statistic.csv has a row for every npy file here (and there is no binary file to join), its rows are
     # the events: no file name needs parsing and no tensor will be read.

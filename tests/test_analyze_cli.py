@@ -115,3 +115,18 @@ def test_unrecognised_dump_is_inconclusive_and_its_parent_is_guarded(tmp_path, m
     monkeypatch.chdir(tmp_path / "d")
     assert main(["analyze", "sub", "-o", "report.json", "--no-progress"]) == 3
     assert (tmp_path / "d" / "report.json").exists()
+
+
+def test_a_statistic_csv_that_cannot_be_read_is_never_clean(tmp_path):
+    """Step 0 holds only a statistic.csv that is refused (a header of thousands of columns); step 1 is fine. The
+    refused file could hold the origin, so the verdict is inconclusive, naming it."""
+    step0 = tmp_path / "dump" / "rank_0" / "Net" / "0" / "0"
+    step1 = tmp_path / "dump" / "rank_0" / "Net" / "0" / "1"
+    step0.mkdir(parents=True)
+    step1.mkdir(parents=True)
+    (step0 / "statistic.csv").write_text("Op Type,Op Name" + "," * 5000 + "\nAdd,Default_Add-op0\n")
+    np.save(step1 / "Add.Default_Add-op0.0.0.1.output.0.DefaultFormat.float32.npy", np.ones(3, np.float32))
+    proc = subprocess.run([sys.executable, "-m", "msoverflow", "analyze", str(tmp_path / "dump"), "--no-save"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("INCONCLUSIVE") and "statistic.csv" in proc.stdout
