@@ -30,6 +30,7 @@ RANK_RECEIVED = "received"        # this rank's first bad value arrived through 
 RANK_FLAGGED = "flagged"          # only the hardware flag says so: the inputs that would decide were not dumped
 RANK_CLEAN = "clean"
 RANK_NOT_DUMPED = "not dumped"    # an expected rank has no files
+RANK_INCOMPLETE = "incomplete"    # the rank's files stop short (job killed, dump still being written): never clean
 
 # Roles of an op execution
 ORIGIN = "origin"
@@ -52,6 +53,9 @@ class TensorStats:
     at_max: int = 0         # values exactly at +-dtype max (saturated)
     zero: Optional[int] = None
     negative: Optional[int] = None
+    # False when nan/posinf/neginf/over_range were inferred from statistics (Max = inf says "at least one"): they
+    # are then lower bounds, and reports must say so ("≥1 +inf"; JSON `*_at_least`, exact count null).
+    counts_exact: bool = True
 
     @property
     def nonfinite(self) -> int:
@@ -235,6 +239,44 @@ class RankStatus:
     via: Optional[str] = None          # the collective that delivered the bad value ("AllReduce <op_name>")
     note: str = ""
     time: Optional[int] = None         # timestamp (us, this rank's clock) of that first bad op, when known
+    coords: Optional[Dict[str, int]] = None   # parallel coordinates {"dp":..,"tp":..,"pp":..} when the layout is known
+    present: Optional[int] = None      # incomplete: files/kernels found for the step ...
+    expected: Optional[int] = None     # ... of this many that should be there
+
+
+@dataclass
+class Arrival:
+    """A collective delivered a bad value to a rank in a step (every one is shown: text, JSON, HTML timeline)."""
+    rank: int
+    iteration: int
+    op_type: str
+    op_name: str
+    offset_us: Optional[int] = None    # time since this rank's own step began (clock offsets cancel)
+
+
+@dataclass
+class StepCompleteness:
+    """What one (rank, step) holds against what it should hold (execution order, other steps, other ranks)."""
+    rank: int
+    iteration: int
+    complete: bool
+    present: int                       # kernels (or files) found
+    expected: Optional[int]            # kernels (or files) that should be there, when known
+    reasons: List[str] = field(default_factory=list)   # "417 of 556 kernels' files", "3 files are truncated", ...
+    truncated: List[str] = field(default_factory=list)   # files shorter than their header says, 0-byte files
+    recent: bool = False               # files modified in the last seconds: the dump may still be being written
+
+
+@dataclass
+class ParameterHit:
+    """A parameter whose gradient or value first became non-finite on a rank."""
+    name: str
+    rank: int
+    iteration: int
+    shape: Optional[Tuple[int, ...]] = None
+    how: str = ""                      # "computed" | "received via AllReduce <op>" | ...
+    op_name: Optional[str] = None
+    coords: Optional[Dict[str, int]] = None
 
 
 @dataclass
@@ -259,6 +301,19 @@ class Report:
     # own step start, so clock offsets between ranks cancel.
     step_times: Dict[int, Dict[int, Tuple[int, int]]] = field(default_factory=dict)
     overflow_records: List[OverflowRecord] = field(default_factory=list)  # every hardware flag, matched or not
+    # Facts the renderers show and never compute (one truth for text, markdown, JSON and HTML):
+    arrivals: List[Arrival] = field(default_factory=list)         # every bad value a collective delivered
+    scanned_steps: Dict[int, List[int]] = field(default_factory=dict)   # rank -> steps actually scanned
+    edges: List[Tuple[str, str]] = field(default_factory=list)    # propagation edges (producer op, consumer op)
+    completeness: List[StepCompleteness] = field(default_factory=list)  # only the (rank, step)s found incomplete
+    parameters: List[ParameterHit] = field(default_factory=list)
+    parallel: Optional[Dict[str, object]] = None   # the parallel layout used ({"dp":4,"tp":1,"pp":2,"source":...})
+    provenance: Dict[str, object] = field(default_factory=dict)   # msoverflow version, command, time, host, ...
+
+    def to_dict(self) -> dict:
+        """The JSON report (schema msoverflow/schema/report.schema.json) as a dict."""
+        from .render.json_report import report_dict
+        return report_dict(self)
 
     @property
     def verdict(self) -> str:
