@@ -49,22 +49,6 @@ def _mapping(directory: str, cache: dict) -> dict:
     return cache[directory]
 
 
-def _save_npy(path: str, tensor) -> None:
-    """An npy file of `tensor` without a whole copy in memory: memmaps stream through np.save; a DecodedTensor
-    (bf16, packed ints) is decoded chunk by chunk into the file."""
-    import numpy as np
-    if not hasattr(tensor, "chunks"):
-        np.save(path, tensor)
-        return
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=tensor.dtype, shape=tensor.shape)
-    flat, at = out.reshape(-1), 0
-    for chunk in tensor.chunks(1 << 20):
-        flat[at:at + chunk.size] = chunk
-        at += chunk.size
-    out.flush()
-    del flat, out
-
-
 def _short_name(name: str, target_dir: str, long_names: dict) -> str:
     """A name the file system takes: over MAX_FILE_NAME bytes, a short one listed in mapping.csv (as MindSpore
     does)."""
@@ -91,11 +75,9 @@ def run(args) -> int:
     import csv
     import json
 
-    import numpy as np
-
     from .. import names
     from ..errors import UserError
-    from ..readers import dumpdata_bin, opdebug
+    from ..readers import dumpdata_bin, npy, opdebug
 
     src = os.path.abspath(args.src)
     if not os.path.exists(src):
@@ -162,7 +144,7 @@ def run(args) -> int:
             with _writing(out_root):
                 os.makedirs(target_dir, exist_ok=True)
                 name = _short_name(name, target_dir, long_names)
-                _save_npy(os.path.join(target_dir, name), raw.load_raw(path, parsed.dtype, parsed.shape))
+                npy.save(os.path.join(target_dir, name), raw.load_raw(path, parsed.dtype, parsed.shape))
             written += 1
             converted += 1
             continue
@@ -190,7 +172,7 @@ def run(args) -> int:
             name = _short_name(f"{original}.{slot.io}.{slot.slot}.{slot.format_name}.{word}.npy", target_dir,
                                long_names)
             with _writing(out_root):
-                _save_npy(os.path.join(target_dir, name), dumpdata_bin.tensor_view(path, slot))
+                npy.save(os.path.join(target_dir, name), dumpdata_bin.tensor_view(path, slot))
             written += 1
             wrote_any = True
         converted += wrote_any
