@@ -1,4 +1,5 @@
-"""Compare two runs: the first operator where a TARGET dump parts from a BASELINE dump.
+"""Compare two runs (`msoverflow compare`, `msoverflow.compare()`; not named compare.py, which would shadow the
+lazy `msoverflow.compare` function): the first operator where a TARGET dump parts from a BASELINE dump.
 
 Both dumps are read by the same walk and readers as `analyze` (layout.discover -> scan.plan_units -> one
 (rank, step) unit at a time -> index.build_index). Ops are matched per (rank, step) by graph, op type, scope path
