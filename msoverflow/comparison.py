@@ -46,6 +46,7 @@ MIN_MATCHED_SHARE = 0.5         # fewer of the baseline's ops matched than this:
 MAX_UNMATCHED_LISTED = 200
 MAX_SERIES = 4000               # points of the error-along-execution-order plot (sampled evenly beyond)
 CHUNK = 1 << 20
+BATCH_BYTES = 16 << 20          # small tensors compared together, at most this many bytes (as float64) at a time
 _MANTISSA = {"float16": 10, "bfloat16": 7, "float32": 23, "float64": 52}
 _OP_NUMBER = re.compile(r"-op\d+$")
 _OP_NUMBER_INNER = re.compile(r"-op\d+(?=[_/])")
@@ -202,12 +203,14 @@ def _ulp_dtype(a: Optional[str], b: Optional[str], finer: bool) -> Optional[str]
     return (max if finer else min)(floats, key=_precision)
 
 
+_TINY = {"float16": 2.0 ** -14, "bfloat16": 2.0 ** -126, "float32": 2.0 ** -126, "float64": 2.0 ** -1022}
+
+
 def _spacing(magnitude: np.ndarray, dtype: str) -> np.ndarray:
-    """The ulp of `dtype` at each magnitude (subnormals: the smallest normal's ulp)."""
-    bits = _MANTISSA[dtype]
-    tiny = {"float16": 2.0 ** -14, "bfloat16": 2.0 ** -126, "float32": 2.0 ** -126, "float64": 2.0 ** -1022}[dtype]
-    _m, exponent = np.frexp(np.maximum(magnitude, tiny))
-    return np.ldexp(1.0, exponent - 1 - bits)
+    """The ulp of `dtype` at each (float64) magnitude, from the exponent bits (subnormals: the smallest
+    normal's ulp): 2 ** (exponent - mantissa bits)."""
+    exponent = np.maximum(magnitude, _TINY[dtype]).view(np.int64) >> 52
+    return ((exponent - _MANTISSA[dtype]) << 52).view(np.float64)
 
 
 def _as_float(array: np.ndarray) -> np.ndarray:
@@ -226,56 +229,83 @@ def _paired_chunks(a: np.ndarray, b: np.ndarray) -> Iterator[Tuple[np.ndarray, n
         yield flat_a[start:start + CHUNK], flat_b[start:start + CHUNK]
 
 
-def compare_arrays(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], tolerance: float) -> dict:
-    """Metrics of target `b` against baseline `a` (same number of elements). Non-finite values agree only with
-    the same non-finite value; float errors are counted over the elements finite in both."""
-    scale = 0.0
-    if ulp_dtype is not None and a.size > CHUNK:   # the tensor's largest |value|, for the ulp floor
-        for ca, _cb in _paired_chunks(a, b):
-            finite = np.abs(_as_float(ca))
-            finite = finite[np.isfinite(finite)]
-            scale = max(scale, float(finite.max()) if finite.size else 0.0)
-    max_abs = max_rel = max_ulps = 0.0
-    dot = norm_a = norm_b = 0.0
-    mismatched_special = 0
-    for ca, cb in _paired_chunks(a, b):
-        fa, fb = _as_float(ca), _as_float(cb)
-        both = np.isfinite(fa) & np.isfinite(fb)
-        if not both.all():   # nan vs nan and inf vs the same inf agree
-            sa, sb = fa[~both], fb[~both]
-            mismatched_special += int(np.count_nonzero(~((sa == sb) | (np.isnan(sa) & np.isnan(sb)))))
-            fa, fb = fa[both], fb[both]
-        diff = np.abs(fb - fa)
-        if diff.size == 0:
-            continue
-        max_abs = max(max_abs, float(diff.max()))
-        magnitude = np.maximum(np.abs(fa), np.abs(fb))
-        if ulp_dtype is not None:
-            if a.size <= CHUNK:
-                scale = float(np.abs(fa).max())
-            floor = scale * SCALE_FLOOR
-            max_ulps = max(max_ulps, float((diff / _spacing(np.maximum(magnitude, floor), ulp_dtype)).max()))
-        else:
-            max_ulps = max(max_ulps, float(diff.max()))
-        nonzero = np.abs(fa) > 0
-        if nonzero.any():
-            max_rel = max(max_rel, float((diff[nonzero] / np.abs(fa[nonzero])).max()))
-        elif diff.max() > 0:
-            max_rel = math.inf
-        dot += float(np.dot(fa, fb))
-        norm_a += float(np.dot(fa, fa))
-        norm_b += float(np.dot(fb, fb))
+def row_partials(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], scale: np.ndarray) -> dict:
+    """The metric kernel, per row of two 2-D float64 matrices (a row: a tensor or a chunk of one; `scale`: each
+    row's largest finite |baseline| for the ulp floor). Non-finite values agree only with the same non-finite
+    value and count nowhere else. Returns per-row arrays that combine over chunks (max, sum)."""
+    both = np.isfinite(a) & np.isfinite(b)
+    special = ~both
+    if special.any():
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        mismatched = np.count_nonzero(special & ~same, axis=1)
+        a, b = np.where(both, a, 0.0), np.where(both, b, 0.0)
+    else:
+        mismatched = np.zeros(a.shape[0], np.int64)
+    diff = np.abs(b - a)
+    abs_a = np.abs(a)
+    if ulp_dtype is not None:
+        magnitude = np.maximum(np.maximum(abs_a, np.abs(b)), (scale * SCALE_FLOOR)[:, None])
+        ulps = (diff / _spacing(magnitude, ulp_dtype)).max(axis=1)
+    else:
+        ulps = diff.max(axis=1)
+    nonzero = abs_a > 0
+    rel = np.divide(diff, abs_a, out=np.zeros_like(diff), where=nonzero).max(axis=1)
+    rel = np.where((diff * ~nonzero).max(axis=1) > 0, math.inf, rel)   # a zero that became non-zero
+    return dict(max_abs=diff.max(axis=1), max_rel=rel, ulps=ulps, dot=np.einsum("ij,ij->i", a, b),
+                norm_a=np.einsum("ij,ij->i", a, a), norm_b=np.einsum("ij,ij->i", b, b), mismatched=mismatched)
+
+
+def _finish(p: dict, i: int, ulp_dtype: Optional[str], tolerance: float) -> dict:
+    """Row i of combined partials -> the metrics of one tensor."""
+    norm_a, norm_b = float(p["norm_a"][i]), float(p["norm_b"][i])
     if norm_a == 0.0 and norm_b == 0.0:
         cosine = 1.0
     elif norm_a == 0.0 or norm_b == 0.0:
         cosine = 0.0
     else:
-        cosine = max(-1.0, min(1.0, dot / math.sqrt(norm_a * norm_b)))
+        cosine = max(-1.0, min(1.0, float(p["dot"][i]) / math.sqrt(norm_a * norm_b)))
+    mismatched = int(p["mismatched"][i])
+    ulps = float(p["ulps"][i])
     limit = tolerance if ulp_dtype is not None else 0.0
-    agree = mismatched_special == 0 and max_ulps <= limit
-    note = f"{mismatched_special} non-finite value(s) differ" if mismatched_special else ""
-    return dict(max_abs_error=max_abs, max_rel_error=max_rel, cosine=cosine, error_ulps=max_ulps, agree=agree,
-                note=note)
+    return dict(max_abs_error=float(p["max_abs"][i]), max_rel_error=float(p["max_rel"][i]), cosine=cosine,
+                error_ulps=ulps, agree=mismatched == 0 and ulps <= limit,
+                note=f"{mismatched} non-finite value(s) differ" if mismatched else "")
+
+
+def _finite_max(values: np.ndarray) -> float:
+    finite = np.abs(values[np.isfinite(values)])
+    return float(finite.max()) if finite.size else 0.0
+
+
+def compare_arrays(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], tolerance: float) -> dict:
+    """Metrics of target `b` against baseline `a` (same number of elements), a chunk at a time."""
+    scale = None
+    if a.size > CHUNK:      # the tensor's largest |value| first, for the ulp floor
+        scale = max((_finite_max(_as_float(ca)) for ca, _cb in _paired_chunks(a, b)), default=0.0)
+    total = None
+    for ca, cb in _paired_chunks(a, b):
+        fa, fb = _as_float(ca).reshape(1, -1), _as_float(cb).reshape(1, -1)
+        if fa.size == 0:
+            continue
+        part = row_partials(fa, fb, ulp_dtype, np.array([_finite_max(fa) if scale is None else scale]))
+        if total is None:
+            total = part
+        else:
+            for key in ("max_abs", "max_rel", "ulps"):
+                total[key] = np.maximum(total[key], part[key])
+            for key in ("dot", "norm_a", "norm_b", "mismatched"):
+                total[key] = total[key] + part[key]
+    if total is None:
+        return dict(max_abs_error=0.0, max_rel_error=0.0, cosine=1.0, error_ulps=0.0, agree=True, note="")
+    return _finish(total, 0, ulp_dtype, tolerance)
+
+
+def compare_matrices(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], tolerance: float) -> List[dict]:
+    """compare_arrays() of many small tensors at once: row i of `a` against row i of `b`."""
+    a, b = _as_float(a), _as_float(b)
+    finite_a = np.where(np.isfinite(a), np.abs(a), 0.0)
+    part = row_partials(a, b, ulp_dtype, finite_a.max(axis=1) if a.shape[1] else np.zeros(a.shape[0]))
+    return [_finish(part, i, ulp_dtype, tolerance) for i in range(a.shape[0])]
 
 
 def _compare_stats(base: TensorEvent, tgt: TensorEvent, ulp_dtype: Optional[str], tolerance: float) -> dict:
@@ -302,11 +332,59 @@ class _Comparer:
         self.tolerance = tolerance
         self.compared = 0
         self.statistics_only = 0
+        self.known: Dict[int, dict] = {}     # id(baseline output event) -> metrics found by prefetch()
+
+    def prefetch(self, pairs: List[Tuple[TensorEvent, TensorEvent]]) -> None:
+        """Compare the small npy tensors of many output pairs together: each file read with one os.read, the
+        pairs of one dtype and size stacked as two matrices and compared row by row (the same kernel as one
+        tensor at a time). Anything unusual (large, Fortran order, unreadable) is left to tensor()."""
+        from .evaluate import _take_header
+        from .readers import npy
+        groups: Dict[tuple, list] = {}
+
+        def flush(key):
+            members = groups.pop(key)
+            a = np.stack([np.frombuffer(blob, key[0], key[2], ha.offset) for _b, _t, blob, _tb, ha, _ht in members])
+            b = np.stack([np.frombuffer(tb, key[1], key[2], ht.offset) for _b, _t, _blob, tb, _ha, ht in members])
+            for (base, _tgt, *_rest), found in zip(members, compare_matrices(a, b, key[3], self.tolerance)):
+                self.known[id(base)] = found
+
+        for base, tgt in pairs:
+            if base.loader or tgt.loader or base.stats is not None or tgt.stats is not None or not (
+                    base.source.endswith(".npy") and tgt.source.endswith(".npy")):
+                continue
+            try:
+                blob, whole = npy.read_start(base.source)
+                target_blob, target_whole = npy.read_start(tgt.source) if whole else (b"", False)
+                if not (whole and target_whole):
+                    continue
+                ha, ht = npy.header_of_bytes(base.source, blob), npy.header_of_bytes(tgt.source, target_blob)
+            except (npy.NpyError, OSError, ValueError):
+                continue          # tensor() reads it again and says what is wrong
+            count = math.prod(ha.shape) if ha.shape else 1
+            if ha.fortran or ht.fortran or count != (math.prod(ht.shape) if ht.shape else 1) or count == 0 or \
+                    ha.payload_dtype.kind not in "fiub" or ht.payload_dtype.kind not in "fiub":
+                continue
+            _take_header(base, ha)
+            _take_header(tgt, ht)
+            key = (ha.payload_dtype, ht.payload_dtype, count, _ulp_dtype(base.dtype, tgt.dtype, True))
+            groups.setdefault(key, []).append((base, tgt, blob, target_blob, ha, ht))
+            if len(groups[key]) * count * 8 >= BATCH_BYTES:
+                flush(key)
+        for key in list(groups):
+            flush(key)
 
     def tensor(self, base: TensorEvent, tgt: TensorEvent, finer: bool) -> TensorDiff:
         diff = TensorDiff(io=base.io, slot=base.slot, baseline_dtype=base.dtype, target_dtype=tgt.dtype,
                           shape=base.shape, target_shape=tgt.shape, baseline_file=base.source,
                           target_file=tgt.source, tolerance_ulps=self.tolerance)
+        known = self.known.pop(id(base), None) if finer else None
+        if known is not None:
+            self.compared += 1
+            diff.ulp_dtype = _ulp_dtype(base.dtype, tgt.dtype, True)
+            for key, value in known.items():
+                setattr(diff, key, value)
+            return diff
         with reading(base.source):
             a = self.base.array(base) if base.stats is None or base.loader or base.source.endswith(".npy") else None
         with reading(tgt.source):
@@ -385,6 +463,9 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
                     unmatched.append(UnmatchedOp(side, rank, step, ex.op_type, ex.op_name))
         graphs = _GraphCache(base_index, note)
         position_of = {id(ex): i for i, ex in enumerate(base_runs)}
+        target_outputs = [{t.slot: t for t in tx.outputs} for _ex, tx in pairs]
+        comparer.prefetch([(e, slots[e.slot]) for (ex, _tx), slots in zip(pairs, target_outputs)
+                           for e in ex.outputs if e.slot in slots])
         for ex, tx in pairs:
             op = _compare_op(ex, tx, position_of[id(ex)], comparer, graphs)
             if op.role is not None:
