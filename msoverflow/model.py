@@ -61,6 +61,12 @@ class TensorStats:
     def nonfinite(self) -> int:
         return self.nan + self.posinf + self.neginf
 
+    def count_text(self, name: str) -> str:
+        """A count (nan, posinf, neginf, over_range) as a report may state it: "≥1" when it is a lower bound
+        inferred from statistics, the plain number when it was counted."""
+        value = getattr(self, name)
+        return str(value) if self.counts_exact else f"≥{value}"
+
     @property
     def bad(self) -> bool:
         """Holds a value that cannot be represented in the declared dtype."""

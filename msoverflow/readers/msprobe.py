@@ -214,6 +214,8 @@ def _event(record: dict, *, entry: str, io: str, slot: int, order: int, d, tenso
         count = math.prod(shape) if shape is not None else 0
         if high is not None or low is not None:
             stats = stats_from_numbers(count, None, None, None, high, low, None, shape, dtype)
+            # msprobe records Max/Min, never counts: "Max = inf" says at least one +inf, not how many.
+            stats.counts_exact = False
     note = "" if (source or stats) else "no statistics and no tensor file for this tensor"
     return TensorEvent(source=source or os.path.join(d.path, DUMP_JSON), rank=d.rank, graph=str(d.graph),
                        iteration=d.iteration, op_type=entry_op_type(entry), op_name=entry, task_id=0, stream_id=0,
