@@ -89,6 +89,7 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
         with reading(_file_of(ex)):
             return judge(ex, access, kn, earlier_bad=False).kind == CROSS_RANK
 
+    _not_second_origins(judged, graphs)
     table = RankTable(index.executions, judged, kn.is_collective, delivered_bad)
     candidates = [(ex, v) for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK]
     for ex, _v in candidates:      # a collective delivered a bad value to this rank earlier in the same step
@@ -142,7 +143,8 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     rank_status = table.rows(expected, ranks, unmatched)
     meta = _metadata(index, note)
     limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {},
-                             (ex for exs in index.executions.values() for ex in exs), len(index.overflow_records))
+                             (ex for exs in index.executions.values() for ex in exs), len(index.overflow_records),
+                             framework_dump=LAYOUT_MSPROBE in index.layouts)
     unreadable = index.unreadable + sorted({e.source for exs in index.executions.values() for ex in exs
                                             for e in ex.inputs + ex.outputs if e.note.startswith("unreadable")})
     reasons = inconclusive_reasons(unknown=index.unknown_examples, unknown_count=index.unknown_files,
@@ -212,6 +214,25 @@ def _report_facts(index: DumpIndex, judged, table: RankTable, rank_status, first
                 if source is not None and source != own and (source, own) not in edges:
                     edges.append((source, own))
     return arrivals, scanned, edges
+
+
+def _not_second_origins(judged, graphs: "_GraphCache") -> None:
+    """A Cell entry of a framework dump (msprobe: `Cell.head.NormHead.backward.0`) wraps the ops that ran inside
+    it: when an op inside its scope already went bad in the same step, the Cell's bad output is that value
+    passing through, not a later origin."""
+    made: Dict[Tuple[int, int], List[str]] = {}
+    for ex, v in judged:
+        if v.role not in (ORIGIN, SUSPECT) or v.kind == CROSS_RANK:
+            continue
+        node, _graph = graphs.node(ex)
+        name = node.full_name if node is not None else ex.op_name
+        if node is not None and node.wraps_scope is not None:
+            inside = [n for n in made.get((ex.rank, ex.iteration), []) if n.startswith(node.wraps_scope + "/")]
+            if inside:
+                v.role = PROPAGATOR
+                v.evidence.append(f"its Cell holds {inside[0]}, which made the bad value first")
+                continue
+        made.setdefault((ex.rank, ex.iteration), []).append(name)
 
 
 def _note_unread_ranks(rank_status, unreadable: List[str], dirs) -> None:

@@ -139,6 +139,9 @@ class GraphNode:
     inferred_out: Optional[str] = None   # output dtype the front end inferred
     kernel_out: Optional[str] = None     # output dtype of the selected kernel
     ir_line: Optional[int] = None        # 1-based line of the node in its .ir file
+    # A framework dump's Cell/Module entry (msprobe) is not one op but the whole Cell: the scope it covers. A bad
+    # value first made by an op inside that scope is not a second origin when the Cell's own output shows it.
+    wraps_scope: Optional[str] = None
 
 
 @dataclass(slots=True)
