@@ -80,9 +80,6 @@ def report_dict(report: Report) -> dict:
                       "offset_us": a.offset_us} for a in report.arrivals],
         "scanned_steps": {str(rank): steps for rank, steps in sorted(report.scanned_steps.items())},
         "edges": [{"producer": producer, "consumer": consumer} for producer, consumer in report.edges],
-        "step_spans": {str(rank): {str(step): {"first_us": span[0], "last_us": span[1]}
-                                   for step, span in sorted(steps.items())}
-                       for rank, steps in sorted(report.step_times.items())},
         "completeness": [asdict(c) for c in report.completeness],
         "parameters": [{**asdict(p), "shape": list(p.shape) if p.shape is not None else None}
                        for p in report.parameters],
