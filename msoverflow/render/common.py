@@ -55,29 +55,27 @@ def tensors_shown(tensors: List[TensorSummary], limit: int = MAX_TENSOR_ROWS) ->
                    "every tensor")
 
 
-def rank_label(row: RankStatus, last: Optional[int] = None) -> str:
-    return str(row.rank) if last is None or last == row.rank else f"{row.rank}-{last}"
-
-
 def ranks_shown(rows: List[RankStatus], limit: int = MAX_RANK_ROWS) -> Tuple[List[Tuple[str, RankStatus]], str]:
-    """Rows to show as (rank label, row). Beyond `limit` rows, runs of consecutive clean or not-dumped ranks in the
-    same step fold into one row `5-99999`; past that the table stops and says how many rows it left out."""
+    """Rows to show as (rank label, row); a row may already stand for ranks rank..last_rank. Beyond `limit` rows,
+    runs of consecutive clean or not-dumped ranks in the same step fold into one row `5-99999`; past that the
+    table stops and says how many ranks it left out."""
     rows = sorted(rows, key=lambda r: r.rank)
     if len(rows) <= limit:
-        return [(str(r.rank), r) for r in rows], ""
+        return [(r.rank_label, r) for r in rows], ""
     folded: List[Tuple[RankStatus, int]] = []
     for row in rows:
+        last_of_row = row.last_rank if row.last_rank is not None else row.rank
         if folded:
             head, last = folded[-1]
             if (row.status in (RANK_CLEAN, RANK_NOT_DUMPED) and row.status == head.status and row.rank == last + 1
                     and row.iteration == head.iteration and not row.coords and not head.coords):
-                folded[-1] = (head, row.rank)
+                folded[-1] = (head, last_of_row)
                 continue
-        folded.append((row, row.rank))
-    shown = [(rank_label(head, last), head) for head, last in folded[:limit]]
+        folded.append((row, last_of_row))
+    shown = [(str(head.rank) if last == head.rank else f"{head.rank}-{last}", head) for head, last in folded[:limit]]
     left = folded[limit:]
     left_ranks = sum(last - head.rank + 1 for head, last in left)
-    note = (f"{left_ranks} more rank(s) not shown; --format json lists every rank" if left else "")
+    note = f"{left_ranks} more rank(s) not shown; --format json lists every rank" if left else ""
     if len(folded) < len(rows):
         note = "runs of clean / not dumped ranks folded into one row" + (f"; {note}" if note else "")
     return shown, note

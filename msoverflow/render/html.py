@@ -491,8 +491,9 @@ def _rank_table(report: Report) -> str:
     shown, left_out = ranks_shown(report.rank_status, MAX_TABLE_ROWS * 4)
     for label, s in shown:
         op = f"{_e(s.op_type or '')} <code>{_e(s.op_name)}</code>" if s.op_name else _e(s.op_type or "-")
-        out.append(f'<tr id="rank-{s.rank}" class="{STATUS_CLASS.get(s.status, "")}" data-rank="{_e(label)}">'
-                   f'<td class="num">{_e(label)}</td>'
+        out.append(f'<tr id="rank-{s.rank}" class="{STATUS_CLASS.get(s.status, "")}" data-rank="{s.rank}"'
+                   + (f' data-ranks="{_e(label)}">' if label != str(s.rank) else ">")
+                   + f'<td class="num">{_e(label)}</td>'
                    f'<td class="status">{_e(s.status)}</td>'
                    f'<td class="num">{"-" if s.iteration is None else s.iteration}</td>'
                    + (f'<td class="coords">{_e(coords_text(s.coords))}</td>' if with_coords else "")

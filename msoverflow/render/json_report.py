@@ -75,7 +75,8 @@ def report_dict(report: Report) -> dict:
         "flagged": [finding_dict(f) for f in report.flagged],
         "ranks": [{"rank": r.rank, "status": r.status, "iteration": r.iteration, "op_name": r.op_name,
                    "op_type": r.op_type, "via": r.via, "note": r.note, "coords": r.coords, "present": r.present,
-                   "expected": r.expected} for r in report.rank_status],
+                   "expected": r.expected, **({"last_rank": r.last_rank} if r.last_rank is not None else {})}
+                  for r in report.rank_status],
         "arrivals": [{"rank": a.rank, "iteration": a.iteration, "op_type": a.op_type, "op_name": a.op_name,
                       "offset_us": a.offset_us} for a in report.arrivals],
         "scanned_steps": {str(rank): steps for rank, steps in sorted(report.scanned_steps.items())},
