@@ -11,7 +11,8 @@ compares, cheaply (directory listings, file sizes, npy/DumpData headers; never a
 - a step present on some ranks and absent on another that has other steps;
 - 0-byte files, and files shorter than their own header says (npy, DumpData); a header is read only when no
   other step or rank holds the same tensor at the same size;
-- files modified in the last seconds: the dump may still be being written.
+- files modified in the last seconds while others are older: the dump may still be being written (a dump whose
+  every file is that young was written at once: a fresh copy, a short run).
 Overflow-only dumps (Opdebug files, op_debug_mode 1-4) and kernel-filtered ones (dump_mode 1) dump a different
 set of ops each step: only their files are checked, not their counts.
 """
@@ -46,6 +47,7 @@ class _Listing:
     recent: List[str] = field(default_factory=list)
     tensors: List[Tuple[str, str, int]] = field(default_factory=list)   # (path, key without timestamp, size)
     opdebug: bool = False
+    oldest: float = float("inf")            # mtime of its oldest file
 
 
 def _list(d: DumpDir, now: float, warn) -> _Listing:
@@ -57,15 +59,18 @@ def _list(d: DumpDir, now: float, warn) -> _Listing:
         return listing
     npy_names = []
     kernels: Set[str] = set()
+    mapping = (names.read_mapping(os.path.join(d.path, "mapping.csv"), lambda message: None)
+               if any(e.name == "mapping.csv" for e in entries) else {})     # long names written as random ones
     for entry in entries:
         try:
             st = entry.stat()
         except OSError:
             continue
-        name = entry.name
+        name = mapping.get(entry.name, entry.name)
         if name == "mapping.csv" or name.startswith("acl_dump"):
             continue
         listing.files += 1
+        listing.oldest = min(listing.oldest, st.st_mtime)
         if abs(now - st.st_mtime) < RECENT_SECONDS:
             listing.recent.append(entry.path)
         if st.st_size == 0:
@@ -107,21 +112,25 @@ def _rows(path: str, size: int) -> Optional[int]:
         return None
 
 
+_SHORT = ("truncated", "too short", "runs past the end")     # the readers' words for a file that stops early
+
+
 def _cut(path: str) -> Optional[str]:
-    """Why a tensor file holds less than its header says (None when it holds all of it)."""
+    """Why a tensor file holds less than its header says (None when it holds all of it, or is corrupt in some other
+    way: the walk reports those as unreadable)."""
     if path.endswith(".npy"):
         from .readers import npy
         try:
             npy.read_header(path)
         except npy.NpyError as exc:
-            return str(exc)
+            return str(exc) if any(word in str(exc) for word in _SHORT) else None
         return None
     from .readers import dumpdata_bin
     try:
-        header = dumpdata_bin.read_dump_header(path)
+        problems = dumpdata_bin.read_dump_header(path).problems
     except dumpdata_bin.DumpFormatError as exc:
-        return str(exc)
-    cut = [p for p in header.problems if "truncated" in p]
+        problems = [str(exc)]
+    cut = [p for p in problems if any(word in p for word in _SHORT)]
     return cut[0] if cut else None
 
 
@@ -175,6 +184,8 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
             problems[step].append((item.files - len(cut), item.files, f"{len(cut)} of {item.files} files "
                                    "truncated or empty"))
         recent[step].extend(item.recent)
+    if min((item.oldest for item in listings), default=now) > now - RECENT_SECONDS:
+        recent.clear()     # every file is that young: written at once (a copy, a short run), not a writer still at work
 
     if counted:
         _counts(listings, problems, execution_order, quiet)
