@@ -2,24 +2,23 @@
 
 A job killed mid-step, a dump still being written or a copy that lost files leaves steps that stop short; an
 analysis that does not notice calls the missing part clean. The dump itself says what to expect, and this module
-compares, cheaply (directory listings, file sizes, npy/DumpData headers; never a tensor):
+compares, cheaply (directory listings; names, sizes and npy/DumpData headers only where needed; never a tensor):
 - the graph's kernels (execution_order/ms_execution_order_graph_{g}.csv) against the kernels that wrote files;
-  when two or more steps agree on fewer kernels than the csv lists, the steps are believed (on CPU not every
-  listed kernel need write a file);
+  two steps with the same file count are believed complete, and when they hold fewer kernels than the csv lists,
+  they set the count (on CPU the csv and the file names do not name every kernel alike);
 - a rank's last step against the same graph's other steps on that rank, and against the same step on the other
-  ranks that run the same graph (same kernel count): a job dies in its last step;
-- a step present on some ranks and absent on another that has other steps;
-- 0-byte files, and files shorter than their own header says (npy, DumpData); a header is read only when no
-  other step or rank holds the same tensor at the same size;
-- files modified in the last seconds while others are older: the dump may still be being written (a dump whose
-  every file is that young was written at once: a fresh copy, a short run).
+  ranks that run the same graph (same kernel count in their csv): a job dies in its last step;
+- a step present on some ranks and absent on another that holds other steps;
+- in each rank's last step (where a killed job stops and a running one writes): 0-byte files, files shorter than
+  their header says (a header is read only when the other ranks' same step, or else the rank's previous step, does
+  not hold the same tensor at the same size), and files modified in the last seconds while older ones exist (a
+  dump whose every file is that young was written at once: a fresh copy, a short run).
 Overflow-only dumps (Opdebug files, op_debug_mode 1-4) and kernel-filtered ones (dump_mode 1) dump a different
 set of ops each step: only their files are checked, not their counts.
 """
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -32,69 +31,85 @@ from .model import (RANK_CLEAN, RANK_INCOMPLETE, RANK_RECEIVED, RankStatus, Step
 RECENT_SECONDS = 10.0     # files younger than this: the writer may still be at work
 CAUSE = "the job died or the dump is still being written"
 STILL_WRITTEN = "the dump may still be being written: run again when the job has finished"
-_TIMESTAMP = re.compile(r"\.[0-9]{10,20}(?=\.)")   # a file's own timestamp: the same tensor in another step lacks it
 _METADATA_DIRS = ("graphs", "execution_order", ".dump_metadata")
 
 
-@dataclass
 class _Listing:
-    """One dump directory (rank, graph, step): what its listing and sizes say."""
-    d: DumpDir
-    files: int = 0
-    kernels: int = 0                        # op runs that wrote a file (Parameter files excluded)
-    rows: Optional[int] = None              # statistic.csv rows, when the directory holds one
-    empty: List[str] = field(default_factory=list)
-    recent: List[str] = field(default_factory=list)
-    tensors: List[Tuple[str, str, int]] = field(default_factory=list)   # (path, key without timestamp, size)
-    opdebug: bool = False
-    oldest: float = float("inf")            # mtime of its oldest file
+    """One dump directory (rank, graph, step): its listing, and on demand its kernels and its files' sizes and
+    times (a stat per file: only for the steps that need them)."""
 
-
-def _list(d: DumpDir, now: float, warn) -> _Listing:
-    listing = _Listing(d)
-    try:
-        entries = [e for e in os.scandir(d.path) if e.is_file()]
-    except OSError as exc:
-        warn(f"{d.path}: cannot list directory ({exc.strerror})")
-        return listing
-    npy_names = []
-    kernels: Set[str] = set()
-    mapping = (names.read_mapping(os.path.join(d.path, "mapping.csv"), lambda message: None)
-               if any(e.name == "mapping.csv" for e in entries) else {})     # long names written as random ones
-    for entry in entries:
+    def __init__(self, d: DumpDir, warn):
+        self.d = d
         try:
-            st = entry.stat()
+            entries = [e for e in os.scandir(d.path) if e.is_file()]
+        except OSError as exc:
+            warn(f"{d.path}: cannot list directory ({exc.strerror})")
+            entries = []
+        mapping = (names.read_mapping(os.path.join(d.path, "mapping.csv"), lambda message: None)
+                   if any(e.name == "mapping.csv" for e in entries) else {})     # long names written as random ones
+        self.entries = [(e, mapping.get(e.name, e.name)) for e in entries
+                        if e.name != "mapping.csv" and not e.name.startswith("acl_dump")]
+        self.files = len(self.entries)
+        self.opdebug = any(name.startswith("Opdebug.") for _e, name in self.entries)
+        try:
+            self.mtime = os.stat(d.path).st_mtime     # when its last file was created
         except OSError:
-            continue
-        name = mapping.get(entry.name, entry.name)
-        if name == "mapping.csv" or name.startswith("acl_dump"):
-            continue
-        listing.files += 1
-        listing.oldest = min(listing.oldest, st.st_mtime)
-        if abs(now - st.st_mtime) < RECENT_SECONDS:
-            listing.recent.append(entry.path)
-        if st.st_size == 0:
-            listing.empty.append(entry.path)
-        if name.startswith("Opdebug."):
-            listing.opdebug = True
-        elif name == "statistic.csv":
-            listing.rows = _rows(entry.path, st.st_size)
-        elif name.endswith(".npy"):
-            npy_names.append(name)
-            listing.tensors.append((entry.path, _TIMESTAMP.sub("", name, count=1), st.st_size))
-        else:
-            parsed = names.parse(name)
-            if parsed is not None and parsed.kind == names.KIND_BIN:
-                listing.tensors.append((entry.path, _TIMESTAMP.sub("", name, count=1), st.st_size))
-            if parsed is not None and parsed.op_type != "Parameter" and parsed.kind != names.KIND_OPDEBUG:
-                kernels.add(f"{parsed.op_type}.{parsed.op_name}.{parsed.task_id}.{parsed.stream_id}")
-    columns = names.parse_many(npy_names)
-    kernels.update(p for p in columns.prefix if not p.startswith("Parameter."))
-    listing.kernels = len(kernels)
-    return listing
+            self.mtime = float("inf")
+        self._kernels: Optional[int] = None
+        self._keys: Dict[str, tuple] = {}            # path -> the tensor's identity without the file's timestamp
+        self._stat: Optional[Dict[str, Tuple[int, float]]] = None
+        self._rows: Optional[int] = -1
+
+    def rows(self) -> Optional[int]:
+        """statistic.csv rows, when the directory holds one."""
+        if self._rows == -1:
+            path = next((e.path for e, name in self.entries if name == "statistic.csv"), None)
+            self._rows = _rows(path) if path else None
+        return self._rows
+
+    def kernels(self) -> int:
+        """Op runs that wrote a file (Parameter files excluded), from the names (one grammar: msoverflow.names)."""
+        if self._kernels is None:
+            kernels: Set[str] = set()
+            npy_names, npy_paths = [], []
+            for entry, name in self.entries:
+                if name.endswith(".npy"):
+                    npy_names.append(name)
+                    npy_paths.append(entry.path)
+                    continue
+                parsed = names.parse(name) if not name.startswith("Opdebug.") and name != "statistic.csv" else None
+                if parsed is None or parsed.kind == names.KIND_OPDEBUG:
+                    continue
+                key = (parsed.op_type, parsed.op_name, parsed.task_id, parsed.stream_id)
+                if parsed.kind == names.KIND_BIN:
+                    self._keys[entry.path] = key
+                if parsed.op_type != "Parameter":
+                    kernels.add(".".join(map(str, key)))
+            columns = names.parse_many(npy_names)
+            kernels.update(p for p in columns.prefix if not p.startswith("Parameter."))
+            for row, prefix, io, slot in zip(columns.rows, columns.prefix, columns.io, columns.slot):
+                self._keys[npy_paths[row]] = (prefix, io, slot)
+            self._kernels = len(kernels)
+        return self._kernels
+
+    def keys(self) -> Dict[str, tuple]:
+        self.kernels()
+        return self._keys
+
+    def stat(self) -> Dict[str, Tuple[int, float]]:
+        """path -> (size, mtime)."""
+        if self._stat is None:
+            self._stat = {}
+            for entry, _name in self.entries:
+                try:
+                    st = entry.stat()
+                except OSError:
+                    continue
+                self._stat[entry.path] = (st.st_size, st.st_mtime)
+        return self._stat
 
 
-def _rows(path: str, size: int) -> Optional[int]:
+def _rows(path: str) -> Optional[int]:
     """Data rows of a statistic.csv (lines after the header), counted without parsing."""
     from . import safeio
     try:
@@ -152,7 +167,7 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
     now = time.time() if now is None else now
     chosen = [d for d in dirs if (ranks is None or d.rank in ranks)
               and (iterations is None or d.iteration in iterations)]
-    listings = [_list(d, now, warn) for d in chosen]
+    listings = [_Listing(d, warn) for d in chosen]
     settings: Dict[str, object] = {}
     quiet = lambda message: None     # noqa: E731  (the analysis reads these files too, and says what is wrong)
     for root in sorted({d.rank_root for d in chosen if d.rank_root}):
@@ -164,38 +179,38 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
     problems: Dict[Tuple[int, int], List[Tuple[int, int, str]]] = defaultdict(list)   # (present, expected, why)
     truncated: Dict[Tuple[int, int], List[str]] = defaultdict(list)
     recent: Dict[Tuple[int, int], List[str]] = defaultdict(list)
+    last_step = {rank: max(item.d.iteration for item in listings if item.d.rank == rank)
+                 for rank in {item.d.rank for item in listings}}
 
-    # files: empty, cut short, being written
-    sizes: Dict[Tuple[str, str], Dict[int, Set[Tuple[int, int]]]] = defaultdict(lambda: defaultdict(set))
+    # Files of each rank's last step (where a killed job stops, where a running one writes): empty, cut short,
+    # being written.
+    young = now - RECENT_SECONDS
+    oldest = min((item.mtime for item in listings), default=now)
     for item in listings:
-        for _path, key, size in item.tensors:
-            sizes[(item.d.graph, key)][size].add((item.d.rank, item.d.iteration))
-    for item in listings:
+        if item.d.iteration != last_step[item.d.rank]:
+            continue
         step = (item.d.rank, item.d.iteration)
-        cut = list(item.empty)
-        for path, key, size in item.tensors:
-            if size == 0:
-                continue
-            elsewhere = sizes[(item.d.graph, key)].get(size, set()) - {step}
-            if not elsewhere and _cut(path):     # the same tensor at this size elsewhere: complete
-                cut.append(path)
+        stats = item.stat()
+        cut = [path for path, (size, _t) in stats.items() if size == 0]
+        cut += _short_files(item, _reference(item, listings))
         truncated[step].extend(cut)
         if cut:
             problems[step].append((item.files - len(cut), item.files, f"{len(cut)} of {item.files} files "
                                    "truncated or empty"))
-        recent[step].extend(item.recent)
-    if min((item.oldest for item in listings), default=now) > now - RECENT_SECONDS:
+        recent[step].extend(path for path, (_size, mtime) in stats.items() if mtime > young)
+        oldest = min([oldest] + [mtime for _size, mtime in stats.values()])
+    if oldest > young:
         recent.clear()     # every file is that young: written at once (a copy, a short run), not a writer still at work
 
     if counted:
-        _counts(listings, problems, execution_order, quiet)
+        _counts(listings, problems, last_step, execution_order, quiet)
     _absent_steps(chosen, listings, problems)
 
     found = []
     for step in sorted({s for s, p in problems.items() if p} | {s for s, r in recent.items() if r}):
         reasons = [why for _p, _e, why in problems.get(step, [])]
         if recent.get(step):
-            age = max(0.0, now - max(_mtime(p) for p in recent[step]))
+            age = max(0.0, now - max(_mtime(p) for p in recent[step][:1000]))
             reasons.append(f"{len(recent[step])} file(s) modified {age:.0f} s ago")
         # the counts shown: kernels when the execution order gave them (what a person can check), else the
         # largest shortfall
@@ -208,6 +223,37 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
     return found
 
 
+def _reference(item: _Listing, listings: List[_Listing]) -> List[_Listing]:
+    """Where the same tensors should have the same sizes: the other ranks' same step of the same graph, else this
+    rank's previous step of it."""
+    peers = [o for o in listings if o.d.graph == item.d.graph and o.d.iteration == item.d.iteration
+             and o.d.rank != item.d.rank and o.d.layout == item.d.layout]
+    if peers:
+        return peers
+    earlier = [o for o in listings if o.d.graph == item.d.graph and o.d.rank == item.d.rank
+               and o.d.iteration < item.d.iteration and o.d.layout == item.d.layout]
+    return [max(earlier, key=lambda o: o.d.iteration)] if earlier else []
+
+
+def _short_files(item: _Listing, reference: List[_Listing]) -> List[str]:
+    """Tensor files shorter than their header says. When a reference holds the same sizes, nothing is cut and no
+    header is read; otherwise a file is whole when the reference holds its tensor at its size, and its header is
+    read when not."""
+    from collections import Counter
+    sizes = Counter(size for size, _t in item.stat().values())
+    if any(Counter(size for size, _t in other.stat().values()) == sizes for other in reference):
+        return []
+    known: Dict[tuple, Set[int]] = defaultdict(set)
+    for other in reference:
+        stats = other.stat()
+        for path, key in other.keys().items():
+            if path in stats:
+                known[key].add(stats[path][0])
+    stats = item.stat()
+    return sorted(path for path, key in item.keys().items() if path in stats and stats[path][0]
+                  and stats[path][0] not in known.get(key, ()) and _cut(path))
+
+
 def _mtime(path: str) -> float:
     try:
         return os.stat(path).st_mtime
@@ -215,33 +261,33 @@ def _mtime(path: str) -> float:
         return 0.0
 
 
-def _counts(listings: List[_Listing], problems, execution_order, warn) -> None:
-    """Kernels against the execution order; a rank's last step against its other steps and the other ranks."""
+def _counts(listings: List[_Listing], problems, last_step: Dict[int, int], execution_order, warn) -> None:
+    """Kernels against the execution order; a rank's last step against its other steps and the other ranks.
+    Names are parsed only where the file counts leave a doubt."""
     by_graph: Dict[Tuple[int, str], List[_Listing]] = defaultdict(list)
     for item in listings:
         if item.d.layout == LAYOUT_MS:
             by_graph[(item.d.rank, item.d.graph)].append(item)
-    last_step = {rank: max(item.d.iteration for item in listings if item.d.rank == rank)
-                 for rank in {item.d.rank for item in listings}}
     ordered: Dict[Tuple[int, str], Optional[int]] = {}
     for (rank, graph), items in by_graph.items():
         root = items[0].d.rank_root
-        order = execution_order(root, graph, warn) if root else {}
-        kernels = len(order) or None
-        counts = sorted((item.kernels for item in items), reverse=True)
-        if kernels and len(counts) >= 2 and counts[0] == counts[1] and counts[0] < kernels:
-            kernels = counts[0]      # two steps agree on fewer: some listed kernels write no file here
-        ordered[(rank, graph)] = kernels
+        listed = len(execution_order(root, graph, warn)) if root else 0
+        ordered[(rank, graph)] = listed or None
+        most = max(item.files for item in items)
+        full = [item for item in items if item.files == most]
         for item in items:
             step = (rank, item.d.iteration)
-            if kernels and item.kernels < kernels:
-                problems[step].append((item.kernels, kernels, f"{item.kernels} of {kernels} kernels' files "
-                                       f"(graph {graph})"))
-                continue
-            if item.d.iteration != last_step[rank]:
-                continue
-            others = [other for other in items if other is not item]
-            _compare(item, others, f"step {{}} of graph {graph} on this rank", problems[step])
+            if listed and not (item.files == most and len(full) >= 2):   # two full steps agree: complete
+                # when two steps agree on fewer kernels than the csv lists, the steps are believed (on CPU not
+                # every listed kernel need write a file)
+                expected = min(listed, full[0].kernels()) if len(full) >= 2 else listed
+                if item.kernels() < expected:
+                    problems[step].append((item.kernels(), expected, f"{item.kernels()} of {expected} kernels' "
+                                           f"files (graph {graph})"))
+                    continue
+            if item.d.iteration == last_step[rank]:
+                others = [other for other in items if other is not item]
+                _compare(item, others, f"step {{}} of graph {graph} on this rank", problems[step])
     for item in listings:       # the same step on the other ranks that run the same graph
         rank, graph = item.d.rank, item.d.graph
         if item.d.layout != LAYOUT_MS or item.d.iteration != last_step[rank] or not ordered.get((rank, graph)):
@@ -256,10 +302,10 @@ def _compare(item: _Listing, others: List[_Listing], where: str, out: list, by_r
     """Fewer files (or statistic.csv rows) than the fullest comparable directory."""
     if not others:
         return
-    if item.rows is not None:
-        best = max(others, key=lambda o: o.rows or 0)
-        if best.rows and item.rows < best.rows:
-            out.append((item.rows, best.rows, f"{item.rows} of {best.rows} statistic.csv rows (as "
+    if item.rows() is not None:
+        best = max(others, key=lambda o: o.rows() or 0)
+        if best.rows() and item.rows() < best.rows():
+            out.append((item.rows(), best.rows(), f"{item.rows()} of {best.rows()} statistic.csv rows (as "
                         f"{where.format(best.d.rank if by_rank else best.d.iteration)})"))
         return
     best = max(others, key=lambda o: o.files)

@@ -205,8 +205,8 @@ def test_a_file_written_seconds_ago_means_the_dump_may_still_be_being_written(re
 def test_a_fresh_copy_whose_every_file_is_new_is_not_a_dump_being_written(real_dumps, tmp_path):
     dump = _copy(real_dumps["clean_fp32"], tmp_path)
     now = time.time()
-    for root, _dirs, files in os.walk(dump):
-        for name in files:
+    for root, dirs, files in os.walk(dump):       # as `cp -r` leaves it: every file and directory new
+        for name in files + dirs:
             os.utime(os.path.join(root, name), (now, now))
     assert analyze(str(dump), progress=False).verdict == "clean"
     assert check(discover(str(dump), lambda message: None), now=now + RECENT_SECONDS / 2) == []
