@@ -63,7 +63,7 @@ td.bad{color:#c62828;font-weight:600}
 tr.origin td:nth-child(2){color:#c62828;font-weight:600} tr.received td:nth-child(2){color:#ef6c00;font-weight:600}
 tr.flagged td:nth-child(2){color:#6a1b9a;font-weight:600} tr.clean td:nth-child(2){color:#2e7d32}
 tr.notdumped td:nth-child(2){color:#757575;font-style:italic}
-tr.incomplete td:nth-child(2){color:#f57f17;font-weight:600}
+tr.incomplete td:nth-child(2){color:#b26a00;font-weight:bold}
 code{background:#f3f3f3;padding:1px 4px;border-radius:3px;font-size:.92em;word-break:break-all}
 .plot{background:#fff;border:1px solid #ddd;border-radius:6px;padding:6px;overflow-x:auto}
 .plot svg{max-width:100%;height:auto} .scroll{max-height:30em;overflow-y:auto;display:inline-block}

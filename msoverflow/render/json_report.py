@@ -81,7 +81,10 @@ def report_dict(report: Report) -> dict:
                       "offset_us": a.offset_us} for a in report.arrivals],
         "scanned_steps": {str(rank): steps for rank, steps in sorted(report.scanned_steps.items())},
         "edges": [{"producer": producer, "consumer": consumer} for producer, consumer in report.edges],
-        "completeness": [asdict(c) for c in report.completeness],
+        "likely_origin": finding_dict(report.likely_origin) if report.likely_origin else None,
+        "completeness": [{"rank": c.rank, "iteration": c.iteration, "present": c.present, "expected": c.expected,
+                          "reasons": c.reasons, "truncated": c.truncated, "recent": c.recent}
+                         for c in report.completeness],
         "parameters": [{**asdict(p), "shape": list(p.shape) if p.shape is not None else None}
                        for p in report.parameters],
         "parallel": report.parallel,
