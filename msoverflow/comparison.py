@@ -187,7 +187,11 @@ def _keys(runs: List[OpExecution], graphs) -> List[tuple]:
             node, _graph = graphs.node(ex)
             if node is not None and node.forward_name:
                 name = scope_to_file_name(node.forward_name)
-                keys[i] += ("of",) + forward_of_name.get(name, (_OP_NUMBER.sub("", name),))
+                if name in forward_of_name:
+                    keys[i] += ("of",) + forward_of_name[name]
+                elif "/" in node.forward_name:    # a scoped forward op that was not dumped
+                    keys[i] += ("of", _OP_NUMBER.sub("", name))
+                # else an internal id ("Reshape_13522", renumbered by every compilation): no help
     return keys
 
 

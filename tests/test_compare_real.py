@@ -32,6 +32,10 @@ def test_pair_verdict_and_first_divergence(answers, name):
     expected = gen_compare_pairs.PAIRS_BY_NAME[name].expected
     code, text = answers[name]["json"]
     answer = json.loads(text)
+    jsonschema = pytest.importorskip("jsonschema")
+    from importlib import resources
+    jsonschema.validate(answer, json.loads(resources.files("msoverflow.schema").joinpath("compare.schema.json")
+                                           .read_text()))
     assert answer["verdict"] == expected["verdict"], answer["inconclusive"]
     assert code == EXIT[expected["verdict"]]
     first = answer["first_divergence"]
