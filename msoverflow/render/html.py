@@ -470,7 +470,7 @@ def _rank_table(report: Report) -> str:
     for s in rows[:MAX_TABLE_ROWS * 4]:
         op = f"{_e(s.op_type or '')} <code>{_e(s.op_name)}</code>" if s.op_name else _e(s.op_type or "-")
         out.append(f'<tr id="rank-{s.rank}" class="{STATUS_CLASS.get(s.status, "")}" data-rank="{s.rank}">'
-                   f'<td class="num">{s.rank}</td>'
+                   f'<td class="num">{s.rank_label}</td>'
                    f'<td class="status">{_e(s.status)}</td>'
                    f'<td class="num">{"-" if s.iteration is None else s.iteration}</td><td>{op}</td>'
                    f'<td>{_e(s.via or "-")}</td><td>{_e(s.note)}</td></tr>')

@@ -78,7 +78,7 @@ def render_markdown(report: Report, top: int = 10) -> str:
             out += [f"- also: {c}" for c in report.inconclusive]
     if report.rank_status:
         out += ["", "Ranks:", "", "| rank | status | step | first bad op / how |", "|---|---|---|---|"]
-        out += [f"| {r.rank} | {r.status} | {'-' if r.iteration is None else r.iteration} | "
+        out += [f"| {r.rank_label} | {r.status} | {'-' if r.iteration is None else r.iteration} | "
                 f"{rank_text(r).replace('|', '/')} |" for r in report.rank_status]
     out += ["", scan_summary(report) + "."]
     if not report.tail_clean:

@@ -169,7 +169,7 @@ def rank_table(rows: List[RankStatus]) -> str:
     for column in ("rank", "status", "step", "first bad op / how"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(str(row.rank), row.status, "-" if row.iteration is None else str(row.iteration),
+        table.add_row(row.rank_label, row.status, "-" if row.iteration is None else str(row.iteration),
                       rank_text(row))
     out = io.StringIO()
     Console(file=out, width=160, color_system=None, highlight=False, soft_wrap=False).print(table)
