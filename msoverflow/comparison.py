@@ -247,16 +247,30 @@ def _as_float(array: np.ndarray) -> np.ndarray:
     return array.astype(np.float64, copy=False) if array.dtype != np.float64 else array
 
 
-def _paired_chunks(a: np.ndarray, b: np.ndarray) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
-    """Both tensors in matching flat chunks (C order), read a chunk at a time."""
+def _c_ordered(array) -> bool:
+    """Its storage order is C order (what stats._chunks yields is then the flat C-order sequence)."""
+    return hasattr(array, "chunks") or array.ndim <= 1 or array.flags.c_contiguous
+
+
+def _paired_chunks(a, b) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+    """Both tensors as matching flat pieces in C order, read a chunk at a time (arrays, memory maps and
+    readers.raw.DecodedTensor alike; chunks of different lengths are cut to match)."""
     from .stats import _chunks
-    same_layout = a.flags.c_contiguous == b.flags.c_contiguous and (a.flags.c_contiguous or a.flags.f_contiguous)
-    if same_layout and (a.flags.c_contiguous or a.ndim <= 1):
-        yield from zip(_chunks(a), _chunks(b))
-        return
-    flat_a, flat_b = np.ravel(a, order="C"), np.ravel(b, order="C")
-    for start in range(0, flat_a.size, CHUNK):
-        yield flat_a[start:start + CHUNK], flat_b[start:start + CHUNK]
+    if _c_ordered(a) and _c_ordered(b):
+        first, second = _chunks(a), _chunks(b)
+    else:   # a Fortran-ordered tensor: element i must meet element i
+        flat_a, flat_b = np.ravel(np.asarray(a), order="C"), np.ravel(np.asarray(b), order="C")
+        first = (flat_a[i:i + CHUNK] for i in range(0, flat_a.size, CHUNK))
+        second = (flat_b[i:i + CHUNK] for i in range(0, flat_b.size, CHUNK))
+    ca = cb = np.empty(0)
+    while True:
+        ca = next(first, None) if ca.size == 0 else ca
+        cb = next(second, None) if cb.size == 0 else cb
+        if ca is None or cb is None:
+            return
+        n = min(ca.size, cb.size)
+        yield ca[:n], cb[:n]
+        ca, cb = ca[n:], cb[n:]
 
 
 def row_partials(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], scale: np.ndarray) -> dict:
