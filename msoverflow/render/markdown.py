@@ -28,7 +28,8 @@ def render_markdown(report: Report, top: int = 10) -> str:
     out: List[str] = ["# msoverflow report", ""]
     f = report.first
     if f is None and report.inconclusive:
-        out.append(f"**Inconclusive**: no bad value seen, but {report.inconclusive[0]}")
+        seen = "" if report.bad_values_seen else "no bad value seen, but "
+        out.append(f"**Inconclusive**: {seen}{report.inconclusive[0]}")
         out += [f"- also: {reason}" for reason in report.inconclusive[1:]]
     elif f is None:
         out.append(f"**Clean**: no inf, NaN or out-of-range value in {report.files} files.")

@@ -73,7 +73,8 @@ def render_text(report: Report, top: int = 10) -> str:
     lines: List[str] = []
     f = report.first
     if f is None and report.inconclusive:
-        lines.append(f"INCONCLUSIVE: no bad value seen, but {report.inconclusive[0]}")
+        seen = "" if report.bad_values_seen else "no bad value seen, but "
+        lines.append(f"INCONCLUSIVE: {seen}{report.inconclusive[0]}")
         lines += [f"  also: {reason}" for reason in report.inconclusive[1:]]
         lines += [f"  caveat: {limit}" for limit in report.coverage]
     elif f is None:
