@@ -200,6 +200,9 @@ def test_a_file_written_seconds_ago_means_the_dump_may_still_be_being_written(re
     assert cut.recent and (cut.rank, cut.iteration) == (0, 1)
     assert report.verdict == "inconclusive" and "the dump may still be being written" in report.inconclusive[0]
     assert _row(report, 0).status == "incomplete"
+    # the job is known to have ended (msoverflow run and patch --verify say so): young files are complete
+    assert analyze(str(dump), progress=False, finished=True).verdict == "clean"
+    assert main(["analyze", str(dump), "--finished", "--no-progress"]) == 0
 
 
 def test_a_fresh_copy_whose_every_file_is_new_is_not_a_dump_being_written(real_dumps, tmp_path):
