@@ -33,7 +33,7 @@ from .scope import cell_of, enclosing_class
 def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optional[List[int]] = None,
             scan_all: bool = False, progress: Optional[bool] = None,
             warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = None,
-            scheduler: Optional[str] = None) -> Report:
+            scheduler: Optional[str] = None, finished: bool = False) -> Report:
     """jobs: worker processes (None: from the CPU count, for dumps large enough); scheduler: a Dask scheduler
     address to run the per-rank scans on (msoverflow/parallel.py)."""
     warnings: List[str] = []
@@ -52,7 +52,7 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
         return _not_understood(path, warnings, unknown=others, unknown_count=len(others))
     units = plan_units(dirs, ranks, iterations)
     # (rank, step)s whose files stop short (job killed, dump still being written): listings and headers only
-    incomplete = check_completeness(dirs, ranks=ranks, iterations=iterations, warn=note)
+    incomplete = check_completeness(dirs, ranks=ranks, iterations=iterations, warn=note, finished=finished)
     access = TensorAccess(note)
     kn = knowledge()
     show = sys.stderr.isatty() if progress is None else progress
