@@ -246,3 +246,36 @@ def test_an_origin_proven_on_another_rank_stands_and_the_cut_rank_is_incomplete(
     assert any(reason.startswith(f"rank 0, step {LAST}: ") for reason in report.inconclusive)
     assert main(["analyze", str(dump), "--no-progress"]) == 1
     assert f"also: rank 0, step {LAST}: " in capsys.readouterr().out
+
+
+def _as_statistics(dump, keep=None):
+    """The dump in its statistic.csv form (saved_data "statistic"): each step's npy files become rows of one
+    statistic.csv (documented-format writer, scripts/ascend_fixtures.py) computed from the real tensors.
+    keep(step, rows) may cut the rows."""
+    import numpy as np
+    from ascend_fixtures import write_statistic_csv
+    for folder in sorted((dump / "rank_0" / "Net" / "0").iterdir()):
+        rows = []
+        for name in _by_time(folder):
+            parsed = names.parse(name)
+            rows.append({"op_type": parsed.op_type, "op_name": parsed.op_name, "task_id": parsed.task_id,
+                         "stream_id": parsed.stream_id, "timestamp": parsed.timestamp, "io": parsed.io,
+                         "slot": parsed.slot, "array": np.load(folder / name)})
+            os.remove(folder / name)
+        write_statistic_csv(str(folder / "statistic.csv"), keep(int(folder.name), rows) if keep else rows)
+
+
+def test_a_statistics_dump_is_complete_and_its_cut_last_step_is_not(three_step_dumps, tmp_path):
+    """statistic.csv dumps have one file per step: the kernels are rows, never "0 of 97 kernels' files"."""
+    whole = _copy(three_step_dumps["normhead_fp32_clean_3steps"], tmp_path, "whole")
+    _as_statistics(whole)
+    _age(whole / "rank_0" / "Net" / "0" / "2")
+    assert check(discover(str(whole), lambda message: None)) == []
+    assert analyze(str(whole), progress=False).verdict == "clean"
+    cut = _copy(three_step_dumps["normhead_fp32_clean_3steps"], tmp_path, "cut")
+    _as_statistics(cut, keep=lambda step, rows: rows[:len(rows) // 2] if step == 2 else rows)
+    _age(cut / "rank_0" / "Net" / "0" / "2")
+    report = analyze(str(cut), progress=False)
+    [step] = report.completeness
+    assert (step.rank, step.iteration, step.present * 2 in (step.expected, step.expected - 1)) == (0, 2, True)
+    assert "statistic.csv rows (as step" in step.reasons[0] and report.verdict == "inconclusive"
