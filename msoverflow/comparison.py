@@ -502,8 +502,8 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
     series = []
     matched = baseline_ops = target_ops = 0
     units = sorted(set(base_units) & set(target_units))
-    for side, only in (("baseline", set(base_units) - set(target_units)), ("target", set(target_units) - set(base_units))):
-        for rank, step in sorted(only):
+    for side, mine, other in (("baseline", base_units, target_units), ("target", target_units, base_units)):
+        for rank, step in sorted(set(mine) - set(other)):
             reasons.append(f"rank {rank} step {step} is in the {side} only")
     orders: Dict[Tuple[int, int], int] = {}
     base_graphs = target_graphs = None
@@ -624,8 +624,9 @@ def _compare_op(ex: OpExecution, tx: OpExecution, position: int, comparer: _Comp
         if not ex.inputs:
             op.note = "the baseline dump holds no input of this op: whether its inputs agree is unknown"
         elif differing:
-            op.note = "; ".join(f"input {t.slot} differs" + (f" ({_producer_text(producers[t.slot])})"
-                                                              if t.slot < len(producers) else "")
+            op.note = "; ".join(("input {} differs" if t.agree is False else "input {} could not be compared: "
+                                 + (t.note or "no data")).format(t.slot)
+                                + (f" ({_producer_text(producers[t.slot])})" if t.slot < len(producers) else "")
                                 for t in differing[:4])
     changed = [t for t in op.outputs if t.baseline_dtype != t.target_dtype and t.target_dtype]
     if changed:
