@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from . import names
-from .layout import LAYOUT_MS, DumpDir
+from .layout import LAYOUT_DEBUG, LAYOUT_MS, DumpDir
 from .model import (RANK_CLEAN, RANK_INCOMPLETE, RANK_RECEIVED, RankStatus, StepCompleteness)
 
 RECENT_SECONDS = 10.0     # files younger than this: the writer may still be at work
@@ -161,8 +161,10 @@ def _counts_limited(settings: Dict[str, object], listings: Iterable[_Listing]) -
 
 
 def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations: Optional[List[int]] = None,
-          warn: Callable[[str], None] = lambda message: None, now: Optional[float] = None) -> List[StepCompleteness]:
-    """The (rank, step)s found incomplete, each with counts and reasons (in the order rank, step)."""
+          warn: Callable[[str], None] = lambda message: None, now: Optional[float] = None,
+          finished: bool = False) -> List[StepCompleteness]:
+    """The (rank, step)s found incomplete, each with counts and reasons (in the order rank, step). finished: the
+    job that wrote the dump is known to have ended (msoverflow run, patch --verify): young files are complete."""
     from .readers.exec_order import dump_metadata, execution_order
     now = time.time() if now is None else now
     chosen = [d for d in dirs if (ranks is None or d.rank in ranks)
@@ -199,12 +201,12 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
                                    "truncated or empty"))
         recent[step].extend(path for path, (_size, mtime) in stats.items() if mtime > young)
         oldest = min([oldest] + [mtime for _size, mtime in stats.values()])
-    if oldest > young:
+    if oldest > young or finished:
         recent.clear()     # every file is that young: written at once (a copy, a short run), not a writer still at work
 
-    if counted:
+    if counted:      # overflow-only and filtered dumps hold different ops (and steps) on each rank
         _counts(listings, problems, last_step, execution_order, quiet)
-    _absent_steps(chosen, listings, problems)
+        _absent_steps([d for d in chosen if d.layout != LAYOUT_DEBUG], listings, problems)
 
     found = []
     for step in sorted({s for s, p in problems.items() if p} | {s for s, r in recent.items() if r}):
@@ -277,7 +279,9 @@ def _counts(listings: List[_Listing], problems, last_step: Dict[int, int], execu
         full = [item for item in items if item.files == most]
         for item in items:
             step = (rank, item.d.iteration)
-            if listed and not (item.files == most and len(full) >= 2):   # two full steps agree: complete
+            # two full steps agree: whole; statistic.csv without tensor files: its kernels are rows, not files
+            if listed and not (item.files == most and len(full) >= 2) \
+                    and not (item.rows() is not None and not item.kernels()):
                 # when two steps agree on fewer kernels than the csv lists, the steps are believed (on CPU not
                 # every listed kernel need write a file)
                 expected = min(listed, full[0].kernels()) if len(full) >= 2 else listed
