@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from . import names
-from .layout import LAYOUT_MS, DumpDir
+from .layout import LAYOUT_DEBUG, LAYOUT_MS, DumpDir
 from .model import (RANK_CLEAN, RANK_INCOMPLETE, RANK_RECEIVED, RankStatus, StepCompleteness)
 
 RECENT_SECONDS = 10.0     # files younger than this: the writer may still be at work
@@ -204,9 +204,9 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
     if oldest > young or finished:
         recent.clear()     # every file is that young: written at once (a copy, a short run), not a writer still at work
 
-    if counted:
+    if counted:      # overflow-only and filtered dumps hold different ops (and steps) on each rank
         _counts(listings, problems, last_step, execution_order, quiet)
-    _absent_steps(chosen, listings, problems)
+        _absent_steps([d for d in chosen if d.layout != LAYOUT_DEBUG], listings, problems)
 
     found = []
     for step in sorted({s for s, p in problems.items() if p} | {s for s, r in recent.items() if r}):
@@ -279,7 +279,9 @@ def _counts(listings: List[_Listing], problems, last_step: Dict[int, int], execu
         full = [item for item in items if item.files == most]
         for item in items:
             step = (rank, item.d.iteration)
-            if listed and not (item.files == most and len(full) >= 2):   # two full steps agree: complete
+            # two full steps agree: whole; statistic.csv without tensor files: its kernels are rows, not files
+            if listed and not (item.files == most and len(full) >= 2) \
+                    and not (item.rows() is not None and not item.kernels()):
                 # when two steps agree on fewer kernels than the csv lists, the steps are believed (on CPU not
                 # every listed kernel need write a file)
                 expected = min(listed, full[0].kernels()) if len(full) >= 2 else listed
