@@ -215,6 +215,7 @@ def error_svg(c: Comparison):
 
 
 def _error_svg(c: Comparison, _figure, _svg):
+    from matplotlib.ticker import FuncFormatter, NullFormatter
     units = sorted({(r, s) for r, s, *_ in c.series})
     if not units:
         return None, "nothing was compared"
@@ -242,10 +243,14 @@ def _error_svg(c: Comparison, _figure, _svg):
                         (first.position, max(first.error_ulps or 1, 1)), color="#c62828", fontsize=8)
         ax.axhline(c.tolerance_ulps, color="#888", linestyle="--", linewidth=0.8)
         ax.set_yscale("log")
+        # plain tick text: mathtext is off for every plot (names from a dump are never parsed as math)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_ylabel("error (ulps)")
         ax.set_title(f"rank {unit[0]}, step {unit[1]}", fontsize=9)
         if i == len(chosen) - 1:
             ax.set_xlabel("op run in the baseline's execution order")
+    fig.subplots_adjust(hspace=0.45)
     fig.axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     note = (f"{len(units)} (rank, step) unit(s), {len(chosen)} drawn; dashed line: the tolerance; errors below "
             f"{floor} ulps drawn at {floor}")
