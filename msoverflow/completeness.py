@@ -264,17 +264,19 @@ def _mtime(path: str) -> float:
 
 
 def _counts(listings: List[_Listing], problems, last_step: Dict[int, int], execution_order, warn) -> None:
-    """Kernels against the execution order; a rank's last step against its other steps and the other ranks.
+    """Kernels against the execution order; a rank's last step against its other steps and the other ranks that
+    run the same graph (the same kernels in their execution order: pipeline stages share graph ids, not graphs).
     Names are parsed only where the file counts leave a doubt."""
     by_graph: Dict[Tuple[int, str], List[_Listing]] = defaultdict(list)
     for item in listings:
         if item.d.layout == LAYOUT_MS:
             by_graph[(item.d.rank, item.d.graph)].append(item)
-    ordered: Dict[Tuple[int, str], Optional[int]] = {}
+    ordered: Dict[Tuple[int, str], Optional[int]] = {}     # the graph's kernels, as a fingerprint of their names
     for (rank, graph), items in by_graph.items():
         root = items[0].d.rank_root
-        listed = len(execution_order(root, graph, warn)) if root else 0
-        ordered[(rank, graph)] = listed or None
+        order = execution_order(root, graph, warn) if root else {}
+        listed = len(order)
+        ordered[(rank, graph)] = hash(tuple(order)) if order else None
         most = max(item.files for item in items)
         full = [item for item in items if item.files == most]
         for item in items:
