@@ -26,6 +26,20 @@ def _int_list(text: str):
     return sorted(values)
 
 
+def add_report_options(p) -> None:
+    """--format, -o, --save, --no-save: the same on every command that ends in a Report (analyze, run, hunt)."""
+    p.add_argument("--format", choices=["text", "json", "markdown", "html"],
+                   help="default: from -o's extension (.html, .json, .md), else text; html: one self-contained page "
+                        "with plots, viewable offline")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the report here instead of stdout (then no report.json is saved)")
+    p.add_argument("--save", metavar="FILE", default=None,
+                   help="without -o, also save the JSON report here for `msoverflow patch/repro --from` "
+                        "(default: report.json in the current directory, never inside the dump; "
+                        "$MSOVERFLOW_REPORT_JSON overrides, empty disables)")
+    p.add_argument("--no-save", action="store_true", help="without -o, do not save report.json")
+
+
 def register(sub):
     p = sub.add_parser("analyze", help="find the first op that created inf/NaN/out-of-range values in a dump",
                        description="Read a MindSpore dump directory (any layout, any level inside it) and name the "
@@ -48,16 +62,7 @@ def register(sub):
     p.add_argument("--top", type=int, default=10, help="later origins to list (default 10)")
     p.add_argument("--all", dest="scan_all", action="store_true",
                    help="scan every step (default: stop after the step holding the first origin)")
-    p.add_argument("--format", choices=["text", "json", "markdown", "html"],
-                   help="default: from -o's extension (.html, .json, .md), else text; html: one self-contained page "
-                        "with plots, viewable offline")
-    p.add_argument("-o", "--output", metavar="FILE",
-                   help="write the report here instead of stdout (then no report.json is saved)")
-    p.add_argument("--save", metavar="FILE", default=None,
-                   help="without -o, also save the JSON report here for `msoverflow patch/repro --from` "
-                        "(default: report.json in the current directory, never inside the dump; "
-                        "$MSOVERFLOW_REPORT_JSON overrides, empty disables)")
-    p.add_argument("--no-save", action="store_true", help="without -o, do not save report.json")
+    add_report_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--jobs", type=int, metavar="N",
                    help="worker processes for the per-rank scans (default: one per CPU on large dumps, on 3+ CPUs; "
@@ -72,7 +77,6 @@ def register(sub):
 def run(args) -> int:
     from ..analyze import analyze
     from ..errors import UserError
-    from ..render import render
 
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs {args.jobs}: expected 1 or more")
@@ -87,14 +91,24 @@ def run(args) -> int:
                      scheduler=args.scheduler)
     log.debug("analyzed %s in %.1f s: %s, %d files, %d tensors read", args.dump_dir, time.monotonic() - started,
               report.verdict, report.files, report.tensors_read)
-    fmt = args.format or _format_of(args.output)
-    text = render(report, fmt, args.top)
     if args.output and not report.files:
         # No file was understood, so where the dump begins is unknown: DUMP_DIR may be a subdirectory of it.
         # Its parent is guarded too (unless that is where the user stands).
         parent = os.path.dirname(os.path.realpath(args.dump_dir))
         if parent != os.path.realpath(os.getcwd()):
             refuse_output_inside(args.output, parent, what="the directory holding an unrecognised dump")
+    return emit(args, report)
+
+
+def emit(args, report) -> int:
+    """Render the report as --format/-o ask (stdout, or -o FILE), save report.json beside it (unless -o, --no-save),
+    and return the verdict's exit code. `run` and `hunt` emit their reports through this too; args needs
+    format, output, save, no_save, dump_dir and (optionally) top."""
+    from ..errors import UserError
+    from ..logs import log
+    from ..render import render
+    fmt = args.format or _format_of(args.output)
+    text = render(report, fmt, getattr(args, "top", 10))
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8", errors="backslashreplace") as fh:
