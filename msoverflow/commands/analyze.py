@@ -91,24 +91,23 @@ def run(args) -> int:
                      scheduler=args.scheduler)
     log.debug("analyzed %s in %.1f s: %s, %d files, %d tensors read", args.dump_dir, time.monotonic() - started,
               report.verdict, report.files, report.tensors_read)
+    return deliver(args, report)
+
+
+def deliver(args, report) -> int:
+    """Print or write the report in the chosen form, save report.json; the exit code of its verdict."""
+    from ..errors import UserError
+    from ..logs import log
+    from ..render import render
+    from ..safeio import refuse_output_inside
+    fmt = args.format or _format_of(args.output)
+    text = render(report, fmt, args.top)
     if args.output and not report.files:
         # No file was understood, so where the dump begins is unknown: DUMP_DIR may be a subdirectory of it.
         # Its parent is guarded too (unless that is where the user stands).
         parent = os.path.dirname(os.path.realpath(args.dump_dir))
         if parent != os.path.realpath(os.getcwd()):
             refuse_output_inside(args.output, parent, what="the directory holding an unrecognised dump")
-    return emit(args, report)
-
-
-def emit(args, report) -> int:
-    """Render the report as --format/-o ask (stdout, or -o FILE), save report.json beside it (unless -o, --no-save),
-    and return the verdict's exit code. `run` and `hunt` emit their reports through this too; args needs
-    format, output, save, no_save, dump_dir and (optionally) top."""
-    from ..errors import UserError
-    from ..logs import log
-    from ..render import render
-    fmt = args.format or _format_of(args.output)
-    text = render(report, fmt, getattr(args, "top", 10))
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8", errors="backslashreplace") as fh:

@@ -26,7 +26,7 @@ def register(subparsers):
                              "(default ./msoverflow_runs/hunt_<time>)")
     add_report_options(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after '--'")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, top=10)
     return parser
 
 
@@ -34,11 +34,11 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from ..hunt.session import hunt, write_summary
-    from .analyze import emit
+    from .analyze import deliver
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     outcome = hunt(command, args.out_dir, args.steps)
     write_summary(outcome, sys.stderr)
     args.dump_dir = outcome.out_dir
-    return emit(args, outcome.report)
+    return deliver(args, outcome.report)
