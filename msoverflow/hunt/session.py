@@ -89,22 +89,29 @@ def build_report(out_dir: str, records: List[dict], command_exit: int) -> Report
             _enrich(report, found)
     else:
         report = Report(dump_dir=out_dir, first=None, anomalies=[], propagation=[], warnings=[], ranks=ranks,
-                        iterations={int(r["rank"]): list(range(int(r["steps_seen"]) + 1)) for r in records})
+                        iterations={int(r["rank"]): _steps_run(r) for r in records})
         report.layout = "hunt"
+        report.tensors_read = sum(int((r.get("counts") or {}).get("tensors", 0)) for r in records)
         report.coverage.append(WATCHED)
+        report.coverage.append(f"{report.tensors_read} tensors checked on the device; {STEPS_NOTE}")
         if not records:
             report.inconclusive.append("no network was called in this run (no Cell ran in PyNative mode in any "
                                        "process): nothing was watched")
         elif command_exit != 0:
             report.inconclusive.append(f"the command exited with {command_exit} before the run finished: later "
                                        "steps were not watched")
-    report.scanned_steps = {int(r["rank"]): sorted(r.get("steps_checked") or range(int(r["steps_seen"]) + 1))
-                            for r in records}
+    report.scanned_steps = {int(r["rank"]): sorted(set(r.get("steps_checked") or []) & set(_steps_run(r))
+                                                   if r.get("steps_checked") else _steps_run(r)) for r in records}
     report.rank_status = _rank_table(report, records)
     report.provenance.update({"tool": "msoverflow hunt", "steps": STEPS_NOTE,
                               "watched": {str(r["rank"]): r.get("counts") for r in records}})
     report.extra["hunt"] = {"records": records, "steps": STEPS_NOTE}
     return report
+
+
+def _steps_run(record: dict) -> List[int]:
+    """Steps 0..N-1 after N optimizer updates (a run that never called an optimizer is one step, 0)."""
+    return list(range(max(1, int(record.get("steps_seen") or 0))))
 
 
 def _enrich(report: Report, found: List[dict]) -> None:

@@ -8,6 +8,7 @@ The loss scale is 1 until step K, where it jumps to 16384 and Sqrt's backward in
 `msoverflow hunt` or a dump config puts it there.
 """
 import argparse
+import os
 import sys
 
 
@@ -21,9 +22,18 @@ def main(argv=None):
     parser.add_argument("--seq", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=16)
     parser.add_argument("--layers", type=int, default=1)
+    parser.add_argument("--first-run-only", metavar="MARKER",
+                        help="overflow only when MARKER does not exist yet (and create it): a run that is not "
+                             "deterministic, for `run --two-pass`'s reproduction check")
     parser.add_argument("--distributed", action="store_true",
                         help="data parallel under msrun: only the last rank's loss scale jumps at --overflow-at")
     args = parser.parse_args(argv)
+
+    if args.first_run_only:
+        if os.path.exists(args.first_run_only):
+            args.overflow_at = None
+        else:
+            open(args.first_run_only, "w").close()
 
     import numpy as np
     import mindspore as ms
