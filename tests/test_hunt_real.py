@@ -120,3 +120,40 @@ def test_hunt_refuses_graph_mode_and_points_to_two_pass(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("msoverflow: error:")]
     assert len(errors) == 1 and "cannot hook compiled graphs" in errors[0] and "run --two-pass" in errors[0]
     assert not Path(tmp_path / "report.json").exists()
+
+
+JIT_SCRIPT = '''
+import numpy as np, mindspore as ms
+from mindspore import nn, ops, Tensor, mint
+ms.set_context(mode=ms.PYNATIVE_MODE); ms.set_device("CPU")
+
+@ms.jit
+def helper(x):
+    return ops.sqrt(x) * 2 + x.sum() + mint.mean(x) + (x / 3).astype(ms.float16).astype(ms.float32)
+
+class Net(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.w = ms.Parameter(Tensor(np.ones(4, np.float32)), name="w")
+    def construct(self, x):
+        return helper(x * self.w).sum() + ops.sqrt(x).sum() * 2
+net = Net()
+train = nn.TrainOneStepCell(net, nn.SGD(net.trainable_params(), 0.1))
+for i in range(2):
+    print("loss", float(train(Tensor(np.ones(4, np.float32))).asnumpy()))
+'''
+
+
+def test_hunt_leaves_jit_functions_compilable(tmp_path):
+    """A @jit function called under a gradient, with watched tensors flowing in: graph compilation must see
+    MindSpore's own Tensor methods and no Python hook function (it refuses the wrappers' code)."""
+    script = tmp_path / "jit_train.py"
+    script.write_text(JIT_SCRIPT)
+    proc = subprocess.run([sys.executable, "-m", "msoverflow", "hunt", "--out-dir", str(tmp_path / "h"),
+                           "--format", "json", "-o", str(tmp_path / "r.json"), "--", sys.executable, str(script)],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("loss") == 2
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["verdict"] == "clean"
+    assert "2 optimizer updates" in proc.stderr

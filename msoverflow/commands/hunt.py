@@ -11,9 +11,10 @@ def register(subparsers):
     parser = subparsers.add_parser(
         "hunt", help="watch a PyNative training run live and name the op that made the first bad value",
         usage="msoverflow hunt [options] -- COMMAND [ARGS...]",
-        description="Run COMMAND (an unmodified PyNative training script) with every Cell, Primitive, "
-                    "mindspore.ops/mint function and Tensor arithmetic method watched, forward and backward, "
-                    "and the parameter gradients given to the optimizer. Each tensor is checked on the device "
+        description="Run COMMAND (an unmodified PyNative training script) with every Cell, Primitive and "
+                    "Tensor arithmetic method watched, forward and backward, "
+                    "and the parameter gradients given to the optimizer (mindspore.ops/mint functions are watched "
+                    "at the Primitive they call). Each tensor is checked on the device "
                     "(one flag per tensor, reduced once per step). The first value made non-finite from finite "
                     "inputs is reported like `msoverflow analyze` does (rank, step counted as optimizer updates, "
                     "Cell path and class, op, forward or backward, source line), and that op's tensors are saved so "

@@ -2,18 +2,22 @@
 
 Installed by the sitecustomize hook (msoverflow/patch/hook.py) when `msoverflow hunt` runs a script, once
 `mindspore.nn.cell` has loaded. What is watched:
-  - every call of a Primitive (ops.Sqrt()(x)), of a function of mindspore.ops / mint / mint.nn.functional and of
-    Tensor arithmetic methods, from outside any other watched call (ops.sqrt calling the Sqrt primitive is one op);
+  - every call of a Primitive from outside any other watched call: mindspore.ops and mint functions reach their
+    kernels through Primitive instances (ops.sqrt -> Sqrt), so they are named by the Primitive, as in a dump;
+  - Tensor arithmetic and math methods (x * y, x.sum(), x.astype(...));
   - every Cell call (forward outputs; it also gives each op its Cell path and class);
   - the gradient arriving at each watched output (Tensor.register_hook), i.e. what the consumers' backward made;
   - the parameter gradients handed to the optimizer.
-Each watched tensor gets one device-side flag (all finite: IsFinite + ReduceAll); flags stay on the device and are
+In PyNative a tensor's declared dtype is its storage dtype, so a value beyond that dtype's range is an inf: each
+watched tensor gets one device-side flag (all finite: IsFinite + ReduceAll); flags stay on the device and are
 stacked and reduced once per step, so the host receives two scalars a step, never a finite tensor. A step is one
 optimizer update: flags are reduced when the optimizer is called (the forward and backward of the step are done,
 the Parameters not yet updated) and again after it (the optimizer's own ops).
 The first bad flag names an op execution: a forward op, or (a bad gradient) the backward of the op that consumed
 that tensor. Its inputs and outputs are saved as npy files in the MindSpore dump layout, so `msoverflow analyze`
 judges them with the same rules as any dump and `msoverflow repro` re-runs the op from them.
+Code that @jit compiles is not watched inside (it runs as one graph), and must still compile: the graph parser
+is shown MindSpore's own Tensor methods while it compiles, and gradient hooks are objects, not functions.
 """
 from __future__ import annotations
 
@@ -28,10 +32,6 @@ import time
 from .layout import RECORD_NAME, npy_name, scoped_name, step_dir
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-# Functions that take a callable and run it (ops inside would be hidden) or compute nothing.
-_NOT_OPS = {"grad", "value_and_grad", "vjp", "jvp", "vmap", "jacfwd", "jacrev", "constexpr", "prim_attr_register",
-            "custom_info_register", "stop_gradient", "depend", "print_", "hook", "jit", "shard", "is_tensor",
-            "is_floating_point", "is_complex", "typeof", "dtype", "shape", "rank", "size", "numel"}
 # Tensor methods that compute values (shape changes and views cannot create a bad value).
 _TENSOR_METHODS = {
     "__add__": "Add", "__radd__": "Add", "__sub__": "Sub", "__rsub__": "Sub", "__mul__": "Mul", "__rmul__": "Mul",
@@ -44,10 +44,6 @@ _TENSOR_METHODS = {
 FORWARD, BACKWARD = "forward", "backward"
 
 
-def _camel(name: str) -> str:
-    return "".join(part[:1].upper() + part[1:] for part in name.strip("_").split("_")) or name
-
-
 class OpRecord:
     """One watched op (or Cell) execution of the current step."""
     __slots__ = ("number", "op_type", "is_cell", "cell", "cell_type", "where", "inputs", "outputs", "grads")
@@ -57,6 +53,18 @@ class OpRecord:
         self.cell, self.cell_type, self.where = cell, cell_type, where
         self.inputs, self.outputs = inputs, outputs
         self.grads = {}      # output slot -> the gradient that arrived at it
+
+
+class _GradHook:
+    """The gradient that comes back to a watched output. A callable object, not a function: a tensor carrying it
+    into a @jit function under a gradient would have a function parsed as graph code (and refused)."""
+    __slots__ = ("hunt", "record", "slot")
+
+    def __init__(self, hunt, record, slot):
+        self.hunt, self.record, self.slot = hunt, record, slot
+
+    def __call__(self, grad):
+        self.hunt.on_grad(self.record, self.slot, grad)
 
 
 class Hunt:
@@ -136,21 +144,19 @@ class Hunt:
         for slot, tensor in enumerate(outputs):
             self.watch(FORWARD, record, slot, tensor)
             try:
-                tensor.register_hook(self._grad_hook(record, slot))
+                tensor.register_hook(_GradHook(self, record, slot))
             except Exception:   # noqa: BLE001 - a tensor outside any gradient computation takes no hook
                 pass
 
-    def _grad_hook(self, record, slot):
-        def hook(grad):
-            if self.checking() and self.is_float(grad):
-                self.local.depth = self.depth + 1
-                try:
-                    record.grads[slot] = grad
-                    self.counts["grads"] += 1
-                    self.watch(BACKWARD, record, slot, grad)
-                finally:
-                    self.local.depth -= 1
-        return hook
+    def on_grad(self, record, slot, grad):
+        if self.checking() and self.is_float(grad):
+            self.local.depth = self.depth + 1
+            try:
+                record.grads[slot] = grad
+                self.counts["grads"] += 1
+                self.watch(BACKWARD, record, slot, grad)
+            finally:
+                self.local.depth -= 1
 
     # -- steps ----------------------------------------------------------------------------------------------------
     def before_update(self, optimizer, args):
@@ -283,8 +289,7 @@ _hunt = None
 
 def install(spec: dict, cell_module) -> None:
     """Called while MindSpore is still being imported (mindspore.nn.cell just loaded): wrap only Cell.__call__
-    now; the first Cell call, with MindSpore complete, wraps the Primitives, ops/mint functions and Tensor
-    methods."""
+    now; the first Cell call, with MindSpore complete, wraps the Primitives and Tensor methods."""
     _wrap_cells(cell_module, spec)
 
 
@@ -292,8 +297,8 @@ def _start(spec: dict) -> Hunt:
     global _hunt
     _hunt = Hunt(spec)
     _wrap_primitives()
-    _wrap_functions()
     _wrap_tensor_methods()
+    _unwrapped_while_compiling()
     return _hunt
 
 
@@ -329,30 +334,8 @@ def _wrap_primitives():
             cls.__call__ = _op_wrapper(call, lambda args: getattr(args[0], "name", "Primitive"))
 
 
-def _wrap_functions():
-    import inspect
-    from mindspore import mint, ops
-    modules = [ops, mint]
-    try:
-        from mindspore.mint.nn import functional
-        modules.append(functional)
-    except ImportError:
-        pass
-    for module in modules:
-        for name in list(getattr(module, "__all__", None) or dir(module)):
-            value = getattr(module, name, None)
-            if (name.startswith("_") or name in _NOT_OPS or value is None or inspect.isclass(value)
-                    or inspect.ismodule(value) or not callable(value) or hasattr(value, "__wrapped__")):
-                continue
-            op_type = _camel(name)
-            try:
-                setattr(module, name, _op_wrapper(value, lambda args, t=op_type: t))
-            except (AttributeError, TypeError):
-                pass
-
-
 def _wrap_tensor_methods():
-    """On the Python Tensor class, which also overrides the methods its C++ base (TensorPy) defines."""
+    """On the Python Tensor class, which then overrides the methods its C++ base (TensorPy) defines."""
     from mindspore import Tensor
     classes = [Tensor]
     try:
@@ -364,7 +347,38 @@ def _wrap_tensor_methods():
         for name, op_type in _TENSOR_METHODS.items():
             method = getattr(cls, name, None)
             if method is not None and callable(method) and not hasattr(method, "__wrapped__"):
-                setattr(cls, name, _op_wrapper(method, lambda args, t=op_type: t))
+                wrapped = _op_wrapper(method, lambda args, t=op_type: t)
+                _SWAPPED.append((cls, name, cls.__dict__.get(name), wrapped))
+                setattr(cls, name, wrapped)
+
+
+_SWAPPED = []   # (class, name, its own attribute before (None: inherited), the wrapper)
+
+
+def _unwrapped_while_compiling():
+    """Graph compilation (@jit functions, graph-mode Cells) parses a Python function found on the Tensor class as
+    code and refuses the wrappers' try statements: it sees the original methods while it compiles."""
+    from mindspore.graph import api
+
+    def unwrapping(compile_method):
+        def compile(*args, **kwargs):
+            for cls, name, own, _ in _SWAPPED:
+                if own is None:
+                    delattr(cls, name)
+                else:
+                    setattr(cls, name, own)
+            try:
+                return compile_method(*args, **kwargs)
+            finally:
+                for cls, name, _, wrapped in _SWAPPED:
+                    setattr(cls, name, wrapped)
+        compile.__wrapped__ = compile_method
+        return compile
+
+    for executor in ("_JitExecutor", "_CellGraphExecutor"):
+        cls = getattr(api, executor, None)
+        if cls is not None and not hasattr(cls.compile, "__wrapped__"):
+            cls.compile = unwrapping(cls.compile)
 
 
 def _wrap_cells(module, spec: dict) -> None:

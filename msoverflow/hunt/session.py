@@ -24,9 +24,9 @@ GRAPH_MODE_LINE = ("hunt cannot hook compiled graphs (this run is in graph mode)
                    "that step in full")
 STEPS_NOTE = ("steps are counted as optimizer updates: step N is the forward, backward and update that follow N "
               "updates")
-WATCHED = ("hunt watched Primitive calls, mindspore.ops / mint functions, Tensor arithmetic methods and Cell "
-           "outputs in PyNative, their gradients and the parameter gradients given to the optimizer; ops run "
-           "inside @jit functions or compiled graphs were not watched")
+WATCHED = ("hunt watched Primitive calls (mindspore.ops / mint functions reach their kernels through them), Tensor "
+           "arithmetic methods and Cell outputs in PyNative, their gradients and the parameter gradients given to "
+           "the optimizer; ops inside @jit functions or compiled graphs were not watched one by one")
 
 
 @dataclass

@@ -54,12 +54,15 @@ def main(argv=None):
         from mindspore.context import ParallelMode
         ms.set_auto_parallel_context(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True)
     train_step = nn.TrainOneStepCell(loss_net, optimizer)
+    import time
+    started = time.perf_counter()
     for step, (ids, labels) in enumerate(batches(args.steps, batch=args.batch, seq=args.seq)):
         jump = args.overflow_at is not None and step >= args.overflow_at and rank == ranks - 1
         loss_net.set_loss_scale(args.scale if jump else 1.0)
         loss = float(train_step(ids, labels).asnumpy())
         finite = all(bool(np.isfinite(p.asnumpy().astype(np.float32)).all()) for p in net.trainable_params())
         print(f"rank {rank} step {step}: loss {loss:.4f} params finite: {finite}", flush=True)
+    print(f"rank {rank}: trained {args.steps} steps in {time.perf_counter() - started:.3f} s", flush=True)
     return 0
 
 
