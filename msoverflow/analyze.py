@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
+from .completeness import check as check_completeness, cross_rank_advice, settle
 from .errors import UserError, reading
 from .evaluate import TensorAccess
 from .index import DumpIndex, build_index
@@ -50,6 +51,8 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
                             "binary dump, statistic.csv or Opdebug files)")
         return _not_understood(path, warnings, unknown=others, unknown_count=len(others))
     units = plan_units(dirs, ranks, iterations)
+    # (rank, step)s whose files stop short (job killed, dump still being written): listings and headers only
+    incomplete = check_completeness(dirs, ranks=ranks, iterations=iterations, warn=note)
     access = TensorAccess(note)
     kn = knowledge()
     show = sys.stderr.isatty() if progress is None else progress
@@ -99,8 +102,6 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     # No origin anywhere but a rank received bad values: report the earliest cross-rank arrival.
     if not candidates and not unmatched:
         candidates = [(ex, v) for ex, v in judged if v.kind == CROSS_RANK][:1]
-        if candidates:
-            note("no rank holds the origin: a collective delivered the first bad value; dump the other ranks")
     if not candidates and not unmatched:
         # Bad values, but every bad op's input was already bad: the op that created it is not in the dump
         # (kernel filter, overflow-only mode, a step not dumped). Never clean: name the first bad op seen.
@@ -149,13 +150,22 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
                                    unreadable=unreadable, rank_status=rank_status, dumped_anything=True)
     _note_unread_ranks(rank_status, unreadable, dirs)
     reasons += _undecodable(index, note)
+    # incomplete (rank, step)s: their ranks' rows, and no answer from a value only received after a cut
+    settled = settle(incomplete, first, anomalies, propagation, rank_status, unreadable, judged, graphs.node, dirs,
+                     access, describe=lambda ex, v: _finding(ex, v, access, graphs, full=True))
+    first, anomalies, propagation, likely = settled.first, settled.anomalies, settled.propagation, settled.likely
+    reasons = settled.reasons + reasons
+    if any(v.kind == CROSS_RANK for _ex, v in judged):
+        advice = cross_rank_advice(first, rank_status, incomplete, selected=bool(ranks))
+        if advice:
+            note(f"no rank holds the origin: a collective delivered the first bad value; {advice}")
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": meta["summary"]}
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
                   files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
                   tail_clean=scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
                   inconclusive=reasons, flagged=flagged, step_times=_step_times(index),
-                  overflow_records=list(index.overflow_records))
+                  overflow_records=list(index.overflow_records), completeness=incomplete, likely_origin=likely)
 
 
 def _note_unread_ranks(rank_status, unreadable: List[str], dirs) -> None:

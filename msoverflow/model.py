@@ -37,6 +37,8 @@ ORIGIN = "origin"
 PROPAGATOR = "propagator"
 CLEAN = "clean"
 SUSPECT = "flagged"     # the hardware flagged it, but its inputs were not dumped/readable: origin or propagator?
+# inputs finite, consumers got bad values, but its own output file is truncated: named, never proven (inconclusive)
+LIKELY_ORIGIN = "likely-origin"
 
 
 @dataclass(slots=True)
@@ -242,6 +244,11 @@ class RankStatus:
     coords: Optional[Dict[str, int]] = None   # parallel coordinates {"dp":..,"tp":..,"pp":..} when the layout is known
     present: Optional[int] = None      # incomplete: files/kernels found for the step ...
     expected: Optional[int] = None     # ... of this many that should be there
+    last_rank: Optional[int] = None    # not dumped: this row stands for ranks rank..last_rank (same reason)
+
+    @property
+    def rank_label(self) -> str:
+        return f"{self.rank}-{self.last_rank}" if self.last_rank is not None else str(self.rank)
 
 
 @dataclass
@@ -306,6 +313,9 @@ class Report:
     scanned_steps: Dict[int, List[int]] = field(default_factory=dict)   # rank -> steps actually scanned
     edges: List[Tuple[str, str]] = field(default_factory=list)    # propagation edges (producer op, consumer op)
     completeness: List[StepCompleteness] = field(default_factory=list)  # only the (rank, step)s found incomplete
+    # role LIKELY_ORIGIN: the op that most likely created the bad value when its own output file is cut short (the
+    # verdict stays inconclusive: an unread file proves nothing)
+    likely_origin: Optional[Finding] = None
     parameters: List[ParameterHit] = field(default_factory=list)
     parallel: Optional[Dict[str, object]] = None   # the parallel layout used ({"dp":4,"tp":1,"pp":2,"source":...})
     provenance: Dict[str, object] = field(default_factory=dict)   # msoverflow version, command, time, host, ...
@@ -314,6 +324,12 @@ class Report:
         """The JSON report (schema msoverflow/schema/report.schema.json) as a dict."""
         from .render.json_report import report_dict
         return report_dict(self)
+
+    @property
+    def bad_values_seen(self) -> bool:
+        """Bad values were read although no origin is named (a rank received one, a likely origin was found)."""
+        return self.first is not None or self.likely_origin is not None or any(
+            row.status in (RANK_ORIGIN, RANK_RECEIVED, RANK_FLAGGED) for row in self.rank_status)
 
     @property
     def verdict(self) -> str:

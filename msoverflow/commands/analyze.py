@@ -80,6 +80,9 @@ def run(args) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs {args.jobs}: expected 1 or more")
+    if args.scheduler:     # checked before any scan: a bad address is one line, at once
+        from ..parallel import check_scheduler_address
+        check_scheduler_address(args.scheduler)
     from ..logs import log
     from ..safeio import refuse_output_inside
     if args.output:   # resolved through symlinks, judged against the dump's root, not only DUMP_DIR
@@ -109,16 +112,23 @@ def deliver(args, report) -> int:
         if parent != os.path.realpath(os.getcwd()):
             refuse_output_inside(args.output, parent, what="the directory holding an unrecognised dump")
     if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8", errors="backslashreplace") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise UserError(f"{args.output}: cannot write report ({exc.strerror})")
-        log.info("wrote %s (%s, %s)", os.path.abspath(args.output), fmt, _size(os.path.getsize(args.output)))
+        write_output(args.output, text, fmt)
     else:
         print(text, end="")
         _save_json(args, report)
     return {"anomaly": EXIT_ANOMALY, "inconclusive": EXIT_INCONCLUSIVE}.get(report.verdict, EXIT_CLEAN)
+
+
+def write_output(path: str, text: str, fmt: str) -> None:
+    """-o FILE: the rendered report written there (the caller has refused paths inside a dump)."""
+    from ..errors import UserError
+    from ..logs import log
+    try:
+        with open(path, "w", encoding="utf-8", errors="backslashreplace") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write report ({exc.strerror})")
+    log.info("wrote %s (%s, %s)", os.path.abspath(path), fmt, _size(os.path.getsize(path)))
 
 
 def _size(n: int) -> str:

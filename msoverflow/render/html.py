@@ -21,7 +21,7 @@ import re
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..dtypes import dtype_max
-from ..model import (RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED, Finding, Report,
+from ..model import (RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED, Finding, Report,
                      TensorSummary)
 from .text import max_abs_text, op_label, range_used_text, shape_text
 
@@ -37,7 +37,7 @@ MAX_TABLE_ROWS = 200
 MAX_WARNINGS = 300
 
 STATUS_CLASS = {RANK_ORIGIN: "origin", RANK_RECEIVED: "received", RANK_FLAGGED: "flagged", RANK_CLEAN: "clean",
-                RANK_NOT_DUMPED: "notdumped"}
+                RANK_NOT_DUMPED: "notdumped", RANK_INCOMPLETE: "incomplete"}
 COLORS = {"origin": "#c62828", "arrival": "#ef6c00", "flag": "#6a1b9a", "clean": "#2e7d32", "spread": "#78909c",
           "span": "#e0e0e0"}
 
@@ -58,6 +58,7 @@ td.bad{color:#c62828;font-weight:600}
 tr.origin td:nth-child(2){color:#c62828;font-weight:600} tr.received td:nth-child(2){color:#ef6c00;font-weight:600}
 tr.flagged td:nth-child(2){color:#6a1b9a;font-weight:600} tr.clean td:nth-child(2){color:#2e7d32}
 tr.notdumped td:nth-child(2){color:#757575;font-style:italic}
+tr.incomplete td:nth-child(2){color:#b26a00;font-weight:bold}
 code{background:#f3f3f3;padding:1px 4px;border-radius:3px;font-size:.92em;word-break:break-all}
 .plot{background:#fff;border:1px solid #ddd;border-radius:6px;padding:6px;overflow-x:auto}
 .plot svg{max-width:100%;height:auto} .scroll{max-height:30em;overflow-y:auto;display:inline-block}
@@ -470,7 +471,7 @@ def _rank_table(report: Report) -> str:
     for s in rows[:MAX_TABLE_ROWS * 4]:
         op = f"{_e(s.op_type or '')} <code>{_e(s.op_name)}</code>" if s.op_name else _e(s.op_type or "-")
         out.append(f'<tr id="rank-{s.rank}" class="{STATUS_CLASS.get(s.status, "")}" data-rank="{s.rank}">'
-                   f'<td class="num">{s.rank}</td>'
+                   f'<td class="num">{s.rank_label}</td>'
                    f'<td class="status">{_e(s.status)}</td>'
                    f'<td class="num">{"-" if s.iteration is None else s.iteration}</td><td>{op}</td>'
                    f'<td>{_e(s.via or "-")}</td><td>{_e(s.note)}</td></tr>')

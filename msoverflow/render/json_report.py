@@ -60,7 +60,12 @@ def report_dict(report: Report) -> dict:
                         for f in report.propagation],
         "flagged": [finding_dict(f) for f in report.flagged],
         "ranks": [{"rank": r.rank, "status": r.status, "iteration": r.iteration, "op_name": r.op_name,
-                   "op_type": r.op_type, "via": r.via, "note": r.note} for r in report.rank_status],
+                   "op_type": r.op_type, "via": r.via, "note": r.note, "present": r.present, "expected": r.expected,
+                   **({"last_rank": r.last_rank} if r.last_rank is not None else {})} for r in report.rank_status],
+        "likely_origin": finding_dict(report.likely_origin) if report.likely_origin else None,
+        "completeness": [{"rank": c.rank, "iteration": c.iteration, "present": c.present, "expected": c.expected,
+                          "reasons": c.reasons, "truncated": c.truncated, "recent": c.recent}
+                         for c in report.completeness],
         "coverage": report.coverage,
         "inconclusive": report.inconclusive,
         "warnings": report.warnings,

@@ -28,7 +28,8 @@ def render_markdown(report: Report, top: int = 10) -> str:
     out: List[str] = ["# msoverflow report", ""]
     f = report.first
     if f is None and report.inconclusive:
-        out.append(f"**Inconclusive**: no bad value seen, but {report.inconclusive[0]}")
+        seen = "" if report.bad_values_seen else "no bad value seen, but "
+        out.append(f"**Inconclusive**: {seen}{report.inconclusive[0]}")
         out += [f"- also: {reason}" for reason in report.inconclusive[1:]]
     elif f is None:
         out.append(f"**Clean**: no inf, NaN or out-of-range value in {report.files} files.")
@@ -78,7 +79,7 @@ def render_markdown(report: Report, top: int = 10) -> str:
             out += [f"- also: {c}" for c in report.inconclusive]
     if report.rank_status:
         out += ["", "Ranks:", "", "| rank | status | step | first bad op / how |", "|---|---|---|---|"]
-        out += [f"| {r.rank} | {r.status} | {'-' if r.iteration is None else r.iteration} | "
+        out += [f"| {r.rank_label} | {r.status} | {'-' if r.iteration is None else r.iteration} | "
                 f"{rank_text(r).replace('|', '/')} |" for r in report.rank_status]
     out += ["", scan_summary(report) + "."]
     if not report.tail_clean:

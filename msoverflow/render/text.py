@@ -73,7 +73,8 @@ def render_text(report: Report, top: int = 10) -> str:
     lines: List[str] = []
     f = report.first
     if f is None and report.inconclusive:
-        lines.append(f"INCONCLUSIVE: no bad value seen, but {report.inconclusive[0]}")
+        seen = "" if report.bad_values_seen else "no bad value seen, but "
+        lines.append(f"INCONCLUSIVE: {seen}{report.inconclusive[0]}")
         lines += [f"  also: {reason}" for reason in report.inconclusive[1:]]
         lines += [f"  caveat: {limit}" for limit in report.coverage]
     elif f is None:
@@ -169,7 +170,7 @@ def rank_table(rows: List[RankStatus]) -> str:
     for column in ("rank", "status", "step", "first bad op / how"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(str(row.rank), row.status, "-" if row.iteration is None else str(row.iteration),
+        table.add_row(row.rank_label, row.status, "-" if row.iteration is None else str(row.iteration),
                       rank_text(row))
     out = io.StringIO()
     Console(file=out, width=160, color_system=None, highlight=False, soft_wrap=False).print(table)
