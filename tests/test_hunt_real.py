@@ -66,8 +66,8 @@ def test_hunt_of_a_finite_run_is_clean_and_says_what_it_watched(hunt_runs):
     _, case, report, log = _case(hunt_runs, "hunt_pynative_clean")
     assert case["exit"] == 0, log[-3000:]
     assert report["verdict"] == "clean" and report["first"] is None
-    assert report["ranks"] == [{"rank": 0, "status": "clean", "iteration": None, "op_name": None, "op_type": None,
-                                "via": None, "note": "watched 2 steps"}]
+    assert [(r["rank"], r["status"], r["iteration"], r["note"]) for r in report["ranks"]] == \
+        [(0, "clean", None, "watched 2 steps")]
     assert any("counted as optimizer updates" in c for c in report["coverage"])
     assert "2 optimizer updates" in log
 
