@@ -161,8 +161,10 @@ def _counts_limited(settings: Dict[str, object], listings: Iterable[_Listing]) -
 
 
 def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations: Optional[List[int]] = None,
-          warn: Callable[[str], None] = lambda message: None, now: Optional[float] = None) -> List[StepCompleteness]:
-    """The (rank, step)s found incomplete, each with counts and reasons (in the order rank, step)."""
+          warn: Callable[[str], None] = lambda message: None, now: Optional[float] = None,
+          finished: bool = False) -> List[StepCompleteness]:
+    """The (rank, step)s found incomplete, each with counts and reasons (in the order rank, step). finished: the
+    job that wrote the dump is known to have ended (msoverflow run, patch --verify): young files are complete."""
     from .readers.exec_order import dump_metadata, execution_order
     now = time.time() if now is None else now
     chosen = [d for d in dirs if (ranks is None or d.rank in ranks)
@@ -199,7 +201,7 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
                                    "truncated or empty"))
         recent[step].extend(path for path, (_size, mtime) in stats.items() if mtime > young)
         oldest = min([oldest] + [mtime for _size, mtime in stats.values()])
-    if oldest > young:
+    if oldest > young or finished:
         recent.clear()     # every file is that young: written at once (a copy, a short run), not a writer still at work
 
     if counted:

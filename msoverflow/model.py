@@ -63,6 +63,12 @@ class TensorStats:
     def nonfinite(self) -> int:
         return self.nan + self.posinf + self.neginf
 
+    def count_text(self, name: str) -> str:
+        """A count (nan, posinf, neginf, over_range) as a report may state it: "≥1" when it is a lower bound
+        inferred from statistics, the plain number when it was counted."""
+        value = getattr(self, name)
+        return str(value) if self.counts_exact else f"≥{value}"
+
     @property
     def bad(self) -> bool:
         """Holds a value that cannot be represented in the declared dtype."""
@@ -135,6 +141,9 @@ class GraphNode:
     inferred_out: Optional[str] = None   # output dtype the front end inferred
     kernel_out: Optional[str] = None     # output dtype of the selected kernel
     ir_line: Optional[int] = None        # 1-based line of the node in its .ir file
+    # A framework dump's Cell/Module entry (msprobe) is not one op but the whole Cell: the scope it covers. A bad
+    # value first made by an op inside that scope is not a second origin when the Cell's own output shows it.
+    wraps_scope: Optional[str] = None
 
 
 @dataclass(slots=True)

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import time
 
 import pytest
@@ -67,6 +68,14 @@ def _every_form(report):
     return render(report, "text"), render(report, "markdown"), doc, render(report, "html")
 
 
+@pytest.fixture(scope="session")
+def three_step_dumps():
+    """scripts/gen_incomplete_dumps.py: a clean 3-step fp32 run (the demo with its NormHead in fp32), cached."""
+    import gen_incomplete_dumps
+    return gen_incomplete_dumps.ensure_cases(
+        progress=lambda msg: print(f"[incomplete dumps] {msg}", file=sys.__stderr__, flush=True))
+
+
 @pytest.fixture(scope="module")
 def msprobe_dumps():
     import gen_msprobe_dumps
@@ -75,21 +84,22 @@ def msprobe_dumps():
     return gen_msprobe_dumps.ensure_cases()
 
 
-def _all_real_dumps(real_dumps, multirank_dumps, msprobe_dumps):
+def _all_real_dumps(real_dumps, multirank_dumps, msprobe_dumps, three_step_dumps):
     found = [real_dumps[name] for name in real_dumps] + [multirank_dumps[name] for name in multirank_dumps]
+    found += [three_step_dumps[name] for name in three_step_dumps]
     return found + [msprobe_dumps[name] / "dump" if (msprobe_dumps[name] / "dump").is_dir() else msprobe_dumps[name]
                     for name in msprobe_dumps]
 
 
-def test_every_real_dump_as_written_is_complete(real_dumps, multirank_dumps, msprobe_dumps):
+def test_every_real_dump_as_written_is_complete(real_dumps, multirank_dumps, msprobe_dumps, three_step_dumps):
     """No false alarm: CPU single-rank (filtered, inputs-only, three graphs), msrun and msprobe dumps are complete,
     although on CPU the execution order and the files do not name every kernel alike."""
     checked = 0
-    for dump in _all_real_dumps(real_dumps, multirank_dumps, msprobe_dumps):
+    for dump in _all_real_dumps(real_dumps, multirank_dumps, msprobe_dumps, three_step_dumps):
         found = check(discover(str(dump), lambda message: None))
         assert found == [], (dump, [(s.rank, s.iteration, s.reasons) for s in found])
         checked += 1
-    assert checked >= 20
+    assert checked >= 21
 
 
 def test_truncated_origin_output_and_an_empty_file_make_rank_1_incomplete_not_received(multirank_dumps, tmp_path,
@@ -171,22 +181,27 @@ def test_a_step_directory_missing_on_one_rank_is_incomplete(multirank_dumps, tmp
     assert report.verdict == "inconclusive"
 
 
-def test_a_clean_dump_whose_last_step_lost_half_its_files_is_inconclusive_with_counts(real_dumps, tmp_path, capsys):
-    source = real_dumps["clean_fp32"]
+@pytest.mark.parametrize("case", ["three_steps", "clean_fp32"])
+def test_a_clean_dump_whose_last_step_lost_half_its_files_is_inconclusive_with_counts(
+        real_dumps, three_step_dumps, tmp_path, capsys, case):
+    """The 3-step fp32 NormHead run (and the 2-step fp32 regressor): the later half of the last step's files gone,
+    as a job killed mid-step leaves it. Clean before, inconclusive (exit 3) with the kernel counts after."""
+    source, last, kernels = ((three_step_dumps["normhead_fp32_clean_3steps"], 2, 97) if case == "three_steps"
+                             else (real_dumps["clean_fp32"], 1, 23))
     assert main(["analyze", str(source), "--no-progress"]) == 0       # complete: clean
     capsys.readouterr()
     dump = _copy(source, tmp_path)
-    step = _step_dir(dump, 0, 1)
+    step = _step_dir(dump, 0, last)
     written = _by_time(step)
     for name in written[len(written) // 2:]:
         os.remove(step / name)
     assert main(["analyze", str(dump), "--no-progress"]) == 3
     out = capsys.readouterr().out
-    assert out.startswith("INCONCLUSIVE: no bad value seen, but rank 0, step 1: ")
-    assert "of 23 kernels' files (graph 0)" in out and "the job died or the dump is still being written" in out
+    assert out.startswith(f"INCONCLUSIVE: no bad value seen, but rank 0, step {last}: ")
+    assert f"of {kernels} kernels' files (graph 0)" in out and "the job died or the dump is still being written" in out
     report = analyze(str(dump), progress=False)
     [cut] = report.completeness
-    assert (cut.rank, cut.iteration, cut.expected) == (0, 1, 23) and cut.present < 23
+    assert (cut.rank, cut.iteration, cut.expected) == (0, last, kernels) and 0 < cut.present < kernels
     assert _row(report, 0).status == "incomplete"
 
 
@@ -200,6 +215,9 @@ def test_a_file_written_seconds_ago_means_the_dump_may_still_be_being_written(re
     assert cut.recent and (cut.rank, cut.iteration) == (0, 1)
     assert report.verdict == "inconclusive" and "the dump may still be being written" in report.inconclusive[0]
     assert _row(report, 0).status == "incomplete"
+    # the job is known to have ended (msoverflow run and patch --verify say so): young files are complete
+    assert analyze(str(dump), progress=False, finished=True).verdict == "clean"
+    assert main(["analyze", str(dump), "--finished", "--no-progress"]) == 0
 
 
 def test_a_fresh_copy_whose_every_file_is_new_is_not_a_dump_being_written(real_dumps, tmp_path):
@@ -210,3 +228,21 @@ def test_a_fresh_copy_whose_every_file_is_new_is_not_a_dump_being_written(real_d
             os.utime(os.path.join(root, name), (now, now))
     assert analyze(str(dump), progress=False).verdict == "clean"
     assert check(discover(str(dump), lambda message: None), now=now + RECENT_SECONDS / 2) == []
+
+
+def test_an_origin_proven_on_another_rank_stands_and_the_cut_rank_is_incomplete(multirank_dumps, tmp_path, capsys):
+    """Rank 0 (which only received the bad value) lost the later half of its last step: the origin proven on rank 1
+    by its own inputs is still the answer (exit 1); rank 0 is `incomplete`, not `received`, and the cut is listed
+    under the dump's limits."""
+    dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
+    step = _step_dir(dump, 0, LAST)
+    written = _by_time(step)
+    for name in written[len(written) // 2:]:
+        os.remove(step / name)
+    report = analyze(str(dump), progress=False)
+    assert report.verdict == "anomaly"
+    assert (report.first.rank, report.first.iteration, report.first.op_type) == (1, LAST, "SqrtGrad")
+    assert [(r.rank, r.status) for r in report.rank_status] == [(0, "incomplete"), (1, "origin")]
+    assert any(reason.startswith(f"rank 0, step {LAST}: ") for reason in report.inconclusive)
+    assert main(["analyze", str(dump), "--no-progress"]) == 1
+    assert f"also: rank 0, step {LAST}: " in capsys.readouterr().out

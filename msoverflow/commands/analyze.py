@@ -50,9 +50,10 @@ def register(sub):
                               "and read (caveat lines name what the dump config could not show); ANOMALY (1) names "
                               "the op that created the first bad value (a hardware flag alone never proves it: "
                               "flagged ops whose inputs were not dumped are reported as 'flagged'); INCONCLUSIVE "
-                              "(3) when files were not understood or not read, or an expected rank has no files, "
-                              "with the reason. Every report ends with a per-rank table: origin, received (via "
-                              "which collective), flagged, clean or not dumped. Ranks are ordered by steps, "
+                              "(3) when files were not understood or not read, an expected rank has no files, or "
+                              "a (rank, step) is incomplete (job killed, dump still being written), with the "
+                              "reason. Every report ends with a per-rank table: origin, received (via which "
+                              "collective), flagged, clean, incomplete or not dumped. Ranks are ordered by steps, "
                               "collectives and op knowledge, never by their clocks.")
     p.add_argument("dump_dir", metavar="DUMP_DIR")
     p.add_argument("--ranks", "--rank", dest="rank", type=_int_list, metavar="IDS",
@@ -70,6 +71,9 @@ def register(sub):
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the per-rank scans on this Dask distributed scheduler (tcp://host:8786; default "
                         "$MSOVERFLOW_SCHEDULER); every worker must see the dump at the same path")
+    p.add_argument("--finished", action="store_true",
+                   help="the job that wrote the dump has ended: files written seconds ago are complete, not a dump "
+                        "still being written (msoverflow run and patch --verify say so themselves)")
     p.set_defaults(run=run)
     return p
 
@@ -91,7 +95,7 @@ def run(args) -> int:
     report = analyze(args.dump_dir, ranks=args.rank, iterations=args.iteration, scan_all=args.scan_all,
                      progress=False if (args.no_progress or getattr(args, "quiet", False)) else None,
                      warn=lambda message: log.debug("warning: %s", message), jobs=args.jobs,
-                     scheduler=args.scheduler)
+                     scheduler=args.scheduler, finished=args.finished)
     log.debug("analyzed %s in %.1f s: %s, %d files, %d tensors read", args.dump_dir, time.monotonic() - started,
               report.verdict, report.files, report.tensors_read)
     return deliver(args, report)
