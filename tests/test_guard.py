@@ -64,13 +64,73 @@ def test_source_form_guards_the_division_and_the_train_step(tmp_path):
     line = next(i + 1 for i, l in enumerate(path.read_text().splitlines()) if "/ token_count" in l)
     patch = guard_patch.plan(str(path), line, count_input=2)
     assert "/ mindspore.ops.maximum(token_count, 1)" in patch.patched
-    assert "msoverflow.guard.guard(nn.TrainOneStepCell(" in patch.patched and "count_input=2)" in patch.patched
+    assert "_msoverflow_guard(nn.TrainOneStepCell(" in patch.patched and "count_input=2)" in patch.patched
+    assert patch.patched.index("def _msoverflow_guard(") < patch.patched.index("_msoverflow_guard(nn.")
     changed = [l for l in patch.diff().splitlines() if l.startswith("+ ") or l.startswith("+    ")]
-    assert all("# msoverflow: zero-token guard" in l for l in changed if "=" in l or "return" in l)
+    edited = [l for l in changed if ("=" in l or "return" in l) and l[1:] not in guard_patch._HELPER_SOURCE]
+    assert edited and all("# msoverflow: zero-token guard" in l for l in edited)
     path.write_text(patch.patched)
     assert guard_patch.plan(str(path), line).already
     with pytest.raises(guard_patch.UserError, match="no division"):
         guard_patch.plan(str(CASE), 1)
+
+
+LATE_IMPORT_SCRIPT = '''"""A training script whose imports do not all come first (issue 21)."""
+
+
+class nn:   # stands in for mindspore.nn: the patch keys on the TrainOneStepCell name
+    @staticmethod
+    def TrainOneStepCell(network, optimizer):
+        return (network, optimizer)
+
+
+def masked_mean(total, token_count):
+    return total / token_count
+
+
+step = nn.TrainOneStepCell("network", "optimizer")
+import os  # noqa: E402 - an import after the TrainOneStepCell line
+print("script ran to the end", step, os.sep)
+'''
+
+
+def run_without_msoverflow(path):
+    """Run a patched script where msoverflow is not installed (mindspore is a stub: the guard patch's
+    `import mindspore` must only bind before its first use)."""
+    runner = ("import runpy, sys, types; sys.modules['msoverflow'] = None; "
+              "ms = sys.modules['mindspore'] = types.ModuleType('mindspore'); ms.Tensor = type('Tensor', (), {}); runpy.run_path(sys.argv[1], run_name='__main__')")
+    return subprocess.run([sys.executable, "-c", runner, str(path)], capture_output=True, text=True, timeout=60)
+
+
+def test_guard_patch_puts_its_helper_and_import_above_a_late_import_and_the_script_runs(tmp_path):
+    """The field case: `import msoverflow.guard` landed after a late import, below its first use (NameError).
+    Now the helper and `import mindspore` go above the first use, and the patched script runs, also without
+    msoverflow installed (the helper says the guard is off)."""
+    path = tmp_path / "train.py"
+    path.write_text(LATE_IMPORT_SCRIPT)
+    line = next(i + 1 for i, l in enumerate(LATE_IMPORT_SCRIPT.splitlines()) if "/ token_count" in l)
+    patch = guard_patch.plan(str(path), line)
+    text = patch.patched
+    assert text.index("import mindspore") < text.index("mindspore.ops.maximum")
+    assert text.index("def _msoverflow_guard(") < text.index("step = _msoverflow_guard(") < text.index("import os")
+    path.write_text(text)
+    ran = run_without_msoverflow(path)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "script ran to the end" in ran.stdout
+    assert "msoverflow is not installed: the zero-token guard is off" in ran.stderr
+
+
+def test_source_patch_puts_its_helper_above_a_module_level_call_before_a_late_import(tmp_path):
+    from msoverflow.patch import source_patch
+    path = tmp_path / "model.py"
+    path.write_text("def compute(x):\n    y = x * 2\n    return y\n\n\nresult = compute(3)\n"
+                    "import os  # noqa: E402\nprint('ran', result, os.sep)\n")
+    patch = source_patch.plan(str(path), 2, "float32")
+    text = patch.patched
+    assert text.index("import mindspore") < text.index("def _msoverflow_widen_float32(") < text.index("result =")
+    path.write_text(text)
+    ran = run_without_msoverflow(path)   # a stub mindspore: the helper only needs the name bound
+    assert ran.returncode == 0 and "ran 6" in ran.stdout, ran.stderr[-2000:]
 
 
 def _free_port():

@@ -95,6 +95,9 @@ def _seeds() -> Dict[str, bytes]:
             "source": {"file": "SRC", "line": 5, "code": "return x @ x"}}}).encode(),
         "source": (b"import mindspore\nfrom mindspore import nn\n\n\nclass Dense(nn.Cell):\n"
                    b"    def construct(self, x):\n        return x @ x\n"),
+        # a training script whose division the zero-token guard patches, with an import after its step
+        "guard_source": (b"from mindspore import nn\n\n\ndef masked_mean(total, count):\n    return total / count\n\n\n"
+                         b"step = nn.TrainOneStepCell(1, 2)\nimport os\n"),
     }
 
 
@@ -406,6 +409,29 @@ def _cli_patch_source(path: str, work: str):
     run_cli(["patch", "--from", report])
 
 
+def _cli_patch_guard(path: str, work: str):
+    """The mutated bytes are the training script the zero-token guard patches (culprit: its first division).
+    With --write, what the patch binds (its helper, `import mindspore`) must come before the first top-level
+    statement that uses it."""
+    import ast
+    src = os.path.join(work, "train.py")
+    shutil.copyfile(path, src)
+    text = Path(path).read_bytes().decode("utf-8", "replace")
+    line = next((i + 1 for i, l in enumerate(text.splitlines()) if "/" in l), 1)
+    if run_cli(["patch", "--source", src, "--line", str(line), "--how", "guard", "--op", "RealDiv",
+                "--write"]) != 0:
+        return
+    tree = ast.parse(Path(src).read_text())
+    for name in ("_msoverflow_guard", "mindspore", "msoverflow"):
+        bound = [i for i, s in enumerate(tree.body) if isinstance(s, (ast.Import, ast.ImportFrom)) and name in {
+                 a.asname or a.name.split(".")[0] for a in s.names} or getattr(s, "name", None) == name]
+        used = [i for i, s in enumerate(tree.body) if not isinstance(s, (ast.Import, ast.ImportFrom))
+                and getattr(s, "name", None) != name
+                and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(s))]
+        if used and (not bound or min(bound) > min(used)):
+            raise CaseFailure(f"the guard patch uses {name} at statement {min(used)} before binding it")
+
+
 # kind -> (seed, function(path, workdir))
 TARGETS: Dict[str, tuple] = {
     "npy": ("npy", _read_npy),
@@ -428,6 +454,7 @@ TARGETS: Dict[str, tuple] = {
     "config_check": ("config", _cli_config_check),
     "patch_from": ("report", _cli_patch_from),
     "patch_source": ("source", _cli_patch_source),
+    "patch_guard": ("guard_source", _cli_patch_guard),
 }
 READER_TARGETS = [k for k in TARGETS if not k.startswith(("cli_", "config_", "patch_"))]
 CLI_TARGETS = [k for k in TARGETS if k not in READER_TARGETS]
