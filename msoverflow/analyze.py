@@ -32,9 +32,10 @@ from .scope import cell_of, enclosing_class
 def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optional[List[int]] = None,
             scan_all: bool = False, progress: Optional[bool] = None,
             warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = None,
-            scheduler: Optional[str] = None) -> Report:
+            scheduler: Optional[str] = None, parallel=None) -> Report:
     """jobs: worker processes (None: from the CPU count, for dumps large enough); scheduler: a Dask scheduler
-    address to run the per-rank scans on (msoverflow/parallel.py)."""
+    address to run the per-rank scans on (msoverflow/parallel.py); parallel: a parallel_layout.ParallelSpec
+    (None: from a file beside the dump, else inferred from the graphs)."""
     warnings: List[str] = []
 
     def note(message: str):
@@ -150,12 +151,14 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     _note_unread_ranks(rank_status, unreadable, dirs)
     reasons += _undecodable(index, note)
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": meta["summary"]}
+    from .parallel_layout import label_ranks
+    layout = label_ranks(parallel, path, rank_status, index.rank_roots, note)
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
                   files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
                   tail_clean=scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
                   inconclusive=reasons, flagged=flagged, step_times=_step_times(index),
-                  overflow_records=list(index.overflow_records))
+                  overflow_records=list(index.overflow_records), parallel=layout)
 
 
 def _note_unread_ranks(rank_status, unreadable: List[str], dirs) -> None:

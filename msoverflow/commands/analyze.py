@@ -65,6 +65,8 @@ def register(sub):
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the per-rank scans on this Dask distributed scheduler (tcp://host:8786; default "
                         "$MSOVERFLOW_SCHEDULER); every worker must see the dump at the same path")
+    from ..parallel_layout import add_parallel_option
+    add_parallel_option(p)
     p.set_defaults(run=run)
     return p
 
@@ -84,7 +86,7 @@ def run(args) -> int:
     report = analyze(args.dump_dir, ranks=args.rank, iterations=args.iteration, scan_all=args.scan_all,
                      progress=False if (args.no_progress or getattr(args, "quiet", False)) else None,
                      warn=lambda message: log.debug("warning: %s", message), jobs=args.jobs,
-                     scheduler=args.scheduler)
+                     scheduler=args.scheduler, parallel=args.parallel)
     log.debug("analyzed %s in %.1f s: %s, %d files, %d tensors read", args.dump_dir, time.monotonic() - started,
               report.verdict, report.files, report.tensors_read)
     fmt = args.format or _format_of(args.output)
