@@ -153,12 +153,16 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": meta["summary"]}
     from .parallel_layout import label_ranks
     layout = label_ranks(parallel, path, rank_status, index.rank_roots, note)
+    from .parameters import parameter_hits
+    hit = parameter_hits(index.executions, rank_status, access.stats, graphs.node,
+                         lambda op_type: op_type in kn.state_updates, kn.is_collective, note)
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
                   files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
                   tail_clean=scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
                   inconclusive=reasons, flagged=flagged, step_times=_step_times(index),
-                  overflow_records=list(index.overflow_records), parallel=layout)
+                  overflow_records=list(index.overflow_records), parallel=layout,
+                  parameters=hit)
 
 
 def _note_unread_ranks(rank_status, unreadable: List[str], dirs) -> None:

@@ -79,15 +79,6 @@ class ParallelLayout:
                 "notes": self.notes}
 
 
-def coords_text(coords: Optional[Dict[str, int]]) -> str:
-    """"pipeline stage 1, tp 1, dp 0" (what is known of it)."""
-    if not coords:
-        return ""
-    parts = [f"pipeline stage {coords['pp']}"] if "pp" in coords else []
-    parts += [f"{key} {coords[key]}" for key in ("tp", "dp") if key in coords]
-    return ", ".join(parts)
-
-
 # ---- the option ---------------------------------------------------------------------------------------------
 
 def parse_spec(text: str) -> ParallelSpec:
@@ -104,8 +95,10 @@ def parse_spec(text: str) -> ParallelSpec:
         name = _SPEC_KEYS.get(key.strip().lower())
         if name is None:
             raise UserError(f"--parallel {text!r}: unknown size {key.strip()!r} (use dp, tp (or mp) and pp)")
-        size = safeio.int_text(value.strip(), f"--parallel {name}", max_digits=6) if value.strip().isdigit() \
-            else None
+        try:
+            size = safeio.int_text(value, f"--parallel {name}", max_digits=6)
+        except ValueError:      # not a number, or thousands of digits
+            size = None
         if size is None or not 1 <= size <= MAX_SIZE:
             raise UserError(f"--parallel {text!r}: {name} must be a whole number from 1 to {MAX_SIZE}")
         if getattr(spec, name) is not None:
@@ -252,7 +245,7 @@ def resolve(spec: Optional[ParallelSpec], path: str, expected_ranks: Sequence[in
     spec = spec or _yaml_beside(path, warn)
     world, world_why = world_size(path, expected_ranks)
     if spec is None:
-        return infer_stages(rank_roots, warn)
+        return infer_stages(rank_roots)
     sizes = {"dp": spec.dp, "tp": spec.tp, "pp": spec.pp}
     notes: List[str] = []
     for name in ("tp", "pp"):          # a model/pipeline size left out is 1
@@ -272,7 +265,7 @@ def resolve(spec: Optional[ParallelSpec], path: str, expected_ranks: Sequence[in
                    f"{spec.source}: dp*tp*pp = {total}, but the job has {world} ranks ({world_why})")
         warn(message)
         notes.append(message)
-    inferred = infer_stages(rank_roots, lambda message: None)
+    inferred = infer_stages(rank_roots)
     if inferred is not None and layout.pp > 1:
         disagree = [min(ranks) for ranks in inferred.stages.values()
                     if len({(layout.coords(r) or {}).get("pp") for r in ranks}) > 1]
@@ -336,7 +329,7 @@ def _p2p_key(order: List[str]) -> Tuple[int, int]:
     return (1, (send - receive) if send is not None else 1 << 30)
 
 
-def infer_stages(rank_roots: Dict[int, str], warn) -> Optional[ParallelLayout]:
+def infer_stages(rank_roots: Dict[int, str]) -> Optional[ParallelLayout]:
     """Pipeline stages from the graphs; None when the graphs are missing or every rank runs the same kernels."""
     groups: Dict[frozenset, List[int]] = {}
     orders: Dict[frozenset, List[str]] = {}
@@ -356,9 +349,8 @@ def infer_stages(rank_roots: Dict[int, str], warn) -> Optional[ParallelLayout]:
         notes.append("the Send/Receive order does not tell every stage apart: stage numbers follow the lowest rank "
                      "where it does not")
     stages = {i: groups[k] for i, k in enumerate(keys)}
-    warn(notes[-1] if len(notes) > 1 else notes[0])
     return ParallelLayout(dp=0, tp=0, pp=len(stages), source="inferred from the graphs", stages=stages, notes=notes)
 
 
 __all__ = ["ParallelSpec", "ParallelLayout", "parse_spec", "add_parallel_option", "resolve", "infer_stages",
-           "coords_text", "world_size", "ORDER"]
+           "world_size", "label_ranks", "ORDER"]

@@ -23,7 +23,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from ..dtypes import dtype_max
 from ..model import (RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED, Finding, Report,
                      TensorSummary)
-from .text import max_abs_text, op_label, range_used_text, shape_text
+from .text import coords_text, max_abs_text, op_label, parallel_text, range_used_text, rank_label, shape_text
 
 FP16_MAX = 65504.0
 BF16_MAX = 3.3895313892515355e38
@@ -439,7 +439,7 @@ def _verdict_card(report: Report) -> str:
         role = {"flagged": "flagged (not proven)", "propagator": "first seen in"}.get(f.role, "origin")
         items = [(role, f"<strong>{_e(op_label(f))}</strong>"),
                  ("kind", _e(f.kind)),
-                 ("where", f"rank {f.rank}, step {f.iteration}, graph {_e(f.graph)}"),
+                 ("where", f"{_e(rank_label(f.rank, report))}, step {f.iteration}, graph {_e(f.graph)}"),
                  ("what", _e(f.detail)),
                  ("Cell", _e(f"{f.cell or '-'}" + (f" ({f.cell_type})" if f.cell_type else ""))),
                  ("source", (f"{_file_link(f.source.file, f.source.file, f.source.line)} "
@@ -464,8 +464,10 @@ def _rank_table(report: Report) -> str:
         out.append('<p class="note">This report carries no per-rank status; ranks seen: '
                    f'{_e(_steps_text(report.ranks))}.</p>')
         return "\n".join(out + ["</section>"])
+    coords = any(s.coords for s in report.rank_status)
     out.append('<div class="scroll"><table id="rank-table"><thead><tr><th>rank</th><th>status</th><th>first bad step</th>'
-               '<th>first bad op</th><th>carried by (collective)</th><th>note</th></tr></thead><tbody>')
+               '<th>first bad op</th><th>carried by (collective)</th><th>note</th>'
+               + ('<th>coordinates</th>' if coords else '') + '</tr></thead><tbody>')
     rows = sorted(report.rank_status, key=lambda s: s.rank)
     for s in rows[:MAX_TABLE_ROWS * 4]:
         op = f"{_e(s.op_type or '')} <code>{_e(s.op_name)}</code>" if s.op_name else _e(s.op_type or "-")
@@ -473,8 +475,11 @@ def _rank_table(report: Report) -> str:
                    f'<td class="num">{s.rank}</td>'
                    f'<td class="status">{_e(s.status)}</td>'
                    f'<td class="num">{"-" if s.iteration is None else s.iteration}</td><td>{op}</td>'
-                   f'<td>{_e(s.via or "-")}</td><td>{_e(s.note)}</td></tr>')
+                   f'<td>{_e(s.via or "-")}</td><td>{_e(s.note)}</td>'
+                   + (f'<td>{_e(coords_text(s.coords) or "-")}</td>' if coords else '') + '</tr>')
     out.append("</tbody></table></div>")
+    if report.parallel:
+        out.append(f'<p class="note">Layout: {_e(parallel_text(report.parallel))}.</p>')
     if len(rows) > MAX_TABLE_ROWS * 4:
         out.append(f'<p class="note">{len(rows) - MAX_TABLE_ROWS * 4} more ranks: see --format json.</p>')
     counts: Dict[str, int] = {}
@@ -482,6 +487,24 @@ def _rank_table(report: Report) -> str:
         counts[s.status] = counts.get(s.status, 0) + 1
     out.append('<p class="note">' + ", ".join(f"{n} {k}" for k, n in counts.items()) + "</p></section>")
     return "\n".join(out)
+
+
+def _parameter_table(report: Report) -> str:
+    """Per rank, the parameters whose gradient or value first went non-finite, and how (computed or received)."""
+    if not report.parameters:
+        return ""
+    hits = report.parameters
+    out = [f'<section id="parameters"><h2>Parameters hit ({len(hits)})</h2><div class="scroll"><table '
+           'id="parameter-table"><thead><tr><th>rank</th><th>coordinates</th><th>step</th><th>parameter</th>'
+           '<th>shape</th><th>how</th></tr></thead><tbody>']
+    for h in hits[:MAX_TABLE_ROWS]:
+        out.append(f'<tr><td class="num">{h.rank}</td><td>{_e(coords_text(h.coords) or "-")}</td>'
+                   f'<td class="num">{h.iteration}</td><td><code>{_e(h.name)}</code></td>'
+                   f'<td>{_e(shape_text(h.shape))}</td><td>{_e(h.how)}</td></tr>')
+    out.append("</tbody></table></div>")
+    if len(hits) > MAX_TABLE_ROWS:
+        out.append(f'<p class="note">{len(hits) - MAX_TABLE_ROWS} more: see --format json.</p>')
+    return "\n".join(out + ["</section>"])
 
 
 def _plot_section(section_id: str, title: str, svg: Optional[str], note: str) -> str:
@@ -620,7 +643,7 @@ def _warnings(report: Report) -> str:
 def render_html(report: Report, top: int = 10) -> str:
     title = "msoverflow: " + (f"{report.first.kind} in {report.first.op_type}" if report.first else report.verdict)
     timeline, timeline_note = timeline_svg(report, top)
-    sections = [_verdict_card(report), _rank_table(report),
+    sections = [_verdict_card(report), _rank_table(report), _parameter_table(report),
                 _plot_section("timeline", "Timeline", timeline, timeline_note)]
     if report.first is not None:
         graph, graph_note = propagation_svg(report)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import List
 
 from ..model import SUSPECT, Report, TensorSummary
-from .text import chain_label, max_abs_text, op_label, range_used_text, rank_text, scan_summary, shape_text
+from .text import (chain_label, coords_text, max_abs_text, op_label, parallel_text, range_used_text, rank_label,
+                   rank_text, scan_summary, shape_text)
 
 _TENSOR_HEADER = ["| slot | dtype | shape | max \\|x\\| | range used | nan | +inf | -inf | produced by |",
                   "|---|---|---|---|---|---|---|---|---|"]
@@ -33,11 +34,11 @@ def render_markdown(report: Report, top: int = 10) -> str:
     elif f is None:
         out.append(f"**Clean**: no inf, NaN or out-of-range value in {report.files} files.")
     elif f.role == SUSPECT:
-        out.append(f"**Anomaly** (flagged): the hardware flagged **{op_label(f)}** on rank {f.rank}, step "
+        out.append(f"**Anomaly** (flagged): the hardware flagged **{op_label(f)}** on {rank_label(f.rank, report)}, step "
                    f"{f.iteration}; its inputs were not dumped, so it may have received the bad value.")
     else:
         made = "first seen in" if f.role == "propagator" else "first created by"
-        out.append(f"**Anomaly** ({f.kind}): {made} **{op_label(f)}** on rank {f.rank}, "
+        out.append(f"**Anomaly** ({f.kind}): {made} **{op_label(f)}** on {rank_label(f.rank, report)}, "
                    f"step {f.iteration}, graph {f.graph}.")
     if f is None:
         out += [f"- caveat: {limit}" for limit in report.coverage]
@@ -77,9 +78,21 @@ def render_markdown(report: Report, top: int = 10) -> str:
             out += ["", "Limits of this dump:", ""] + [f"- caveat: {c}" for c in report.coverage]
             out += [f"- also: {c}" for c in report.inconclusive]
     if report.rank_status:
-        out += ["", "Ranks:", "", "| rank | status | step | first bad op / how |", "|---|---|---|---|"]
+        coords = any(r.coords for r in report.rank_status)
+        out += ["", "Ranks:", "", "| rank | status | step | first bad op / how |" + (" coordinates |" if coords else ""),
+                "|---|---|---|---|" + ("---|" if coords else "")]
         out += [f"| {r.rank} | {r.status} | {'-' if r.iteration is None else r.iteration} | "
-                f"{rank_text(r).replace('|', '/')} |" for r in report.rank_status]
+                f"{rank_text(r).replace('|', '/')} |" + (f" {coords_text(r.coords) or '-'} |" if coords else "")
+                for r in report.rank_status]
+        if report.parallel:
+            out += ["", f"Layout: {_cell(parallel_text(report.parallel))}."]
+    if report.parameters:
+        out += ["", f"Parameters hit ({len(report.parameters)}: first non-finite gradient or value, per rank):", "",
+                "| rank | coordinates | step | parameter | shape | how |", "|---|---|---|---|---|---|"]
+        out += [f"| {h.rank} | {coords_text(h.coords) or '-'} | {h.iteration} | `{_cell(h.name)}` | "
+                f"{shape_text(h.shape)} | {_cell(h.how)} |" for h in report.parameters[:40]]
+        if len(report.parameters) > 40:
+            out.append(f"- ... {len(report.parameters) - 40} more (--format json lists all)")
     out += ["", scan_summary(report) + "."]
     if not report.tail_clean:
         out.append("Steps after the first origin were not scanned (--all scans every step).")

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import io
-from typing import List, Optional
+from typing import Dict, List, Optional
 
-from ..model import SUSPECT, Finding, RankStatus, Report, TensorSummary
+from ..model import SUSPECT, Finding, ParameterHit, RankStatus, Report, TensorSummary
 
 
 def max_abs_text(stats) -> str:
@@ -33,8 +33,23 @@ def chain_label(f: Finding) -> str:
     return f"{f.op_type}[{cell}]" if cell else f.op_type
 
 
-def _where(f: Finding) -> str:
-    return f"rank {f.rank}, step {f.iteration}, graph {f.graph}"
+def coords_text(coords: Optional[Dict[str, int]]) -> str:
+    """"pipeline stage 1, tp 1, dp 0" (what the layout says of a rank)."""
+    if not coords:
+        return ""
+    parts = [f"pipeline stage {coords['pp']}"] if "pp" in coords else []
+    return ", ".join(parts + [f"{key} {coords[key]}" for key in ("tp", "dp") if key in coords])
+
+
+def rank_label(rank: int, report: Optional[Report] = None) -> str:
+    """"rank 5 (pipeline stage 1, tp 1, dp 0)" when the report carries the rank's coordinates."""
+    row = next((r for r in report.rank_status if r.rank == rank), None) if report is not None else None
+    where = coords_text(row.coords if row is not None else None)
+    return f"rank {rank} ({where})" if where else f"rank {rank}"
+
+
+def _where(f: Finding, report: Optional[Report] = None) -> str:
+    return f"{rank_label(f.rank, report)}, step {f.iteration}, graph {f.graph}"
 
 
 def op_label(f: Finding) -> str:
@@ -87,7 +102,7 @@ def render_text(report: Report, top: int = 10) -> str:
         else:
             made = "first seen in" if f.role == "propagator" else "first created by"
             lines.append(f"ANOMALY: {f.kind} {made} {op_label(f)}")
-        lines.append(f"  where : {_where(f)}")
+        lines.append(f"  where : {_where(f, report)}")
         lines.append(f"  what  : {f.detail}")
         if f.source:
             lines.append(f"  source: {f.source.file}:{f.source.line}  {f.source.code}")
@@ -134,6 +149,11 @@ def render_text(report: Report, top: int = 10) -> str:
     if report.rank_status:
         lines.append("")
         lines.append(rank_table(report.rank_status))
+        if report.parallel:
+            lines.append(f"  layout: {parallel_text(report.parallel)}")
+    if report.parameters:
+        lines.append("")
+        lines.append(parameter_table(report.parameters, top))
     lines.append("")
     scanned = scan_summary(report)
     lines.append(scanned)
@@ -153,6 +173,11 @@ def _short(name: Optional[str], width: int = 56) -> str:
     return name if len(name) <= width else "..." + name[-(width - 3):]
 
 
+def _middle(text: str, width: int) -> str:
+    """Long text cut in the middle: the start says what happened, the end names the op."""
+    return text if len(text) <= width else text[:width // 2 - 2] + "..." + text[-(width // 2 - 1):]
+
+
 def rank_text(row: RankStatus) -> str:
     """One rank's story in a few words: how it first went bad, and where."""
     if row.status == "received":
@@ -166,14 +191,45 @@ def rank_table(rows: List[RankStatus]) -> str:
     from rich.console import Console
     from rich.table import Table
     table = Table(title="Ranks", title_justify="left", box=None, pad_edge=False, show_edge=False)
-    for column in ("rank", "status", "step", "first bad op / how"):
+    with_coords = any(row.coords for row in rows)
+    for column in ("rank", "status", "step", "first bad op / how") + (("coordinates",) if with_coords else ()):
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(str(row.rank), row.status, "-" if row.iteration is None else str(row.iteration),
-                      rank_text(row))
+                      rank_text(row), *((coords_text(row.coords) or "-",) if with_coords else ()))
     out = io.StringIO()
     Console(file=out, width=160, color_system=None, highlight=False, soft_wrap=False).print(table)
     return out.getvalue().rstrip("\n")
+
+
+def parallel_text(parallel: Dict[str, object]) -> str:
+    """The layout line under the rank table: sizes (or inferred stages) and where they came from."""
+    if "stages" in parallel:
+        stages = "; ".join(f"stage {k}: ranks {_steps([int(r) for r in v])}"
+                           for k, v in dict(parallel["stages"]).items())
+        return f"{stages} ({parallel.get('source')}; dp and tp unknown: give --parallel)"
+    return f"dp={parallel.get('dp')}, tp={parallel.get('tp')}, pp={parallel.get('pp')} ({parallel.get('source')})"
+
+
+MAX_PARAMETER_ROWS = 40
+
+
+def parameter_table(hits: List[ParameterHit], top: int = 10) -> str:
+    """Per rank, the parameters whose gradient or value first went non-finite, and how."""
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=f"Parameters hit ({len(hits)}: first non-finite gradient or value, per rank)",
+                  title_justify="left", box=None, pad_edge=False, show_edge=False)
+    for column in ("rank", "coordinates", "step", "parameter", "shape", "how"):
+        table.add_column(column, overflow="fold")
+    limit = max(MAX_PARAMETER_ROWS, top)
+    for hit in hits[:limit]:
+        table.add_row(str(hit.rank), coords_text(hit.coords) or "-", str(hit.iteration), _short(hit.name, 60),
+                      shape_text(hit.shape), _middle(hit.how, 100))
+    out = io.StringIO()
+    Console(file=out, width=200, color_system=None, highlight=False, soft_wrap=False).print(table)
+    more = f"\n  ... {len(hits) - limit} more (--format json lists all)" if len(hits) > limit else ""
+    return out.getvalue().rstrip("\n") + more
 
 
 def scan_summary(report: Report) -> str:
