@@ -89,9 +89,10 @@ def inconclusive_reasons(*, unknown: List[str], unknown_count: int,
     if unreadable:
         reasons.append(f"{len(unreadable)} file(s) could not be read (e.g. {unreadable[0]}); they could hold the "
                        "origin")
-    missing = [row.rank for row in rank_status if row.status == RANK_NOT_DUMPED]
+    missing = [row.rank_label for row in rank_status if row.status == RANK_NOT_DUMPED]
     if missing and dumped_anything:
-        reasons.append(f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} expected but not "
+        shown = ", ".join(missing[:20]) + (f" and {len(missing) - 20} more ranges" if len(missing) > 20 else "")
+        reasons.append(f"rank{'s' if len(missing) > 1 or '-' in missing[0] else ''} {shown} expected but not "
                        f"dumped ({next(r.note for r in rank_status if r.status == RANK_NOT_DUMPED)}); the origin "
                        "could be there")
     return reasons

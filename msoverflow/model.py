@@ -242,6 +242,11 @@ class RankStatus:
     coords: Optional[Dict[str, int]] = None   # parallel coordinates {"dp":..,"tp":..,"pp":..} when the layout is known
     present: Optional[int] = None      # incomplete: files/kernels found for the step ...
     expected: Optional[int] = None     # ... of this many that should be there
+    last_rank: Optional[int] = None    # not dumped: this row stands for ranks rank..last_rank (same reason)
+
+    @property
+    def rank_label(self) -> str:
+        return f"{self.rank}-{self.last_rank}" if self.last_rank is not None else str(self.rank)
 
 
 @dataclass

@@ -78,6 +78,9 @@ def run(args) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs {args.jobs}: expected 1 or more")
+    if args.scheduler:     # checked before any scan: a bad address is one line, at once
+        from ..parallel import check_scheduler_address
+        check_scheduler_address(args.scheduler)
     from ..logs import log
     from ..safeio import refuse_output_inside
     if args.output:   # resolved through symlinks, judged against the dump's root, not only DUMP_DIR

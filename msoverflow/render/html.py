@@ -23,7 +23,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from ..dtypes import dtype_max
 from ..model import (RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED, Finding, Report,
                      TensorSummary)
-from .text import coords_text, max_abs_text, op_label, parallel_text, range_used_text, rank_label, shape_text
+from .text import coords_text, max_abs_text, op_label, parallel_text, range_used_text, rank_where, shape_text
 
 FP16_MAX = 65504.0
 BF16_MAX = 3.3895313892515355e38
@@ -439,7 +439,7 @@ def _verdict_card(report: Report) -> str:
         role = {"flagged": "flagged (not proven)", "propagator": "first seen in"}.get(f.role, "origin")
         items = [(role, f"<strong>{_e(op_label(f))}</strong>"),
                  ("kind", _e(f.kind)),
-                 ("where", f"{_e(rank_label(f.rank, report))}, step {f.iteration}, graph {_e(f.graph)}"),
+                 ("where", f"{_e(rank_where(f.rank, report))}, step {f.iteration}, graph {_e(f.graph)}"),
                  ("what", _e(f.detail)),
                  ("Cell", _e(f"{f.cell or '-'}" + (f" ({f.cell_type})" if f.cell_type else ""))),
                  ("source", (f"{_file_link(f.source.file, f.source.file, f.source.line)} "
@@ -472,7 +472,7 @@ def _rank_table(report: Report) -> str:
     for s in rows[:MAX_TABLE_ROWS * 4]:
         op = f"{_e(s.op_type or '')} <code>{_e(s.op_name)}</code>" if s.op_name else _e(s.op_type or "-")
         out.append(f'<tr id="rank-{s.rank}" class="{STATUS_CLASS.get(s.status, "")}" data-rank="{s.rank}">'
-                   f'<td class="num">{s.rank}</td>'
+                   f'<td class="num">{s.rank_label}</td>'
                    f'<td class="status">{_e(s.status)}</td>'
                    f'<td class="num">{"-" if s.iteration is None else s.iteration}</td><td>{op}</td>'
                    f'<td>{_e(s.via or "-")}</td><td>{_e(s.note)}</td>'

@@ -60,8 +60,8 @@ def report_dict(report: Report) -> dict:
                         for f in report.propagation],
         "flagged": [finding_dict(f) for f in report.flagged],
         "ranks": [{"rank": r.rank, "status": r.status, "iteration": r.iteration, "op_name": r.op_name,
-                   "op_type": r.op_type, "via": r.via, "note": r.note, "coords": r.coords}
-                  for r in report.rank_status],
+                   "op_type": r.op_type, "via": r.via, "note": r.note, "coords": r.coords,
+                   **({"last_rank": r.last_rank} if r.last_rank is not None else {})} for r in report.rank_status],
         "parallel": report.parallel,
         "parameters": [{"name": h.name, "rank": h.rank, "iteration": h.iteration,
                         "shape": list(h.shape) if h.shape is not None else None, "how": h.how,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import List
 
 from ..model import SUSPECT, Report, TensorSummary
-from .text import (chain_label, coords_text, max_abs_text, op_label, parallel_text, range_used_text, rank_label,
+from .text import (chain_label, coords_text, max_abs_text, op_label, parallel_text, range_used_text, rank_where,
                    rank_text, scan_summary, shape_text)
 
 _TENSOR_HEADER = ["| slot | dtype | shape | max \\|x\\| | range used | nan | +inf | -inf | produced by |",
@@ -34,11 +34,11 @@ def render_markdown(report: Report, top: int = 10) -> str:
     elif f is None:
         out.append(f"**Clean**: no inf, NaN or out-of-range value in {report.files} files.")
     elif f.role == SUSPECT:
-        out.append(f"**Anomaly** (flagged): the hardware flagged **{op_label(f)}** on {rank_label(f.rank, report)}, step "
+        out.append(f"**Anomaly** (flagged): the hardware flagged **{op_label(f)}** on {rank_where(f.rank, report)}, step "
                    f"{f.iteration}; its inputs were not dumped, so it may have received the bad value.")
     else:
         made = "first seen in" if f.role == "propagator" else "first created by"
-        out.append(f"**Anomaly** ({f.kind}): {made} **{op_label(f)}** on {rank_label(f.rank, report)}, "
+        out.append(f"**Anomaly** ({f.kind}): {made} **{op_label(f)}** on {rank_where(f.rank, report)}, "
                    f"step {f.iteration}, graph {f.graph}.")
     if f is None:
         out += [f"- caveat: {limit}" for limit in report.coverage]
@@ -81,7 +81,7 @@ def render_markdown(report: Report, top: int = 10) -> str:
         coords = any(r.coords for r in report.rank_status)
         out += ["", "Ranks:", "", "| rank | status | step | first bad op / how |" + (" coordinates |" if coords else ""),
                 "|---|---|---|---|" + ("---|" if coords else "")]
-        out += [f"| {r.rank} | {r.status} | {'-' if r.iteration is None else r.iteration} | "
+        out += [f"| {r.rank_label} | {r.status} | {'-' if r.iteration is None else r.iteration} | "
                 f"{rank_text(r).replace('|', '/')} |" + (f" {coords_text(r.coords) or '-'} |" if coords else "")
                 for r in report.rank_status]
         if report.parallel:

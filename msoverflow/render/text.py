@@ -41,7 +41,7 @@ def coords_text(coords: Optional[Dict[str, int]]) -> str:
     return ", ".join(parts + [f"{key} {coords[key]}" for key in ("tp", "dp") if key in coords])
 
 
-def rank_label(rank: int, report: Optional[Report] = None) -> str:
+def rank_where(rank: int, report: Optional[Report] = None) -> str:
     """"rank 5 (pipeline stage 1, tp 1, dp 0)" when the report carries the rank's coordinates."""
     row = next((r for r in report.rank_status if r.rank == rank), None) if report is not None else None
     where = coords_text(row.coords if row is not None else None)
@@ -49,7 +49,7 @@ def rank_label(rank: int, report: Optional[Report] = None) -> str:
 
 
 def _where(f: Finding, report: Optional[Report] = None) -> str:
-    return f"{rank_label(f.rank, report)}, step {f.iteration}, graph {f.graph}"
+    return f"{rank_where(f.rank, report)}, step {f.iteration}, graph {f.graph}"
 
 
 def op_label(f: Finding) -> str:
@@ -195,7 +195,7 @@ def rank_table(rows: List[RankStatus]) -> str:
     for column in ("rank", "status", "step", "first bad op / how") + (("coordinates",) if with_coords else ()):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(str(row.rank), row.status, "-" if row.iteration is None else str(row.iteration),
+        table.add_row(row.rank_label, row.status, "-" if row.iteration is None else str(row.iteration),
                       rank_text(row), *((coords_text(row.coords) or "-",) if with_coords else ()))
     out = io.StringIO()
     Console(file=out, width=160, color_system=None, highlight=False, soft_wrap=False).print(table)
