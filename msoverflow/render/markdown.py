@@ -34,7 +34,8 @@ def render_markdown(report: Report, top: int = 10) -> str:
     elif f is None:
         out.append(f"**Clean**: no inf, NaN or out-of-range value in {report.files} files.")
     elif f.role == SUSPECT:
-        out.append(f"**Anomaly** (flagged): the hardware flagged **{op_label(f)}** on {rank_where(f.rank, report)}, step "
+        out.append(f"**Anomaly** (flagged): the hardware flagged **{op_label(f)}** on "
+                   f"{rank_where(f.rank, report)}, step "
                    f"{f.iteration}; its inputs were not dumped, so it may have received the bad value.")
     else:
         made = "first seen in" if f.role == "propagator" else "first created by"
@@ -79,7 +80,8 @@ def render_markdown(report: Report, top: int = 10) -> str:
             out += [f"- also: {c}" for c in report.inconclusive]
     if report.rank_status:
         coords = any(r.coords for r in report.rank_status)
-        out += ["", "Ranks:", "", "| rank | status | step | first bad op / how |" + (" coordinates |" if coords else ""),
+        out += ["", "Ranks:", "",
+                "| rank | status | step | first bad op / how |" + (" coordinates |" if coords else ""),
                 "|---|---|---|---|" + ("---|" if coords else "")]
         out += [f"| {r.rank_label} | {r.status} | {'-' if r.iteration is None else r.iteration} | "
                 f"{rank_text(r).replace('|', '/')} |" + (f" {coords_text(r.coords) or '-'} |" if coords else "")
