@@ -172,24 +172,8 @@ def _yaml_spec(path: str) -> Optional[ParallelSpec]:
 
 
 def rank_table_size(path: str) -> Optional[int]:
-    try:
-        table = safeio.load_json(path, limit=4 << 20)
-    except (OSError, ValueError):
-        return None
-    servers = table.get("server_list") if isinstance(table, dict) else None
-    if not isinstance(servers, list):
-        return None
-    ranks = set()
-    for server in servers:
-        devices = server.get("device") if isinstance(server, dict) else None
-        for device in devices if isinstance(devices, list) else []:
-            try:
-                rank = int(str(device.get("rank_id"))[:8])
-            except (AttributeError, TypeError, ValueError):
-                continue
-            if 0 <= rank < MAX_SIZE:
-                ranks.add(rank)
-    return len(ranks) or None
+    from .ranks import rank_table_ranks
+    return len(rank_table_ranks(path)) or None
 
 
 def _beside(path: str) -> List[str]:

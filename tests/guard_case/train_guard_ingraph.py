@@ -69,9 +69,9 @@ def main():
     train_step = nn.TrainOneStepCell(TokenAveragedLoss(net, "--mismatch" in args), optimizer)
     if "--unguarded" not in args:
         from msoverflow.guard import guard, guard_state
-        train_step = guard(train_step, count_input=2)
+        train_step = guard(train_step, count_input=2, grad_norm=os.environ.get("GUARD_BENCH_NORM", "1") == "1")
     rs = np.random.RandomState(1 + rank)
-    batch = BATCH * (8 if bench else 1)
+    batch = int(os.environ.get("GUARD_BENCH_BATCH", BATCH * 8)) if bench else BATCH
     times = []
     for step in range(steps):
         ids = Tensor(rs.randint(0, VOCAB, (batch, SEQ)).astype(np.int32))
