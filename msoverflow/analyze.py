@@ -155,7 +155,8 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     layout = label_ranks(parallel, path, rank_status, index.rank_roots, note)
     from .parameters import parameter_hits
     hit = parameter_hits(index.executions, rank_status, access.stats, graphs.node,
-                         lambda op_type: op_type in kn.state_updates, kn.is_collective, note)
+                         lambda op_type: op_type in kn.state_updates, kn.is_collective, note,
+                         {(ex.rank, ex.iteration) for ex, _v in judged})
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
                   files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),

@@ -11,7 +11,7 @@ it; a rank that received its first bad value through a collective got the gradie
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from . import safeio
 from .model import RANK_ORIGIN, RANK_RECEIVED, OpExecution, ParameterHit, RankStatus
@@ -22,8 +22,9 @@ _PARAM_ARG = re.compile(r"=\s*[\w.]+\(\s*%para\d+_([^,\s)]+)")
 
 def parameter_hits(executions: Dict[int, List[OpExecution]], rank_status: List[RankStatus], stats_of: Callable,
                    node_of: Callable, is_state_update: Callable[[str], bool], is_collective: Callable[[str], bool],
-                   warn: Callable[[str], None]) -> List[ParameterHit]:
-    """stats_of(event) -> TensorStats (lazy read); node_of(ex) -> (GraphNode or None, graph or None)."""
+                   warn: Callable[[str], None], bad_steps: Set[Tuple[int, int]]) -> List[ParameterHit]:
+    """stats_of(event) -> TensorStats (lazy read); node_of(ex) -> (GraphNode or None, graph or None);
+    bad_steps: the (rank, step)s where the scan judged any op bad (only those are looked at)."""
     hits: List[ParameterHit] = []
     lines = _NodeLines()
     seen = set()
@@ -33,7 +34,8 @@ def parameter_hits(executions: Dict[int, List[OpExecution]], rank_status: List[R
         mine = executions.get(row.rank, [])
         # the first step in which a parameter went bad: a rank whose origin came later may have received bad
         # gradients before (row.note says so); steps after the rank's first bad one are not looked at
-        for step_id in sorted({ex.iteration for ex in mine if ex.iteration <= row.iteration}):
+        for step_id in sorted({ex.iteration for ex in mine if ex.iteration <= row.iteration
+                               and ((row.rank, ex.iteration) in bad_steps or ex.iteration == row.iteration)}):
             step = [ex for ex in mine if ex.iteration == step_id]
             computed_here = row.status == RANK_ORIGIN and step_id == row.iteration
             # optimizer ops first (they name the parameter and say how its gradient came); then Parameter files
