@@ -22,8 +22,9 @@ def _int(value) -> Optional[int]:
 
 
 def coverage_limits(settings: Dict[str, object], runtime: Dict[str, object],
-                    executions: Iterable[OpExecution], overflow_records: int) -> List[str]:
-    """One line per limit, in the user's terms (the config key that causes it)."""
+                    executions: Iterable[OpExecution], overflow_records: int, framework_dump: bool = False) -> List[str]:
+    """One line per limit, in the user's terms (the config key that causes it). framework_dump: the ops were
+    recorded by the framework's own hooks (msprobe), every op run eagerly included: no PyNative caveat."""
     limits: List[str] = []
     executions = list(executions)
     device = str(runtime.get("device_target") or "").upper()
@@ -56,7 +57,7 @@ def coverage_limits(settings: Dict[str, object], runtime: Dict[str, object],
     if iteration not in (None, "", "all"):
         limits.append(f"selected steps (iteration \"{iteration}\"): an origin in another step is not seen")
     mode = str(runtime.get("execution_mode") or runtime.get("mode") or "").lower()
-    if "pynative" in mode or _looks_pynative(executions):
+    if not framework_dump and ("pynative" in mode or _looks_pynative(executions)):
         limits.append("PyNative run: only compiled graphs (@jit functions, the optimizer, checks) were dumped; ops "
                       "run eagerly between them are not in the dump")
     return limits

@@ -53,9 +53,10 @@ _CELL = re.compile(r"^(Cell|Module)\.(?:(.+)\.)?([A-Za-z_]\w*)\.(forward|backwar
 _PARAM_GRAD = re.compile(r"^(Cell|Module)\.(?:(.+)\.)?([A-Za-z_]\w*)\.parameters_grad(?:\.(\d+))?$")
 _API = re.compile(r"^(.+)\.(\d+)\.(forward|backward)$")
 _FRAME = re.compile(r"File (?P<file>.+?), line (?P<line>\d+), in (?P<func>[^,\n]+),?\s*\n?\s*(?P<code>.*)", re.S)
-# Frames inside these packages are the framework, not the user's code.
+# Frames inside these packages are the framework, not the user's code. msprobe's own frames are skipped wherever
+# it is installed (a source checkout: `.../accuracy_tools/msprobe/mindspore/dump/hook_cell/hook_cell.py`).
 _FRAMEWORK = re.compile(r"[/\\](?:site|dist)-packages[/\\](?:mindspore|msprobe|torch|torch_npu|msadapter)[/\\]"
-                        r"|[/\\]mindspore[/\\]python[/\\]mindspore[/\\]")
+                        r"|[/\\]mindspore[/\\]python[/\\]mindspore[/\\]|(?:^|[/\\])msprobe[/\\]")
 
 # API words -> the MindSpore primitive that has the same input slots (so domain/division knowledge applies to
 # forward entries). Backward entries never take these names: their inputs are gradients, not the op's inputs.
@@ -131,7 +132,12 @@ def entry_op_type(name: str) -> str:
 
 
 def cell_chain(entry: str, parents: Dict[str, Optional[str]]) -> List[Tuple[str, str]]:
-    """[(attribute path relative to its parent, Class)] from the root Cell down, from construct.json."""
+    """[(attribute path relative to its parent, Class)] from the root Cell down, from construct.json.
+
+    A parent whose path does not contain its child's is not an ancestor: msprobe's PyTorch writer keeps a Module's
+    backward on its stack until that Module's backward hook fires, which it never does for a Module whose inputs
+    need no gradient, so later backward entries name such a sibling as their parent (construct.json chains like
+    `layer4.2.relu` -> ... -> `layer2.2.conv3`). Names carry the full attribute path, so siblings are dropped."""
     chain: List[Tuple[str, str]] = []
     seen = set()
     node = parents.get(entry) if isinstance(entry, str) else None
@@ -139,7 +145,10 @@ def cell_chain(entry: str, parents: Dict[str, Optional[str]]) -> List[Tuple[str,
         seen.add(node)
         m = _match(_CELL, node)
         if m:
-            chain.append((m.group(2) or "", m.group(3)))
+            path = m.group(2) or ""
+            inner = chain[-1][0] if chain else None
+            if inner is None or not path or inner.startswith(path + "."):
+                chain.append((path, m.group(3)))
         node = parents.get(node)
     chain.reverse()
     relative = []
@@ -271,6 +280,8 @@ def _event(record: dict, *, entry: str, io: str, slot: int, order: int, d, tenso
         if high is not None and low is not None:
             stats = stats_from_numbers(math.prod(shape) if shape is not None else 0, None, None, None, high, low,
                                        None, shape, dtype)
+            # msprobe records Max/Min, never counts: "Max = inf" says at least one +inf, not how many.
+            stats.counts_exact = False
         elif not empty and not (dtype == "bool" and isinstance(record.get("Max"), bool)):
             # A tensor whose extremes are not both numbers could hold the bad value: not understood.
             missing.append("Max/Min")
@@ -365,7 +376,9 @@ def _parameter_grads_by_owner(data) -> Dict[Optional[str], List[str]]:
 
 def _node(entry: str, parents: Dict[str, Optional[str]], stacks: Dict[str, object]) -> GraphNode:
     forward_entry = forward_of(entry)
-    anchor = entry if entry in parents or forward_entry is None else forward_entry
+    # A backward entry runs in the Cell of its forward entry: the forward chain is the one msprobe recorded while
+    # the Cells were entered in order (the backward chain is only what was left on its stack).
+    anchor = forward_entry if forward_entry is not None and forward_entry in parents else entry
     chain = cell_chain(anchor, parents)
     cell = _match(_CELL, entry)
     if cell:       # a Cell entry is its own innermost scope segment
@@ -375,7 +388,8 @@ def _node(entry: str, parents: Dict[str, Optional[str]], stacks: Dict[str, objec
         chain = chain + [own]
     root = "Gradients/Default" if forward_entry else "Default"
     scope = "/".join([root] + [f"{attr}-{cls}" for attr, cls in chain] + [entry])
-    node = GraphNode(full_name=scope, op_type=entry_op_type(entry))
+    node = GraphNode(full_name=scope, op_type=entry_op_type(entry),
+                     wraps_scope=scope.rsplit("/", 1)[0] if cell else None)
     frame = user_frame(stacks.get(entry)) or (user_frame(stacks.get(forward_entry)) if forward_entry else None)
     if frame:
         node.source_file, node.source_line, node.source_code = frame

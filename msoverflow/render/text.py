@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import io
-from typing import Dict, List, Optional
+from typing import List, Optional
 
-from ..model import SUSPECT, Finding, ParameterHit, RankStatus, Report, TensorSummary
+from ..model import SUSPECT, Finding, RankStatus, Report, TensorSummary
+from .common import (arrival_text, arrivals_shown, coords_phrase, coords_text, count_cell, counts_note,
+                     parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown, scanned_text,
+                     steps_text, tensors_shown)
+from .safe import plain
 
 
 def max_abs_text(stats) -> str:
@@ -33,23 +37,10 @@ def chain_label(f: Finding) -> str:
     return f"{f.op_type}[{cell}]" if cell else f.op_type
 
 
-def coords_text(coords: Optional[Dict[str, int]]) -> str:
-    """"pipeline stage 1, tp 1, dp 0" (what the layout says of a rank)."""
-    if not coords:
-        return ""
-    parts = [f"pipeline stage {coords['pp']}"] if "pp" in coords else []
-    return ", ".join(parts + [f"{key} {coords[key]}" for key in ("tp", "dp") if key in coords])
-
-
-def rank_where(rank: int, report: Optional[Report] = None) -> str:
-    """"rank 5 (pipeline stage 1, tp 1, dp 0)" when the report carries the rank's coordinates."""
-    row = next((r for r in report.rank_status if r.rank == rank), None) if report is not None else None
-    where = coords_text(row.coords if row is not None else None)
-    return f"rank {rank} ({where})" if where else f"rank {rank}"
-
-
 def _where(f: Finding, report: Optional[Report] = None) -> str:
-    return f"{rank_where(f.rank, report)}, step {f.iteration}, graph {f.graph}"
+    if report is not None:
+        return f"{rank_where(f.rank, report)}, step {f.iteration}, graph {f.graph}"
+    return f"rank {f.rank}, step {f.iteration}, graph {f.graph}"
 
 
 def op_label(f: Finding) -> str:
@@ -63,32 +54,50 @@ def op_label(f: Finding) -> str:
     return label
 
 
-def tensor_table(title: str, tensors: List[TensorSummary]) -> str:
+def _print(table) -> str:
     from rich.console import Console
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None, highlight=False, soft_wrap=False, markup=False,
+            emoji=False).print(table)
+    return out.getvalue().rstrip("\n")
+
+
+def _cells(*values) -> list:
+    """Table cells as rich Text: a name like `[bold]` or `[/]` from a dump is shown, never read as markup."""
+    from rich.text import Text
+    return [Text(plain(v)) for v in values]
+
+
+def tensor_table(title: str, tensors: List[TensorSummary]) -> str:
     from rich.table import Table
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, show_edge=False)
     for column in ("slot", "dtype", "shape", "max |x|", "range used", "nan", "+inf", "-inf", "produced by"):
         table.add_column(column, overflow="fold")
-    for t in tensors:
+    shown, left_out = tensors_shown(tensors)
+    for t in shown:
         s = t.stats
         dtype = t.dtype or "?"
         if t.payload_dtype:
             dtype += f" ({t.payload_dtype} bytes)"
         producer = (t.producer or "").rsplit("/", 2)
-        table.add_row(str(t.slot), dtype, shape_text(t.shape),
-                      max_abs_text(s), range_used_text(t),
-                      str(s.nan) if s else "-", str(s.posinf) if s else "-", str(s.neginf) if s else "-",
-                      "/".join(producer[-2:]) if t.producer else "")
-    out = io.StringIO()
-    Console(file=out, width=160, color_system=None, highlight=False, soft_wrap=False).print(table)
-    return out.getvalue().rstrip("\n")
+        table.add_row(*_cells(t.slot, dtype, shape_text(t.shape), max_abs_text(s), range_used_text(t),
+                              count_cell(s, "nan"), count_cell(s, "posinf"), count_cell(s, "neginf"),
+                              "/".join(producer[-2:]) if t.producer else ""))
+    lines = [_print(table)]
+    if left_out:
+        lines.append(f"    ... {left_out}")
+    note = counts_note(shown)
+    if note:
+        lines.append(f"    {note}")
+    return "\n".join(lines)
 
 
 def render_text(report: Report, top: int = 10) -> str:
     lines: List[str] = []
     f = report.first
     if f is None and report.inconclusive:
-        lines.append(f"INCONCLUSIVE: no bad value seen, but {report.inconclusive[0]}")
+        seen = "" if report.bad_values_seen else "no bad value seen, but "
+        lines.append(f"INCONCLUSIVE: {seen}{report.inconclusive[0]}")
         lines += [f"  also: {reason}" for reason in report.inconclusive[1:]]
         lines += [f"  caveat: {limit}" for limit in report.coverage]
     elif f is None:
@@ -153,10 +162,17 @@ def render_text(report: Report, top: int = 10) -> str:
             lines.append(f"  layout: {parallel_text(report.parallel)}")
     if report.parameters:
         lines.append("")
-        lines.append(parameter_table(report.parameters, top))
+        lines.append(parameter_table(report))
+    if report.arrivals:
+        shown, left_out = arrivals_shown(report)
+        lines.append("")
+        lines.append(f"Arrivals ({len(report.arrivals)}: a collective delivered a bad value to the rank)")
+        lines += [f"  {arrival_text(a)}" for a in shown]
+        if left_out:
+            lines.append(f"  ... {left_out}")
     lines.append("")
-    scanned = scan_summary(report)
-    lines.append(scanned)
+    lines.append(scan_summary(report))
+    lines.append(scanned_text(report).capitalize() + ".")
     if not report.tail_clean:
         lines.append("Steps after the first origin were not scanned (--all scans every step).")
     if report.warnings:
@@ -165,17 +181,16 @@ def render_text(report: Report, top: int = 10) -> str:
             lines.append(f"  ! {w}")
         if len(report.warnings) > 5:
             lines.append(f"  ... {len(report.warnings) - 5} more (--format json lists all)")
-    return "\n".join(lines) + "\n"
+    provenance = provenance_text(report)
+    if provenance:
+        lines.append(f"-- {provenance}")
+    # Everything above may carry names from the dump: no control character reaches the terminal.
+    return plain("\n".join(lines) + "\n")
 
 
 def _short(name: Optional[str], width: int = 56) -> str:
     name = name or ""
     return name if len(name) <= width else "..." + name[-(width - 3):]
-
-
-def _middle(text: str, width: int) -> str:
-    """Long text cut in the middle: the start says what happened, the end names the op."""
-    return text if len(text) <= width else text[:width // 2 - 2] + "..." + text[-(width // 2 - 1):]
 
 
 def rank_text(row: RankStatus) -> str:
@@ -188,75 +203,57 @@ def rank_text(row: RankStatus) -> str:
 
 
 def rank_table(rows: List[RankStatus]) -> str:
-    from rich.console import Console
     from rich.table import Table
     table = Table(title="Ranks", title_justify="left", box=None, pad_edge=False, show_edge=False)
     with_coords = any(row.coords for row in rows)
-    for column in ("rank", "status", "step", "first bad op / how") + (("coordinates",) if with_coords else ()):
+    for column in ("rank", "status", "step") + (("coords",) if with_coords else ()) + ("first bad op / how",):
         table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(row.rank_label, row.status, "-" if row.iteration is None else str(row.iteration),
-                      rank_text(row), *((coords_text(row.coords) or "-",) if with_coords else ()))
-    out = io.StringIO()
-    Console(file=out, width=160, color_system=None, highlight=False, soft_wrap=False).print(table)
-    return out.getvalue().rstrip("\n")
+    shown, left_out = ranks_shown(rows)
+    for label, row in shown:
+        table.add_row(*_cells(label, row.status, "-" if row.iteration is None else row.iteration,
+                              *((coords_text(row.coords),) if with_coords else ()), rank_text(row)))
+    return _print(table) + (f"\n  ... {left_out}" if left_out else "")
 
 
-def parallel_text(parallel: Dict[str, object]) -> str:
-    """The layout line under the rank table: sizes (or inferred stages) and where they came from."""
-    if "stages" in parallel:
-        stages = "; ".join(f"stage {k}: ranks {_steps([int(r) for r in v])}"
-                           for k, v in dict(parallel["stages"]).items())
-        return f"{stages} ({parallel.get('source')}; dp and tp unknown: give --parallel)"
-    return f"dp={parallel.get('dp')}, tp={parallel.get('tp')}, pp={parallel.get('pp')} ({parallel.get('source')})"
+def _middle(text: str, width: int) -> str:
+    """Long text cut in the middle: the start says what happened, the end names the op."""
+    return text if len(text) <= width else text[:width // 2 - 2] + "..." + text[-(width // 2 - 1):]
 
 
-MAX_PARAMETER_ROWS = 40
-
-
-def parameter_table(hits: List[ParameterHit], top: int = 10) -> str:
+def parameter_table(report: Report) -> str:
     """Per rank, the parameters whose gradient or value first went non-finite, and how."""
-    from rich.console import Console
     from rich.table import Table
-    table = Table(title=f"Parameters hit ({len(hits)}: first non-finite gradient or value, per rank)",
+    table = Table(title=f"Parameters hit ({len(report.parameters)}: first non-finite gradient or value, per rank)",
                   title_justify="left", box=None, pad_edge=False, show_edge=False)
     for column in ("rank", "coordinates", "step", "parameter", "shape", "how"):
         table.add_column(column, overflow="fold")
-    limit = max(MAX_PARAMETER_ROWS, top)
-    for hit in hits[:limit]:
-        table.add_row(str(hit.rank), coords_text(hit.coords) or "-", str(hit.iteration), _short(hit.name, 60),
-                      shape_text(hit.shape), _middle(hit.how, 100))
-    out = io.StringIO()
-    Console(file=out, width=200, color_system=None, highlight=False, soft_wrap=False).print(table)
-    more = f"\n  ... {len(hits) - limit} more (--format json lists all)" if len(hits) > limit else ""
-    return out.getvalue().rstrip("\n") + more
+    shown, left_out = parameters_shown(report)
+    for hit in shown:
+        table.add_row(*_cells(hit.rank, coords_phrase(hit.coords) or "-", hit.iteration, _short(hit.name, 60),
+                              shape_text(hit.shape), _middle(hit.how, 72)))
+    return _print(table) + (f"\n  ... {left_out}" if left_out else "")
 
 
 def scan_summary(report: Report) -> str:
-    """One line on what was scanned: files, layout, writer, tensors read, ranks and steps."""
-    per_rank = {r: _steps(v) for r, v in sorted(report.iterations.items())}
+    """One line on what the dump holds: files, layout, writer, tensors read, ranks and the steps present (the
+    steps scanned are said by common.scanned_text)."""
+    per_rank = {r: steps_text(v) for r, v in sorted(report.iterations.items())}
     if not per_rank:
         steps = "no step"
     elif len(set(per_rank.values())) == 1:
-        steps = f"steps {next(iter(per_rank.values()))} on every rank"
+        steps = f"steps present: {next(iter(per_rank.values()))} on every rank"
     else:
-        steps = "steps " + "; ".join(f"rank {r}: {v}" for r, v in per_rank.items())
+        shown = list(per_rank.items())[:64]
+        steps = "steps present: " + "; ".join(f"rank {r}: {v}" for r, v in shown) + (
+            f"; ... {len(per_rank) - len(shown)} more rank(s)" if len(per_rank) > len(shown) else "")
     meta = report.extra.get("mindspore") or {}
     written_by = (f", MindSpore {meta['version']} {meta.get('device_target') or ''}".rstrip()
                   if meta.get("version") else "")
     return (f"Scanned {report.files} files ({report.layout or 'unknown'} layout{written_by}), read "
-            f"{report.tensors_read} tensors; ranks {_steps(report.ranks)}; {steps}")
+            f"{report.tensors_read} tensors; ranks {steps_text(report.ranks)}; {steps}")
 
 
 def shape_text(shape) -> str:
     if shape is None:
         return "?"
     return "x".join(map(str, shape)) if shape else "scalar"
-
-
-def _steps(values: List[int]) -> str:
-    if not values:
-        return "-"
-    if values == list(range(values[0], values[-1] + 1)) and len(values) > 2:
-        return f"{values[0]}-{values[-1]}"
-    return ",".join(map(str, values))
