@@ -1,11 +1,12 @@
-"""The pipeline: discover layout -> index file names -> order executions -> evaluate lazily -> rules -> Report.
+"""The pipeline: discover layout -> one walk over (rank, step) units -> findings -> Report.
 
 Per rank, executions are walked in time order (iteration, then timestamp). The first execution whose outputs
 are bad while its inputs are fine is that rank's origin. The rest of that step is scanned cheaply (a tensor
 read stops at its first bad chunk) to show how it spread; later steps are skipped unless `scan_all`.
 Ranks are compared by step, never by their clocks.
-The walk runs as a map over (rank, step) units (msoverflow/scan.py: names, events as columns, rules on the few
-suspicious ops) and a reduce that orders their summaries (msoverflow/parallel.py); what follows builds findings.
+The walk runs as a map over (rank, step) units (msoverflow/walk.py: every format through the reader registry,
+events as columns where they fit, rules on the few suspicious ops) and a reduce that orders their summaries
+(msoverflow/parallel.py); what follows builds findings from the facts they hand back.
 """
 from __future__ import annotations
 
@@ -15,25 +16,24 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import UserError, reading
 from .evaluate import TensorAccess
-from .index import DumpIndex, build_index
-from .layout import LAYOUT_MSPROBE, discover
+from .layout import discover
 from .coverage import coverage_limits, inconclusive_reasons
-from .model import (CLEAN, CROSS_RANK, FLAGGED, ORIGIN, PROPAGATOR, RANK_CLEAN, SUSPECT, Finding, OpExecution,
+from .model import (CROSS_RANK, FLAGGED, ORIGIN, PROPAGATOR, RANK_CLEAN, SUSPECT, Arrival, Finding, OpExecution,
                     Report, Source, TensorEvent, TensorSummary)
 from .names import scope_to_file_name
 from .parallel import map_reduce
 from .ranks import RankTable, expected_ranks
-from .rules import Verdict, judge
+from .rules import Verdict
 from .rules.knowledge import knowledge
-from .scan import plan_units, survey
+from .walk import plan_units, survey
 from .scope import cell_of, enclosing_class
 
 
-def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optional[List[int]] = None,
-            scan_all: bool = False, progress: Optional[bool] = None,
+def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, progress: Optional[bool] = None,
             warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = None,
             scheduler: Optional[str] = None) -> Report:
-    """jobs: worker processes (None: from the CPU count, for dumps large enough); scheduler: a Dask scheduler
+    """ranks/iterations: a selection (msoverflow.selection.Selection, or any collection; None: all).
+    jobs: worker processes (None: from the CPU count, for dumps large enough); scheduler: a Dask scheduler
     address to run the per-rank scans on (msoverflow/parallel.py)."""
     warnings: List[str] = []
 
@@ -54,48 +54,27 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     kn = knowledge()
     show = sys.stderr.isatty() if progress is None else progress
 
-    hardware_flags, files = survey(units)
-    # msprobe framework dumps are one dump.json per step (their reader builds the ops and the graph), not files to
-    # scan as columns: they are judged in one piece too.
-    whole_dump = hardware_flags or any(d.layout == LAYOUT_MSPROBE for d in dirs)
-    if whole_dump:
-        # Opdebug records mean the hardware watched every op: only flagged ops (whose inputs decide) and
-        # collectives (which tell which rank a bad value came from) are worth a tensor read. The records answer
-        # across ranks, so these dumps (flagged ops only) are judged in one piece.
-        index = build_index(dirs, note, ranks, iterations)
-        index.executions = {rank: exs for rank, exs in index.executions.items() if exs}
-        if not index.executions and not index.overflow_records:
-            return _nothing_understood(index, path, warnings, ranks, iterations)
-        _attach_overflow_records(index, note)
-        flags_answer = bool(index.overflow_records)
-        with _Progress(show, sum(len(v) for v in index.executions.values())) as bar:
-            judged, after_arrival, scanned_all = _scan(index, access, kn, scan_all, flags_answer, bar)
-    else:
-        # map: each (rank, step) on its own into a summary; reduce: ordered summaries (msoverflow/parallel.py).
-        # index.executions then holds the judged executions and a clean sample of each step, not every one.
-        with _Progress(show, files) as bar:
-            index, judged, after_arrival, scanned_all = map_reduce(
-                units, kn, scan_all, access, note, jobs=jobs, scheduler=scheduler, files=files,
-                advance=bar.advance)
-        if not index.executions and not index.overflow_records:
-            return _nothing_understood(index, path, warnings, ranks, iterations)
-    graphs = _GraphCache(index, note)
+    # Opdebug records mean the hardware watched every op: every unit is judged by them (only flagged ops, whose
+    # inputs decide, and collectives, which tell which rank a bad value came from, are worth a tensor read).
+    flags, files = survey(units)
+    with _Progress(show, files) as bar:
+        walked = map_reduce(units, kn, scan_all, access, note, jobs=jobs, scheduler=scheduler, files=files,
+                            advance=bar.advance, flags=flags)
+    if not walked.runs and not walked.records:
+        return _nothing_understood(walked, path, warnings, ranks, iterations)
+    graphs = _GraphCache(walked, note)
+    judged, after_arrival = walked.judged, walked.after_arrival
 
     # Files that could not be read (corrupt, truncated) are warnings; when none could, the verdict says so
     # (inconclusive, with the files named) rather than failing the command.
-    reads_to_decide = access.tensors_read
-
-    def delivered_bad(ex: OpExecution) -> bool:
-        with reading(_file_of(ex)):
-            return judge(ex, access, kn, earlier_bad=False).kind == CROSS_RANK
-
-    table = RankTable(index.executions, judged, kn.is_collective, delivered_bad)
+    reads_to_decide = access.tensors_read - walked.side_reads
+    table = RankTable(walked.runs, judged, walked.arrivals)
     candidates = [(ex, v) for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK]
     for ex, _v in candidates:      # a collective delivered a bad value to this rank earlier in the same step
         arrival = table.first_arrival(ex.rank, before=ex, same_step=True) if id(ex) not in after_arrival else None
         if arrival is not None and arrival.iteration == ex.iteration:
             after_arrival.add(id(ex))
-    unmatched = [r for r in index.overflow_records if r.matched_op is None]
+    unmatched = [r for r in walked.records if r.matched_op is None]
     # No origin anywhere but a rank received bad values: report the earliest cross-rank arrival.
     if not candidates and not unmatched:
         candidates = [(ex, v) for ex, v in judged if v.kind == CROSS_RANK][:1]
@@ -105,13 +84,13 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
         # Bad values, but every bad op's input was already bad: the op that created it is not in the dump
         # (kernel filter, overflow-only mode, a step not dumped). Never clean: name the first bad op seen.
         seen = [(ex, v) for ex, v in judged if v.role == PROPAGATOR]
-        _order_candidates(index, seen, after_arrival, kn)
+        _order_candidates(walked, seen, after_arrival, kn)
         candidates = seen[:1]
         if candidates:
             candidates[0][1].evidence.append("its input was already bad, and no dumped op created that value: the "
                                              "origin is in an op, step or rank that was not dumped")
             note("no dumped op created the first bad value: it is first seen as an input; dump without filters")
-    _order_candidates(index, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs))
+    _order_candidates(walked, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs))
     findings = []
     for ex, v in candidates:
         with reading(_file_of(ex)):
@@ -133,29 +112,62 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     for record in unmatched:
         note(f"{record.source}: overflow record ({record.unit}, task {record.task_id}, stream "
              f"{record.stream_id}) matches no dumped op in its directory")
-    iterations_seen: Dict[int, List[int]] = {r: its for r, its in index.iterations.items() if r in index.executions}
-    roots = sorted({r for r in index.rank_roots.values() if r})
-    expected = expected_ranks(path, set(index.executions), roots, note) if not ranks else {}
+    iterations_seen: Dict[int, List[int]] = {r: its for r, its in walked.iterations.items() if r in walked.runs}
+    roots = sorted({r for r in walked.rank_roots.values() if r})
+    expected = expected_ranks(path, set(walked.runs), roots, note) if not ranks else {}
     if iterations:
-        expected = {rank: f"no file of step {', '.join(map(str, iterations))} on this rank ({why})"
+        expected = {rank: f"no file of step {_shown(iterations)} on this rank ({why})"
                     for rank, why in expected.items()}
     rank_status = table.rows(expected, ranks, unmatched)
-    meta = _metadata(index, note)
-    limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {},
-                             (ex for exs in index.executions.values() for ex in exs), len(index.overflow_records))
-    unreadable = index.unreadable + sorted({e.source for exs in index.executions.values() for ex in exs
-                                            for e in ex.inputs + ex.outputs if e.note.startswith("unreadable")})
-    reasons = inconclusive_reasons(unknown=index.unknown_examples, unknown_count=index.unknown_files,
-                                   unreadable=unreadable, rank_status=rank_status, dumped_anything=True)
+    meta = _metadata(walked, note)
+    limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {}, walked.facts,
+                             len(walked.records))
+    unreadable = sorted(set(walked.unreadable))
+    reasons = inconclusive_reasons(unknown=walked.unknown[:5], unknown_count=len(walked.unknown),
+                                   unreadable=unreadable, rank_status=rank_status, dumped_anything=True,
+                                   refused=walked.refused)
     _note_unread_ranks(rank_status, unreadable, dirs)
-    reasons += _undecodable(index, note)
+    reasons += _undecodable(walked.undecodable, note)
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": meta["summary"]}
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
-                  warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
-                  files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
-                  tail_clean=scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
-                  inconclusive=reasons, flagged=flagged, step_times=_step_times(index),
-                  overflow_records=list(index.overflow_records))
+                  warnings=warnings, ranks=sorted(walked.runs), iterations=iterations_seen,
+                  files=walked.files, tensors_read=access.tensors_read, layout=",".join(walked.layouts),
+                  tail_clean=walked.scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
+                  inconclusive=reasons, flagged=flagged, step_times=_step_times(walked),
+                  overflow_records=list(walked.records), arrivals=_arrivals(walked),
+                  scanned_steps={rank: list(steps) for rank, steps in walked.scanned.items()},
+                  edges=_edges(first, propagation) if first is from_candidates and first is not None else [])
+
+
+def _shown(selection) -> str:
+    """A step selection as the user wrote it (a Selection) or as a list."""
+    return str(selection) if hasattr(selection, "ranges") else ", ".join(map(str, selection))
+
+
+def _arrivals(walked) -> List[Arrival]:
+    """Every bad value a collective delivered, per rank and step, timed from that rank's own step start."""
+    out = []
+    for ex in sorted(walked.arrivals, key=lambda ex: (ex.rank,) + RankTable.position(ex)):
+        out.append(Arrival(ex.rank, ex.iteration, ex.op_type, ex.op_name,
+                           offset_us=ex.time - walked.step_start(ex.rank, ex.iteration)))
+    return out
+
+
+def _edges(first: Finding, propagation: List[Finding]) -> List[Tuple[str, str]]:
+    """(producer op, consumer op) among the origin and its propagation, where the saved graph names the producer."""
+    nodes = [first] + propagation
+    key_of: Dict[str, str] = {}
+    for f in nodes:
+        for key in (f.full_name, f.op_name):
+            if key:
+                key_of.setdefault(key, f.op_name)
+    edges: List[Tuple[str, str]] = []
+    for f in nodes[1:]:
+        for producer in f.producers:
+            name = key_of.get(producer[len("param:"):] if producer.startswith("param:") else producer)
+            if name is not None and name != f.op_name and (name, f.op_name) not in edges:
+                edges.append((name, f.op_name))
+    return edges
 
 
 def _note_unread_ranks(rank_status, unreadable: List[str], dirs) -> None:
@@ -172,26 +184,25 @@ def _note_unread_ranks(rank_status, unreadable: List[str], dirs) -> None:
                         + (f"; {row.note}" if row.note else ""))
 
 
-def _undecodable(index: DumpIndex, warn) -> List[str]:
+def _undecodable(found: List[Tuple[str, str]], warn) -> List[str]:
     """Tensors whose dtype cannot be decoded (readers mark them `dtypes.UNDECODABLE`): never read, so a verdict
-    without findings cannot be clean."""
-    from .dtypes import UNDECODABLE
-    found = [e for exs in index.executions.values() for ex in exs for e in ex.inputs + ex.outputs
-             if e.note.startswith(UNDECODABLE)]
+    without findings cannot be clean. found: (file, why)."""
     if not found:
         return []
-    reason = (f"{len(found)} tensor(s) have a data type msoverflow cannot decode, e.g. {found[0].source}: "
-              f"{found[0].note}")
+    reason = f"{len(found)} tensor(s) have a data type msoverflow cannot decode, e.g. {found[0][0]}: {found[0][1]}"
     warn(reason)
     return [reason]
 
 
-def _nothing_understood(index: DumpIndex, path: str, warnings: List[str], ranks, iterations) -> Report:
+def _nothing_understood(walked, path: str, warnings: List[str], ranks, iterations) -> Report:
     if ranks or iterations:
         raise UserError(f"{path}: no tensor files for the selected rank/iteration")
-    return _not_understood(path, warnings, unknown=index.unknown_examples + index.unreadable,
-                           unknown_count=index.unknown_files + len(index.unreadable), files=index.files,
-                           layout=",".join(index.layouts))
+    reasons = inconclusive_reasons(unknown=walked.unknown[:5] + walked.unreadable[:5],
+                                   unknown_count=len(walked.unknown) + len(walked.unreadable), unreadable=[],
+                                   rank_status=[], dumped_anything=False, refused=walked.refused)
+    return Report(dump_dir=os.path.abspath(path), first=None, anomalies=[], propagation=[], warnings=warnings,
+                  ranks=[], iterations={}, files=walked.files, layout=",".join(walked.layouts),
+                  inconclusive=reasons)
 
 
 def _other_files(path: str, limit: int = 2000) -> List[str]:
@@ -228,36 +239,6 @@ def _unmatched_finding(record) -> Finding:
                    evidence=["the record's task/stream ids match no file in its directory or step"])
 
 
-def _scan(index: DumpIndex, access: TensorAccess, kn, scan_all: bool, flags_answer: bool, bar):
-    """Judge each rank's executions in time order; stop a rank after the step of its first origin."""
-    judged: List[Tuple[OpExecution, Verdict]] = []
-    after_arrival = set()      # origins on a rank that had already received a bad value from another rank
-    scanned_all = True
-    for rank in sorted(index.executions):
-        first_iteration = None
-        earlier_bad = False
-        arrived = set()        # iterations in which a collective delivered a bad value to this rank
-        for ex in index.executions[rank]:
-            if first_iteration is not None and ex.iteration > first_iteration and not scan_all:
-                scanned_all = False
-                break
-            bar.advance()
-            with reading(_file_of(ex)):
-                verdict = judge(ex, access, kn, earlier_bad, flags_answer=flags_answer)
-            if verdict.role == CLEAN:
-                continue
-            earlier_bad = True
-            judged.append((ex, verdict))
-            if verdict.kind == CROSS_RANK:
-                arrived.add(ex.iteration)
-            if verdict.role in (ORIGIN, SUSPECT):
-                if ex.iteration in arrived:
-                    after_arrival.add(id(ex))
-                if first_iteration is None:
-                    first_iteration = ex.iteration
-    return judged, after_arrival, scanned_all
-
-
 def _file_of(ex: OpExecution) -> str:
     """A file of this op execution, to name in an internal error."""
     for event in ex.inputs + ex.outputs:
@@ -265,7 +246,7 @@ def _file_of(ex: OpExecution) -> str:
     return ex.flags[0].source if ex.flags else f"{ex.op_type} {ex.op_name}"
 
 
-def _order_candidates(index: DumpIndex, candidates: List[Tuple[OpExecution, Verdict]], after_arrival: set, kn,
+def _order_candidates(walked, candidates: List[Tuple[OpExecution, Verdict]], after_arrival: set, kn,
                       fed_by_bad: Optional[set] = None):
     """Ranks by evidence, never by clock. By step first. Within a step: a candidate on a rank that had not yet
     received a bad value through a collective comes first (pipeline: the last stage's backward feeds the earlier
@@ -274,8 +255,7 @@ def _order_candidates(index: DumpIndex, candidates: List[Tuple[OpExecution, Verd
     (`fed_by_bad`) after the rest; then the time since the rank's own step began (clock offsets between ranks
     cancel), where the ranks' execution-order files put that rank's candidates in graph order; then the rank."""
     fed_by_bad = fed_by_bad or set()
-    step_start = index.step_start
-    relative = {id(ex): ex.time - step_start.get((ex.rank, ex.iteration), 0) for ex, _v in candidates}
+    relative = {id(ex): ex.time - walked.step_start(ex.rank, ex.iteration) for ex, _v in candidates}
     # Flagged ops decided by nothing but their flags: a debug file's timestamp is when it was written, not when the
     # op ran (CANN), so on one rank the graph's order wins. Ops decided by their data keep the dump's time order
     # (on CPU the execution-order csv is not the run order).
@@ -308,22 +288,19 @@ def _fed_by_bad(candidates, judged, graphs) -> set:
     return fed
 
 
-def _step_times(index: DumpIndex) -> Dict[int, Dict[int, Tuple[int, int]]]:
-    """rank -> step -> (first, last) op time on that rank's clock, for timelines (renderers only)."""
+def _step_times(walked) -> Dict[int, Dict[int, Tuple[int, int]]]:
+    """rank -> step -> (first, last) op time on that rank's clock, over every op of each scanned step."""
     times: Dict[int, Dict[int, Tuple[int, int]]] = {}
-    for rank, executions in index.executions.items():
-        for ex in executions:
-            t = ex.time
-            first, last = times.setdefault(rank, {}).get(ex.iteration, (t, t))
-            times[rank][ex.iteration] = (min(first, t), max(last, t))
+    for (rank, step), span in sorted(walked.spans.items()):
+        times.setdefault(rank, {})[step] = span
     return times
 
 
-def _metadata(index: DumpIndex, warn) -> Dict[str, object]:
+def _metadata(walked, warn) -> Dict[str, object]:
     """MindSpore version, device and the dump config, from the first rank's .dump_metadata/ (when written):
     {"summary": for the report, "settings": common_dump_settings, "runtime": config.json}."""
     from .readers.exec_order import dump_metadata
-    for root in sorted({r for r in index.rank_roots.values() if r}):
+    for root in sorted({r for r in walked.rank_roots.values() if r}):
         meta = dump_metadata(root, warn)
         if meta:
             runtime = meta.get("runtime") or {}
@@ -337,46 +314,19 @@ def _metadata(index: DumpIndex, warn) -> Dict[str, object]:
     return {"summary": {}, "settings": {}, "runtime": {}}
 
 
-def _attach_overflow_records(index: DumpIndex, warn):
-    """Opdebug records join the op they name (ids inside the record), earliest timestamp first."""
-    if not index.overflow_records:
-        return
-    try:
-        from .readers.opdebug import match_records
-    except ImportError:
-        return
-    by_dir: Dict[Tuple[int, str, int], List[OpExecution]] = {}
-    for executions in index.executions.values():
-        for ex in executions:
-            by_dir.setdefault((ex.rank, ex.graph, ex.iteration), []).append(ex)
-    by_step: Dict[Tuple[int, int], List[OpExecution]] = {}
-    for (rank, _graph, iteration), executions in by_dir.items():
-        by_step.setdefault((rank, iteration), []).extend(executions)
-    for record in index.overflow_records:
-        candidates = by_dir.get((record.rank, record.graph, record.iteration), [])
-        pairs = match_records([record], candidates)
-        if all(ex is None for _, ex in pairs):
-            # 2.2 async: rank_{r}/debug_files/{iter}/ holds the records, rank_{r}/{net}/{graph}/{iter}/ the ops.
-            pairs = match_records([record], by_step.get((record.rank, record.iteration), []))
-        for rec, ex in pairs:
-            if ex is not None:
-                ex.flags.append(rec)
-                rec.matched_op = ex.op_name
-
-
 class _GraphCache:
     """Saved graphs (.ir), parsed on first need only: most runs need one graph for one finding."""
 
-    def __init__(self, index: DumpIndex, warn):
-        self.index = index
+    def __init__(self, walked, warn):
+        self.walked = walked
         self.warn = warn
         self.cache: Dict[Tuple[int, str], object] = {}
 
     def node(self, ex: OpExecution):
         key = (ex.rank, ex.graph)
         if key not in self.cache:
-            self.cache[key] = getattr(self.index, "graphs", {}).get(key)   # built by a reader (msprobe)
-            root = self.index.rank_roots.get(key)
+            self.cache[key] = self.walked.graphs.get(key)   # built by a reader (msprobe)
+            root = self.walked.rank_roots.get(key)
             if root and self.cache[key] is None:
                 from .readers.ir_graph import graph_files, load_ir
                 for path in graph_files(root, ex.graph):

@@ -167,48 +167,30 @@ def _span(values: List[int]) -> str:
 
 
 class RankTable:
-    """Builds the per-rank table from the judged executions. `collective_verdict(ex)` reads a collective's
-    tensors when the scan did not (Opdebug mode reads only flagged ops) and says whether it delivered a bad value."""
+    """Builds the per-rank table from the walk's facts: the judged executions, every collective that delivered
+    a bad value (`arrivals`) and the ranks whose scanned steps held op runs (`dumped`). Positions on a rank are
+    (step, time on that rank's clock, graph order): never compared across ranks."""
 
-    def __init__(self, executions: Dict[int, List[OpExecution]], judged, is_collective: Callable[[str], bool],
-                 collective_verdict: Callable[[OpExecution], bool]):
-        self.executions = executions
+    def __init__(self, dumped, judged, arrivals: List[OpExecution]):
+        self.dumped = set(dumped)
         self.judged = judged
-        self.is_collective = is_collective
-        self.collective_verdict = collective_verdict
-        self._position = {id(ex): i for exs in executions.values() for i, ex in enumerate(exs)}
-        self._judged_arrivals: Dict[int, List[OpExecution]] = {}
-        for ex, v in judged:
-            if v.kind == CROSS_RANK:
-                self._judged_arrivals.setdefault(ex.rank, []).append(ex)
-        self._read: Dict[int, bool] = {}
+        self._arrivals: Dict[int, List[OpExecution]] = {}
+        for ex in arrivals:
+            self._arrivals.setdefault(ex.rank, []).append(ex)
 
-    def position(self, ex: OpExecution) -> int:
-        return self._position.get(id(ex), 1 << 30)
+    @staticmethod
+    def position(ex: OpExecution) -> Tuple[int, int, int]:
+        return (ex.iteration, ex.time, ex.order if ex.order is not None else 1 << 30)
 
     def first_arrival(self, rank: int, before: Optional[OpExecution] = None,
                       same_step: bool = False) -> Optional[OpExecution]:
         """The first collective on `rank` that delivered a bad value, up to and including `before` (in `before`'s
-        step only, when the scan did not judge the collectives), or None."""
+        step only with same_step), or None."""
         limit = self.position(before) if before is not None else None
-        candidates = [ex for ex in self._judged_arrivals.get(rank, [])
+        candidates = [ex for ex in self._arrivals.get(rank, [])
                       if (limit is None or self.position(ex) <= limit)
                       and not (same_step and before is not None and ex.iteration != before.iteration)]
-        if candidates:
-            return min(candidates, key=self.position)
-        step = before.iteration if before is not None else None
-        for ex in self.executions.get(rank, []):
-            if limit is not None and self.position(ex) > limit:
-                break
-            if step is not None and ex.iteration != step:
-                continue
-            if not self.is_collective(ex.op_type) or not ex.outputs:
-                continue
-            if id(ex) not in self._read:
-                self._read[id(ex)] = bool(self.collective_verdict(ex))
-            if self._read[id(ex)]:
-                return ex
-        return None
+        return min(candidates, key=self.position) if candidates else None
 
     def rows(self, expected: Dict[int, str], selected: Optional[List[int]] = None,
              unmatched_records=()) -> List[RankStatus]:
@@ -219,13 +201,13 @@ class RankTable:
         unmatched: Dict[int, list] = {}
         for record in unmatched_records:
             unmatched.setdefault(record.rank, []).append(record)
-        ranks = set(self.executions) | set(expected) | set(unmatched)
+        ranks = self.dumped | set(expected) | set(unmatched)
         if selected is not None:
             ranks &= set(selected)
         rows = []
         for rank in sorted(ranks):
             records = sorted(unmatched.get(rank, []), key=lambda r: r.iteration)
-            if not self.executions.get(rank) and not records:
+            if rank not in self.dumped and not records:
                 why = expected.get(rank) or "no tensor file of this rank was understood"
                 rows.append(RankStatus(rank, RANK_NOT_DUMPED, note=why))
                 continue
@@ -242,7 +224,7 @@ class RankTable:
         return rows
 
     def _row(self, rank: int, items) -> RankStatus:
-        if not self.executions.get(rank):
+        if rank not in self.dumped:
             return RankStatus(rank, RANK_CLEAN)
         origins = [(ex, v) for ex, v in items if v.role == ORIGIN and v.kind != CROSS_RANK]
         suspects = [(ex, v) for ex, v in items if v.role == SUSPECT]

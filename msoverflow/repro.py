@@ -44,8 +44,7 @@ class Repro:
 
 def find_origin_inputs(report: dict, dump_dir: Optional[str] = None):
     """The origin's execution in the dump: its input events in slot order, and the output events."""
-    from .index import build_index
-    from .layout import discover
+    from . import walk
     first = report.get("first") or {}
     if report.get("verdict") == "clean" or not first:
         raise UserError("the report has no origin: nothing to reproduce")
@@ -53,13 +52,12 @@ def find_origin_inputs(report: dict, dump_dir: Optional[str] = None):
     if not root or not os.path.isdir(root):
         raise UserError(f"{root or '(no dump_dir in the report)'}: the dump directory is not there; give --dump DIR")
     notes: List[str] = []
-    dirs = discover(root, notes.append)
-    index = build_index(dirs, notes.append, [int(first["rank"])], [int(first["iteration"])])
-    candidates = [ex for ex in index.executions.get(int(first["rank"]), [])
+    executions = [ex for unit in walk.units(root, [int(first["rank"])], [int(first["iteration"])], notes.append)
+                  for ex in walk.unit_executions(unit, notes.append)]
+    candidates = [ex for ex in executions
                   if ex.op_name == first.get("op_name") and str(ex.graph) == str(first.get("graph"))]
     if not candidates:
-        candidates = [ex for ex in index.executions.get(int(first["rank"]), [])
-                      if ex.op_name == first.get("op_name")]
+        candidates = [ex for ex in executions if ex.op_name == first.get("op_name")]
     if not candidates:
         raise UserError(f"{root}: no dump files of {first.get('op_name')} at rank {first['rank']} step "
                         f"{first['iteration']}")
