@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import UserError
 from .model import OpExecution
-from .walk import DumpedFacts, Unit, UnitSummary, scan_unit, survey
+from .walk import DumpedFacts, msprobe_graphs, Unit, UnitSummary, scan_unit, survey
 
 POOL_MIN_FILES = 20_000     # below this, starting workers costs more than it saves
 POOL_MIN_CPUS = 3           # on 2 CPUs the workers and this process contend: measured slower than one process
@@ -202,10 +202,5 @@ def _reduce(summaries: List[UnitSummary], chains, access, warn, scanned_all: boo
                     walked.rank_roots.setdefault((d.rank, d.graph), d.rank_root)
     for rank in walked.iterations:
         walked.iterations[rank] = sorted(set(walked.iterations[rank]))
-    if nodes:      # msprobe: the graph its reader built from each step's entries
-        from .readers.ir_graph import GraphIndex
-        from .readers.msprobe import forward_nodes
-        for key, found in nodes.items():
-            unique = list({n.full_name: n for n in reversed(found)}.values())[::-1]
-            walked.graphs[key] = GraphIndex(unique + forward_nodes(unique))
+    walked.graphs = msprobe_graphs(nodes)
     return walked

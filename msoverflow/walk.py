@@ -180,17 +180,53 @@ def _order_of(rank_root: str, graph: str, _version) -> Dict[str, int]:
 def unit_events(unit: Unit, warn: Warn = lambda message: None) -> List[TensorEvent]:
     """Every tensor event of one unit as an object (npy columns and statistic rows included), duplicates
     dropped: the registry's answer for one (rank, step), for tools that compare or copy tensors."""
-    events: List[TensorEvent] = []
-    for d in unit.dirs:
-        events.extend(_content_events(read_dir(d, warn), all_rows=True))
-    return drop_duplicates(events, warn)
+    return [e for ex in read_unit(unit, warn).executions for e in ex.inputs + ex.outputs]
 
 
 def unit_executions(unit: Unit, warn: Warn = lambda message: None) -> List[OpExecution]:
     """unit_events() grouped into op runs, in time order (graph order breaks ties)."""
-    executions = group_executions(unit_events(unit, warn))
+    return read_unit(unit, warn).executions
+
+
+@dataclass
+class UnitRead:
+    """One unit read whole, as objects: its op runs in time order (Opdebug records joined to their ops), and
+    where their graphs are (msprobe's built from its entries; `.ir` files under the rank roots)."""
+    executions: List[OpExecution]
+    records: List[OverflowRecord]
+    graphs: Dict[Tuple[int, str], object]
+    rank_roots: Dict[Tuple[int, str], Optional[str]]
+
+
+def read_unit(unit: Unit, warn: Warn = lambda message: None) -> UnitRead:
+    events: List[TensorEvent] = []
+    records: List[OverflowRecord] = []
+    nodes: Dict[Tuple[int, str], list] = {}
+    for d in unit.dirs:
+        content = read_dir(d, warn)
+        events.extend(_content_events(content, all_rows=True))
+        records.extend(content.records)
+        if content.nodes:
+            nodes.setdefault((d.rank, d.graph), []).extend(content.nodes)
+    executions = group_executions(drop_duplicates(events, warn))
     _attach_order(executions, unit)
-    return executions
+    if records:
+        _match_records(records, executions)
+    return UnitRead(executions, records, msprobe_graphs(nodes),
+                    {(d.rank, d.graph): d.rank_root for d in unit.dirs})
+
+
+def msprobe_graphs(nodes: Dict[Tuple[int, str], list]) -> Dict[Tuple[int, str], object]:
+    """(rank, graph) -> GraphIndex of the nodes msprobe's reader built from its steps' entries."""
+    if not nodes:
+        return {}
+    from .readers.ir_graph import GraphIndex
+    from .readers.msprobe import forward_nodes
+    graphs = {}
+    for key, found in nodes.items():
+        unique = list({n.full_name: n for n in reversed(found)}.values())[::-1]
+        graphs[key] = GraphIndex(unique + forward_nodes(unique))
+    return graphs
 
 
 def _content_events(content: DirContent, all_rows: bool) -> List[TensorEvent]:
