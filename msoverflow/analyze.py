@@ -16,7 +16,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import UserError, reading
 from .evaluate import TensorAccess
+from . import selection
 from .layout import discover
+from .selection import not_in_dump
 from .coverage import coverage_limits, inconclusive_reasons
 from .model import (CROSS_RANK, FLAGGED, ORIGIN, PROPAGATOR, RANK_CLEAN, SUSPECT, Arrival, Finding, OpExecution,
                     Report, Source, TensorEvent, TensorSummary)
@@ -49,6 +51,7 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
             raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
                             "binary dump, statistic.csv or Opdebug files)")
         return _not_understood(path, warnings, unknown=others, unknown_count=len(others))
+    ranks, iterations = selection.parse(ranks, "--ranks"), selection.parse(iterations, "--steps")
     units = plan_units(dirs, ranks, iterations)
     access = TensorAccess(note)
     kn = knowledge()
@@ -61,7 +64,9 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
         walked = map_reduce(units, kn, scan_all, access, note, jobs=jobs, scheduler=scheduler, files=files,
                             advance=bar.advance, flags=flags)
     if not walked.runs and not walked.records:
-        return _nothing_understood(walked, path, warnings, ranks, iterations)
+        if ranks or iterations:
+            raise not_in_dump(path, ranks, iterations, dirs)
+        return _nothing_understood(walked, path, warnings)
     graphs = _GraphCache(walked, note)
     judged, after_arrival = walked.judged, walked.after_arrival
 
@@ -116,7 +121,7 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
     roots = sorted({r for r in walked.rank_roots.values() if r})
     expected = expected_ranks(path, set(walked.runs), roots, note) if not ranks else {}
     if iterations:
-        expected = {rank: f"no file of step {_shown(iterations)} on this rank ({why})"
+        expected = {rank: f"no file of step {iterations} on this rank ({why})"
                     for rank, why in expected.items()}
     rank_status = table.rows(expected, ranks, unmatched)
     meta = _metadata(walked, note)
@@ -129,7 +134,8 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
     _note_unread_ranks(rank_status, unreadable, dirs)
     reasons += _undecodable(walked.undecodable, note)
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": meta["summary"]}
-    return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
+    scanned_units = [u for u in units if u.iteration in walked.scanned.get(u.rank, ())]
+    return Report(scanned_units=scanned_units, dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(walked.runs), iterations=iterations_seen,
                   files=walked.files, tensors_read=access.tensors_read, layout=",".join(walked.layouts),
                   tail_clean=walked.scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
@@ -137,11 +143,6 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
                   overflow_records=list(walked.records), arrivals=_arrivals(walked),
                   scanned_steps={rank: list(steps) for rank, steps in walked.scanned.items()},
                   edges=_edges(first, propagation) if first is from_candidates and first is not None else [])
-
-
-def _shown(selection) -> str:
-    """A step selection as the user wrote it (a Selection) or as a list."""
-    return str(selection) if hasattr(selection, "ranges") else ", ".join(map(str, selection))
 
 
 def _arrivals(walked) -> List[Arrival]:
@@ -194,9 +195,7 @@ def _undecodable(found: List[Tuple[str, str]], warn) -> List[str]:
     return [reason]
 
 
-def _nothing_understood(walked, path: str, warnings: List[str], ranks, iterations) -> Report:
-    if ranks or iterations:
-        raise UserError(f"{path}: no tensor files for the selected rank/iteration")
+def _nothing_understood(walked, path: str, warnings: List[str]) -> Report:
     reasons = inconclusive_reasons(unknown=walked.unknown[:5] + walked.unreadable[:5],
                                    unknown_count=len(walked.unknown) + len(walked.unreadable), unreadable=[],
                                    rank_status=[], dumped_anything=False, refused=walked.refused)

@@ -144,12 +144,14 @@ class Comparison:
 
 def _units(path: str, ranks, steps, warn) -> Dict[Tuple[int, int], list]:
     """(rank, step) -> the dump directories of that unit, through analyze's walk."""
+    from . import selection
     from .walk import plan_units
     dirs = discover(path, warn)
     if not dirs:
         raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
                         "binary dump, statistic.csv or msprobe dump.json files)")
-    return {(u.rank, u.iteration): u.dirs for u in plan_units(dirs, ranks, steps)}
+    return {(u.rank, u.iteration): u.dirs for u in plan_units(dirs, selection.parse(ranks, "--ranks"),
+                                                              selection.parse(steps, "--steps"))}
 
 
 def _unit_executions(dirs, warn):

@@ -203,7 +203,7 @@ class RankTable:
             unmatched.setdefault(record.rank, []).append(record)
         ranks = self.dumped | set(expected) | set(unmatched)
         if selected is not None:
-            ranks &= set(selected)
+            ranks = {rank for rank in ranks if rank in selected}
         rows = []
         for rank in sorted(ranks):
             records = sorted(unmatched.get(rank, []), key=lambda r: r.iteration)

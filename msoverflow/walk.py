@@ -662,3 +662,26 @@ def _statistic_step(d: DumpDir, table):
     executions = group_executions(table.events(rows, d.rank, d.graph, d.iteration))
     first_times = _group_first_times(groups, np.asarray(table.columns["timestamp"][0], dtype=np.int64), n_groups)
     return executions, _span(first_times, executions, clean_groups), facts, True
+
+
+EVENT_COLUMNS = ("rank", "step", "op_type", "op_name", "io", "slot", "dtype", "shape", "max_abs", "nan", "posinf",
+                 "neginf", "counts_exact", "file")
+
+
+def events_frame(scanned: List[Unit], warn: Warn = lambda message: None):
+    """Report.events(): every tensor event of these units as a pandas DataFrame (EVENT_COLUMNS). Counts come from
+    the dump's statistics where it has them (counts_exact False when inferred from Max/Min), else from the data."""
+    import pandas as pd
+
+    rows = []
+    for unit in scanned:
+        access = TensorAccess(warn)
+        for ex in read_unit(unit, warn).executions:
+            for e in ex.inputs + ex.outputs:
+                stats = access.stats(e) if (e.dtype is None or e.is_float or e.stats is not None) else None
+                rows.append((e.rank, e.iteration, e.op_type, e.op_name, e.io, e.slot, e.dtype, e.shape,
+                             None if stats is None else stats.max_abs, None if stats is None else stats.nan,
+                             None if stats is None else stats.posinf, None if stats is None else stats.neginf,
+                             None if stats is None else stats.counts_exact, e.source))
+                access.forget(e)
+    return pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))

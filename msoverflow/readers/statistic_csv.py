@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import safeio
 from ..dtypes import canonical, dtype_max
+from ..rules.values import bad_extremes, limit_of, pinned_extremes
 from ..model import INPUT, OUTPUT, TensorEvent, TensorStats
 from ..names import KIND_OPCSV, scope_to_file_name
 from .registry import Reader
@@ -389,17 +390,16 @@ class StatTable:
             column = self._numbers(key)
             if column is not None:
                 bad |= (column[0] > 0) & ~column[1]
-        magnitude = np.zeros(self.size)
-        for key in _FLOAT_FIELDS:
-            column = self._numbers(key)
-            if column is not None:
-                values, null = column
-                bad |= ~np.isfinite(values) & ~null
-                magnitude = np.fmax(magnitude, np.where(null, 0.0, np.abs(values)))
+        extremes = [np.where(c[1], 0.0, c[0]) for c in (self._numbers(k) for k in _FLOAT_FIELDS) if c is not None]
+        if not extremes:
+            return bad
+        high, low = extremes[0], extremes[-1]
         dtype = self.columns.get("dtype")
-        if dtype is not None:
-            limits = np.array([dtype_max(normalize_dtype(v)) or np.inf for v in dtype.values] or [np.inf])
-            bad |= magnitude >= limits[dtype.codes]
+        limits = [None] if dtype is None else [limit_of(normalize_dtype(v)) for v in dtype.values] or [None]
+        codes = dtype.codes if dtype is not None else np.zeros(self.size, dtype=np.int64)
+        for code, limit in enumerate(limits):      # one pass per declared dtype of the file
+            rows = codes == code
+            bad[rows] |= bad_extremes(high[rows], low[rows], limit) | pinned_extremes(high[rows], low[rows], limit)
         return bad
 
     def group_codes(self):
