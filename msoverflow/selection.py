@@ -21,10 +21,31 @@ class SelectionError(UserError):
     """A selection that does not follow the grammar (a usage error: exit 2)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Selection:
-    """Non-negative integers as sorted, disjoint inclusive ranges (adjacent ones stay apart, as written)."""
+    """Non-negative integers as sorted, disjoint inclusive ranges (adjacent ones stay apart, as written; two
+    selections of the same values are equal, and equal to the list of them)."""
     ranges: Tuple[Tuple[int, int], ...]
+
+    def _canonical(self) -> Tuple[Tuple[int, int], ...]:
+        merged: List[List[int]] = []
+        for low, high in self.ranges:
+            if merged and low <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], high)
+            else:
+                merged.append([low, high])
+        return tuple((low, high) for low, high in merged)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Selection):
+            return self._canonical() == other._canonical()
+        if isinstance(other, (list, tuple, set, frozenset, range)):
+            values = sorted(set(other))
+            return len(values) == len(self) and list(self) == values
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._canonical())
 
     def __contains__(self, value) -> bool:
         try:

@@ -348,15 +348,17 @@ def analyse(dump_dir: str, out_path: str):
     (its dict, None), or (None, the one-line reason) when the dump could not be analysed."""
     from ..api import analyze
     from ..errors import UserError
+    from ..logs import log
     from ..render.json_report import render_json
     try:
-        report = analyze(dump_dir)
+        report = analyze(dump_dir, warn=lambda message: log.debug("warning: %s", message))
     except UserError as exc:
         return None, str(exc)
     except Exception as exc:      # a crash in the analysis is reported, the verification goes on
         return None, f"msoverflow analyze failed on {dump_dir}: {type(exc).__name__}: {exc}"
     with open(out_path, "w", encoding="utf-8") as fh:
         fh.write(render_json(report))
+    log.info("wrote %s (json, %d bytes)", os.path.abspath(out_path), os.path.getsize(out_path))
     return report.to_dict(), None
 
 
