@@ -455,7 +455,7 @@ class StatTable:
             return kind(column[0][row])
 
         events = []
-        for row in rows.tolist():
+        for row in (rows.tolist() if hasattr(rows, "tolist") else rows):
             shape = shapes[c["shape"].codes[row]] if shapes is not None else None
             dtype = dtypes[c["dtype"].codes[row]] if dtypes is not None else None
             stats = stats_from_numbers(number("count", row, int), number("nan", row, int),
