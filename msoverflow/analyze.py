@@ -14,10 +14,11 @@ import os
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
+from .completeness import check as check_completeness, cross_rank_advice, settle
 from .errors import UserError, reading
 from .evaluate import TensorAccess
 from . import selection
-from .layout import discover
+from .layout import LAYOUT_MSPROBE, discover
 from .selection import not_in_dump
 from .coverage import coverage_limits, inconclusive_reasons
 from .model import (CROSS_RANK, FLAGGED, ORIGIN, PROPAGATOR, RANK_CLEAN, SUSPECT, Arrival, Finding, OpExecution,
@@ -33,7 +34,7 @@ from .scope import cell_of, enclosing_class
 
 def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, progress: Optional[bool] = None,
             warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = None,
-            scheduler: Optional[str] = None) -> Report:
+            scheduler: Optional[str] = None, finished: bool = False) -> Report:
     """ranks/iterations: a selection (msoverflow.selection.Selection, or any collection; None: all).
     jobs: worker processes (None: from the CPU count, for dumps large enough); scheduler: a Dask scheduler
     address to run the per-rank scans on (msoverflow/parallel.py)."""
@@ -53,6 +54,8 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
         return _not_understood(path, warnings, unknown=others, unknown_count=len(others))
     ranks, iterations = selection.parse(ranks, "--ranks"), selection.parse(iterations, "--steps")
     units = plan_units(dirs, ranks, iterations)
+    # (rank, step)s whose files stop short (job killed, dump still being written): listings and headers only
+    incomplete = check_completeness(dirs, ranks=ranks, iterations=iterations, warn=note, finished=finished)
     access = TensorAccess(note)
     kn = knowledge()
     show = sys.stderr.isatty() if progress is None else progress
@@ -73,6 +76,7 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
     # Files that could not be read (corrupt, truncated) are warnings; when none could, the verdict says so
     # (inconclusive, with the files named) rather than failing the command.
     reads_to_decide = access.tensors_read - walked.side_reads
+    _not_second_origins(judged, graphs)
     table = RankTable(walked.runs, judged, walked.arrivals)
     candidates = [(ex, v) for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK]
     for ex, _v in candidates:      # a collective delivered a bad value to this rank earlier in the same step
@@ -83,8 +87,6 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
     # No origin anywhere but a rank received bad values: report the earliest cross-rank arrival.
     if not candidates and not unmatched:
         candidates = [(ex, v) for ex, v in judged if v.kind == CROSS_RANK][:1]
-        if candidates:
-            note("no rank holds the origin: a collective delivered the first bad value; dump the other ranks")
     if not candidates and not unmatched:
         # Bad values, but every bad op's input was already bad: the op that created it is not in the dump
         # (kernel filter, overflow-only mode, a step not dumped). Never clean: name the first bad op seen.
@@ -126,49 +128,86 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
     rank_status = table.rows(expected, ranks, unmatched)
     meta = _metadata(walked, note)
     limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {}, walked.facts,
-                             len(walked.records))
+                             len(walked.records), framework_dump=LAYOUT_MSPROBE in walked.layouts)
     unreadable = sorted(set(walked.unreadable))
     reasons = inconclusive_reasons(unknown=walked.unknown[:5], unknown_count=len(walked.unknown),
                                    unreadable=unreadable, rank_status=rank_status, dumped_anything=True,
                                    refused=walked.refused)
     _note_unread_ranks(rank_status, unreadable, dirs)
     reasons += _undecodable(walked.undecodable, note)
+    # incomplete (rank, step)s: their ranks' rows, and no answer from a value only received after a cut
+    settled = settle(incomplete, first, anomalies, propagation, rank_status, unreadable, judged, graphs.node, dirs,
+                     access, describe=lambda ex, v: _finding(ex, v, access, graphs, full=True))
+    first, anomalies, propagation, likely = settled.first, settled.anomalies, settled.propagation, settled.likely
+    reasons = settled.reasons + reasons
+    if any(v.kind == CROSS_RANK for _ex, v in judged):
+        advice = cross_rank_advice(first, rank_status, incomplete, selected=bool(ranks))
+        if advice:
+            note(f"no rank holds the origin: a collective delivered the first bad value; {advice}")
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": meta["summary"]}
     scanned_units = [u for u in units if u.iteration in walked.scanned.get(u.rank, ())]
-    return Report(scanned_units=scanned_units, dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
+    return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(walked.runs), iterations=iterations_seen,
                   files=walked.files, tensors_read=access.tensors_read, layout=",".join(walked.layouts),
                   tail_clean=walked.scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
                   inconclusive=reasons, flagged=flagged, step_times=_step_times(walked),
                   overflow_records=list(walked.records), arrivals=_arrivals(walked),
                   scanned_steps={rank: list(steps) for rank, steps in walked.scanned.items()},
-                  edges=_edges(first, propagation) if first is from_candidates and first is not None else [])
+                  edges=_edges(first, propagation), completeness=incomplete, likely_origin=likely,
+                  scanned_units=scanned_units)
 
 
 def _arrivals(walked) -> List[Arrival]:
-    """Every bad value a collective delivered, per rank and step, timed from that rank's own step start."""
-    out = []
-    for ex in sorted(walked.arrivals, key=lambda ex: (ex.rank,) + RankTable.position(ex)):
-        out.append(Arrival(ex.rank, ex.iteration, ex.op_type, ex.op_name,
-                           offset_us=ex.time - walked.step_start(ex.rank, ex.iteration)))
-    return out
+    """The bad value a collective delivered to each rank in each scanned step (the first one of that step), timed
+    from that rank's own step start (clock offsets between ranks cancel)."""
+    first: Dict[Tuple[int, int], OpExecution] = {}
+    for ex in walked.arrivals:
+        key = (ex.rank, ex.iteration)
+        if key not in first or RankTable.position(ex) < RankTable.position(first[key]):
+            first[key] = ex
+    return [Arrival(rank, step, ex.op_type, ex.op_name, offset_us=ex.time - walked.step_start(rank, step)
+                    if (rank, step) in walked.spans else None)
+            for (rank, step), ex in sorted(first.items())]
 
 
-def _edges(first: Finding, propagation: List[Finding]) -> List[Tuple[str, str]]:
-    """(producer op, consumer op) among the origin and its propagation, where the saved graph names the producer."""
-    nodes = [first] + propagation
+def _edges(first: Optional[Finding], propagation: List[Finding]) -> List[Tuple[str, str]]:
+    """(producer, consumer) among the origin and the ops its value reached, where the saved graph names the
+    producer (ops named by full name, else file name)."""
+    if first is None:
+        return []
+    nodes = [first] + list(propagation)
     key_of: Dict[str, str] = {}
     for f in nodes:
-        for key in (f.full_name, f.op_name):
-            if key:
-                key_of.setdefault(key, f.op_name)
+        for name in (f.full_name, f.op_name):
+            if name:
+                key_of.setdefault(name, f.full_name or f.op_name)
     edges: List[Tuple[str, str]] = []
     for f in nodes[1:]:
+        own = f.full_name or f.op_name
         for producer in f.producers:
-            name = key_of.get(producer[len("param:"):] if producer.startswith("param:") else producer)
-            if name is not None and name != f.op_name and (name, f.op_name) not in edges:
-                edges.append((name, f.op_name))
+            source = key_of.get(producer[len("param:"):] if producer.startswith("param:") else producer)
+            if source is not None and source != own and (source, own) not in edges:
+                edges.append((source, own))
     return edges
+
+
+def _not_second_origins(judged, graphs: "_GraphCache") -> None:
+    """A Cell entry of a framework dump (msprobe: `Cell.head.NormHead.backward.0`) wraps the ops that ran inside
+    it: when an op inside its scope already went bad in the same step, the Cell's bad output is that value
+    passing through, not a later origin."""
+    made: Dict[Tuple[int, int], List[str]] = {}
+    for ex, v in judged:
+        if v.role not in (ORIGIN, SUSPECT) or v.kind == CROSS_RANK:
+            continue
+        node, _graph = graphs.node(ex)
+        name = node.full_name if node is not None else ex.op_name
+        if node is not None and node.wraps_scope is not None:
+            inside = [n for n in made.get((ex.rank, ex.iteration), []) if n.startswith(node.wraps_scope + "/")]
+            if inside:
+                v.role = PROPAGATOR
+                v.evidence.append(f"its Cell holds {inside[0]}, which made the bad value first")
+                continue
+        made.setdefault((ex.rank, ex.iteration), []).append(name)
 
 
 def _note_unread_ranks(rank_status, unreadable: List[str], dirs) -> None:

@@ -15,14 +15,17 @@ from typing import Callable, Iterable, Optional, Union
 from .model import Report
 
 
-def analyze(path: str, *, ranks: Union[None, str, Iterable[int]] = None, steps: Union[None, str, Iterable[int]] = None,
+def analyze(path: str, *, ranks: Union[None, str, Iterable[int]] = None,
+            steps: Union[None, str, Iterable[int]] = None,
             scan_all: bool = False, warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = 1,
-            scheduler: Optional[str] = None) -> Report:
+            scheduler: Optional[str] = None, finished: bool = False) -> Report:
     """Analyse a dump directory (any layout `msoverflow analyze` reads) and return the Report.
-    ranks/steps: only these (None: all), as ints or in the command line's grammar ("0-3", "0|5-8"). Warnings go to `warn` (default: kept in report.warnings only)."""
+    ranks/steps: only these (None: all), as ints or in the command line's grammar ("0-3", "0|5-8"). Warnings go
+    to `warn` (default: kept in report.warnings only). finished: the job that wrote the dump has ended (files
+    written seconds ago are complete)."""
     from .analyze import analyze as _analyze
     return _analyze(path, ranks=ranks, iterations=steps, scan_all=scan_all, progress=False, warn=warn, jobs=jobs,
-                    scheduler=scheduler)
+                    scheduler=scheduler, finished=finished)
 
 
 def compare(baseline: str, target: str, *, ranks: Optional[Iterable[int]] = None,

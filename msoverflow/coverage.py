@@ -20,9 +20,11 @@ def _int(value) -> Optional[int]:
         return None
 
 
-def coverage_limits(settings: Dict[str, object], runtime: Dict[str, object], facts, overflow_records: int) -> List[str]:
+def coverage_limits(settings: Dict[str, object], runtime: Dict[str, object], facts, overflow_records: int,
+                    framework_dump: bool = False) -> List[str]:
     """One line per limit, in the user's terms (the config key that causes it). `facts`: what the scanned files
-    hold (walk.DumpedFacts, counted over every op run)."""
+    hold (walk.DumpedFacts, counted over every op run). framework_dump: the ops were recorded by the framework's
+    own hooks (msprobe), every op run eagerly included: no PyNative caveat."""
     limits: List[str] = []
     device = str(runtime.get("device_target") or "").upper()
     input_output = _int(settings.get("input_output"))
@@ -54,7 +56,7 @@ def coverage_limits(settings: Dict[str, object], runtime: Dict[str, object], fac
     mode = str(runtime.get("execution_mode") or runtime.get("mode") or "").lower()
     # Graph mode names every op under its Cells (`Default/network-WithLossCell/fc1-Dense/MatMul-op0`); the graphs
     # PyNative compiles for @jit functions, all_finite or the optimizer carry no Cell in any op's scope.
-    if "pynative" in mode or (facts.ops >= 4 and not facts.scoped):
+    if not framework_dump and ("pynative" in mode or (facts.ops >= 4 and not facts.scoped)):
         limits.append("PyNative run: only compiled graphs (@jit functions, the optimizer, checks) were dumped; ops "
                       "run eagerly between them are not in the dump")
     return limits
@@ -79,9 +81,10 @@ def inconclusive_reasons(*, unknown: List[str], unknown_count: int, unreadable: 
     if unreadable:
         reasons.append(f"{len(unreadable)} file(s) could not be read (e.g. {unreadable[0]}); they could hold the "
                        "origin")
-    missing = [row.rank for row in rank_status if row.status == RANK_NOT_DUMPED]
+    missing = [row.rank_label for row in rank_status if row.status == RANK_NOT_DUMPED]
     if missing and dumped_anything:
-        reasons.append(f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} expected but not "
+        shown = ", ".join(missing[:20]) + (f" and {len(missing) - 20} more ranges" if len(missing) > 20 else "")
+        reasons.append(f"rank{'s' if len(missing) > 1 or '-' in missing[0] else ''} {shown} expected but not "
                        f"dumped ({next(r.note for r in rank_status if r.status == RANK_NOT_DUMPED)}); the origin "
                        "could be there")
     return reasons

@@ -151,7 +151,9 @@ def test_propagation_edges_follow_the_saved_graph(tmp_path):
                           ir_node(2, "Mul", "Default/network-Net/Mul-op2", ["%1"])]))
     report = analyze(str(tmp_path), progress=False)
     assert report.first.op_type == "Exp" and [p.op_type for p in report.propagation] == ["Mul"]
-    assert report.edges == [(report.first.op_name, report.propagation[0].op_name)]
+    origin, spread = report.first, report.propagation[0]
+    assert report.edges == [(origin.full_name or origin.op_name, spread.full_name or spread.op_name)]
+    assert origin.full_name == "Default/network-Net/Exp-op1"
 
 
 TRICKY = ["MatMul.Default_MatMul-op1.0.0.17.input.0.DefaultFormat.Float32.npy",

@@ -133,7 +133,7 @@ def _analyze(directory: Path, analyze_args: Sequence[str], log) -> Optional[int]
 
     print(f"msoverflow run: analyzing {directory}", file=log)
     log.flush()
-    return cli.main(["analyze", str(directory), *analyze_args])
+    return cli.main(["analyze", str(directory), "--finished", *analyze_args])   # the job has exited
 
 
 def run_with_dump(command: Sequence[str], dump_dir: Union[None, str, os.PathLike] = None, **config_options) -> int:

@@ -351,7 +351,7 @@ def analyse(dump_dir: str, out_path: str):
     from ..logs import log
     from ..render.json_report import render_json
     try:
-        report = analyze(dump_dir, warn=lambda message: log.debug("warning: %s", message))
+        report = analyze(dump_dir, finished=True, warn=lambda message: log.debug("warning: %s", message))
     except UserError as exc:
         return None, str(exc)
     except Exception as exc:      # a crash in the analysis is reported, the verification goes on

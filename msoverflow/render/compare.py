@@ -93,7 +93,7 @@ def headline(c: Comparison) -> str:
 
 
 def _role_text(op: OpDiff) -> str:
-    return {"origin": "its inputs agree, its outputs do not: the runs part here",
+    return {"origin": "its inputs from earlier ops agree, its outputs do not: the runs part here",
             "received": "a collective whose own inputs agree: the difference came from another rank",
             "propagator": "an input already differs"}.get(op.role or "", "")
 
