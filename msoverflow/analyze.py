@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .completeness import check as check_completeness, cross_rank_advice, settle
@@ -442,6 +443,18 @@ def _finding(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: _GraphCa
                    recommendation=kn.recommend(v.advice, **values) if v.role in (ORIGIN, SUSPECT) else "",
                    evidence=evidence, producers=list(node.inputs) if node else [],
                    ir_file=getattr(graph, "path", None) if node else None, ir_line=node.ir_line if node else None)
+
+
+class _CallableModule(types.ModuleType):
+    """`msoverflow.analyze` is both this module and the API function: importing the module (`from
+    msoverflow.analyze import ...`) makes it the package's attribute, so calling it must still be the API."""
+
+    def __call__(self, path: str, **options) -> Report:
+        from .api import analyze as api_analyze
+        return api_analyze(path, **options)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 
 class _Progress:
