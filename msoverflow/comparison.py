@@ -2,7 +2,8 @@
 lazy `msoverflow.compare` function): the first operator where a TARGET dump parts from a BASELINE dump.
 
 Both dumps are read by the same walk and readers as `analyze` (layout.discover -> walk.plan_units -> one
-(rank, step) unit at a time -> walk.read_unit, through the reader registry). Ops are matched per (rank, step) by graph, op type, scope path
+(rank, step) unit at a time -> walk.read_unit, through the reader registry).
+Ops are matched per (rank, step) by graph, op type, scope path
 without the `-opN` number, and occurrence in execution order: task ids, op numbers and timestamps change between
 compilations, the scope path and the order do not (a backward op's scope is its forward op's Cell and
 `Grad_<Op>`). Ops present on one side only (Casts amp inserts, fused kernels) are listed, never fatal.

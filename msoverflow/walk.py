@@ -619,8 +619,8 @@ def _npy_step(content: DirContent, access: TensorAccess):
     parameter_group = np.asarray([p.startswith("Parameter.") for p in prefixes], dtype=bool)
     suspicious_groups = np.asarray(suspicious, dtype=bool)
     clean_groups = ~suspicious_groups
-    scoped = bool(_SCOPED_PREFIX.search("\n".join(p for p, c, param in zip(prefixes, clean_groups.tolist(),
-                                                                          parameter_group.tolist()) if c and not param)))
+    ops = [p for p, clean, param in zip(prefixes, clean_groups.tolist(), parameter_group.tolist()) if clean and not param]
+    scoped = bool(_SCOPED_PREFIX.search("\n".join(ops)))
     facts = _column_facts(code_array, is_output, parameter_group, clean_groups, scoped)
     members = [k for k, code in enumerate(codes) if suspicious[code]]
     events = _npy_events(content, members)

@@ -135,7 +135,8 @@ def test_every_arrival_is_reported_with_its_offset(tmp_path):
     d1 = SynthDump(str(tmp_path), rank=1, clock=5_000_000_000_000_000)     # another clock: offsets cancel
     d1.op(0, "Exp", "Default_Exp-op1", [fin], [np.array([np.inf, 1], F32)])
     report = analyze(str(tmp_path), progress=False)
-    assert [(a.rank, a.iteration, a.op_type, a.offset_us) for a in report.arrivals] == [(0, 0, "AllReduce", 3 * 7)]   # after MatMul's 3 files
+    # the AllReduce's first file comes after MatMul's 3 files (7 us apart)
+    assert [(a.rank, a.iteration, a.op_type, a.offset_us) for a in report.arrivals] == [(0, 0, "AllReduce", 3 * 7)]
     rows = {row.rank: (row.status, row.iteration) for row in report.rank_status}
     assert rows == {0: ("origin", 1), 1: ("origin", 0)}
     assert report.first.rank == 1

@@ -50,7 +50,8 @@ class _Guard(cst.CSTTransformer):
     def leave_Call(self, original, updated):
         dotted = _dotted(original.func)
         callee = dotted.split(".")[-1].rstrip("()")
-        is_division = callee in knowledge().division_calls or (dotted.startswith("self.") and callee in self.division_attrs)
+        is_division = callee in knowledge().division_calls or (
+            dotted.startswith("self.") and callee in self.division_attrs)
         if self.in_culprit and not self.divided and is_division and len(updated.args) >= 2:
             self.divided = True
             args = list(updated.args)
