@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from . import names
-from .layout import LAYOUT_MS, DumpDir
+from .layout import LAYOUT_DEBUG, LAYOUT_MS, DumpDir
 from .model import (RANK_CLEAN, RANK_INCOMPLETE, RANK_RECEIVED, RankStatus, StepCompleteness)
 
 RECENT_SECONDS = 10.0     # files younger than this: the writer may still be at work
@@ -204,9 +204,9 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
     if oldest > young or finished:
         recent.clear()     # every file is that young: written at once (a copy, a short run), not a writer still at work
 
-    if counted:
+    if counted:      # overflow-only and filtered dumps hold different ops (and steps) on each rank
         _counts(listings, problems, last_step, execution_order, quiet)
-    _absent_steps(chosen, listings, problems)
+        _absent_steps([d for d in chosen if d.layout != LAYOUT_DEBUG], listings, problems)
 
     found = []
     for step in sorted({s for s, p in problems.items() if p} | {s for s, r in recent.items() if r}):
@@ -264,22 +264,26 @@ def _mtime(path: str) -> float:
 
 
 def _counts(listings: List[_Listing], problems, last_step: Dict[int, int], execution_order, warn) -> None:
-    """Kernels against the execution order; a rank's last step against its other steps and the other ranks.
+    """Kernels against the execution order; a rank's last step against its other steps and the other ranks that
+    run the same graph (the same kernels in their execution order: pipeline stages share graph ids, not graphs).
     Names are parsed only where the file counts leave a doubt."""
     by_graph: Dict[Tuple[int, str], List[_Listing]] = defaultdict(list)
     for item in listings:
         if item.d.layout == LAYOUT_MS:
             by_graph[(item.d.rank, item.d.graph)].append(item)
-    ordered: Dict[Tuple[int, str], Optional[int]] = {}
+    ordered: Dict[Tuple[int, str], Optional[int]] = {}     # the graph's kernels, as a fingerprint of their names
     for (rank, graph), items in by_graph.items():
         root = items[0].d.rank_root
-        listed = len(execution_order(root, graph, warn)) if root else 0
-        ordered[(rank, graph)] = listed or None
+        order = execution_order(root, graph, warn) if root else {}
+        listed = len(order)
+        ordered[(rank, graph)] = hash(tuple(order)) if order else None
         most = max(item.files for item in items)
         full = [item for item in items if item.files == most]
         for item in items:
             step = (rank, item.d.iteration)
-            if listed and not (item.files == most and len(full) >= 2):   # two full steps agree: complete
+            # two full steps agree: whole; statistic.csv without tensor files: its kernels are rows, not files
+            if listed and not (item.files == most and len(full) >= 2) \
+                    and not (item.rows() is not None and not item.kernels()):
                 # when two steps agree on fewer kernels than the csv lists, the steps are believed (on CPU not
                 # every listed kernel need write a file)
                 expected = min(listed, full[0].kernels()) if len(full) >= 2 else listed

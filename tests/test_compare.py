@@ -194,3 +194,19 @@ def test_bfloat16_tensor_compared_through_its_decoder(tmp_path):
     assert found["agree"] and found["error_ulps"] == 0
     shifted = np.asarray(decoded) * np.float32(1.01)
     assert compare_arrays(decoded, shifted, "bfloat16", 0.5)["agree"] is False
+
+
+def test_corrupt_tensor_is_a_warning_and_the_verdict_inconclusive(tmp_path, capsys):
+    a = _net(tmp_path / "a")
+    b = _net(tmp_path / "b")
+    folder = os.path.join(b, "rank_0", "Net", "0", "0")
+    victim = next(n for n in sorted(os.listdir(folder)) if n.startswith("Add.") and ".output." in n)
+    with open(os.path.join(folder, victim), "r+b") as fh:
+        fh.truncate(60)
+    result = compare(a, b)
+    assert result.verdict == "inconclusive"
+    assert any("could not be read" in r for r in result.reasons)
+    assert any(victim in w for w in result.warnings)
+    assert main(["compare", a, b]) == 3
+    assert main(["compare", a, b, "--ulps", "-1"]) == 2
+    assert "--ulps" in capsys.readouterr().err

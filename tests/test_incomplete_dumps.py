@@ -2,9 +2,11 @@
 the 2-rank `msrun` fp16 NormHead run whose origin is SqrtGrad on rank 1 at its last step, and the clean 2-step fp32
 run) cut the way a killed job, a lost directory or a writer still at work cuts them. msoverflow/completeness.py must
 notice from the listing and the headers, and the answer must say so: `incomplete` ranks, an inconclusive verdict
-(exit 3) with the counts, never `clean`, never "dump the other ranks" when they are dumped."""
+(exit 3) with the counts, never `clean`, never "dump the other ranks" when they are dumped. Formats only Ascend
+writes (binary DumpData, msaccucmp) are SPEC-BUILT from the documented formats (scripts/ascend_fixtures.py)."""
 import json
 import os
+from pathlib import Path
 import shutil
 import stat
 import sys
@@ -19,7 +21,6 @@ from msoverflow.completeness import RECENT_SECONDS, check
 from msoverflow.layout import discover
 from msoverflow.render import render
 
-pytestmark = pytest.mark.mindspore
 SCHEMA = os.path.join(os.path.dirname(__file__), os.pardir, "msoverflow", "schema", "report.schema.json")
 NORMHEAD = "dp2_normhead_one_rank"      # origin: SqrtGrad on rank 1 at iteration 1 (its last step)
 LAST = 1
@@ -71,6 +72,9 @@ def _every_form(report):
 @pytest.fixture(scope="session")
 def three_step_dumps():
     """scripts/gen_incomplete_dumps.py: a clean 3-step fp32 run (the demo with its NormHead in fp32), cached."""
+    from conftest import mindspore_available
+    if not mindspore_available():
+        pytest.skip("mindspore is not installed (pip install 'msoverflow[mindspore]')")
     import gen_incomplete_dumps
     return gen_incomplete_dumps.ensure_cases(
         progress=lambda msg: print(f"[incomplete dumps] {msg}", file=sys.__stderr__, flush=True))
@@ -91,6 +95,7 @@ def _all_real_dumps(real_dumps, multirank_dumps, msprobe_dumps, three_step_dumps
                     for name in msprobe_dumps]
 
 
+@pytest.mark.mindspore
 def test_every_real_dump_as_written_is_complete(real_dumps, multirank_dumps, msprobe_dumps, three_step_dumps):
     """No false alarm: CPU single-rank (filtered, inputs-only, three graphs), msrun and msprobe dumps are complete,
     although on CPU the execution order and the files do not name every kernel alike."""
@@ -102,6 +107,7 @@ def test_every_real_dump_as_written_is_complete(real_dumps, multirank_dumps, msp
     assert checked >= 21
 
 
+@pytest.mark.mindspore
 def test_truncated_origin_output_and_an_empty_file_make_rank_1_incomplete_not_received(multirank_dumps, tmp_path,
                                                                                        capsys):
     dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
@@ -127,6 +133,7 @@ def test_truncated_origin_output_and_an_empty_file_make_rank_1_incomplete_not_re
     assert "cross-rank" not in out and "dump the other ranks" not in out
 
 
+@pytest.mark.mindspore
 def test_only_the_origin_output_truncated_names_the_likely_origin_in_every_form(multirank_dumps, tmp_path):
     dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
     step = _step_dir(dump, 1, LAST)
@@ -154,6 +161,7 @@ def test_only_the_origin_output_truncated_names_the_likely_origin_in_every_form(
     assert "likely origin: SqrtGrad" in html and 'class="incomplete"' in html
 
 
+@pytest.mark.mindspore
 def test_a_step_killed_after_sqrtgrads_inputs_is_incomplete_not_clean(multirank_dumps, tmp_path, capsys):
     dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
     step = _step_dir(dump, 1, LAST)
@@ -171,6 +179,7 @@ def test_a_step_killed_after_sqrtgrads_inputs_is_incomplete_not_clean(multirank_
     assert f"{row.present} of 145 kernels' files" in capsys.readouterr().out
 
 
+@pytest.mark.mindspore
 def test_a_step_directory_missing_on_one_rank_is_incomplete(multirank_dumps, tmp_path):
     dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
     shutil.rmtree(_step_dir(dump, 1, LAST))
@@ -181,6 +190,7 @@ def test_a_step_directory_missing_on_one_rank_is_incomplete(multirank_dumps, tmp
     assert report.verdict == "inconclusive"
 
 
+@pytest.mark.mindspore
 @pytest.mark.parametrize("case", ["three_steps", "clean_fp32"])
 def test_a_clean_dump_whose_last_step_lost_half_its_files_is_inconclusive_with_counts(
         real_dumps, three_step_dumps, tmp_path, capsys, case):
@@ -205,6 +215,7 @@ def test_a_clean_dump_whose_last_step_lost_half_its_files_is_inconclusive_with_c
     assert _row(report, 0).status == "incomplete"
 
 
+@pytest.mark.mindspore
 def test_a_file_written_seconds_ago_means_the_dump_may_still_be_being_written(real_dumps, tmp_path):
     dump = _copy(real_dumps["clean_fp32"], tmp_path)
     assert analyze(str(dump), progress=False).verdict == "clean"
@@ -220,6 +231,7 @@ def test_a_file_written_seconds_ago_means_the_dump_may_still_be_being_written(re
     assert main(["analyze", str(dump), "--finished", "--no-progress"]) == 0
 
 
+@pytest.mark.mindspore
 def test_a_fresh_copy_whose_every_file_is_new_is_not_a_dump_being_written(real_dumps, tmp_path):
     dump = _copy(real_dumps["clean_fp32"], tmp_path)
     now = time.time()
@@ -230,6 +242,7 @@ def test_a_fresh_copy_whose_every_file_is_new_is_not_a_dump_being_written(real_d
     assert check(discover(str(dump), lambda message: None), now=now + RECENT_SECONDS / 2) == []
 
 
+@pytest.mark.mindspore
 def test_an_origin_proven_on_another_rank_stands_and_the_cut_rank_is_incomplete(multirank_dumps, tmp_path, capsys):
     """Rank 0 (which only received the bad value) lost the later half of its last step: the origin proven on rank 1
     by its own inputs is still the answer (exit 1); rank 0 is `incomplete`, not `received`, and the cut is listed
@@ -246,3 +259,55 @@ def test_an_origin_proven_on_another_rank_stands_and_the_cut_rank_is_incomplete(
     assert any(reason.startswith(f"rank 0, step {LAST}: ") for reason in report.inconclusive)
     assert main(["analyze", str(dump), "--no-progress"]) == 1
     assert f"also: rank 0, step {LAST}: " in capsys.readouterr().out
+
+
+def _as_statistics(dump, keep=None):
+    """The dump in its statistic.csv form (saved_data "statistic"): each step's npy files become rows of one
+    statistic.csv (documented-format writer, scripts/ascend_fixtures.py) computed from the real tensors.
+    keep(step, rows) may cut the rows."""
+    import numpy as np
+    from ascend_fixtures import write_statistic_csv
+    for folder in sorted((dump / "rank_0" / "Net" / "0").iterdir()):
+        rows = []
+        for name in _by_time(folder):
+            parsed = names.parse(name)
+            rows.append({"op_type": parsed.op_type, "op_name": parsed.op_name, "task_id": parsed.task_id,
+                         "stream_id": parsed.stream_id, "timestamp": parsed.timestamp, "io": parsed.io,
+                         "slot": parsed.slot, "array": np.load(folder / name)})
+            os.remove(folder / name)
+        write_statistic_csv(str(folder / "statistic.csv"), keep(int(folder.name), rows) if keep else rows)
+
+
+@pytest.mark.mindspore
+def test_a_statistics_dump_is_complete_and_its_cut_last_step_is_not(three_step_dumps, tmp_path):
+    """statistic.csv dumps have one file per step: the kernels are rows, never "0 of 97 kernels' files"."""
+    whole = _copy(three_step_dumps["normhead_fp32_clean_3steps"], tmp_path, "whole")
+    _as_statistics(whole)
+    _age(whole / "rank_0" / "Net" / "0" / "2")
+    assert check(discover(str(whole), lambda message: None)) == []
+    assert analyze(str(whole), progress=False).verdict == "clean"
+    cut = _copy(three_step_dumps["normhead_fp32_clean_3steps"], tmp_path, "cut")
+    _as_statistics(cut, keep=lambda step, rows: rows[:len(rows) // 2] if step == 2 else rows)
+    _age(cut / "rank_0" / "Net" / "0" / "2")
+    report = analyze(str(cut), progress=False)
+    [step] = report.completeness
+    assert (step.rank, step.iteration, step.present * 2 in (step.expected, step.expected - 1)) == (0, 2, True)
+    assert "statistic.csv rows (as step" in step.reasons[0] and report.verdict == "inconclusive"
+
+
+@pytest.mark.parametrize("form", ["bf16_bin", "ffts_bin", "msaccucmp_npy"])
+def test_a_cut_binary_dump_file_is_found_by_its_header(tmp_path, form):
+    """Binary DumpData and msaccucmp files, SPEC-BUILT from the documented formats (scripts/ascend_fixtures.py):
+    whole, nothing is incomplete; the SqrtGrad file cut short (its payload, as a killed writer leaves it) is named."""
+    from ascend_fixtures import build_wild_form
+    desc = build_wild_form(str(tmp_path / "dump"), form)
+    _age(Path(desc["dir"]))
+    assert check(discover(desc["root"], lambda message: None)) == []
+    victim = next(Path(desc["dir"]) / n for n in sorted(os.listdir(desc["dir"])) if n.startswith("SqrtGrad.")
+                  and (".output." in n or not n.endswith(".npy")))
+    with open(victim, "r+b") as fh:
+        fh.truncate(os.path.getsize(victim) - 3)
+    _age(Path(desc["dir"]))
+    [cut] = check(discover(desc["root"], lambda message: None))
+    assert cut.truncated == [str(victim)] and cut.reasons == [f"1 of {cut.expected} files truncated or empty"]
+    assert analyze(desc["root"], progress=False).verdict != "clean"

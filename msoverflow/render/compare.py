@@ -188,7 +188,8 @@ def render_compare_markdown(c: Comparison) -> str:
         for t in f.inputs + f.outputs:
             out.append(f"| {t.io} {t.slot} | {_md(t.baseline_dtype)} / {_md(t.target_dtype)} | "
                        f"{ {True: 'yes', False: '**no**', None: '-'}[t.agree]} | {_g(t.max_abs_error)} | "
-                       f"{_g(t.max_rel_error)} | {_g(t.cosine, 6)} | {_g(t.error_ulps)} ({_md(t.ulp_dtype or 'exact')}) | "
+                       f"{_g(t.max_rel_error)} | {_g(t.cosine, 6)} | "
+                       f"{_g(t.error_ulps)} ({_md(t.ulp_dtype or 'exact')}) | "
                        f"`{_md(os.path.basename(t.target_file))}` |")
         out.append("")
     if c.worst:

@@ -273,7 +273,7 @@ def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
             xs = [(report.step_times.get(r, {}).get(step, (0, 0))[1]
                    - report.step_times.get(r, {}).get(step, (0, 0))[0]) / 1000.0 for r in clean_here]
             legend["clean"] = ax.scatter(xs, [rank_pos[r] for r in clean_here], **style["clean"])
-        for rank in not_dumped:
+        for rank in not_dumped & drawn:
             ax.text(0, rank_pos[rank], " not dumped", va="center", fontsize=8, color="#757575", style="italic")
         ax.set_title(f"step {step}", fontsize=10)
         ax.set_xlabel("ms since the rank's step began", fontsize=8)
