@@ -6,24 +6,21 @@ import os
 import time
 
 from ..errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_CODES_HELP, EXIT_INCONCLUSIVE
+from ..selection import argument
 
 
-def _int_list(text: str):
-    """Steps/ranks as `config` spells them: 0 | 0,7 | 0-3 | 0|5-8 | all (no filter)."""
-    if text.strip().lower() == "all":
-        return None
-    values = set()
-    try:
-        for part in text.replace("|", ",").split(","):
-            part = part.strip()
-            if "-" in part:
-                low, high = (int(x) for x in part.split("-", 1))
-                values.update(range(low, high + 1))
-            elif part:
-                values.add(int(part))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers like 0, 0,7, 0-3 or 0|5-8, got {text!r}")
-    return sorted(values)
+def add_report_options(p) -> None:
+    """--format, -o, --save, --no-save: the same on every command that ends in a Report (analyze, run, hunt)."""
+    p.add_argument("--format", choices=["text", "json", "markdown", "html"],
+                   help="default: from -o's extension (.html, .json, .md), else text; html: one self-contained page "
+                        "with plots, viewable offline")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the report here instead of stdout (then no report.json is saved)")
+    p.add_argument("--save", metavar="FILE", default=None,
+                   help="without -o, also save the JSON report here for `msoverflow patch/repro --from` "
+                        "(default: report.json in the current directory, never inside the dump; "
+                        "$MSOVERFLOW_REPORT_JSON overrides, empty disables)")
+    p.add_argument("--no-save", action="store_true", help="without -o, do not save report.json")
 
 
 def register(sub):
@@ -42,23 +39,14 @@ def register(sub):
                               "collective), flagged, clean, incomplete or not dumped. Ranks are ordered by steps, "
                               "collectives and op knowledge, never by their clocks.")
     p.add_argument("dump_dir", metavar="DUMP_DIR")
-    p.add_argument("--ranks", "--rank", dest="rank", type=_int_list, metavar="IDS",
+    p.add_argument("--ranks", "--rank", dest="rank", type=argument("--ranks"), metavar="IDS",
                    help="only these ranks, e.g. 0, 0,7 or 0-3")
-    p.add_argument("--steps", "--step", "--iteration", "--iterations", dest="iteration", type=_int_list,
+    p.add_argument("--steps", "--step", "--iteration", "--iterations", dest="iteration", type=argument("--steps"),
                    metavar="STEPS", help="only these steps (the dump's iteration directories), e.g. 0, 0-3 or 0|5-8")
     p.add_argument("--top", type=int, default=10, help="later origins to list (default 10)")
     p.add_argument("--all", dest="scan_all", action="store_true",
                    help="scan every step (default: stop after the step holding the first origin)")
-    p.add_argument("--format", choices=["text", "json", "markdown", "html"],
-                   help="default: from -o's extension (.html, .json, .md), else text; html: one self-contained page "
-                        "with plots, viewable offline")
-    p.add_argument("-o", "--output", metavar="FILE",
-                   help="write the report here instead of stdout (then no report.json is saved)")
-    p.add_argument("--save", metavar="FILE", default=None,
-                   help="without -o, also save the JSON report here for `msoverflow patch/repro --from` "
-                        "(default: report.json in the current directory, never inside the dump; "
-                        "$MSOVERFLOW_REPORT_JSON overrides, empty disables)")
-    p.add_argument("--no-save", action="store_true", help="without -o, do not save report.json")
+    add_report_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--jobs", type=int, metavar="N",
                    help="worker processes for the per-rank scans (default: one per CPU on large dumps, on 3+ CPUs; "
@@ -78,7 +66,6 @@ def register(sub):
 def run(args) -> int:
     from ..analyze import analyze
     from ..errors import UserError
-    from ..render import render
 
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs {args.jobs}: expected 1 or more")
@@ -97,6 +84,15 @@ def run(args) -> int:
                      finished=args.finished)
     log.debug("analyzed %s in %.1f s: %s, %d files, %d tensors read", args.dump_dir, time.monotonic() - started,
               report.verdict, report.files, report.tensors_read)
+    return deliver(args, report)
+
+
+def deliver(args, report) -> int:
+    """Print or write the report in the chosen form, save report.json; the exit code of its verdict."""
+    from ..errors import UserError
+    from ..logs import log
+    from ..render import render
+    from ..safeio import refuse_output_inside
     fmt = args.format or _format_of(args.output)
     text = render(report, fmt, args.top)
     if args.output and not report.files:

@@ -15,6 +15,8 @@ import numpy as np
 
 from ..dtypes import SUB_BYTE_BITS, UNDECODABLE, decode_raw, numpy_dtype
 from ..model import INPUT, TensorEvent
+from ..names import KIND_RAW
+from .registry import Reader
 
 
 def decodable(dtype: Optional[str]) -> bool:
@@ -92,3 +94,15 @@ def raw_event(path: str, parsed, *, rank: int, graph: str, iteration: int) -> Te
         event.note = (f"{UNDECODABLE}: dtype {parsed.dtype_word or '?'} of a headerless tensor file cannot be "
                       "decoded: not read")
     return event
+
+
+def _read_dir_files(content, batch) -> None:
+    """The registry's call: headerless tensor files [(file name, names.ParsedName)] of one directory."""
+    d = content.d
+    for name, parsed in batch:
+        content.files += 1
+        content.events.append(raw_event(content.path(name), parsed, rank=d.rank, graph=d.graph,
+                                        iteration=d.iteration))
+
+
+READER = Reader("raw", _read_dir_files, kinds=(KIND_RAW,))
