@@ -378,9 +378,11 @@ def _ops_for(stage: int, last: bool, overflow: bool, origin: bool, rng: np.rando
         # AdamWeightDecay(var, m, v, lr, beta1, beta2, epsilon, decay, gradient): the weight update of the step
         weight = act(0.02)
         scalars = [np.array([v], np.float32) for v in (1e-4, 0.9, 0.95, 1e-8, 0.01)]
+        with np.errstate(invalid="ignore", over="ignore"):     # the updated weight: NaN where the gradient is
+            updated = (weight.astype(np.float32) - 1e-4 * gradient.astype(np.float32)).astype(f16)
         ops.append((2800, "AdamWeightDecay", OPTIMIZER + ("0" if last else "1"),
                     [weight, np.zeros_like(weight), np.zeros_like(weight)] + scalars[:4] + scalars[4:] + [gradient],
-                    [weight], COMPUTE_STREAM, ""))
+                    [updated], COMPUTE_STREAM, ""))
     return ops
 
 
