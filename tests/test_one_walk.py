@@ -222,3 +222,18 @@ def test_vectorised_row_check_agrees_with_scan():
         assert [(bool(b), bool(p)) for b, p in zip(bad, pinned)] == [scan(r, declared) for r in rows]
     clean = np.ones((4, 3), F32)
     assert not scan_rows(clean, "float32")[0].any()
+
+
+@pytest.mark.mindspore
+def test_real_four_ranks_every_arrival_and_the_later_origin(multirank_dumps):
+    """The real 4-rank msrun run: rank 3 receives the bad gradient at step 1 and makes its own at step 2; both are
+    facts of the Report, and each arrival is timed from that rank's own step start."""
+    report = analyze(str(multirank_dumps["dp4_two_origins"]), progress=False)
+    arrivals = {(a.rank, a.iteration): a for a in report.arrivals}
+    assert (3, 1) in arrivals and arrivals[(3, 1)].op_type == "AllReduce"
+    assert all(a.offset_us is not None and a.offset_us >= 0 for a in report.arrivals)
+    rows = {row.rank: row for row in report.rank_status}
+    assert (rows[3].status, rows[3].iteration) == ("origin", 2) and (rows[1].status, rows[1].iteration) == ("origin", 1)
+    assert report.scanned_steps[3] == [0, 1, 2] and report.scanned_steps[1] == [0, 1]
+    for rank, steps in report.scanned_steps.items():
+        assert set(report.step_times[rank]) == set(steps)

@@ -7,6 +7,7 @@ numpy has no type for is marked undecodable, which keeps a verdict from being ca
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Optional, Tuple
@@ -89,7 +90,8 @@ def raw_event(path: str, parsed, *, rank: int, graph: str, iteration: int) -> Te
                         timestamp=parsed.timestamp, io=parsed.io or INPUT, slot=parsed.slot or 0, fmt=parsed.fmt,
                         dtype=dtype, shape=parsed.shape, context_id=parsed.context_id, thread_id=parsed.thread_id)
     if decodable(parsed.dtype):
-        event.loader = lambda: load_raw(path, parsed.dtype, parsed.shape)
+        # a partial, not a closure: events travel between processes (analyze --jobs/--scheduler) by pickle
+        event.loader = functools.partial(load_raw, path, parsed.dtype, parsed.shape)
     else:
         event.note = (f"{UNDECODABLE}: dtype {parsed.dtype_word or '?'} of a headerless tensor file cannot be "
                       "decoded: not read")
