@@ -135,3 +135,15 @@ def test_real_four_rank_dump_with_dp4(multirank_dumps, capsys):
     out = capsys.readouterr().out
     assert "where : rank 1 (pipeline stage 0, tp 0, dp 1), step 1" in out and "head.weight" in out
     assert analyze(dump).parallel is None     # same kernels on every rank, no file: the layout is unknown
+
+
+def test_label_ranks_without_rank_directories_as_hunt_calls_it(tmp_path):
+    """`msoverflow hunt --parallel` labels its own rank rows (no rank_N directories, no saved graphs)."""
+    from msoverflow.model import RankStatus
+    from msoverflow.parallel_layout import label_ranks
+    rows = [RankStatus(rank, "clean") for rank in range(4)]
+    warnings = []
+    layout = label_ranks(parse_spec("tp=2"), str(tmp_path), rows, {}, warnings.append)
+    assert layout["dp"] == 2 and [r.coords for r in rows] == [
+        {"dp": 0, "tp": 0, "pp": 0}, {"dp": 0, "tp": 1, "pp": 0}, {"dp": 1, "tp": 0, "pp": 0}, {"dp": 1, "tp": 1, "pp": 0}]
+    assert label_ranks(None, str(tmp_path), rows, {}, warnings.append) is None and warnings == []
