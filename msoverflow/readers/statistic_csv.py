@@ -510,7 +510,8 @@ def _arrow_table(path: str) -> Optional[StatTable]:
     try:
         from .. import safeio
         with safeio.open_regular(path, "rb") as fh:      # a FIFO or device: the careful reader says why
-            header_line = fh.readline(1 << 16).decode("utf-8", errors="replace")
+            # pyarrow skips a UTF-8 byte-order mark too: the names then match
+            header_line = fh.readline(1 << 16).decode("utf-8-sig", errors="replace")
         header = next(csv.reader([header_line]))
     except (OSError, csv.Error, StopIteration):
         return None
@@ -521,7 +522,7 @@ def _arrow_table(path: str) -> Optional[StatTable]:
             fields[key] = name
     wanted = {k: v for k, v in fields.items() if k in _INT_FIELDS + _FLOAT_FIELDS + _TEXT_FIELDS}
     if any(k not in fields for k in REQUIRED) or len(set(wanted.values())) != len(wanted) \
-            or len(set(header)) != len(header) or header_line.startswith("\ufeff"):
+            or len(set(header)) != len(header):
         return None
     types = {name: (pa.int64() if k in _INT_FIELDS else pa.float64() if k in _FLOAT_FIELDS else pa.string())
              for k, name in wanted.items()}
