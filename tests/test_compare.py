@@ -229,7 +229,8 @@ def test_names_from_the_dump_never_render_as_markup_or_terminal_codes(tmp_path, 
 
 
 def _run_view(ex):
-    return ex.op_type, ex.op_name, ex.time, ex.order, [(e.io, e.slot, e.source, e.dtype) for e in ex.inputs + ex.outputs]
+    tensors = [(e.io, e.slot, e.source, e.dtype) for e in ex.inputs + ex.outputs]
+    return ex.op_type, ex.op_name, ex.time, ex.order, tensors
 
 
 def test_columnar_unit_read_gives_the_object_read_runs_and_tensors(tmp_path):
