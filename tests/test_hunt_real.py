@@ -62,6 +62,18 @@ def test_hunt_names_sqrt_backward_at_a_later_step(hunt_runs):
     assert steps == {"2"}
 
 
+def test_hunt_under_msrun_watches_each_rank(hunt_runs):
+    """2 CPU workers, data parallel: rank 1 makes the overflow, rank 0 gets it through the gradient AllReduce
+    (inside DistributedGradReducer's @jit construct: named by its collective, so it is received, not made)."""
+    _, case, report, log = _case(hunt_runs, "hunt_msrun_dp2")
+    assert case["exit"] == 1, log[-3000:]
+    _assert_names(report, case["expected"])
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    assert ranks[1]["status"] == "origin" and ranks[1]["op_type"] == "SqrtGrad"
+    assert ranks[0]["status"] == "received" and ranks[0]["op_type"] == "AllReduce" and ranks[0]["iteration"] == 2
+    assert "rank 0: 3 optimizer updates" in log and "rank 1: 3 optimizer updates" in log
+
+
 def test_hunt_of_a_finite_run_is_clean_and_says_what_it_watched(hunt_runs):
     _, case, report, log = _case(hunt_runs, "hunt_pynative_clean")
     assert case["exit"] == 0, log[-3000:]
