@@ -10,21 +10,22 @@ Library code (patch --verify, config/run) calls these, never `cli.main([...])`.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Union
 
 from .model import Report
 
 
-def analyze(path: str, *, ranks: Optional[Iterable[int]] = None, steps: Optional[Iterable[int]] = None,
+def analyze(path: str, *, ranks: Union[None, str, Iterable[int]] = None,
+            steps: Union[None, str, Iterable[int]] = None,
             scan_all: bool = False, warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = 1,
             scheduler: Optional[str] = None, finished: bool = False) -> Report:
     """Analyse a dump directory (any layout `msoverflow analyze` reads) and return the Report.
-    ranks/steps: only these (None: all). Warnings go to `warn` (default: kept in report.warnings only).
-    finished: the job that wrote the dump has ended (files written seconds ago are complete)."""
+    ranks/steps: only these (None: all), as ints or in the command line's grammar ("0-3", "0|5-8"). Warnings go
+    to `warn` (default: kept in report.warnings only). finished: the job that wrote the dump has ended (files
+    written seconds ago are complete)."""
     from .analyze import analyze as _analyze
-    return _analyze(path, ranks=sorted(set(ranks)) if ranks is not None else None,
-                    iterations=sorted(set(steps)) if steps is not None else None, scan_all=scan_all,
-                    progress=False, warn=warn, jobs=jobs, scheduler=scheduler, finished=finished)
+    return _analyze(path, ranks=ranks, iterations=steps, scan_all=scan_all, progress=False, warn=warn, jobs=jobs,
+                    scheduler=scheduler, finished=finished)
 
 
 def compare(baseline: str, target: str, *, ranks: Optional[Iterable[int]] = None,

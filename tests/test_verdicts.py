@@ -197,7 +197,7 @@ def test_a_crash_exits_4_naming_the_file_never_1(tmp_path, monkeypatch, capsys):
     def broken(*_args, **_kwargs):
         raise ZeroDivisionError("boom")
     monkeypatch.setattr(stats, "scan", broken)
-    monkeypatch.setattr(stats, "scan_rows", broken)      # the batch check of small tensors (msoverflow/scan.py)
+    monkeypatch.setattr(stats, "scan_rows", broken)      # the batch check of small tensors (msoverflow/walk.py)
     assert main(["analyze", str(tmp_path), "--no-progress"]) == 4
     err = capsys.readouterr().err
     assert "internal error while reading" in err and ".npy" in err and "ZeroDivisionError" in err

@@ -16,10 +16,10 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..errors import UserError
+from ..rules.knowledge import knowledge
 from .source_patch import SourcePatch, _code, _dotted, _relocate, _with_comment
 
 MARKER = "# msoverflow: zero-token guard"
-_DIVISIONS = {"div", "Div", "RealDiv", "real_div", "divide", "true_divide", "DivNoNan"}
 
 
 class _Guard(cst.CSTTransformer):
@@ -50,7 +50,8 @@ class _Guard(cst.CSTTransformer):
     def leave_Call(self, original, updated):
         dotted = _dotted(original.func)
         callee = dotted.split(".")[-1].rstrip("()")
-        is_division = callee in _DIVISIONS or (dotted.startswith("self.") and callee in self.division_attrs)
+        is_division = callee in knowledge().division_calls or (
+            dotted.startswith("self.") and callee in self.division_attrs)
         if self.in_culprit and not self.divided and is_division and len(updated.args) >= 2:
             self.divided = True
             args = list(updated.args)
@@ -92,7 +93,8 @@ def plan(path: str, line: int, code: str = "", count_input: int = -1) -> SourceP
     line = _relocate(original, line, code, path)
     result.line = line
     changes: List[str] = []
-    division_attrs = frozenset(re.findall(r"self\.(\w+)\s*=\s*(?:[\w.]+\.)?(?:RealDiv|Div|DivNoNan)\(", original))
+    primitives = "|".join(sorted(c for c in knowledge().division_calls if c[:1].isupper()))
+    division_attrs = frozenset(re.findall(rf"self\.(\w+)\s*=\s*(?:[\w.]+\.)?(?:{primitives})\(", original))
     transformer = _Guard(line, count_input, changes, division_attrs)
     patched = MetadataWrapper(module).visit(transformer)
     if not transformer.divided:
