@@ -35,10 +35,11 @@ from .scope import cell_of, enclosing_class
 
 def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, progress: Optional[bool] = None,
             warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = None,
-            scheduler: Optional[str] = None, finished: bool = False) -> Report:
+            scheduler: Optional[str] = None, finished: bool = False, parallel=None) -> Report:
     """ranks/iterations: a selection (msoverflow.selection.Selection, or any collection; None: all).
     jobs: worker processes (None: from the CPU count, for dumps large enough); scheduler: a Dask scheduler
-    address to run the per-rank scans on (msoverflow/parallel.py)."""
+    address to run the per-rank scans on (msoverflow/parallel.py); parallel: a parallel_layout.ParallelSpec
+    (None: from a file beside the dump, else inferred from the graphs)."""
     warnings: List[str] = []
 
     def note(message: str):
@@ -146,6 +147,15 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
         if advice:
             note(f"no rank holds the origin: a collective delivered the first bad value; {advice}")
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": meta["summary"]}
+    from .parallel_layout import label_ranks
+    layout = label_ranks(parallel, path, rank_status, walked.rank_roots, note)
+    from .parameters import parameter_hits
+    judged_runs: Dict[int, List[OpExecution]] = {}
+    for ex, _v in judged:
+        judged_runs.setdefault(ex.rank, []).append(ex)
+    hit = parameter_hits(judged_runs, rank_status, access.stats, graphs.node,
+                         lambda op_type: op_type in kn.state_updates, kn.is_collective, note,
+                         {(ex.rank, ex.iteration) for ex, _v in judged})
     scanned_units = [u for u in units if u.iteration in walked.scanned.get(u.rank, ())]
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(walked.runs), iterations=iterations_seen,
@@ -155,7 +165,7 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
                   overflow_records=list(walked.records), arrivals=_arrivals(walked),
                   scanned_steps={rank: list(steps) for rank, steps in walked.scanned.items()},
                   edges=_edges(first, propagation), completeness=incomplete, likely_origin=likely,
-                  scanned_units=scanned_units)
+                  scanned_units=scanned_units, parallel=layout, parameters=hit)
 
 
 def _arrivals(walked) -> List[Arrival]:

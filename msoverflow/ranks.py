@@ -101,23 +101,30 @@ def _ranks_named_at_root(path: str) -> Dict[int, str]:
         if match:
             found.setdefault(int(match.group(1)), f"{name} configures device {match.group(1)} to dump")
         elif _RANK_TABLE.search(name):
-            full = os.path.join(path, name)
-            try:
-                with reading(full):
-                    table = safeio.load_json(full, limit=4 << 20)
-            except (OSError, ValueError):
-                continue
-            servers = table.get("server_list") if isinstance(table, dict) else None
-            for server in servers if isinstance(servers, list) else []:
-                devices = server.get("device") if isinstance(server, dict) else None
-                for device in devices if isinstance(devices, list) else []:
-                    try:
-                        rank = int(device.get("rank_id"))
-                    except (AttributeError, TypeError, ValueError):
-                        continue
-                    if 0 <= rank <= 1 << 16:
-                        found.setdefault(rank, f"the rank table {name} lists rank {rank}")
+            for rank in sorted(rank_table_ranks(os.path.join(path, name))):
+                found.setdefault(rank, f"the rank table {name} lists rank {rank}")
     return found
+
+
+def rank_table_ranks(path: str) -> Set[int]:
+    """The ranks an HCCL rank table lists (server_list[].device[].rank_id); empty when it is not one."""
+    ranks: Set[int] = set()
+    try:
+        with reading(path):
+            table = safeio.load_json(path, limit=4 << 20)
+    except (OSError, ValueError):
+        return ranks
+    servers = table.get("server_list") if isinstance(table, dict) else None
+    for server in servers if isinstance(servers, list) else []:
+        devices = server.get("device") if isinstance(server, dict) else None
+        for device in devices if isinstance(devices, list) else []:
+            try:
+                rank = int(str(device.get("rank_id"))[:8])
+            except (AttributeError, TypeError, ValueError):
+                continue
+            if 0 <= rank <= 1 << 16:
+                ranks.add(rank)
+    return ranks
 
 
 def _find_count(doc, depth: int = 0) -> Optional[int]:

@@ -431,6 +431,12 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
                 with reading(_file_of(ex)):
                     if judge(ex, side, kn, earlier_bad=False).kind == CROSS_RANK:
                         summary.arrivals.append(ex)
+            elif flags and earlier_bad and ex.op_type in kn.state_updates and len(ex.inputs) > 1:
+                # an optimizer update after a bad value: its inputs say which parameter was hit (parameters.py)
+                with reading(_file_of(ex)):
+                    update = judge(ex, side, kn, earlier_bad=True)
+                if update.role == PROPAGATOR:
+                    summary.judged.append((ex, update))
             continue
         earlier_bad = True
         if verdict.kind == CROSS_RANK:

@@ -57,6 +57,8 @@ def register(sub):
     p.add_argument("--finished", action="store_true",
                    help="the job that wrote the dump has ended: files written seconds ago are complete, not a dump "
                         "still being written (msoverflow run and patch --verify say so themselves)")
+    from ..parallel_layout import add_parallel_option
+    add_parallel_option(p)
     p.set_defaults(run=run)
     return p
 
@@ -78,7 +80,8 @@ def run(args) -> int:
     report = analyze(args.dump_dir, ranks=args.rank, iterations=args.iteration, scan_all=args.scan_all,
                      progress=False if (args.no_progress or getattr(args, "quiet", False)) else None,
                      warn=lambda message: log.debug("warning: %s", message), jobs=args.jobs,
-                     scheduler=args.scheduler, finished=args.finished)
+                     scheduler=args.scheduler, parallel=args.parallel,
+                     finished=args.finished)
     log.debug("analyzed %s in %.1f s: %s, %d files, %d tensors read", args.dump_dir, time.monotonic() - started,
               report.verdict, report.files, report.tensors_read)
     return deliver(args, report)

@@ -30,6 +30,8 @@ def register(subparsers):
                         help="fresh directory for the records and the first bad op's tensors "
                              "(default ./msoverflow_runs/hunt_<time>)")
     add_report_options(parser)
+    from ..parallel_layout import add_parallel_option
+    add_parallel_option(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after '--'")
     parser.set_defaults(run=run, top=10)
     return parser
@@ -47,5 +49,9 @@ def run(args: argparse.Namespace) -> int:
     steps = args.steps.values(MAX_WATCHED_STEPS, "--steps") if args.steps is not None else None
     outcome = hunt(command, args.out_dir, steps)
     write_summary(outcome, sys.stderr)
+    if args.parallel is not None:        # rank coordinates, as analyze gives them (msoverflow/parallel_layout.py)
+        from ..parallel_layout import label_ranks
+        outcome.report.parallel = label_ranks(args.parallel, outcome.out_dir, outcome.report.rank_status, {},
+                                              outcome.report.warnings.append)
     args.dump_dir = outcome.out_dir
     return deliver(args, outcome.report)
