@@ -166,8 +166,13 @@ def _unit_runs(dirs, warn):
 
 def match_key(ex: OpExecution) -> Tuple[str, str, str]:
     """What stays the same across compilations: graph, op type and the scope path without op numbers."""
-    name = _OP_NUMBER_INNER.sub("", _OP_NUMBER.sub("", ex.op_name))
-    return ex.graph, ex.op_type, name
+    return ex.graph, ex.op_type, _without_op_numbers(ex.op_name)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _without_op_numbers(op_name: str) -> str:
+    """The same names recur on every rank and step."""
+    return _OP_NUMBER_INNER.sub("", _OP_NUMBER.sub("", op_name))
 
 
 def _keys(runs: List[OpExecution], graphs) -> List[tuple]:
