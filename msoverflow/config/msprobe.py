@@ -11,8 +11,7 @@ from importlib import metadata
 from typing import List, Mapping, Optional, Sequence
 
 from ..errors import UserError
-from .checker import Problem, Target
-from .generator import DumpConfigResult
+from .model import ConfigRefused, DumpConfigResult, Problem, Target, shown as _shown
 from .rules import Situation, load_rules, when_matches
 
 MODES = ("graph", "pynative")
@@ -154,7 +153,6 @@ def build_msprobe(purpose: str, target: Target, *, mode: str, path: Optional[str
     problems = check_msprobe(config, target=target, mode=mode, msprobe_version=version)
     errors = [p for p in problems if p.severity == "error"]
     if errors:
-        from .generator import ConfigRefused
         raise ConfigRefused("refusing this msprobe config: " + " ".join(str(p) for p in errors), errors)
     result.problems = problems
     result.warnings += [str(p) for p in problems]
@@ -185,7 +183,12 @@ def check_msprobe(data: Mapping, *, target: Optional[Target] = None, mode: Optio
     task = data.get("task", "statistics")
     level = data.get("level", "L1")
     if task not in r["tasks"]:
-        add("msprobe-task", "error", f"task {json.dumps(task)} is not one of {', '.join(r['tasks'])}", key="task")
+        add("msprobe-task", "error", f"task {_shown(task)} is not one of {', '.join(r['tasks'])}", key="task")
+        task = None            # a wrong task (a list or an object too) names no section and no removal rule
+    if level not in r["levels"]:
+        add("msprobe-level", "error", f"level {_shown(level)} is not one of {', '.join(r['levels'])}",
+            key="level")
+        level = None
     refused_from = r.get("tasks_refused_from", {}).get(task)
     if refused_from:
         version = msprobe_version or installed_msprobe()
@@ -197,19 +200,16 @@ def check_msprobe(data: Mapping, *, target: Optional[Target] = None, mode: Optio
         if level != "L2":
             add("msprobe-overflow-level", "error", "overflow_check works at level L2 (static graph, O2) only",
                 key="level")
-    if level not in r["levels"]:
-        add("msprobe-level", "error", f"level {json.dumps(level)} is not one of {', '.join(r['levels'])}",
-            key="level")
     if not isinstance(data.get("dump_path"), str) or not data.get("dump_path"):
         add("msprobe-dump-path", "error", "dump_path is required (a directory path string)", key="dump_path")
     for key in ("rank", "step"):
         if key in data and not _ids_ok(data[key]):
             add(f"msprobe-{key}", "error", f"{key} must be a list of ids (0, \"4\" or \"4-6\"), not "
-                f"{json.dumps(data[key])}", key=key)
+                f"{_shown(data[key])}", key=key)
     for key in data:
         if key not in r["common_keys"] and key not in r["task_keys"] and key not in ("acc_check",):
             add("msprobe-unknown-key", "warning", f"msprobe does not read '{key}' (a typo?)", key=key)
-    section = data.get(task)
+    section = data.get(task) if task else None
     if section is not None and not isinstance(section, Mapping):
         add("msprobe-section", "error", f"the {task} section must be a JSON object", key=task)
     elif isinstance(section, Mapping):
