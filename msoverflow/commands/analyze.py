@@ -69,10 +69,24 @@ def register(sub):
     return p
 
 
-def run(args) -> int:
-    from ..analyze import analyze
+def parse(argv) -> argparse.Namespace:
+    """analyze's own options from a list (`run --analyze-arg ...`), checked by the same parser; a bad one is a
+    UserError (one line, exit 2), never argparse's exit."""
     from ..errors import UserError
-    from ..render import render
+    options = " ".join(map(str, list(argv)[1:]))
+
+    class Refusing(argparse.ArgumentParser):
+        def error(self, message):
+            raise UserError(f"analyze options '{options}': {message}")
+
+    parser = Refusing(prog="msoverflow", add_help=False)
+    register(parser.add_subparsers())
+    return parser.parse_args(["analyze", *argv])
+
+
+def run(args) -> int:
+    from ..api import analyze
+    from ..errors import UserError
 
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs {args.jobs}: expected 1 or more")
@@ -81,12 +95,21 @@ def run(args) -> int:
     if args.output:   # resolved through symlinks, judged against the dump's root, not only DUMP_DIR
         refuse_output_inside(args.output, args.dump_dir)
     started = time.monotonic()
-    report = analyze(args.dump_dir, ranks=args.rank, iterations=args.iteration, scan_all=args.scan_all,
+    report = analyze(args.dump_dir, ranks=args.rank, steps=args.iteration, scan_all=args.scan_all,
                      progress=False if (args.no_progress or getattr(args, "quiet", False)) else None,
                      warn=lambda message: log.debug("warning: %s", message), jobs=args.jobs,
-                     scheduler=args.scheduler)
+                     scheduler=args.scheduler, command=getattr(args, "command_line", None))
     log.debug("analyzed %s in %.1f s: %s, %d files, %d tensors read", args.dump_dir, time.monotonic() - started,
               report.verdict, report.files, report.tensors_read)
+    return deliver(args, report)
+
+
+def deliver(args, report) -> int:
+    """Print or write the report in the chosen form, save report.json; the exit code of its verdict."""
+    from ..errors import UserError
+    from ..logs import log
+    from ..render import render
+    from ..safeio import refuse_output_inside
     fmt = args.format or _format_of(args.output)
     text = render(report, fmt, args.top)
     if args.output and not report.files:

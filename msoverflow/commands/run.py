@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     log.debug("run: %s (purpose %s)", " ".join(command), purpose)
     outcome = run_and_analyze(command, args.dump_dir, purpose=purpose, analyze=not args.no_analyze,
-                              analyze_args=args.analyze_args, **options)
+                              analyze_args=args.analyze_args,
+                              invoked_as=getattr(args, "command_line", None), **options)
     log.debug("run: command exit %s, %d dump files in %s, analysis exit %s, %.1f s", outcome.command_exit,
               outcome.files_written, outcome.dump_dir, outcome.analysis_exit, time.monotonic() - started)
     return outcome.exit_code

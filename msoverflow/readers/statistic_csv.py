@@ -8,6 +8,7 @@ Reading a row never reads a tensor.
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import os
 import re
@@ -563,15 +564,42 @@ def _cached(cache: Dict[int, str], column: "_Text", row: int, convert) -> str:
     return cache[code]
 
 
+# pyarrow 26+ refuses to import beside NumPy 1.x (every MindSpore wheel needs NumPy < 2); 14 to 25 import with both.
+PYARROW_FIX = "pip install 'pyarrow>=14,<26'"
+
+
+@functools.lru_cache(maxsize=1)
+def pyarrow_problem() -> Optional[str]:
+    """None when the fast statistic.csv parser (pyarrow) can run here; otherwise why not, with the fix. The first
+    call says it once on the `msoverflow` log (a large dump is then read about 10x slower, never silently)."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyarrow.compute  # noqa: F401
+        from pyarrow import csv as _pa_csv  # noqa: F401
+    except Exception as exc:    # noqa: BLE001 - ImportError, or what a broken binary build raises on import
+        import numpy
+        why = " ".join(str(exc).split())[:200] or type(exc).__name__
+        problem = (f"pyarrow cannot be imported here ({why}; NumPy {numpy.__version__}): statistic.csv files are "
+                   f"read by the slower fallback parser (about 10x slower on large dumps). Fix: {PYARROW_FIX}")
+        from ..logs import log
+        log.warning(problem)
+        return problem
+    return None
+
+
+def fast_parser() -> str:
+    """Which statistic.csv parser runs here: "pyarrow" (the fast path) or "fallback"."""
+    return "fallback" if pyarrow_problem() else "pyarrow"
+
+
 def read_columns(path: str) -> Optional[StatTable]:
     """A well-formed statistic.csv as columns; None for anything unusual (read_statistic_csv then explains it
-    row by row) or when pyarrow is not installed."""
-    try:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        from pyarrow import csv as pa_csv
-    except ImportError:
+    row by row) or when pyarrow cannot be imported (said once, see pyarrow_problem)."""
+    if pyarrow_problem():
         return None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyarrow import csv as pa_csv
     try:
         from .. import safeio
         with safeio.open_regular(path, "rb") as fh:      # a FIFO or device: the careful reader says why

@@ -70,6 +70,7 @@ def report_dict(report: Report) -> dict:
                     "tensors_read_to_decide": report.extra.get("tensors_read_to_decide", report.tensors_read),
                     "scanned_all_steps": report.tail_clean,
                     "mindspore": report.extra.get("mindspore") or {}},
+        "provenance": report.provenance,
     }
 
 
