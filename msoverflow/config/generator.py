@@ -155,7 +155,7 @@ def build(purpose: str, *, ms_version: Optional[str] = None, device: Optional[st
         if entry.get("note"):
             hints.append(entry["note"])
 
-    summary = _summary(purpose, target, mechanism_entry, config, will, wont, rules)
+    summary = _summary(purpose, target, mechanism_entry, config, will, wont, rules, problems)
     result = DumpConfigResult(purpose=purpose, ms_version=target.version_label, device=target.device,
                               jit_level=target.jit_level, mechanism=mechanism, config=config, env=env, unset=unset,
                               summary=summary, warnings=list(target.notes) + [str(p) for p in problems],
@@ -165,7 +165,7 @@ def build(purpose: str, *, ms_version: Optional[str] = None, device: Optional[st
     return result
 
 
-def _summary(purpose, target, mechanism_entry, config, will, wont, rules) -> list:
+def _summary(purpose, target, mechanism_entry, config, will, wont, rules, problems) -> list:
     common = config["common_dump_settings"]
     platform = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}[target.device]
     lines = [f"{rules['purposes'][purpose]['title'].capitalize()} for MindSpore {target.version_label}, {platform}"
@@ -173,8 +173,15 @@ def _summary(purpose, target, mechanism_entry, config, will, wont, rules) -> lis
     lines += [f"Will capture: {line}." for line in will]
     lines += [f"Will not capture: {line}." for line in wont]
     iteration = common["iteration"]
-    if iteration == "all":
-        lines.append("Steps: every step (iteration \"all\"): watch the disk.")
+    overflow_only = common.get("op_debug_mode") in (3, 4) and target.device == "ascend"
+    ignored = [p for p in problems if p.key == "common_dump_settings.iteration"]
+    if ignored:     # the steps written are not the steps MindSpore will dump: say both, never one of them
+        lines.append(f"Steps: iteration \"{iteration}\" is written, but MindSpore does not follow it here: "
+                     f"{ignored[0].message}")
+    elif iteration == "all":
+        lines.append("Steps: every step (iteration \"all\")" + (
+            ": only ops that overflow are written, so this stays small until something breaks." if overflow_only
+            else ": watch the disk."))
     else:
         lines.append(f"Steps: iteration \"{iteration}\". MindSpore counts graph runs, not your loop: a step that "
                      "runs two graphs (e.g. an all_finite check) advances the count twice.")

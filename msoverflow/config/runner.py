@@ -89,6 +89,9 @@ def run_and_analyze(command: Sequence[str], dump_dir: Union[None, str, os.PathLi
     # Build before creating anything: a refused config must leave no directory behind.
     probe_dir = Path(dump_dir).absolute() if dump_dir is not None else None
     result = build(purpose, path=str(probe_dir) if probe_dir else None, **config_options)
+    missing = [p for p in result.problems if p.id == "msprobe-adump" and p.severity != "info"]
+    if missing:    # hours of training that would dump no kernel: refuse before the run, with what works
+        raise UserError(f"not running: {missing[0].message} Fix: {missing[0].fix}")
     directory = fresh_dump_dir(dump_dir)
     if probe_dir is None:
         result = build(purpose, path=str(directory), **config_options)
