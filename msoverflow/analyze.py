@@ -50,6 +50,8 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
                             "binary dump, statistic.csv or Opdebug files)")
         return _not_understood(path, warnings, unknown=others, unknown_count=len(others))
     units = plan_units(dirs, ranks, iterations)
+    if not units and (ranks or iterations):
+        raise UserError(_selection_lacks(path, dirs, ranks, iterations))
     access = TensorAccess(note)
     kn = knowledge()
     show = sys.stderr.isatty() if progress is None else progress
@@ -192,6 +194,29 @@ def _nothing_understood(index: DumpIndex, path: str, warnings: List[str], ranks,
     return _not_understood(path, warnings, unknown=index.unknown_examples + index.unreadable,
                            unknown_count=index.unknown_files + len(index.unreadable), files=index.files,
                            layout=",".join(index.layouts))
+
+
+def _spans(values) -> str:
+    """[0, 1, 2, 5] -> "0-2,5" (the --steps/--ranks grammar, so the answer can be pasted back)."""
+    out, values = [], sorted(set(values))
+    for v in values:
+        if out and v == out[-1][1] + 1:
+            out[-1][1] = v
+        else:
+            out.append([v, v])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def _selection_lacks(path: str, dirs, ranks, iterations) -> str:
+    """--ranks/--steps the dump does not hold: say what it holds, per rank, to pick from."""
+    asked = " ".join(f"--{name} {_spans(chosen)}" for name, chosen in (("ranks", ranks), ("steps", iterations))
+                     if chosen)
+    steps: Dict[int, set] = {}
+    for d in dirs:
+        steps.setdefault(d.rank, set()).add(d.iteration)
+    held = "; ".join(f"rank {rank}: steps {_spans(s)}" for rank, s in sorted(steps.items())[:16])
+    more = f" (and {len(steps) - 16} more ranks)" if len(steps) > 16 else ""
+    return (f"{path}: the dump has no files for {asked}; it holds ranks {_spans(steps)} ({held}{more})")
 
 
 def _other_files(path: str, limit: int = 2000) -> List[str]:
