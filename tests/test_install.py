@@ -42,6 +42,9 @@ def wheel(tmp_path_factory):
         assert bad not in log, f"setuptools warns: {bad}"
     wheels = list(out.glob("msoverflow-*.whl"))
     assert len(wheels) == 1
+    import zipfile
+    with zipfile.ZipFile(wheels[0]) as whl:      # the top-level configs/ is the repository's data, not installed
+        assert not [n for n in whl.namelist() if n.startswith("configs/")]
     return wheels[0]
 
 
