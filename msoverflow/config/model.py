@@ -136,15 +136,21 @@ class DumpConfigResult:
         self.config_path = config_path
         self.env["MINDSPORE_DUMP_CONFIG"] = config_path
 
-    def shell_snippet(self) -> str:
-        lines = [f"# msoverflow: {self.purpose} dump, MindSpore {self.ms_version}, {self.device}"
-                 + (f", jit_level {self.jit_level}" if self.jit_level else "")]
+    def environment_lines(self) -> list:
+        """export/unset lines, each with why."""
+        lines = []
         for name, value in self.env.items():
             why = self.env_why.get(name)
             lines.append(f"export {name}={shlex.quote(value)}" + (f"   # {why}" if why else ""))
         for name in self.unset:
             why = self.env_why.get(name)
             lines.append(f"unset {name}" + (f"   # {why}" if why else ""))
+        return lines
+
+    def shell_snippet(self) -> str:
+        lines = [f"# msoverflow: {self.purpose} dump, MindSpore {self.ms_version}, {self.device}"
+                 + (f", jit_level {self.jit_level}" if self.jit_level else "")]
+        lines += self.environment_lines()
         lines.extend(f"# {hint}" for hint in self.hints)
         return "\n".join(lines) + "\n"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import List, Mapping, Optional, Sequence
@@ -113,12 +112,7 @@ class MsprobeConfigResult(DumpConfigResult):
     def shell_snippet(self) -> str:
         lines = [f"# msoverflow: {self.purpose} dump through msprobe (level {self.level}), MindSpore "
                  f"{self.ms_version}, {self.device}" + (f", jit_level {self.jit_level}" if self.jit_level else "")]
-        for name, value in self.env.items():
-            why = self.env_why.get(name)
-            lines.append(f"export {name}={shlex.quote(value)}" + (f"   # {why}" if why else ""))
-        for name in self.unset:
-            why = self.env_why.get(name)
-            lines.append(f"unset {name}" + (f"   # {why}" if why else ""))
+        lines += self.environment_lines()
         lines.append("# in the training script (" + install_hint(self) + "):")
         lines.extend(f"#   {line}" for line in (self.python or snippet(self.config_path or "<config.json>")))
         lines.extend(f"# {hint}" for hint in self.hints)
