@@ -3,6 +3,8 @@
     import msoverflow
     report = msoverflow.analyze("dump", ranks=[0, 1], steps=[2])
     report.verdict, report.first, report.to_dict()
+    diff = msoverflow.compare("dump_fp32", "dump_fp16")
+    diff.verdict, diff.first_divergence, diff.to_dict()
 
 Library code (patch --verify, config/run) calls these, never `cli.main([...])`.
 """
@@ -27,3 +29,13 @@ def analyze(path: str, *, ranks: Optional[Iterable[int]] = None, steps: Optional
                       progress=progress, warn=warn, jobs=jobs, scheduler=scheduler)
     report.provenance = collect(report, command)
     return report
+
+
+def compare(baseline: str, target: str, *, ranks: Optional[Iterable[int]] = None,
+            steps: Optional[Iterable[int]] = None, tolerance_ulps: Optional[float] = None, top: int = 10,
+            warn: Optional[Callable[[str], None]] = None):
+    """Compare two dumps of the same model and return the Comparison `msoverflow compare` renders:
+    .verdict (diverged | equivalent | inconclusive), .first_divergence, .worst, .unmatched, .to_dict()."""
+    from .comparison import DEFAULT_ULPS, compare as _compare
+    return _compare(baseline, target, ranks=ranks, steps=steps, top=top, warn=warn,
+                    tolerance_ulps=DEFAULT_ULPS if tolerance_ulps is None else tolerance_ulps)

@@ -14,6 +14,7 @@ from .logs import add_options as add_logging_options
 # so `--help` and `analyze` import no other command's code (config pulls in the dump-config tables, patch libcst).
 COMMANDS = {
     "analyze": "find the first op that created inf/NaN/out-of-range values in a dump",
+    "compare": "compare two dumps: the first op where a target run parts from a baseline run",
     "convert": "convert Ascend binary dump files to npy (writes only into OUTDIR)",
     "config": "write or check a MindSpore dump config",
     "run": "run a training command under a dump, then analyze it",

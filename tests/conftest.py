@@ -72,3 +72,17 @@ def multirank_dumps():
     out_dir = os.environ.get(OUT_DIR_ENV) or None
     return generator.ensure_cases([case.name for case in generator.MULTI_RANK_CASES], out_dir=out_dir, jobs=1,
                                   progress=lambda msg: print(f"[real dumps] {msg}", file=sys.__stderr__, flush=True))
+
+
+@pytest.fixture(scope="session")
+def compare_pairs():
+    """Pairs of real MindSpore CPU runs for `msoverflow compare` (scripts/gen_compare_pairs.py): pair name ->
+    (baseline dump, target dump); `.pair(name).expected` holds the intended answer. Generated once (about 3 min
+    on 2 cores, msrun and mindstudio-probe runs included) and cached under .fixture-cache/compare/<key>/."""
+    if not mindspore_available():
+        pytest.skip("mindspore is not installed (pip install 'msoverflow[mindspore]')")
+    import gen_compare_pairs
+    if not gen_compare_pairs.available(msprobe=True):
+        pytest.skip("mindstudio-probe is not installed (pip install 'msoverflow[msprobe]')")
+    return gen_compare_pairs.ensure_pairs(
+        progress=lambda msg: print(f"[compare pairs] {msg}", file=sys.__stderr__, flush=True))

@@ -1,0 +1,590 @@
+"""Compare two runs (`msoverflow compare`, `msoverflow.compare()`; not named compare.py, which would shadow the
+lazy `msoverflow.compare` function): the first operator where a TARGET dump parts from a BASELINE dump.
+
+Both dumps are read by the same walk and readers as `analyze` (layout.discover -> scan.plan_units -> one
+(rank, step) unit at a time -> index.build_index). Ops are matched per (rank, step) by graph, op type, scope path
+without the `-opN` number, and occurrence in execution order: task ids, op numbers and timestamps change between
+compilations, the scope path and the order do not (a backward op's scope is its forward op's Cell and
+`Grad_<Op>`). Ops present on one side only (Casts amp inserts, fused kernels) are listed, never fatal.
+
+Each matched output pair is compared element by element in chunks (memory flat): max absolute error, max relative
+error, cosine similarity, and the error in ulps of the finer of the two dtypes. An op whose outputs differ beyond
+the tolerance and whose inputs agree (in ulps of the coarser dtype: a value rounded to a lower precision is still
+the same input) is where the runs part; one whose input already differs is a propagator (analyze's origin logic).
+Statistics-only dumps compare their statistics (min, max) and say that is all they could compare.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from .errors import UserError, reading
+from .evaluate import TensorAccess
+from .layout import discover
+from .model import OpExecution, Source, TensorEvent
+from .rules.knowledge import knowledge
+from .scope import cell_of
+from .analyze import _GraphCache
+
+VERDICT_DIVERGED = "diverged"
+VERDICT_EQUIVALENT = "equivalent"
+VERDICT_INCONCLUSIVE = "inconclusive"
+
+ROLE_ORIGIN = "origin"          # inputs agree, outputs do not: the runs part here
+ROLE_PROPAGATOR = "propagator"  # an input already differs
+ROLE_RECEIVED = "received"      # a collective whose own inputs agree: the difference came from another rank
+
+DEFAULT_ULPS = 8.0              # tolerance, in ulps of the compared dtype
+SCALE_FLOOR = 2.0 ** -10        # an element's ulp is taken at >= this share of the tensor's largest |value|
+MIN_MATCHED_SHARE = 0.5         # fewer of the baseline's ops matched than this: inconclusive
+MAX_UNMATCHED_LISTED = 200
+MAX_SERIES = 4000               # points of the error-along-execution-order plot (sampled evenly beyond)
+CHUNK = 1 << 20
+BATCH_BYTES = 16 << 20          # small tensors compared together, at most this many bytes (as float64) at a time
+_MANTISSA = {"float16": 10, "bfloat16": 7, "float32": 23, "float64": 52}
+_OP_NUMBER = re.compile(r"-op\d+$")
+_OP_NUMBER_INNER = re.compile(r"-op\d+(?=[_/])")
+
+
+@dataclass
+class TensorDiff:
+    """One matched tensor pair (an input or output slot of a matched op)."""
+    io: str
+    slot: int
+    baseline_dtype: Optional[str]
+    target_dtype: Optional[str]
+    shape: Optional[Tuple[int, ...]]
+    target_shape: Optional[Tuple[int, ...]]
+    baseline_file: str
+    target_file: str
+    ulp_dtype: Optional[str] = None        # the dtype whose ulps measure the error
+    max_abs_error: Optional[float] = None
+    max_rel_error: Optional[float] = None
+    cosine: Optional[float] = None
+    error_ulps: Optional[float] = None
+    tolerance_ulps: float = DEFAULT_ULPS
+    agree: Optional[bool] = None           # None: could not be compared (note says why)
+    statistics_only: bool = False          # only min/max were compared
+    note: str = ""
+
+
+@dataclass
+class OpDiff:
+    """One op run matched in both dumps."""
+    rank: int
+    iteration: int
+    graph: str
+    position: int                 # index in the baseline's execution order of this (rank, step)
+    op_type: str
+    op_name: str                  # baseline's name
+    target_op_name: str
+    target_op_type: str
+    role: Optional[str] = None    # ROLE_* when the outputs differ; None when they agree
+    inputs: List[TensorDiff] = field(default_factory=list)
+    outputs: List[TensorDiff] = field(default_factory=list)
+    cell: Optional[str] = None
+    cell_type: Optional[str] = None
+    full_name: Optional[str] = None
+    source: Optional[Source] = None
+    dtype_change: str = ""        # "target computed Softmax in float16 (baseline float32)"
+    note: str = ""
+
+    @property
+    def error_ulps(self) -> Optional[float]:
+        values = [t.error_ulps for t in self.outputs if t.error_ulps is not None]
+        return max(values) if values else None
+
+
+@dataclass
+class UnmatchedOp:
+    side: str                     # "baseline" | "target"
+    rank: int
+    iteration: int
+    op_type: str
+    op_name: str
+
+
+@dataclass
+class Comparison:
+    """What `msoverflow compare` found; renderers and msoverflow.compare() share it."""
+    baseline: str
+    target: str
+    verdict: str
+    first_divergence: Optional[OpDiff]
+    worst: List[OpDiff]
+    unmatched: List[UnmatchedOp]
+    unmatched_counts: Dict[str, int]
+    matched_ops: int
+    baseline_ops: int
+    target_ops: int
+    tensors_compared: int
+    units: List[Tuple[int, int]]                 # (rank, step) compared
+    reasons: List[str] = field(default_factory=list)     # why inconclusive
+    caveats: List[str] = field(default_factory=list)     # what the comparison could not show
+    warnings: List[str] = field(default_factory=list)
+    tolerance_ulps: float = DEFAULT_ULPS
+    statistics_only: bool = False
+    # (rank, step, position, cell, max output error in ulps or None, role) along each unit's order, for plots
+    series: List[Tuple[int, int, int, str, Optional[float], Optional[str]]] = field(default_factory=list)
+    diverged_ops: int = 0
+
+    def to_dict(self) -> dict:
+        """The JSON answer (schema msoverflow/schema/compare.schema.json) as a dict."""
+        from .render.compare import comparison_dict
+        return comparison_dict(self)
+
+
+# ---- reading: the one place that turns a dump into (rank, step) -> ordered op runs -----------------------------
+
+def _units(path: str, ranks, steps, warn) -> Dict[Tuple[int, int], list]:
+    """(rank, step) -> the dump directories of that unit, through analyze's walk."""
+    from .scan import plan_units
+    dirs = discover(path, warn)
+    if not dirs:
+        raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
+                        "binary dump, statistic.csv or msprobe dump.json files)")
+    return {(u.rank, u.iteration): u.dirs for u in plan_units(dirs, ranks, steps)}
+
+
+def _unit_executions(dirs, warn):
+    """One unit's op runs in execution order, and the index (graphs, rank roots) they came from."""
+    from .index import build_index
+    index = build_index(dirs, warn)
+    executions = [ex for exs in index.executions.values() for ex in exs]
+    return executions, index
+
+
+# ---- matching ----------------------------------------------------------------------------------------------------
+
+def match_key(ex: OpExecution) -> Tuple[str, str, str]:
+    """What stays the same across compilations: graph, op type and the scope path without op numbers."""
+    name = _OP_NUMBER_INNER.sub("", _OP_NUMBER.sub("", ex.op_name))
+    return ex.graph, ex.op_type, name
+
+
+def match(baseline: List[OpExecution], target: List[OpExecution]):
+    """[(baseline run, target run)] in the baseline's order, and the runs of each side that found no partner:
+    the n-th run of a key on one side pairs with the n-th run of the same key on the other."""
+    by_key: Dict[tuple, List[OpExecution]] = {}
+    for ex in target:
+        by_key.setdefault(match_key(ex), []).append(ex)
+    taken: Counter = Counter()
+    pairs, only_baseline = [], []
+    for ex in baseline:
+        key = match_key(ex)
+        candidates = by_key.get(key, [])
+        n = taken[key]
+        if n < len(candidates):
+            pairs.append((ex, candidates[n]))
+            taken[key] += 1
+        else:
+            only_baseline.append(ex)
+    only_target = [ex for key, exs in by_key.items() for ex in exs[taken[key]:]]
+    only_target.sort(key=lambda ex: (ex.time, ex.order if ex.order is not None else 1 << 30))
+    return pairs, only_baseline, only_target
+
+
+# ---- metrics -----------------------------------------------------------------------------------------------------
+
+def _precision(dtype: Optional[str]) -> int:
+    return _MANTISSA.get(dtype or "", -1)
+
+
+def _ulp_dtype(a: Optional[str], b: Optional[str], finer: bool) -> Optional[str]:
+    floats = [d for d in (a, b) if d in _MANTISSA]
+    if not floats:
+        return None
+    return (max if finer else min)(floats, key=_precision)
+
+
+_TINY = {"float16": 2.0 ** -14, "bfloat16": 2.0 ** -126, "float32": 2.0 ** -126, "float64": 2.0 ** -1022}
+
+
+def _spacing(magnitude: np.ndarray, dtype: str) -> np.ndarray:
+    """The ulp of `dtype` at each (float64) magnitude, from the exponent bits (subnormals: the smallest
+    normal's ulp): 2 ** (exponent - mantissa bits)."""
+    exponent = np.maximum(magnitude, _TINY[dtype]).view(np.int64) >> 52
+    return ((exponent - _MANTISSA[dtype]) << 52).view(np.float64)
+
+
+def _as_float(array: np.ndarray) -> np.ndarray:
+    return array.astype(np.float64, copy=False) if array.dtype != np.float64 else array
+
+
+def _paired_chunks(a: np.ndarray, b: np.ndarray) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+    """Both tensors in matching flat chunks (C order), read a chunk at a time."""
+    from .stats import _chunks
+    same_layout = a.flags.c_contiguous == b.flags.c_contiguous and (a.flags.c_contiguous or a.flags.f_contiguous)
+    if same_layout and (a.flags.c_contiguous or a.ndim <= 1):
+        yield from zip(_chunks(a), _chunks(b))
+        return
+    flat_a, flat_b = np.ravel(a, order="C"), np.ravel(b, order="C")
+    for start in range(0, flat_a.size, CHUNK):
+        yield flat_a[start:start + CHUNK], flat_b[start:start + CHUNK]
+
+
+def row_partials(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], scale: np.ndarray) -> dict:
+    """The metric kernel, per row of two 2-D float64 matrices (a row: a tensor or a chunk of one; `scale`: each
+    row's largest finite |baseline| for the ulp floor). Non-finite values agree only with the same non-finite
+    value and count nowhere else. Returns per-row arrays that combine over chunks (max, sum)."""
+    both = np.isfinite(a) & np.isfinite(b)
+    special = ~both
+    if special.any():
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        mismatched = np.count_nonzero(special & ~same, axis=1)
+        a, b = np.where(both, a, 0.0), np.where(both, b, 0.0)
+    else:
+        mismatched = np.zeros(a.shape[0], np.int64)
+    diff = np.abs(b - a)
+    abs_a = np.abs(a)
+    if ulp_dtype is not None:
+        magnitude = np.maximum(np.maximum(abs_a, np.abs(b)), (scale * SCALE_FLOOR)[:, None])
+        ulps = (diff / _spacing(magnitude, ulp_dtype)).max(axis=1)
+    else:
+        ulps = diff.max(axis=1)
+    nonzero = abs_a > 0
+    rel = np.divide(diff, abs_a, out=np.zeros_like(diff), where=nonzero).max(axis=1)
+    rel = np.where((diff * ~nonzero).max(axis=1) > 0, math.inf, rel)   # a zero that became non-zero
+    return dict(max_abs=diff.max(axis=1), max_rel=rel, ulps=ulps, dot=np.einsum("ij,ij->i", a, b),
+                norm_a=np.einsum("ij,ij->i", a, a), norm_b=np.einsum("ij,ij->i", b, b), mismatched=mismatched)
+
+
+def _finish(p: dict, i: int, ulp_dtype: Optional[str], tolerance: float) -> dict:
+    """Row i of combined partials -> the metrics of one tensor."""
+    norm_a, norm_b = float(p["norm_a"][i]), float(p["norm_b"][i])
+    if norm_a == 0.0 and norm_b == 0.0:
+        cosine = 1.0
+    elif norm_a == 0.0 or norm_b == 0.0:
+        cosine = 0.0
+    else:
+        cosine = max(-1.0, min(1.0, float(p["dot"][i]) / math.sqrt(norm_a * norm_b)))
+    mismatched = int(p["mismatched"][i])
+    ulps = float(p["ulps"][i])
+    limit = tolerance if ulp_dtype is not None else 0.0
+    return dict(max_abs_error=float(p["max_abs"][i]), max_rel_error=float(p["max_rel"][i]), cosine=cosine,
+                error_ulps=ulps, agree=mismatched == 0 and ulps <= limit,
+                note=f"{mismatched} non-finite value(s) differ" if mismatched else "")
+
+
+def _finite_max(values: np.ndarray) -> float:
+    finite = np.abs(values[np.isfinite(values)])
+    return float(finite.max()) if finite.size else 0.0
+
+
+def compare_arrays(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], tolerance: float) -> dict:
+    """Metrics of target `b` against baseline `a` (same number of elements), a chunk at a time."""
+    scale = None
+    if a.size > CHUNK:      # the tensor's largest |value| first, for the ulp floor
+        scale = max((_finite_max(_as_float(ca)) for ca, _cb in _paired_chunks(a, b)), default=0.0)
+    total = None
+    for ca, cb in _paired_chunks(a, b):
+        fa, fb = _as_float(ca).reshape(1, -1), _as_float(cb).reshape(1, -1)
+        if fa.size == 0:
+            continue
+        part = row_partials(fa, fb, ulp_dtype, np.array([_finite_max(fa) if scale is None else scale]))
+        if total is None:
+            total = part
+        else:
+            for key in ("max_abs", "max_rel", "ulps"):
+                total[key] = np.maximum(total[key], part[key])
+            for key in ("dot", "norm_a", "norm_b", "mismatched"):
+                total[key] = total[key] + part[key]
+    if total is None:
+        return dict(max_abs_error=0.0, max_rel_error=0.0, cosine=1.0, error_ulps=0.0, agree=True, note="")
+    return _finish(total, 0, ulp_dtype, tolerance)
+
+
+def compare_matrices(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], tolerance: float) -> List[dict]:
+    """compare_arrays() of many small tensors at once: row i of `a` against row i of `b`."""
+    a, b = _as_float(a), _as_float(b)
+    finite_a = np.where(np.isfinite(a), np.abs(a), 0.0)
+    part = row_partials(a, b, ulp_dtype, finite_a.max(axis=1) if a.shape[1] else np.zeros(a.shape[0]))
+    return [_finish(part, i, ulp_dtype, tolerance) for i in range(a.shape[0])]
+
+
+def _compare_stats(base: TensorEvent, tgt: TensorEvent, ulp_dtype: Optional[str], tolerance: float) -> dict:
+    """Statistics-only tensors: their min and max (and non-finite counts) within tolerance."""
+    sa, sb = base.stats, tgt.stats
+    pairs = [(x, y) for x, y in ((sa.min, sb.min), (sa.max, sb.max)) if x is not None and y is not None]
+    specials_differ = (sa.nan > 0) != (sb.nan > 0) or (sa.posinf > 0) != (sb.posinf > 0) or \
+        (sa.neginf > 0) != (sb.neginf > 0)
+    if not pairs:
+        return dict(agree=None if not specials_differ else False,
+                    note="no statistics to compare" if not specials_differ else "non-finite values differ")
+    a, b = np.array([p[0] for p in pairs], np.float64), np.array([p[1] for p in pairs], np.float64)
+    found = compare_arrays(a, b, ulp_dtype, tolerance)
+    found.pop("cosine")
+    if specials_differ:
+        found.update(agree=False, note="non-finite values differ")
+    return found
+
+
+class _Comparer:
+    def __init__(self, base_access: TensorAccess, target_access: TensorAccess, tolerance: float):
+        self.base = base_access
+        self.target = target_access
+        self.tolerance = tolerance
+        self.compared = 0
+        self.statistics_only = 0
+        self.known: Dict[int, dict] = {}     # id(baseline output event) -> metrics found by prefetch()
+
+    def prefetch(self, pairs: List[Tuple[TensorEvent, TensorEvent]]) -> None:
+        """Compare the small npy tensors of many output pairs together: each file read with one os.read, the
+        pairs of one dtype and size stacked as two matrices and compared row by row (the same kernel as one
+        tensor at a time). Anything unusual (large, Fortran order, unreadable) is left to tensor()."""
+        from .evaluate import _take_header
+        from .readers import npy
+        groups: Dict[tuple, list] = {}
+
+        def flush(key):
+            members = groups.pop(key)
+            a = np.stack([np.frombuffer(blob, key[0], key[2], ha.offset) for _b, _t, blob, _tb, ha, _ht in members])
+            b = np.stack([np.frombuffer(tb, key[1], key[2], ht.offset) for _b, _t, _blob, tb, _ha, ht in members])
+            for (base, _tgt, *_rest), found in zip(members, compare_matrices(a, b, key[3], self.tolerance)):
+                self.known[id(base)] = found
+
+        for base, tgt in pairs:
+            if base.loader or tgt.loader or base.stats is not None or tgt.stats is not None or not (
+                    base.source.endswith(".npy") and tgt.source.endswith(".npy")):
+                continue
+            try:
+                blob, whole = npy.read_start(base.source)
+                target_blob, target_whole = npy.read_start(tgt.source) if whole else (b"", False)
+                if not (whole and target_whole):
+                    continue
+                ha, ht = npy.header_of_bytes(base.source, blob), npy.header_of_bytes(tgt.source, target_blob)
+            except (npy.NpyError, OSError, ValueError):
+                continue          # tensor() reads it again and says what is wrong
+            count = math.prod(ha.shape) if ha.shape else 1
+            if ha.fortran or ht.fortran or count != (math.prod(ht.shape) if ht.shape else 1) or count == 0 or \
+                    ha.payload_dtype.kind not in "fiub" or ht.payload_dtype.kind not in "fiub":
+                continue
+            _take_header(base, ha)
+            _take_header(tgt, ht)
+            key = (ha.payload_dtype, ht.payload_dtype, count, _ulp_dtype(base.dtype, tgt.dtype, True))
+            groups.setdefault(key, []).append((base, tgt, blob, target_blob, ha, ht))
+            if len(groups[key]) * count * 8 >= BATCH_BYTES:
+                flush(key)
+        for key in list(groups):
+            flush(key)
+
+    def tensor(self, base: TensorEvent, tgt: TensorEvent, finer: bool) -> TensorDiff:
+        diff = TensorDiff(io=base.io, slot=base.slot, baseline_dtype=base.dtype, target_dtype=tgt.dtype,
+                          shape=base.shape, target_shape=tgt.shape, baseline_file=base.source,
+                          target_file=tgt.source, tolerance_ulps=self.tolerance)
+        known = self.known.pop(id(base), None) if finer else None
+        if known is not None:
+            self.compared += 1
+            diff.ulp_dtype = _ulp_dtype(base.dtype, tgt.dtype, True)
+            for key, value in known.items():
+                setattr(diff, key, value)
+            return diff
+        with reading(base.source):
+            a = self.base.array(base) if base.stats is None or base.loader or base.source.endswith(".npy") else None
+        with reading(tgt.source):
+            b = self.target.array(tgt) if tgt.stats is None or tgt.loader or tgt.source.endswith(".npy") else None
+        diff.baseline_dtype, diff.target_dtype = base.dtype, tgt.dtype     # array() may have read the header
+        diff.shape, diff.target_shape = base.shape, tgt.shape
+        diff.ulp_dtype = _ulp_dtype(base.dtype, tgt.dtype, finer)
+        if a is None or b is None:
+            if base.stats is not None and tgt.stats is not None:
+                diff.statistics_only = True
+                self.statistics_only += 1
+                self.compared += 1
+                for key, value in _compare_stats(base, tgt, diff.ulp_dtype, self.tolerance).items():
+                    setattr(diff, key, value)
+            else:
+                diff.note = "unreadable: " + "; ".join(e.note for e in (base, tgt) if e.note) if (
+                    base.note or tgt.note) else "no data to compare"
+            return diff
+        self.compared += 1
+        if a.size != b.size:
+            diff.agree = False
+            diff.note = f"shape differs: {tuple(a.shape)} vs {tuple(b.shape)}"
+            return diff
+        if a.dtype.kind not in "fciub" or b.dtype.kind not in "fciub":
+            diff.note = f"dtype {a.dtype} / {b.dtype} not compared"
+            return diff
+        for key, value in compare_arrays(a, b, diff.ulp_dtype, self.tolerance).items():
+            setattr(diff, key, value)
+        return diff
+
+
+# ---- the walk ----------------------------------------------------------------------------------------------------
+
+def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulps: float = DEFAULT_ULPS,
+            top: int = 10, warn: Optional[Callable[[str], None]] = None) -> Comparison:
+    """Compare two dumps; see the module docstring. ranks/steps: only these (None: all)."""
+    warnings: List[str] = []
+
+    def note(message: str):
+        warnings.append(message)
+        if warn:
+            warn(message)
+
+    if os.path.realpath(baseline) == os.path.realpath(target):
+        note("baseline and target are the same directory")
+    ranks = sorted(set(ranks)) if ranks is not None else None
+    steps = sorted(set(steps)) if steps is not None else None
+    base_units = _units(baseline, ranks, steps, note)
+    target_units = _units(target, ranks, steps, note)
+    if (ranks is not None or steps is not None) and not base_units:
+        raise UserError(f"{baseline}: no dump files for the selected rank/step")
+    comparer = _Comparer(TensorAccess(note), TensorAccess(note), tolerance_ulps)
+    reasons: List[str] = []
+    unmatched: List[UnmatchedOp] = []
+    counts = {"baseline": 0, "target": 0}
+    diverged: List[OpDiff] = []
+    series = []
+    matched = baseline_ops = target_ops = 0
+    units = sorted(set(base_units) & set(target_units))
+    for side, only in (("baseline", set(base_units) - set(target_units)), ("target", set(target_units) - set(base_units))):
+        for rank, step in sorted(only):
+            reasons.append(f"rank {rank} step {step} is in the {side} only")
+    orders: Dict[Tuple[int, int], int] = {}
+    for rank, step in units:
+        base_runs, base_index = _unit_executions(base_units[(rank, step)], note)
+        target_runs, target_index = _unit_executions(target_units[(rank, step)], note)
+        baseline_ops += len(base_runs)
+        target_ops += len(target_runs)
+        orders[(rank, step)] = max(1, len(base_runs))
+        pairs, only_base, only_target = match(base_runs, target_runs)
+        matched += len(pairs)
+        for side, runs in (("baseline", only_base), ("target", only_target)):
+            counts[side] += len(runs)
+            for ex in runs:
+                if len(unmatched) < MAX_UNMATCHED_LISTED:
+                    unmatched.append(UnmatchedOp(side, rank, step, ex.op_type, ex.op_name))
+        graphs = _GraphCache(base_index, note)
+        position_of = {id(ex): i for i, ex in enumerate(base_runs)}
+        target_outputs = [{t.slot: t for t in tx.outputs} for _ex, tx in pairs]
+        comparer.prefetch([(e, slots[e.slot]) for (ex, _tx), slots in zip(pairs, target_outputs)
+                           for e in ex.outputs if e.slot in slots])
+        for ex, tx in pairs:
+            op = _compare_op(ex, tx, position_of[id(ex)], comparer, graphs)
+            if op.role is not None:
+                _describe(op, ex, graphs)
+                diverged.append(op)
+            if len(series) < 50 * MAX_SERIES:
+                series.append((rank, step, op.position, op.cell or _cell_name(ex), op.error_ulps, op.role))
+    diverged_ops = len(diverged)
+    first = _first(diverged, orders)
+    if first is not None and first.role == ROLE_PROPAGATOR:
+        first.note = ("its input already differs and no matched op before it parts: the difference comes from "
+                      "an op present on one side only, a step or rank not compared, or the data")
+    worst = sorted((op for op in diverged if op.error_ulps is not None), key=lambda op: -op.error_ulps)[:top]
+    caveats = []
+    if comparer.statistics_only:
+        caveats.append(f"{comparer.statistics_only} tensor(s) were compared by their statistics only (min, max): "
+                       "values that differ inside the same range are not visible")
+    if not units:
+        reasons.append("no (rank, step) is in both dumps")
+    elif comparer.compared == 0:
+        reasons.append("no tensor could be compared (no data or statistics in both dumps)")
+    if baseline_ops and matched / baseline_ops < MIN_MATCHED_SHARE:
+        reasons.append(f"only {matched} of the baseline's {baseline_ops} op runs matched an op run of the target "
+                       "(different models, or scope names changed)")
+    unread = comparer.base.unreadable + comparer.target.unreadable
+    if unread:
+        reasons.append(f"{unread} tensor file(s) could not be read")
+    if first is not None:
+        verdict = VERDICT_DIVERGED
+    elif reasons:
+        verdict = VERDICT_INCONCLUSIVE
+    elif comparer.statistics_only == comparer.compared:
+        verdict = VERDICT_INCONCLUSIVE
+        reasons.append("only statistics were dumped: they agree, but element values could not be compared")
+    else:
+        verdict = VERDICT_EQUIVALENT
+    return Comparison(baseline=os.path.abspath(baseline), target=os.path.abspath(target), verdict=verdict,
+                      first_divergence=first, worst=worst, unmatched=unmatched, unmatched_counts=counts,
+                      matched_ops=matched, baseline_ops=baseline_ops, target_ops=target_ops,
+                      tensors_compared=comparer.compared, units=units, reasons=reasons, caveats=caveats,
+                      warnings=warnings, tolerance_ulps=tolerance_ulps,
+                      statistics_only=bool(comparer.compared) and comparer.statistics_only == comparer.compared,
+                      series=_sample(series, MAX_SERIES), diverged_ops=diverged_ops)
+
+
+def _sample(items: list, limit: int) -> list:
+    if len(items) <= limit:
+        return items
+    step = (len(items) - 1) / (limit - 1)
+    return [items[round(i * step)] for i in range(limit)]
+
+
+def _compare_op(ex: OpExecution, tx: OpExecution, position: int, comparer: _Comparer, graphs) -> OpDiff:
+    op = OpDiff(rank=ex.rank, iteration=ex.iteration, graph=ex.graph, position=position, op_type=ex.op_type,
+                op_name=ex.op_name, target_op_name=tx.op_name, target_op_type=tx.op_type)
+    target_outputs = {t.slot: t for t in tx.outputs}
+    op.outputs = [comparer.tensor(e, target_outputs[e.slot], finer=True) for e in ex.outputs
+                  if e.slot in target_outputs]
+    if all(t.agree is not False for t in op.outputs):
+        return op
+    target_inputs = {t.slot: t for t in tx.inputs}
+    op.inputs = [comparer.tensor(e, target_inputs[e.slot], finer=False) for e in ex.inputs
+                 if e.slot in target_inputs]
+    node, _graph = graphs.node(ex)
+    producers = node.inputs if node is not None else []
+    differing = [t for t in op.inputs if not t.agree]
+    # A constant input of the graph (an attribute passed as a tensor, like LayerNorm's epsilon) that differs was
+    # changed in this op's call, not made by an earlier op: the runs part here.
+    constants = [t for t in differing if t.slot < len(producers) and producers[t.slot] == "const"]
+    complete = len(op.inputs) == len(ex.inputs) == len(tx.inputs)
+    if ex.is_parameter:
+        op.role = ROLE_PROPAGATOR
+        op.note = "a parameter's value: it differs because of what changed it (the step's update) or its start"
+    elif complete and len(constants) == len(differing):
+        op.role = ROLE_RECEIVED if (knowledge().is_collective(ex.op_type) and not constants) else ROLE_ORIGIN
+        if constants:
+            op.note = ", ".join(f"input {t.slot} (a constant in the graph) differs" for t in constants)
+    else:
+        op.role = ROLE_PROPAGATOR
+        if not ex.inputs:
+            op.note = "the baseline dump holds no input of this op: whether its inputs agree is unknown"
+        elif differing:
+            op.note = "; ".join(f"input {t.slot} differs" + (f" ({_producer_text(producers[t.slot])})"
+                                                              if t.slot < len(producers) else "")
+                                for t in differing[:4])
+    changed = [t for t in op.outputs if t.baseline_dtype != t.target_dtype and t.target_dtype]
+    if changed:
+        t = changed[0]
+        op.dtype_change = f"target computed {ex.op_type} in {t.target_dtype} (baseline {t.baseline_dtype})"
+    return op
+
+
+def _producer_text(producer: str) -> str:
+    if producer.startswith("param:"):
+        return f"parameter {producer[len('param:'):]}"
+    return "a constant" if producer == "const" else f"made by {producer}"
+
+
+def _first(diverged: List[OpDiff], orders: Dict[Tuple[int, int], int]) -> Optional[OpDiff]:
+    """By step; an op that parts by itself before a collective that received the difference, before a
+    propagator; then how far through its own (rank, step) it ran (clocks of two ranks are never compared)."""
+    rank_of_role = {ROLE_ORIGIN: 0, ROLE_RECEIVED: 1, ROLE_PROPAGATOR: 2}
+    if not diverged:
+        return None
+    return min(diverged, key=lambda op: (op.iteration, rank_of_role[op.role],
+                                         op.position / orders[(op.rank, op.iteration)], op.rank))
+
+
+def _cell_name(ex: OpExecution) -> str:
+    cell, _ = cell_of(ex.op_name, from_file_name=True)
+    return cell or ""
+
+
+def _describe(op: OpDiff, ex: OpExecution, graphs) -> None:
+    """Cell, Cell type and source line from the saved graph (the forward op's line for a backward op)."""
+    node, graph = graphs.node(ex)
+    op.full_name = node.full_name if node else None
+    op.cell, op.cell_type = cell_of(op.full_name or ex.op_name, from_file_name=op.full_name is None)
+    forward = graph.by_full.get(node.forward_name) if (graph and node and node.forward_name) else None
+    src = node if (node and node.source_file) else forward
+    if src is not None and src.source_file:
+        op.source = Source(src.source_file, src.source_line or 0, src.source_code or "")

@@ -1,0 +1,313 @@
+"""Renderers of `msoverflow compare`: Comparison in, text out (text, markdown, JSON, HTML).
+
+JSON schema: msoverflow/schema/compare.schema.json. The HTML page reuses the analyze report's safe helpers (every
+string from a dump escaped; matplotlib SVG inline, no script).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import List, Optional
+
+from ..comparison import Comparison, OpDiff, TensorDiff
+
+SCHEMA_VERSION = 1
+MAX_UNMATCHED_SHOWN = 20
+MAX_PLOT_PANELS = 4
+MAX_PLOT_CELLS = 12
+
+
+def _num(x: Optional[float]):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return None
+    return x
+
+
+def _tensor_dict(t: TensorDiff) -> dict:
+    return {"io": t.io, "slot": t.slot, "baseline_dtype": t.baseline_dtype, "target_dtype": t.target_dtype,
+            "shape": list(t.shape) if t.shape is not None else None,
+            "target_shape": list(t.target_shape) if t.target_shape is not None else None,
+            "max_abs_error": _num(t.max_abs_error), "max_rel_error": _num(t.max_rel_error),
+            "max_rel_error_infinite": t.max_rel_error == math.inf, "cosine": _num(t.cosine),
+            "error_ulps": _num(t.error_ulps), "ulp_dtype": t.ulp_dtype, "tolerance_ulps": t.tolerance_ulps,
+            "agree": t.agree, "statistics_only": t.statistics_only, "note": t.note,
+            "baseline_file": t.baseline_file, "target_file": t.target_file}
+
+
+def op_dict(op: OpDiff) -> dict:
+    from .json_report import graph_id
+    return {"rank": op.rank, "iteration": op.iteration, "graph": graph_id(op.graph), "position": op.position,
+            "op_type": op.op_type, "op_name": op.op_name, "target_op_name": op.target_op_name,
+            "full_name": op.full_name, "role": op.role, "cell": op.cell, "cell_type": op.cell_type,
+            "source": ({"file": op.source.file, "line": op.source.line, "code": op.source.code}
+                       if op.source else None),
+            "dtype_change": op.dtype_change or None, "error_ulps": _num(op.error_ulps), "note": op.note,
+            "inputs": [_tensor_dict(t) for t in op.inputs], "outputs": [_tensor_dict(t) for t in op.outputs]}
+
+
+def comparison_dict(c: Comparison) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "verdict": c.verdict,
+        "baseline": c.baseline,
+        "target": c.target,
+        "first_divergence": op_dict(c.first_divergence) if c.first_divergence else None,
+        "worst": [op_dict(op) for op in c.worst],
+        "unmatched": {"baseline": c.unmatched_counts.get("baseline", 0), "target": c.unmatched_counts.get("target", 0),
+                      "ops": [{"side": u.side, "rank": u.rank, "iteration": u.iteration, "op_type": u.op_type,
+                               "op_name": u.op_name} for u in c.unmatched]},
+        "summary": {"matched_ops": c.matched_ops, "baseline_ops": c.baseline_ops, "target_ops": c.target_ops,
+                    "diverged_ops": c.diverged_ops, "tensors_compared": c.tensors_compared,
+                    "units": [{"rank": r, "iteration": s} for r, s in c.units],
+                    "tolerance_ulps": c.tolerance_ulps, "statistics_only": c.statistics_only},
+        "inconclusive": c.reasons,
+        "caveats": c.caveats,
+        "warnings": c.warnings,
+    }
+
+
+def render_compare_json(c: Comparison) -> str:
+    from ..safeio import json_safe
+    return json.dumps(json_safe(comparison_dict(c)), indent=2, allow_nan=False) + "\n"
+
+
+# ---- words shared by text and markdown -------------------------------------------------------------------------
+
+def _g(x: Optional[float], digits: int = 4) -> str:
+    if x is None:
+        return "-"
+    if x == math.inf:
+        return "inf"
+    return f"{x:.{digits}g}"
+
+
+def headline(c: Comparison) -> str:
+    if c.verdict == "diverged":
+        f = c.first_divergence
+        return f"DIVERGED: first at {f.op_type} (rank {f.rank}, step {f.iteration})"
+    if c.verdict == "equivalent":
+        return (f"EQUIVALENT: {c.matched_ops} matched op runs agree within {_g(c.tolerance_ulps)} ulps "
+                f"({c.tensors_compared} tensors compared)")
+    return "INCONCLUSIVE: " + "; ".join(c.reasons)
+
+
+def _role_text(op: OpDiff) -> str:
+    return {"origin": "its inputs agree, its outputs do not: the runs part here",
+            "received": "a collective whose own inputs agree: the difference came from another rank",
+            "propagator": "an input already differs"}.get(op.role or "", "")
+
+
+def tensor_line(t: TensorDiff) -> str:
+    dtypes = t.baseline_dtype if t.baseline_dtype == t.target_dtype else f"{t.baseline_dtype} -> {t.target_dtype}"
+    state = {True: "agrees", False: "DIFFERS", None: "not compared"}[t.agree]
+    metrics = (f"max abs err {_g(t.max_abs_error)}, max rel err {_g(t.max_rel_error)}, "
+               + (f"cosine {_g(t.cosine, 6)}, " if t.cosine is not None else "")
+               + f"{_g(t.error_ulps)} ulps of {t.ulp_dtype or 'exact'}")
+    extra = "; statistics only (min, max)" if t.statistics_only else ""
+    return (f"{t.io} {t.slot} [{dtypes}] {state}: {metrics}{extra}" + (f"; {t.note}" if t.note else ""))
+
+
+def _unmatched_lines(c: Comparison) -> List[str]:
+    lines = []
+    for side in ("baseline", "target"):
+        n = c.unmatched_counts.get(side, 0)
+        if n:
+            ops = [u for u in c.unmatched if u.side == side]
+            kinds = {}
+            for u in ops:
+                kinds[u.op_type] = kinds.get(u.op_type, 0) + 1
+            lines.append(f"{n} op run(s) only in the {side}: "
+                         + ", ".join(f"{k} x{v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])[:12]))
+    return lines
+
+
+def render_compare_text(c: Comparison) -> str:
+    out = [headline(c), f"baseline: {c.baseline}", f"target:   {c.target}", ""]
+    f = c.first_divergence
+    if f is not None:
+        out.append(f"First divergence: {f.op_type} {f.op_name}")
+        out.append(f"  rank {f.rank}, step {f.iteration}, graph {f.graph}, op {f.position + 1} of the step in the "
+                   "baseline's order")
+        if f.cell or f.cell_type:
+            out.append(f"  Cell: {f.cell or '?'} ({f.cell_type or '?'})")
+        if f.source:
+            out.append(f"  source: {f.source.file}:{f.source.line}: {f.source.code}")
+        if f.dtype_change:
+            out.append(f"  dtype: {f.dtype_change}")
+        out.append(f"  why: {_role_text(f)}" + (f" ({f.note})" if f.note else ""))
+        for t in f.inputs + f.outputs:
+            out.append("    " + tensor_line(t))
+        files = [t for t in f.outputs if t.agree is False][:1]
+        for t in files:
+            out.append(f"  files: {t.baseline_file}")
+            out.append(f"         {t.target_file}")
+        out.append("")
+    if c.worst:
+        out.append(f"Largest differences ({len(c.worst)} of {c.diverged_ops} op runs that differ):")
+        for op in c.worst:
+            out.append(f"  {_g(op.error_ulps):>10} ulps  {op.role:<10} rank {op.rank} step {op.iteration}  "
+                       f"{op.op_type} {op.op_name}")
+        out.append("")
+    unmatched = _unmatched_lines(c)
+    if unmatched:
+        out.append("Present on one side only (reported, not fatal):")
+        out += ["  " + line for line in unmatched]
+        out.append("")
+    out.append(f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs ({c.target_ops} in the target) in "
+               f"{len(c.units)} (rank, step) unit(s); {c.tensors_compared} tensors compared; tolerance "
+               f"{_g(c.tolerance_ulps)} ulps.")
+    for line in c.caveats:
+        out.append(f"caveat: {line}")
+    for line in c.reasons:
+        out.append(f"inconclusive: {line}")
+    if c.warnings:
+        out.append(f"{len(c.warnings)} warning(s) (--format json lists them)")
+    return "\n".join(out) + "\n"
+
+
+def _md(text) -> str:
+    return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ").replace("`", "'")
+
+
+def render_compare_markdown(c: Comparison) -> str:
+    out = [f"# msoverflow compare: {c.verdict}", "", f"**{_md(headline(c))}**", "",
+           f"- baseline: `{_md(c.baseline)}`", f"- target: `{_md(c.target)}`", ""]
+    f = c.first_divergence
+    if f is not None:
+        out += ["## First divergence", "", "| | |", "|---|---|",
+                f"| op | `{_md(f.op_type)}` `{_md(f.op_name)}` |", f"| rank, step | {f.rank}, {f.iteration} |",
+                f"| Cell | {_md(f.cell)} ({_md(f.cell_type)}) |"]
+        if f.source:
+            out.append(f"| source | `{_md(f.source.file)}:{f.source.line}` `{_md(f.source.code)}` |")
+        if f.dtype_change:
+            out.append(f"| dtype | {_md(f.dtype_change)} |")
+        out += [f"| why | {_md(_role_text(f))} {_md(f.note)} |", "",
+                "| tensor | dtypes | agrees | max abs err | max rel err | cosine | ulps | file (target) |",
+                "|---|---|---|---|---|---|---|---|"]
+        for t in f.inputs + f.outputs:
+            out.append(f"| {t.io} {t.slot} | {_md(t.baseline_dtype)} / {_md(t.target_dtype)} | "
+                       f"{ {True: 'yes', False: '**no**', None: '-'}[t.agree]} | {_g(t.max_abs_error)} | "
+                       f"{_g(t.max_rel_error)} | {_g(t.cosine, 6)} | {_g(t.error_ulps)} ({_md(t.ulp_dtype or 'exact')}) | "
+                       f"`{_md(os.path.basename(t.target_file))}` |")
+        out.append("")
+    if c.worst:
+        out += [f"## Largest differences ({len(c.worst)} of {c.diverged_ops})", "",
+                "| ulps | role | rank | step | op |", "|---|---|---|---|---|"]
+        out += [f"| {_g(op.error_ulps)} | {op.role} | {op.rank} | {op.iteration} | `{_md(op.op_type)}` "
+                f"`{_md(op.op_name)}` |" for op in c.worst]
+        out.append("")
+    unmatched = _unmatched_lines(c)
+    if unmatched:
+        out += ["## Present on one side only", ""] + [f"- {_md(line)}" for line in unmatched] + [""]
+    out += ["## Scope", "", f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs ({c.target_ops} in the "
+            f"target); {c.tensors_compared} tensors compared; tolerance {_g(c.tolerance_ulps)} ulps.", ""]
+    out += [f"- caveat: {_md(x)}" for x in c.caveats] + [f"- inconclusive: {_md(x)}" for x in c.reasons]
+    return "\n".join(out) + "\n"
+
+
+# ---- HTML --------------------------------------------------------------------------------------------------------
+
+def error_svg(c: Comparison):
+    """Error (ulps, log scale) of each matched op run along the baseline's execution order, one panel per
+    (rank, step), coloured by Cell; the first divergence marked."""
+    from .html import _figure, _svg
+    units = sorted({(r, s) for r, s, *_ in c.series})
+    if not units:
+        return None, "nothing was compared"
+    first = c.first_divergence
+    chosen = [u for u in units if first is not None and u == (first.rank, first.iteration)]
+    chosen += [u for u in units if u not in chosen][:MAX_PLOT_PANELS - len(chosen)]
+    fig = _figure(10, 2.4 * len(chosen))
+    cells = {}
+    for cell in (p[3] for p in c.series):
+        cells[cell] = cells.get(cell, 0) + 1
+    named = [cell for cell, _n in sorted(cells.items(), key=lambda kv: -kv[1])[:MAX_PLOT_CELLS]]
+    floor = 1e-1
+    for i, unit in enumerate(chosen):
+        ax = fig.add_subplot(len(chosen), 1, i + 1)
+        points = [p for p in c.series if (p[0], p[1]) == unit]
+        for cell in named + ["(other)"]:
+            mine = [p for p in points if (p[3] if p[3] in named else "(other)") == cell]
+            if not mine:
+                continue
+            ax.scatter([p[2] for p in mine], [max(p[4] or 0.0, floor) for p in mine], s=9,
+                       label=(cell or "(no Cell)")[-40:])
+        if first is not None and unit == (first.rank, first.iteration):
+            ax.axvline(first.position, color="#c62828", linewidth=1)
+            ax.annotate(f"first divergence: {first.op_type}", (first.position, max(first.error_ulps or 1, 1)),
+                        color="#c62828", fontsize=8)
+        ax.axhline(c.tolerance_ulps, color="#888", linestyle="--", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_ylabel("error (ulps)")
+        ax.set_title(f"rank {unit[0]}, step {unit[1]}", fontsize=9)
+        if i == len(chosen) - 1:
+            ax.set_xlabel("op run in the baseline's execution order")
+    fig.axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    note = (f"{len(units)} (rank, step) unit(s), {len(chosen)} drawn; dashed line: the tolerance; errors below "
+            f"{floor} ulps drawn at {floor}")
+    return _svg(fig, "error-plot", "error along execution order"), note
+
+
+def render_compare_html(c: Comparison) -> str:
+    from .html import CSS, _e, _file_link
+    badge = {"diverged": "anomaly", "equivalent": "clean"}.get(c.verdict, "inconclusive")
+    f = c.first_divergence
+    parts = [f'<section id="verdict"><div class="card {badge}"><span class="badge {badge}">{_e(c.verdict.upper())}'
+             f'</span> {_e(headline(c))}<dl>'
+             f"<dt>baseline</dt><dd>{_file_link(c.baseline, c.baseline)}</dd>"
+             f"<dt>target</dt><dd>{_file_link(c.target, c.target)}</dd>"]
+    if f is not None:
+        parts.append(f"<dt>op</dt><dd><code>{_e(f.op_type)}</code> <code>{_e(f.op_name)}</code></dd>"
+                     f"<dt>rank, step</dt><dd>{f.rank}, {f.iteration}</dd>"
+                     f"<dt>Cell</dt><dd>{_e(f.cell)} ({_e(f.cell_type)})</dd>")
+        if f.source:
+            parts.append(f"<dt>source</dt><dd>{_file_link(f.source.file, None, f.source.line)} "
+                         f"<code>{_e(f.source.code)}</code></dd>")
+        if f.dtype_change:
+            parts.append(f"<dt>dtype</dt><dd>{_e(f.dtype_change)}</dd>")
+        parts.append(f"<dt>why</dt><dd>{_e(_role_text(f))} {_e(f.note)}</dd>")
+    parts.append("</dl></div></section>")
+    if f is not None:
+        rows = "".join(
+            f"<tr><td>{_e(t.io)} {t.slot}</td><td>{_e(t.baseline_dtype)} / {_e(t.target_dtype)}</td>"
+            f"<td class=\"{'bad' if t.agree is False else ''}\">{ {True: 'yes', False: 'no', None: '-'}[t.agree]}</td>"
+            f"<td class=num>{_g(t.max_abs_error)}</td><td class=num>{_g(t.max_rel_error)}</td>"
+            f"<td class=num>{_g(t.cosine, 6)}</td><td class=num>{_g(t.error_ulps)} ({_e(t.ulp_dtype or 'exact')})</td>"
+            f"<td>{_file_link(t.baseline_file)}<br>{_file_link(t.target_file)}</td></tr>" for t in f.inputs + f.outputs)
+        parts.append('<section id="tensors"><h2>Tensors of the first divergence</h2><table><tr><th>tensor</th>'
+                     "<th>dtypes (baseline / target)</th><th>agrees</th><th>max abs err</th><th>max rel err</th>"
+                     f"<th>cosine</th><th>error</th><th>files (baseline, target)</th></tr>{rows}</table></section>")
+    svg, note = error_svg(c)
+    parts.append('<section id="errors"><h2>Error along execution order, per Cell</h2>'
+                 + (f'<div class="plot">{svg}</div>' if svg else "") + f'<p class="note">{_e(note)}</p></section>')
+    if c.worst:
+        rows = "".join(f"<tr><td class=num>{_g(op.error_ulps)}</td><td>{_e(op.role)}</td><td>{op.rank}</td>"
+                       f"<td>{op.iteration}</td><td><code>{_e(op.op_type)}</code> {_e(op.op_name)}</td></tr>"
+                       for op in c.worst)
+        parts.append(f'<section id="worst"><h2>Largest differences ({len(c.worst)} of {c.diverged_ops})</h2>'
+                     f"<table><tr><th>ulps</th><th>role</th><th>rank</th><th>step</th><th>op</th></tr>{rows}"
+                     "</table></section>")
+    unmatched = _unmatched_lines(c)
+    shown = c.unmatched[:MAX_UNMATCHED_SHOWN]
+    parts.append('<section id="unmatched"><h2>Present on one side only</h2>'
+                 + ("".join(f"<p>{_e(line)}</p>" for line in unmatched) or '<p class="note">none</p>')
+                 + ("<table><tr><th>side</th><th>rank</th><th>step</th><th>op</th></tr>" + "".join(
+                     f"<tr><td>{_e(u.side)}</td><td>{u.rank}</td><td>{u.iteration}</td><td><code>{_e(u.op_type)}"
+                     f"</code> {_e(u.op_name)}</td></tr>" for u in shown) + "</table>" if shown else "")
+                 + "</section>")
+    scope = (f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs ({c.target_ops} in the target); "
+             f"{c.tensors_compared} tensors compared; tolerance {_g(c.tolerance_ulps)} ulps.")
+    parts.append(f'<section id="scope"><h2>Scope</h2><p>{_e(scope)}</p>'
+                 + "".join(f"<p class=note>caveat: {_e(x)}</p>" for x in c.caveats)
+                 + "".join(f"<p class=note>inconclusive: {_e(x)}</p>" for x in c.reasons)
+                 + ("<ul class=warn>" + "".join(f"<li>{_e(w)}</li>" for w in c.warnings[:300]) + "</ul>"
+                    if c.warnings else "") + "</section>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{_e('msoverflow compare: ' + c.verdict)}</title><style>{CSS}</style></head><body><main>"
+            f"<h1>msoverflow compare</h1>\n" + "\n".join(parts) + "\n</main></body></html>\n")
+
+
+def render_comparison(c: Comparison, fmt: str) -> str:
+    return {"json": render_compare_json, "html": render_compare_html,
+            "markdown": render_compare_markdown}.get(fmt, render_compare_text)(c)

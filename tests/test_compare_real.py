@@ -1,0 +1,101 @@
+"""`msoverflow compare` on pairs of real MindSpore 2.10 CPU runs (scripts/gen_compare_pairs.py: same seed,
+weights and data, one change): every pair gives its intended verdict and first divergence, in all four formats."""
+import html
+import json
+
+import pytest
+
+import gen_compare_pairs
+from msoverflow.cli import main
+
+pytestmark = pytest.mark.mindspore
+EXIT = {"diverged": 1, "equivalent": 0, "inconclusive": 3}
+
+
+@pytest.fixture(scope="module")
+def answers(compare_pairs, tmp_path_factory):
+    """pair -> {format: (exit code, output)} from the command line, each format its own run."""
+    out = {}
+    folder = tmp_path_factory.mktemp("compare_answers")
+    for pair in gen_compare_pairs.PAIRS:
+        baseline, target = compare_pairs[pair.name]
+        out[pair.name] = {}
+        for fmt, ext in (("json", "json"), ("text", "txt"), ("markdown", "md"), ("html", "html")):
+            path = folder / f"{pair.name}.{ext}"
+            code = main(["compare", str(baseline), str(target), "--format", fmt, "-o", str(path)])
+            out[pair.name][fmt] = (code, path.read_text())
+    return out
+
+
+@pytest.mark.parametrize("name", [p.name for p in gen_compare_pairs.PAIRS])
+def test_pair_verdict_and_first_divergence(answers, name):
+    expected = gen_compare_pairs.PAIRS_BY_NAME[name].expected
+    code, text = answers[name]["json"]
+    answer = json.loads(text)
+    assert answer["verdict"] == expected["verdict"], answer["inconclusive"]
+    assert code == EXIT[expected["verdict"]]
+    first = answer["first_divergence"]
+    if expected["verdict"] == "equivalent":
+        assert first is None and answer["worst"] == []
+        assert answer["summary"]["matched_ops"] == answer["summary"]["baseline_ops"] > 0
+        return
+    assert first["role"] == "origin", first
+    assert (first["rank"], first["iteration"]) == (expected["rank"], expected["iteration"])
+    if "op_type" in expected:
+        assert first["op_type"] == expected["op_type"]
+    if "cell_type" in expected:
+        assert first["cell_type"] == expected["cell_type"]
+    if "cell" in expected:
+        assert first["cell"].split(".")[-1] == expected["cell"]
+    if "source_contains" in expected:
+        assert expected["source_contains"] in first["source"]["code"]
+    if "dtype" in expected:
+        assert f"in {expected['dtype']}" in first["dtype_change"]
+    agreeing_inputs = [t for t in first["inputs"] if t["agree"]]
+    assert len(agreeing_inputs) == len(first["inputs"]) or "constant" in first["note"]
+    assert any(t["agree"] is False and t["error_ulps"] > t["tolerance_ulps"] for t in first["outputs"])
+    assert all(t["baseline_file"] and t["target_file"] for t in first["outputs"])
+
+
+@pytest.mark.parametrize("name", [p.name for p in gen_compare_pairs.PAIRS])
+def test_every_format_says_the_same(answers, name):
+    code, text = answers[name]["json"]
+    answer = json.loads(text)
+    first = answer["first_divergence"]
+    for fmt in ("text", "markdown", "html"):
+        fmt_code, body = answers[name][fmt]
+        assert fmt_code == code
+        if fmt == "html":
+            body = html.unescape(body)
+            assert "<svg" in body or first is None
+        assert answer["verdict"].upper() in body.upper()
+        if first is not None:
+            assert first["op_type"] in body and first["op_name"] in body
+            assert f"rank {first['rank']}" in body.lower() or f"{first['rank']}, {first['iteration']}" in body
+            if first["dtype_change"]:
+                assert first["dtype_change"] in body
+            if first["source"]:
+                assert first["source"]["code"] in body
+
+
+def test_cast_inserted_on_one_side_is_reported_not_fatal(answers):
+    answer = json.loads(answers["softmax_fp16"]["json"][1])
+    assert answer["unmatched"]["baseline"] == 0 and answer["unmatched"]["target"] > 0
+    assert {u["op_type"] for u in answer["unmatched"]["ops"]} == {"Cast"}
+
+
+def test_other_rank_receives_through_the_allreduce(compare_pairs):
+    import msoverflow
+    result = msoverflow.compare(*compare_pairs["dp2_softmax_fp16"])
+    assert result.first_divergence.rank == 1
+    rank0 = [op for op in result.worst + [result.first_divergence] if op.rank == 0]
+    assert all(op.role in ("received", "propagator") for op in rank0)
+    assert result.to_dict()["first_divergence"]["op_type"] == "Softmax"
+
+
+def test_python_api_returns_what_the_cli_renders(compare_pairs, answers):
+    import msoverflow
+    result = msoverflow.compare(*compare_pairs["layernorm_eps"])
+    cli = json.loads(answers["layernorm_eps"]["json"][1])
+    assert result.to_dict()["first_divergence"] == cli["first_divergence"]
+    assert "input 5 (a constant in the graph) differs" in result.first_divergence.note
