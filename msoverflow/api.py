@@ -24,6 +24,10 @@ def analyze(path: str, *, ranks: Optional[Iterable[int]] = None, steps: Optional
     command: the command line that asked (the CLI passes its argv), recorded in report.provenance."""
     from .analyze import analyze as _analyze
     from .provenance import collect
+    import sys
+    # Importing the pipeline module msoverflow.analyze rebinds the package's `analyze` to that module: keep
+    # `msoverflow.analyze(...)` this function for the next call.
+    sys.modules[__package__].analyze = analyze
     report = _analyze(path, ranks=sorted(set(ranks)) if ranks is not None else None,
                       iterations=sorted(set(steps)) if steps is not None else None, scan_all=scan_all,
                       progress=progress, warn=warn, jobs=jobs, scheduler=scheduler)

@@ -68,3 +68,9 @@ def test_mindspore_version_of_a_real_dump(real_dumps):
     assert written.startswith("2.10")
     report = analyze(str(dump))
     assert report.provenance["mindspore_version"] == written
+
+
+def test_msoverflow_analyze_stays_callable(tmp_path):
+    """`msoverflow.analyze(...)` twice in a notebook: importing the pipeline module must not shadow the function."""
+    dump = str(_small_dump(tmp_path / "dump"))
+    assert msoverflow.analyze(dump).verdict == msoverflow.analyze(dump).verdict == "anomaly"
