@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
+from .completeness import check as check_completeness, cross_rank_advice, settle
 from .errors import UserError, reading
 from .evaluate import TensorAccess
 from .index import DumpIndex, build_index
@@ -32,7 +33,7 @@ from .scope import cell_of, enclosing_class
 def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optional[List[int]] = None,
             scan_all: bool = False, progress: Optional[bool] = None,
             warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = None,
-            scheduler: Optional[str] = None) -> Report:
+            scheduler: Optional[str] = None, finished: bool = False) -> Report:
     """jobs: worker processes (None: from the CPU count, for dumps large enough); scheduler: a Dask scheduler
     address to run the per-rank scans on (msoverflow/parallel.py)."""
     warnings: List[str] = []
@@ -52,6 +53,8 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     units = plan_units(dirs, ranks, iterations)
     if not units and (ranks or iterations):
         raise UserError(_selection_lacks(path, dirs, ranks, iterations))
+    # (rank, step)s whose files stop short (job killed, dump still being written): listings and headers only
+    incomplete = check_completeness(dirs, ranks=ranks, iterations=iterations, warn=note, finished=finished)
     access = TensorAccess(note)
     kn = knowledge()
     show = sys.stderr.isatty() if progress is None else progress
@@ -91,6 +94,7 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
         with reading(_file_of(ex)):
             return judge(ex, access, kn, earlier_bad=False).kind == CROSS_RANK
 
+    _not_second_origins(judged, graphs)
     table = RankTable(index.executions, judged, kn.is_collective, delivered_bad)
     candidates = [(ex, v) for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK]
     for ex, _v in candidates:      # a collective delivered a bad value to this rank earlier in the same step
@@ -101,8 +105,6 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     # No origin anywhere but a rank received bad values: report the earliest cross-rank arrival.
     if not candidates and not unmatched:
         candidates = [(ex, v) for ex, v in judged if v.kind == CROSS_RANK][:1]
-        if candidates:
-            note("no rank holds the origin: a collective delivered the first bad value; dump the other ranks")
     if not candidates and not unmatched:
         # Bad values, but every bad op's input was already bad: the op that created it is not in the dump
         # (kernel filter, overflow-only mode, a step not dumped). Never clean: name the first bad op seen.
@@ -144,20 +146,105 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     rank_status = table.rows(expected, ranks, unmatched)
     meta = _metadata(index, note)
     limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {},
-                             (ex for exs in index.executions.values() for ex in exs), len(index.overflow_records))
+                             (ex for exs in index.executions.values() for ex in exs), len(index.overflow_records),
+                             framework_dump=LAYOUT_MSPROBE in index.layouts)
     unreadable = index.unreadable + sorted({e.source for exs in index.executions.values() for ex in exs
                                             for e in ex.inputs + ex.outputs if e.note.startswith("unreadable")})
     reasons = inconclusive_reasons(unknown=index.unknown_examples, unknown_count=index.unknown_files,
                                    unreadable=unreadable, rank_status=rank_status, dumped_anything=True)
     _note_unread_ranks(rank_status, unreadable, dirs)
     reasons += _undecodable(index, note)
+    # incomplete (rank, step)s: their ranks' rows, and no answer from a value only received after a cut
+    settled = settle(incomplete, first, anomalies, propagation, rank_status, unreadable, judged, graphs.node, dirs,
+                     access, describe=lambda ex, v: _finding(ex, v, access, graphs, full=True))
+    first, anomalies, propagation, likely = settled.first, settled.anomalies, settled.propagation, settled.likely
+    reasons = settled.reasons + reasons
+    if any(v.kind == CROSS_RANK for _ex, v in judged):
+        advice = cross_rank_advice(first, rank_status, incomplete, selected=bool(ranks))
+        if advice:
+            note(f"no rank holds the origin: a collective delivered the first bad value; {advice}")
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": meta["summary"]}
+    arrivals, scanned_steps, edges = _report_facts(index, judged, table, rank_status, first, propagation, scan_all)
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
                   files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
                   tail_clean=scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
                   inconclusive=reasons, flagged=flagged, step_times=_step_times(index),
-                  overflow_records=list(index.overflow_records))
+                  overflow_records=list(index.overflow_records), arrivals=arrivals, scanned_steps=scanned_steps,
+                  edges=edges, completeness=incomplete, likely_origin=likely)
+
+
+# ---- INTERIM (i16reports): the facts every renderer shows, derived once here until the one walk (i16core)
+# hands them over itself. Delete this function when the walk fills Report.arrivals/scanned_steps/edges.
+def _report_facts(index: DumpIndex, judged, table: RankTable, rank_status, first: Optional[Finding],
+                  propagation: List[Finding], scan_all: bool):
+    """(arrivals, scanned steps per rank, propagation edges). Arrivals: the first collective that delivered a bad
+    value to each rank in each step. Scanned steps: a rank's walk stops after the step of its first origin (or
+    flagged op) unless scan_all. Edges: (producer, consumer) among the first origin and the ops it reached, from
+    the saved graph only (ops named by full name, else file name)."""
+    from .model import Arrival, RANK_ORIGIN, RANK_RECEIVED
+    stop: Dict[int, int] = {}
+    for ex, v in judged:
+        if v.role in (ORIGIN, SUSPECT):
+            stop[ex.rank] = min(stop.get(ex.rank, ex.iteration), ex.iteration)
+    scanned = {rank: [s for s in steps if scan_all or rank not in stop or s <= stop[rank]]
+               for rank, steps in sorted(index.iterations.items()) if index.executions.get(rank)}
+    delivered: Dict[Tuple[int, int], OpExecution] = {}
+    for ex, v in judged:
+        if v.kind == CROSS_RANK:
+            key = (ex.rank, ex.iteration)
+            if key not in delivered or table.position(ex) < table.position(delivered[key]):
+                delivered[key] = ex
+    origin_ex = {}
+    for ex, v in judged:
+        if v.role == ORIGIN and v.kind != CROSS_RANK:
+            origin_ex.setdefault(ex.rank, ex)
+    for row in rank_status:      # arrivals the rank table found by reading collectives the walk did not judge
+        ex = None
+        if row.status == RANK_RECEIVED:
+            ex = table.first_arrival(row.rank)
+        elif row.status == RANK_ORIGIN and row.rank in origin_ex:
+            ex = table.first_arrival(row.rank, before=origin_ex[row.rank])
+        if ex is not None:
+            delivered.setdefault((ex.rank, ex.iteration), ex)
+    arrivals = [Arrival(rank, step, ex.op_type, ex.op_name,
+                        offset_us=ex.time - index.step_start[(rank, step)]
+                        if (rank, step) in index.step_start else None)
+                for (rank, step), ex in sorted(delivered.items())]
+    edges: List[Tuple[str, str]] = []
+    if first is not None:
+        nodes = [first] + list(propagation)
+        key_of: Dict[str, str] = {}
+        for f in nodes:
+            for name in (f.full_name, f.op_name):
+                if name:
+                    key_of.setdefault(name, f.full_name or f.op_name)
+        for f in nodes[1:]:
+            own = f.full_name or f.op_name
+            for producer in f.producers:
+                source = key_of.get(producer[len("param:"):] if producer.startswith("param:") else producer)
+                if source is not None and source != own and (source, own) not in edges:
+                    edges.append((source, own))
+    return arrivals, scanned, edges
+
+
+def _not_second_origins(judged, graphs: "_GraphCache") -> None:
+    """A Cell entry of a framework dump (msprobe: `Cell.head.NormHead.backward.0`) wraps the ops that ran inside
+    it: when an op inside its scope already went bad in the same step, the Cell's bad output is that value
+    passing through, not a later origin."""
+    made: Dict[Tuple[int, int], List[str]] = {}
+    for ex, v in judged:
+        if v.role not in (ORIGIN, SUSPECT) or v.kind == CROSS_RANK:
+            continue
+        node, _graph = graphs.node(ex)
+        name = node.full_name if node is not None else ex.op_name
+        if node is not None and node.wraps_scope is not None:
+            inside = [n for n in made.get((ex.rank, ex.iteration), []) if n.startswith(node.wraps_scope + "/")]
+            if inside:
+                v.role = PROPAGATOR
+                v.evidence.append(f"its Cell holds {inside[0]}, which made the bad value first")
+                continue
+        made.setdefault((ex.rank, ex.iteration), []).append(name)
 
 
 def _note_unread_ranks(rank_status, unreadable: List[str], dirs) -> None:

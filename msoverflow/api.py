@@ -17,10 +17,11 @@ from .model import Report
 
 def analyze(path: str, *, ranks: Optional[Iterable[int]] = None, steps: Optional[Iterable[int]] = None,
             scan_all: bool = False, warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = 1,
-            scheduler: Optional[str] = None, progress: Optional[bool] = False,
+            scheduler: Optional[str] = None, finished: bool = False, progress: Optional[bool] = False,
             command: Union[None, str, Sequence[str]] = None) -> Report:
     """Analyse a dump directory (any layout `msoverflow analyze` reads) and return the Report.
     ranks/steps: only these (None: all). Warnings go to `warn` (default: kept in report.warnings only).
+    finished: the job that wrote the dump has ended (files written seconds ago are complete).
     command: the command line that asked (the CLI passes its argv), recorded in report.provenance."""
     from .analyze import analyze as _analyze
     from .provenance import collect
@@ -30,7 +31,7 @@ def analyze(path: str, *, ranks: Optional[Iterable[int]] = None, steps: Optional
     sys.modules[__package__].analyze = analyze
     report = _analyze(path, ranks=sorted(set(ranks)) if ranks is not None else None,
                       iterations=sorted(set(steps)) if steps is not None else None, scan_all=scan_all,
-                      progress=progress, warn=warn, jobs=jobs, scheduler=scheduler)
+                      progress=progress, warn=warn, jobs=jobs, scheduler=scheduler, finished=finished)
     report.provenance = collect(report, command)
     return report
 

@@ -46,7 +46,7 @@ MIN_MATCHED_SHARE = 0.5         # fewer of the baseline's ops matched than this:
 MAX_UNMATCHED_LISTED = 200
 MAX_SERIES = 4000               # points of the error-along-execution-order plot (sampled evenly beyond)
 CHUNK = 1 << 20
-BATCH_BYTES = 16 << 20          # small tensors compared together, at most this many bytes (as float64) at a time
+BATCH_BYTES = 4 << 20           # small tensors compared together, at most this many bytes (as float64) at a time
 _MANTISSA = {"float16": 10, "bfloat16": 7, "float32": 23, "float64": 52}
 _OP_NUMBER = re.compile(r"-op\d+$")
 _OP_NUMBER_INNER = re.compile(r"-op\d+(?=[_/])")
@@ -168,16 +168,46 @@ def match_key(ex: OpExecution) -> Tuple[str, str, str]:
     return ex.graph, ex.op_type, name
 
 
-def match(baseline: List[OpExecution], target: List[OpExecution]):
+def _keys(runs: List[OpExecution], graphs) -> List[tuple]:
+    """match_key() of each run; a backward op (`Gradients/...`) whose saved graph names its forward op is keyed
+    by that forward op too (its key and occurrence), so backward ops pair through their forward op even when
+    the backward runs in another order."""
+    keys = [match_key(ex) for ex in runs]
+    if graphs is None:
+        return keys
+    from .names import scope_to_file_name
+    seen: Counter = Counter()
+    forward_of_name: Dict[str, tuple] = {}
+    for ex, key in zip(runs, keys):
+        if not ex.op_name.startswith("Gradients"):
+            forward_of_name.setdefault(ex.op_name, key + (seen[key],))
+            seen[key] += 1
+    for i, ex in enumerate(runs):
+        if ex.op_name.startswith("Gradients"):
+            node, _graph = graphs.node(ex)
+            if node is not None and node.forward_name:
+                name = scope_to_file_name(node.forward_name)
+                if name in forward_of_name:
+                    keys[i] += ("of",) + forward_of_name[name]
+                elif "/" in node.forward_name:    # a scoped forward op that was not dumped
+                    keys[i] += ("of", _OP_NUMBER.sub("", name))
+                # else an internal id ("Reshape_13522", renumbered by every compilation): no help
+    return keys
+
+
+def match(baseline: List[OpExecution], target: List[OpExecution], graphs=(None, None)):
     """[(baseline run, target run)] in the baseline's order, and the runs of each side that found no partner:
-    the n-th run of a key on one side pairs with the n-th run of the same key on the other."""
+    the n-th run of a key on one side pairs with the n-th run of the same key on the other. graphs: the two
+    sides' saved graphs (analyze's _GraphCache) when both have them: backward ops then pair through their
+    forward op."""
+    use = graphs if all(g is not None for g in graphs) else (None, None)
+    base_keys, target_keys = _keys(baseline, use[0]), _keys(target, use[1])
     by_key: Dict[tuple, List[OpExecution]] = {}
-    for ex in target:
-        by_key.setdefault(match_key(ex), []).append(ex)
+    for ex, key in zip(target, target_keys):
+        by_key.setdefault(key, []).append(ex)
     taken: Counter = Counter()
     pairs, only_baseline = [], []
-    for ex in baseline:
-        key = match_key(ex)
+    for ex, key in zip(baseline, base_keys):
         candidates = by_key.get(key, [])
         n = taken[key]
         if n < len(candidates):
@@ -217,16 +247,30 @@ def _as_float(array: np.ndarray) -> np.ndarray:
     return array.astype(np.float64, copy=False) if array.dtype != np.float64 else array
 
 
-def _paired_chunks(a: np.ndarray, b: np.ndarray) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
-    """Both tensors in matching flat chunks (C order), read a chunk at a time."""
+def _c_ordered(array) -> bool:
+    """Its storage order is C order (what stats._chunks yields is then the flat C-order sequence)."""
+    return hasattr(array, "chunks") or array.ndim <= 1 or array.flags.c_contiguous
+
+
+def _paired_chunks(a, b) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+    """Both tensors as matching flat pieces in C order, read a chunk at a time (arrays, memory maps and
+    readers.raw.DecodedTensor alike; chunks of different lengths are cut to match)."""
     from .stats import _chunks
-    same_layout = a.flags.c_contiguous == b.flags.c_contiguous and (a.flags.c_contiguous or a.flags.f_contiguous)
-    if same_layout and (a.flags.c_contiguous or a.ndim <= 1):
-        yield from zip(_chunks(a), _chunks(b))
-        return
-    flat_a, flat_b = np.ravel(a, order="C"), np.ravel(b, order="C")
-    for start in range(0, flat_a.size, CHUNK):
-        yield flat_a[start:start + CHUNK], flat_b[start:start + CHUNK]
+    if _c_ordered(a) and _c_ordered(b):
+        first, second = _chunks(a), _chunks(b)
+    else:   # a Fortran-ordered tensor: element i must meet element i
+        flat_a, flat_b = np.ravel(np.asarray(a), order="C"), np.ravel(np.asarray(b), order="C")
+        first = (flat_a[i:i + CHUNK] for i in range(0, flat_a.size, CHUNK))
+        second = (flat_b[i:i + CHUNK] for i in range(0, flat_b.size, CHUNK))
+    ca = cb = np.empty(0)
+    while True:
+        ca = next(first, None) if ca.size == 0 else ca
+        cb = next(second, None) if cb.size == 0 else cb
+        if ca is None or cb is None:
+            return
+        n = min(ca.size, cb.size)
+        yield ca[:n], cb[:n]
+        ca, cb = ca[n:], cb[n:]
 
 
 def row_partials(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], scale: np.ndarray) -> dict:
@@ -301,11 +345,19 @@ def compare_arrays(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], toler
 
 
 def compare_matrices(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], tolerance: float) -> List[dict]:
-    """compare_arrays() of many small tensors at once: row i of `a` against row i of `b`."""
-    a, b = _as_float(a), _as_float(b)
-    finite_a = np.where(np.isfinite(a), np.abs(a), 0.0)
-    part = row_partials(a, b, ulp_dtype, finite_a.max(axis=1) if a.shape[1] else np.zeros(a.shape[0]))
-    return [_finish(part, i, ulp_dtype, tolerance) for i in range(a.shape[0])]
+    """compare_arrays() of many small tensors at once: row i of `a` against row i of `b`. Rows equal bit for
+    bit in value (a re-run's tensors mostly are) need no arithmetic: their errors are 0, their cosine 1."""
+    same = (a == b).all(axis=1) if a.dtype == b.dtype else np.zeros(a.shape[0], bool)
+    found: List[Optional[dict]] = [dict(max_abs_error=0.0, max_rel_error=0.0, cosine=1.0, error_ulps=0.0,
+                                        agree=True, note="") if s else None for s in same.tolist()]
+    rows = np.flatnonzero(~same)
+    if rows.size:
+        fa, fb = _as_float(a[rows]), _as_float(b[rows])
+        finite_a = np.where(np.isfinite(fa), np.abs(fa), 0.0)
+        part = row_partials(fa, fb, ulp_dtype, finite_a.max(axis=1) if fa.shape[1] else np.zeros(rows.size))
+        for i, row in enumerate(rows.tolist()):
+            found[row] = _finish(part, i, ulp_dtype, tolerance)
+    return found
 
 
 def _compare_stats(base: TensorEvent, tgt: TensorEvent, ulp_dtype: Optional[str], tolerance: float) -> dict:
@@ -361,6 +413,12 @@ class _Comparer:
                 ha, ht = npy.header_of_bytes(base.source, blob), npy.header_of_bytes(tgt.source, target_blob)
             except (npy.NpyError, OSError, ValueError):
                 continue          # tensor() reads it again and says what is wrong
+            if blob == target_blob:      # the same file content (a re-run's tensors mostly are): no arithmetic
+                _take_header(base, ha)
+                _take_header(tgt, ht)
+                self.known[id(base)] = dict(max_abs_error=0.0, max_rel_error=0.0, cosine=1.0, error_ulps=0.0,
+                                            agree=True, note="")
+                continue
             count = math.prod(ha.shape) if ha.shape else 1
             if ha.fortran or ht.fortran or count != (math.prod(ht.shape) if ht.shape else 1) or count == 0 or \
                     ha.payload_dtype.kind not in "fiub" or ht.payload_dtype.kind not in "fiub":
@@ -444,24 +502,30 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
     series = []
     matched = baseline_ops = target_ops = 0
     units = sorted(set(base_units) & set(target_units))
-    for side, only in (("baseline", set(base_units) - set(target_units)), ("target", set(target_units) - set(base_units))):
-        for rank, step in sorted(only):
+    for side, mine, other in (("baseline", base_units, target_units), ("target", target_units, base_units)):
+        for rank, step in sorted(set(mine) - set(other)):
             reasons.append(f"rank {rank} step {step} is in the {side} only")
     orders: Dict[Tuple[int, int], int] = {}
+    base_graphs = target_graphs = None
     for rank, step in units:
         base_runs, base_index = _unit_executions(base_units[(rank, step)], note)
         target_runs, target_index = _unit_executions(target_units[(rank, step)], note)
         baseline_ops += len(base_runs)
         target_ops += len(target_runs)
         orders[(rank, step)] = max(1, len(base_runs))
-        pairs, only_base, only_target = match(base_runs, target_runs)
+        base_graphs, target_graphs = _graphs_of(base_graphs, base_index, note), _graphs_of(target_graphs,
+                                                                                            target_index, note)
+        has_graph = [any(g.node(ex)[1] is not None for ex in runs[:1]) if runs else False
+                     for g, runs in ((base_graphs, base_runs), (target_graphs, target_runs))]
+        pairs, only_base, only_target = match(base_runs, target_runs, (base_graphs, target_graphs)
+                                              if all(has_graph) else (None, None))
         matched += len(pairs)
         for side, runs in (("baseline", only_base), ("target", only_target)):
             counts[side] += len(runs)
             for ex in runs:
                 if len(unmatched) < MAX_UNMATCHED_LISTED:
                     unmatched.append(UnmatchedOp(side, rank, step, ex.op_type, ex.op_name))
-        graphs = _GraphCache(base_index, note)
+        graphs = base_graphs
         position_of = {id(ex): i for i, ex in enumerate(base_runs)}
         target_outputs = [{t.slot: t for t in tx.outputs} for _ex, tx in pairs]
         comparer.prefetch([(e, slots[e.slot]) for (ex, _tx), slots in zip(pairs, target_outputs)
@@ -511,6 +575,17 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
                       series=_sample(series, MAX_SERIES), diverged_ops=diverged_ops)
 
 
+def _graphs_of(cache, index, warn):
+    """One saved-graph cache per side for every unit (a rank's .ir is parsed once); graphs a reader built
+    from the unit itself (msprobe) replace what the cache held for that (rank, graph)."""
+    if cache is None:
+        cache = _GraphCache(index, warn)
+    cache.index = index
+    for key in index.graphs:
+        cache.cache.pop(key, None)
+    return cache
+
+
 def _sample(items: list, limit: int) -> list:
     if len(items) <= limit:
         return items
@@ -542,14 +617,16 @@ def _compare_op(ex: OpExecution, tx: OpExecution, position: int, comparer: _Comp
     elif complete and len(constants) == len(differing):
         op.role = ROLE_RECEIVED if (knowledge().is_collective(ex.op_type) and not constants) else ROLE_ORIGIN
         if constants:
-            op.note = ", ".join(f"input {t.slot} (a constant in the graph) differs" for t in constants)
+            op.note = ", ".join(f"input {t.slot} (a constant in the graph) differs" for t in constants) + \
+                ": an argument of this call changed"
     else:
         op.role = ROLE_PROPAGATOR
         if not ex.inputs:
             op.note = "the baseline dump holds no input of this op: whether its inputs agree is unknown"
         elif differing:
-            op.note = "; ".join(f"input {t.slot} differs" + (f" ({_producer_text(producers[t.slot])})"
-                                                              if t.slot < len(producers) else "")
+            op.note = "; ".join(("input {} differs" if t.agree is False else "input {} could not be compared: "
+                                 + (t.note or "no data")).format(t.slot)
+                                + (f" ({_producer_text(producers[t.slot])})" if t.slot < len(producers) else "")
                                 for t in differing[:4])
     changed = [t for t in op.outputs if t.baseline_dtype != t.target_dtype and t.target_dtype]
     if changed:

@@ -22,8 +22,9 @@ def _int(value) -> Optional[int]:
 
 
 def coverage_limits(settings: Dict[str, object], runtime: Dict[str, object],
-                    executions: Iterable[OpExecution], overflow_records: int) -> List[str]:
-    """One line per limit, in the user's terms (the config key that causes it)."""
+                    executions: Iterable[OpExecution], overflow_records: int, framework_dump: bool = False) -> List[str]:
+    """One line per limit, in the user's terms (the config key that causes it). framework_dump: the ops were
+    recorded by the framework's own hooks (msprobe), every op run eagerly included: no PyNative caveat."""
     limits: List[str] = []
     executions = list(executions)
     device = str(runtime.get("device_target") or "").upper()
@@ -56,7 +57,7 @@ def coverage_limits(settings: Dict[str, object], runtime: Dict[str, object],
     if iteration not in (None, "", "all"):
         limits.append(f"selected steps (iteration \"{iteration}\"): an origin in another step is not seen")
     mode = str(runtime.get("execution_mode") or runtime.get("mode") or "").lower()
-    if "pynative" in mode or _looks_pynative(executions):
+    if not framework_dump and ("pynative" in mode or _looks_pynative(executions)):
         limits.append("PyNative run: only compiled graphs (@jit functions, the optimizer, checks) were dumped; ops "
                       "run eagerly between them are not in the dump")
     return limits
@@ -89,9 +90,10 @@ def inconclusive_reasons(*, unknown: List[str], unknown_count: int,
     if unreadable:
         reasons.append(f"{len(unreadable)} file(s) could not be read (e.g. {unreadable[0]}); they could hold the "
                        "origin")
-    missing = [row.rank for row in rank_status if row.status == RANK_NOT_DUMPED]
+    missing = [row.rank_label for row in rank_status if row.status == RANK_NOT_DUMPED]
     if missing and dumped_anything:
-        reasons.append(f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} expected but not "
+        shown = ", ".join(missing[:20]) + (f" and {len(missing) - 20} more ranges" if len(missing) > 20 else "")
+        reasons.append(f"rank{'s' if len(missing) > 1 or '-' in missing[0] else ''} {shown} expected but not "
                        f"dumped ({next(r.note for r in rank_status if r.status == RANK_NOT_DUMPED)}); the origin "
                        "could be there")
     return reasons

@@ -83,16 +83,57 @@ def setup(args: argparse.Namespace, argv=None) -> None:
         if dump_dir and _inside(log_file, dump_dir):
             from .errors import UserError
             raise UserError(f"{log_file}: refusing to write the log into the dump directory {dump_dir}")
-        try:
-            handler = logging.FileHandler(log_file, encoding="utf-8")
-        except OSError as exc:
-            from .errors import UserError
-            raise UserError(f"{log_file}: cannot open the log file ({exc.strerror})")
+        handler = _open_log_file(log_file)
         handler.setLevel(logging.DEBUG)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(handler)
         from . import __version__
         log.debug("msoverflow %s: %s", __version__, " ".join(sys.argv[1:] if argv is None else argv))
+        handler.check()
+
+
+class _LogFile(logging.FileHandler):
+    """A log file that fails loudly once: the first write is checked (exit 2, one line); a later failure (disk
+    full) drops the handler with one line on stderr instead of logging's traceback per message."""
+
+    def check(self) -> None:
+        from .errors import UserError
+        try:
+            self.flush()
+            if self.stream is not None:
+                self.stream.flush()
+        except OSError as exc:
+            log.removeHandler(self)
+            raise UserError(f"{self.baseFilename}: cannot write the log file ({exc.strerror or exc})") from None
+        if getattr(self, "failed", None):
+            log.removeHandler(self)
+            raise UserError(f"{self.baseFilename}: cannot write the log file ({self.failed})")
+
+    def handleError(self, record) -> None:
+        exc = sys.exc_info()[1]
+        if getattr(self, "failed", None) is None:
+            self.failed = getattr(exc, "strerror", None) or str(exc)
+            if _depth:     # after the start-up check: say it once, stop logging to the file
+                print(f"msoverflow: {self.baseFilename}: cannot write the log file ({self.failed}); "
+                      "logging to it stopped", file=sys.stderr)
+                log.removeHandler(self)
+
+
+def _open_log_file(path: str) -> _LogFile:
+    """Append to a regular file (or /dev/null): a FIFO would block, a device like /dev/full fails every write."""
+    import os
+    import stat
+    from .errors import UserError
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode) and os.path.realpath(path) != os.devnull:
+        raise UserError(f"{path}: cannot use as the log file (not a regular file)")
+    try:
+        return _LogFile(path, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot open the log file ({exc.strerror or exc})") from None
 
 
 def _inside(path: str, directory: str) -> bool:

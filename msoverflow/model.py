@@ -37,6 +37,8 @@ ORIGIN = "origin"
 PROPAGATOR = "propagator"
 CLEAN = "clean"
 SUSPECT = "flagged"     # the hardware flagged it, but its inputs were not dumped/readable: origin or propagator?
+# inputs finite, consumers got bad values, but its own output file is truncated: named, never proven (inconclusive)
+LIKELY_ORIGIN = "likely-origin"
 
 
 @dataclass(slots=True)
@@ -60,6 +62,12 @@ class TensorStats:
     @property
     def nonfinite(self) -> int:
         return self.nan + self.posinf + self.neginf
+
+    def count_text(self, name: str) -> str:
+        """A count (nan, posinf, neginf, over_range) as a report may state it: "≥1" when it is a lower bound
+        inferred from statistics, the plain number when it was counted."""
+        value = getattr(self, name)
+        return str(value) if self.counts_exact else f"≥{value}"
 
     @property
     def bad(self) -> bool:
@@ -133,6 +141,9 @@ class GraphNode:
     inferred_out: Optional[str] = None   # output dtype the front end inferred
     kernel_out: Optional[str] = None     # output dtype of the selected kernel
     ir_line: Optional[int] = None        # 1-based line of the node in its .ir file
+    # A framework dump's Cell/Module entry (msprobe) is not one op but the whole Cell: the scope it covers. A bad
+    # value first made by an op inside that scope is not a second origin when the Cell's own output shows it.
+    wraps_scope: Optional[str] = None
 
 
 @dataclass(slots=True)
@@ -242,6 +253,11 @@ class RankStatus:
     coords: Optional[Dict[str, int]] = None   # parallel coordinates {"dp":..,"tp":..,"pp":..} when the layout is known
     present: Optional[int] = None      # incomplete: files/kernels found for the step ...
     expected: Optional[int] = None     # ... of this many that should be there
+    last_rank: Optional[int] = None    # not dumped: this row stands for ranks rank..last_rank (same reason)
+
+    @property
+    def rank_label(self) -> str:
+        return f"{self.rank}-{self.last_rank}" if self.last_rank is not None else str(self.rank)
 
 
 @dataclass
@@ -306,6 +322,9 @@ class Report:
     scanned_steps: Dict[int, List[int]] = field(default_factory=dict)   # rank -> steps actually scanned
     edges: List[Tuple[str, str]] = field(default_factory=list)    # propagation edges (producer op, consumer op)
     completeness: List[StepCompleteness] = field(default_factory=list)  # only the (rank, step)s found incomplete
+    # role LIKELY_ORIGIN: the op that most likely created the bad value when its own output file is cut short (the
+    # verdict stays inconclusive: an unread file proves nothing)
+    likely_origin: Optional[Finding] = None
     parameters: List[ParameterHit] = field(default_factory=list)
     parallel: Optional[Dict[str, object]] = None   # the parallel layout used ({"dp":4,"tp":1,"pp":2,"source":...})
     provenance: Dict[str, object] = field(default_factory=dict)   # msoverflow version, command, time, host, ...
@@ -314,6 +333,12 @@ class Report:
         """The JSON report (schema msoverflow/schema/report.schema.json) as a dict."""
         from .render.json_report import report_dict
         return report_dict(self)
+
+    @property
+    def bad_values_seen(self) -> bool:
+        """Bad values were read although no origin is named (a rank received one, a likely origin was found)."""
+        return self.first is not None or self.likely_origin is not None or any(
+            row.status in (RANK_ORIGIN, RANK_RECEIVED, RANK_FLAGGED) for row in self.rank_status)
 
     @property
     def verdict(self) -> str:

@@ -44,9 +44,10 @@ def map_reduce(units: List[Unit], kn, scan_all: bool, access, warn: Callable[[st
     if scheduler:
         summaries, scanned_all = _on_dask(chains, scan_all, scheduler, advance)
     else:
+        cpus = os.cpu_count() or 1
         if jobs is None:           # the default: a worker per CPU, where that pays (see POOL_MIN_CPUS)
-            cpus = os.cpu_count() or 1
             jobs = cpus if cpus >= POOL_MIN_CPUS else 1
+        jobs = max(1, min(jobs, cpus))     # --jobs 1000 on 2 CPUs: 2 workers (each holds a scan's memory)
         if files is None and jobs > 1 and len(chains) > 1:
             files = survey(units)[1]
         if jobs > 1 and len(chains) > 1 and (files or 0) >= POOL_MIN_FILES:
@@ -104,15 +105,38 @@ def _on_pool(chains, scan_all, jobs, advance):
                         lambda futures: wait(futures, return_when=FIRST_COMPLETED).done, advance)
 
 
+def check_scheduler_address(address: str) -> None:
+    """tcp://HOST:PORT, HOST:PORT or tcp://[IPv6]:PORT, checked before Dask sees it: a malformed address would
+    otherwise fail inside the client (and its teardown print a traceback later). TLS needs certificates that
+    msoverflow does not configure."""
+    import ipaddress
+    usage = f"--scheduler {address}: expected a scheduler address such as tcp://HOST:8786 or tcp://[::1]:8786"
+    scheme, sep, location = address.partition("://")
+    if not sep:
+        scheme, location = "tcp", address
+    if scheme.lower() != "tcp":
+        raise UserError(f"--scheduler {address}: only tcp:// scheduler addresses are supported"
+                        + (" (tls:// needs certificates msoverflow does not set up)" if scheme.lower() == "tls" else ""))
+    match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:([0-9]{1,5})|([A-Za-z0-9._-]+):([0-9]{1,5})", location)
+    if not match:
+        raise UserError(usage)
+    host, port = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+    if match.group(1):
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise UserError(f"{usage} ({host} is not an IPv6 address)") from None
+    if not 0 < int(port) < 65536:
+        raise UserError(f"{usage} (port {port} is out of range)")
+
+
 def _on_dask(chains, scan_all, address, advance):
     try:
         from distributed import Client, as_completed
     except ImportError:
         raise UserError(f"--scheduler {address}: dask.distributed is not installed "
                         "(pip install 'msoverflow[dask]' here and on every worker)") from None
-    location = address.split("://", 1)[-1]
-    if not re.fullmatch(r"\[?[^\s/\]]+\]?:[0-9]+", location):
-        raise UserError(f"--scheduler {address}: expected a scheduler address such as tcp://HOST:8786")
+    check_scheduler_address(address)
     try:
         client = Client(address, set_as_default=False, timeout="10s")
     except (OSError, TimeoutError, ValueError) as exc:

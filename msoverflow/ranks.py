@@ -21,6 +21,7 @@ from .model import (CROSS_RANK, ORIGIN, RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPE
 _RANK_DIR = re.compile(r"^rank_([0-9]{1,9})$")
 _MAX_DIRS = 5000          # directories looked at when searching rank_* folders (a dump tree is shallow)
 _RANK_SIZE_KEYS = ("rank_size", "RANK_SIZE", "group_size", "world_size", "device_num")
+MAX_PLAUSIBLE_GAPS = 64   # missing rank numbers between present ranks that are filled in (more: 8 per present rank)
 
 
 def rank_directories(path: str, depth: int = 3) -> Dict[int, str]:
@@ -157,13 +158,32 @@ def expected_ranks(path: str, dumped: Set[int], rank_roots: List[str],
         reasons.setdefault(rank, why)
     known = set(reasons) | set(dumped)
     if len(known) > 1 or (known and max(known) > 0):
-        for rank in range(max(known) + 1):
-            reasons.setdefault(rank, f"ranks {_span(sorted(known))} are present: rank {rank} is missing between them")
+        gaps = max(known) + 1 - len(known)
+        if gaps <= max(MAX_PLAUSIBLE_GAPS, 8 * len(known)):
+            why = f"ranks {_span(sorted(known))} are present: missing between them"
+            for rank in range(max(known) + 1):
+                reasons.setdefault(rank, why)
+        else:     # rank_0 beside a lone rank_99999: not a job of 100,000 ranks; say so instead of listing them
+            warn(f"ranks {_span(sorted(known))} are present: the {gaps} rank numbers between them are not "
+                 "expected (too many gaps for a real job); only the ranks present and declared are checked")
     return reasons
 
 
 def _span(values: List[int]) -> str:
     return ", ".join(map(str, values)) if len(values) <= 6 else f"{values[0]}..{values[-1]}"
+
+
+def compress_not_dumped(rows: List[RankStatus]) -> List[RankStatus]:
+    """Consecutive not-dumped ranks with the same reason become one row (rank..last_rank)."""
+    out: List[RankStatus] = []
+    for row in rows:
+        last = out[-1] if out else None
+        if (last is not None and row.status == RANK_NOT_DUMPED and last.status == RANK_NOT_DUMPED
+                and last.note == row.note and (last.last_rank or last.rank) + 1 == row.rank):
+            last.last_rank = row.rank
+        else:
+            out.append(row)
+    return out
 
 
 class RankTable:
@@ -177,10 +197,20 @@ class RankTable:
         self.is_collective = is_collective
         self.collective_verdict = collective_verdict
         self._position = {id(ex): i for exs in executions.values() for i, ex in enumerate(exs)}
-        self._judged_arrivals: Dict[int, List[OpExecution]] = {}
+        # The earliest judged arrival per rank and per (rank, step): every query is a lookup, never a scan
+        # (15,000 origins on one rank each ask for the arrival before them).
+        self._first_judged: Dict[int, OpExecution] = {}
+        self._first_judged_in_step: Dict[Tuple[int, int], OpExecution] = {}
         for ex, v in judged:
             if v.kind == CROSS_RANK:
-                self._judged_arrivals.setdefault(ex.rank, []).append(ex)
+                for table, key in ((self._first_judged, ex.rank), (self._first_judged_in_step, (ex.rank, ex.iteration))):
+                    if key not in table or self.position(ex) < self.position(table[key]):
+                        table[key] = ex
+        # Collectives not judged by the scan are read lazily, in order, once each: per (rank, step) the list, how
+        # far it has been read, and the first that delivered a bad value.
+        self._collectives: Optional[Dict[Tuple[int, Optional[int]], List[OpExecution]]] = None
+        self._progress: Dict[Tuple[int, Optional[int]], int] = {}
+        self._found: Dict[Tuple[int, Optional[int]], OpExecution] = {}
         self._read: Dict[int, bool] = {}
 
     def position(self, ex: OpExecution) -> int:
@@ -190,25 +220,37 @@ class RankTable:
                       same_step: bool = False) -> Optional[OpExecution]:
         """The first collective on `rank` that delivered a bad value, up to and including `before` (in `before`'s
         step only, when the scan did not judge the collectives), or None."""
-        limit = self.position(before) if before is not None else None
-        candidates = [ex for ex in self._judged_arrivals.get(rank, [])
-                      if (limit is None or self.position(ex) <= limit)
-                      and not (same_step and before is not None and ex.iteration != before.iteration)]
-        if candidates:
-            return min(candidates, key=self.position)
-        step = before.iteration if before is not None else None
-        for ex in self.executions.get(rank, []):
-            if limit is not None and self.position(ex) > limit:
-                break
-            if step is not None and ex.iteration != step:
-                continue
-            if not self.is_collective(ex.op_type) or not ex.outputs:
-                continue
+        limit = self.position(before) if before is not None else 1 << 31
+        judged = (self._first_judged_in_step.get((rank, before.iteration)) if same_step and before is not None
+                  else self._first_judged.get(rank))
+        if judged is not None and self.position(judged) <= limit:
+            return judged
+        key = (rank, before.iteration if before is not None else None)
+        found = self._found.get(key)
+        if found is not None:
+            return found if self.position(found) <= limit else None
+        collectives = self._collectives_of(key)
+        i = self._progress.get(key, 0)
+        while i < len(collectives) and self.position(collectives[i]) <= limit:
+            ex = collectives[i]
+            i += 1
             if id(ex) not in self._read:
                 self._read[id(ex)] = bool(self.collective_verdict(ex))
             if self._read[id(ex)]:
-                return ex
-        return None
+                self._found[key] = ex
+                break
+        self._progress[key] = i
+        return self._found.get(key)
+
+    def _collectives_of(self, key: Tuple[int, Optional[int]]) -> List[OpExecution]:
+        if self._collectives is None:
+            self._collectives = {}
+            for rank, exs in self.executions.items():
+                for ex in exs:
+                    if self.is_collective(ex.op_type) and ex.outputs:
+                        self._collectives.setdefault((rank, None), []).append(ex)
+                        self._collectives.setdefault((rank, ex.iteration), []).append(ex)
+        return self._collectives.get(key, [])
 
     def rows(self, expected: Dict[int, str], selected: Optional[List[int]] = None,
              unmatched_records=()) -> List[RankStatus]:
@@ -239,7 +281,7 @@ class RankTable:
                                  f"{record.stream_id}", "unknown op",
                                  note=f"an Opdebug record ({record.unit}) matches no dumped op")
             rows.append(row)
-        return rows
+        return compress_not_dumped(rows)
 
     def _row(self, rank: int, items) -> RankStatus:
         if not self.executions.get(rank):
@@ -276,4 +318,5 @@ class RankTable:
         return RankStatus(rank, RANK_CLEAN)
 
 
-__all__ = ["RankTable", "expected_ranks", "rank_directories", "declared_rank_count", "inside_one_rank"]
+__all__ = ["RankTable", "expected_ranks", "rank_directories", "declared_rank_count", "inside_one_rank",
+           "compress_not_dumped"]

@@ -49,40 +49,77 @@ def find_origin_inputs(report: dict, dump_dir: Optional[str] = None):
     first = report.get("first") or {}
     if report.get("verdict") == "clean" or not first:
         raise UserError("the report has no origin: nothing to reproduce")
-    root = dump_dir or report.get("dump_dir")
-    if not root or not os.path.isdir(root):
-        raise UserError(f"{root or '(no dump_dir in the report)'}: the dump directory is not there; give --dump DIR")
+    root = dump_root_of(report, dump_dir)
+    rank, step = _origin_int(first, "rank"), _origin_int(first, "iteration")
     notes: List[str] = []
     dirs = discover(root, notes.append)
-    index = build_index(dirs, notes.append, [int(first["rank"])], [int(first["iteration"])])
-    candidates = [ex for ex in index.executions.get(int(first["rank"]), [])
+    index = build_index(dirs, notes.append, [rank], [step])
+    candidates = [ex for ex in index.executions.get(rank, [])
                   if ex.op_name == first.get("op_name") and str(ex.graph) == str(first.get("graph"))]
     if not candidates:
-        candidates = [ex for ex in index.executions.get(int(first["rank"]), [])
-                      if ex.op_name == first.get("op_name")]
+        candidates = [ex for ex in index.executions.get(rank, []) if ex.op_name == first.get("op_name")]
     if not candidates:
-        raise UserError(f"{root}: no dump files of {first.get('op_name')} at rank {first['rank']} step "
-                        f"{first['iteration']}")
+        raise UserError(f"{root}: no dump files of {first.get('op_name')} at rank {rank} step {step}")
     stamp = first.get("timestamp")
-    execution = min(candidates, key=lambda ex: abs(ex.time - stamp) if stamp else 0)
+    execution = min(candidates, key=lambda ex: abs(ex.time - stamp) if isinstance(stamp, int) else 0)
     if not execution.inputs:
         raise UserError(f"{root}: the dump holds no input tensors of {first.get('op_name')} (dump inputs too: "
                         f"msoverflow config --inputs)")
     return execution
 
 
+def dump_root_of(report: dict, dump_dir: Optional[str] = None) -> str:
+    """The dump directory to read (--dump, else the report's dump_dir): an existing directory, or a clear error."""
+    root = dump_dir or report.get("dump_dir")
+    if not isinstance(root, str) or not root or "\0" in root:
+        shown = "(no dump_dir in the report)" if not root else f"the report's dump_dir {str(root)[:80]!r}"
+        raise UserError(f"{shown}: not a directory name; give --dump DIR")
+    if not os.path.isdir(root):
+        raise UserError(f"{root}: the dump directory is not there; give --dump DIR")
+    return root
+
+
+def _origin_int(first: dict, key: str) -> int:
+    value = first.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UserError(f"the report's origin has no {key} (first.{key} is {str(value)[:40]}): cannot find it in "
+                        "the dump; analyze again and repro from that report")
+    return value
+
+
+def _declared_inputs(first: dict) -> dict:
+    """slot -> declared dtype of the origin's inputs in the report (records without an integer slot are skipped)."""
+    declared = {}
+    for record in first.get("inputs") or []:
+        slot = record.get("slot") if isinstance(record, dict) else None
+        if isinstance(slot, int) and not isinstance(slot, bool):
+            declared[slot] = record.get("dtype") if isinstance(record.get("dtype"), str) else None
+    return declared
+
+
+def _output_dir(out_dir: str) -> None:
+    """Create the output directory; a path that is a file, or under one, or not creatable is one line (exit 2)."""
+    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
+        raise UserError(f"{out_dir}: exists and is not a directory; give -o a new or empty directory")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{out_dir}: cannot create the output directory ({exc.strerror or exc})") from None
+
+
 def write(report: dict, out_dir: str, device: str = "CPU", dump_dir: Optional[str] = None) -> Repro:
     from .evaluate import TensorAccess
+    from .readers import npy
     first = report["first"] if report.get("first") else {}
-    root = dump_dir or report.get("dump_dir") or ""
+    root = dump_root_of(report, dump_dir) if report.get("verdict") != "clean" and first else ""
     if root:   # resolved through symlinks and judged from the dump's root (msoverflow.safeio)
         from .safeio import refuse_output_inside
         refuse_output_inside(out_dir, root)
     execution = find_origin_inputs(report, dump_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    _output_dir(out_dir)
     access = TensorAccess(lambda message: None)
-    declared_in = {int(t["slot"]): t.get("dtype") for t in first.get("inputs") or []}
-    declared_out = [t.get("dtype") for t in first.get("outputs") or []]
+    declared_in = _declared_inputs(first)
+    declared_out = [t.get("dtype") for t in first.get("outputs") or [] if isinstance(t.get("dtype"), str)]
     inputs, meta = [], []
     for event in execution.inputs:
         with reading(event.source):
@@ -90,7 +127,11 @@ def write(report: dict, out_dir: str, device: str = "CPU", dump_dir: Optional[st
         if array is None:
             raise UserError(f"{event.source}: cannot read this input of the origin ({event.note})")
         path = os.path.join(out_dir, f"input_{event.slot}.npy")
-        np.save(path, np.array(array))          # a copy: the dump file is only read
+        try:     # copied in chunks: the dump file is only read, and a large input never sits in memory
+            with reading(event.source):
+                npy.save(path, array)
+        except OSError as exc:
+            raise UserError(f"{exc.filename or path}: cannot copy the input ({exc.strerror or exc})") from None
         inputs.append(path)
         meta.append({"slot": event.slot, "file": os.path.basename(path), "from": event.source,
                      "dtype": declared_in.get(event.slot) or event.dtype, "shape": list(np.shape(array))})
@@ -105,11 +146,15 @@ def write(report: dict, out_dir: str, device: str = "CPU", dump_dir: Optional[st
     spec = {"op_type": op_type, "forward_op": forward, "full_name": first.get("full_name"),
             "rank": first.get("rank"), "iteration": first.get("iteration"), "kind": first.get("kind"),
             "dumped_dtype": dumped, "inputs": meta, "vjp": form, "device": device}
-    with open(os.path.join(out_dir, "repro.json"), "w", encoding="utf-8") as fh:
-        json.dump(spec, fh, indent=2)
     script = os.path.join(out_dir, "repro.py")
-    with open(script, "w", encoding="utf-8") as fh:
-        fh.write(SCRIPT.replace("__SPEC__", pprint.pformat(spec, indent=4, width=110)).replace("__DEVICE__", device))
+    try:
+        with open(os.path.join(out_dir, "repro.json"), "w", encoding="utf-8") as fh:
+            json.dump(spec, fh, indent=2)
+        with open(script, "w", encoding="utf-8") as fh:
+            fh.write(SCRIPT.replace("__SPEC__", pprint.pformat(spec, indent=4, width=110))
+                     .replace("__DEVICE__", device))
+    except OSError as exc:
+        raise UserError(f"{exc.filename or out_dir}: cannot write ({exc.strerror or exc})") from None
     return Repro(out_dir=out_dir, script=script, inputs=inputs, op_type=op_type, how=how)
 
 

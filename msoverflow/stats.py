@@ -15,6 +15,9 @@ def _chunks(array: np.ndarray):
     """Flat chunks in storage order (statistics do not depend on order). A memory-mapped tensor is read with
     plain file reads into one reused-size buffer: touching the map would leave every page of a large tensor
     resident, so peak memory would grow with tensor size."""
+    if hasattr(array, "chunks"):          # readers.raw.DecodedTensor: bf16 / packed ints decoded chunk by chunk
+        yield from array.chunks(CHUNK)
+        return
     if isinstance(array, np.memmap) and array.filename and (array.flags.c_contiguous or array.flags.f_contiguous):
         from .safeio import open_regular
         with open_regular(array.filename, "rb") as fh:

@@ -5,7 +5,8 @@ change between baseline and target), as test fixtures.
 Runs go through scripts/gen_real_dumps.py's runner (graph-mode dumps, msrun) or mindstudio-probe's
 PrecisionDebugger (PyNative); each run is `<out>/<run>/dump/` with run.log and case.json. Outputs are cached under
 `<repo>/.fixture-cache/compare/<key>/`, the key hashing the runs defined here, scripts/compare_cases/*.py,
-msoverflow/demo/*.py and the installed mindspore and mindstudio-probe versions; generation is locked per key.
+msoverflow/demo/*.py and the installed mindspore and mindstudio-probe versions; generation is locked per key, and
+other keys are removed once unused for hours.
 
     python scripts/gen_compare_pairs.py [--out DIR] [--pair NAME ...] [--force]
 
@@ -30,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gen_real_dumps  # noqa: E402  (its runner, lock and case records)
 
 REPO = Path(__file__).resolve().parents[1]
-CASES_DIR = Path(__file__).resolve().parent / "compare_cases"
-NET = str(CASES_DIR / "compare_net.py")
+SCRIPTS = Path(__file__).resolve().parent
+CASES_DIR = SCRIPTS / "compare_cases"
+NET = "compare_cases/compare_net.py"      # relative to scripts/ (the cache key must not hold a checkout's path)
 DEFAULT_CACHE_ROOT = REPO / ".fixture-cache" / "compare"
 RUN_TIMEOUT_S = 300
 
@@ -40,14 +42,18 @@ RUN_TIMEOUT_S = 300
 class Run:
     name: str
     description: str
-    argv: tuple                 # after the python executable (absolute script paths or -m module)
+    argv: tuple                 # after the python executable (script paths relative to scripts/, or -m module)
     workers: int = 0            # msrun workers (0: a plain process)
     msprobe: bool = False       # PyNative under PrecisionDebugger (L1, tensors) instead of a MindSpore dump
     iterations: tuple = (0,)
 
+    def command_args(self) -> tuple:
+        """argv with the case script's absolute path."""
+        return tuple(str(SCRIPTS / a) if a.endswith(".py") else a for a in self.argv)
+
     def case(self) -> "gen_real_dumps.Case":
         return gen_real_dumps.Case(
-            name=self.name, description=self.description, shows=self.description, argv=self.argv,
+            name=self.name, description=self.description, shows=self.description, argv=self.command_args(),
             expected=gen_real_dumps._expect("clean", layout={0: list(self.iterations)}), workers=self.workers,
             dump_settings=gen_real_dumps._ALL_DEVICES if self.workers else {})
 
@@ -142,7 +148,7 @@ def _run_msprobe(run: Run, out_dir: Path, python: str) -> dict:
         config_path.write_text(json.dumps(config, indent=2))
         env = dict(os.environ, GLOG_v="3",
                    PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-        cmd = [python, *run.argv, "--msprobe", str(config_path)]
+        cmd = [python, *run.command_args(), "--msprobe", str(config_path)]
         proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
         (target / "run.log").write_text(proc.stdout + proc.stderr)
         ok = proc.returncode == 0 and dump.is_dir()
@@ -160,6 +166,25 @@ def _run(run: Run, out_dir: Path, python: str) -> dict:
     if run.msprobe:
         return _run_msprobe(run, out_dir, python)
     return gen_real_dumps.run_case(run.case(), out_dir, python, timeout=RUN_TIMEOUT_S)
+
+
+STALE_AFTER_S = 6 * 3600
+
+
+def _prune_stale(current: Path) -> None:
+    """Pairs made under another key and not generated for hours: several checkouts (worktrees) of different
+    versions share the cache, so a key another checkout may be using right now is left alone."""
+    import time
+    if not DEFAULT_CACHE_ROOT.is_dir():
+        return
+    for other in DEFAULT_CACHE_ROOT.iterdir():
+        lock = other / ".lock"
+        try:
+            stale = other.is_dir() and other != current and time.time() - lock.stat().st_mtime > STALE_AFTER_S
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(other, ignore_errors=True)
 
 
 class ComparePairs:
@@ -188,10 +213,7 @@ def ensure_pairs(names: Optional[List[str]] = None, out_dir: Optional[Path] = No
     wanted = list(dict.fromkeys(r for p in pairs for r in (p.baseline, p.target)))
     if out_dir is None:
         out_dir = DEFAULT_CACHE_ROOT / cache_key()
-        if DEFAULT_CACHE_ROOT.is_dir():
-            for stale in DEFAULT_CACHE_ROOT.iterdir():
-                if stale.is_dir() and stale != out_dir:
-                    shutil.rmtree(stale, ignore_errors=True)
+        _prune_stale(out_dir)
     out_dir = Path(out_dir)
     records: Dict[str, dict] = {}
     with gen_real_dumps._locked(out_dir):

@@ -165,3 +165,48 @@ def test_compare_imports_no_other_command_nor_mindspore(tmp_path):
     assert "mindspore" not in modules
     _proc, help_modules = _modules(["compare", "--help"])
     assert "msoverflow.comparison" not in help_modules and "msoverflow.index" not in help_modules
+
+
+def test_chunked_metrics_match_whole_tensor_metrics(monkeypatch):
+    """Large tensors are compared a chunk at a time (and Fortran order meets C order element by element): the
+    metrics equal those of one pass over the whole tensor."""
+    import msoverflow.comparison as comparison
+    import msoverflow.stats as stats
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(60, 50)).astype(np.float32)
+    b = (a + rng.normal(scale=1e-5, size=a.shape)).astype(np.float32)
+    whole = compare_arrays(a, b, "float32", 8)
+    monkeypatch.setattr(comparison, "CHUNK", 7)
+    monkeypatch.setattr(stats, "CHUNK", 11)       # chunks of the two tensors of different lengths
+    assert compare_arrays(a, b, "float32", 8) == pytest.approx(whole)
+    assert compare_arrays(np.asfortranarray(a), b, "float32", 8) == pytest.approx(whole)
+
+
+def test_bfloat16_tensor_compared_through_its_decoder(tmp_path):
+    """A bf16 payload (numpy has no bf16) is decoded chunk by chunk (readers.raw.DecodedTensor) and compared."""
+    from msoverflow.readers.raw import DecodedTensor
+    values = np.linspace(-3, 3, 100, dtype=np.float32)
+    bits = (values.view(np.uint32) >> 16).astype(np.uint16)
+    path = tmp_path / "t.bin"
+    path.write_bytes(bits.tobytes())
+    decoded = DecodedTensor(str(path), "bfloat16", 0, bits.nbytes)
+    found = compare_arrays(decoded, np.asarray(decoded), "bfloat16", 8)
+    assert found["agree"] and found["error_ulps"] == 0
+    shifted = np.asarray(decoded) * np.float32(1.01)
+    assert compare_arrays(decoded, shifted, "bfloat16", 0.5)["agree"] is False
+
+
+def test_corrupt_tensor_is_a_warning_and_the_verdict_inconclusive(tmp_path, capsys):
+    a = _net(tmp_path / "a")
+    b = _net(tmp_path / "b")
+    folder = os.path.join(b, "rank_0", "Net", "0", "0")
+    victim = next(n for n in sorted(os.listdir(folder)) if n.startswith("Add.") and ".output." in n)
+    with open(os.path.join(folder, victim), "r+b") as fh:
+        fh.truncate(60)
+    result = compare(a, b)
+    assert result.verdict == "inconclusive"
+    assert any("could not be read" in r for r in result.reasons)
+    assert any(victim in w for w in result.warnings)
+    assert main(["compare", a, b]) == 3
+    assert main(["compare", a, b, "--ulps", "-1"]) == 2
+    assert "--ulps" in capsys.readouterr().err

@@ -32,6 +32,10 @@ def test_pair_verdict_and_first_divergence(answers, name):
     expected = gen_compare_pairs.PAIRS_BY_NAME[name].expected
     code, text = answers[name]["json"]
     answer = json.loads(text)
+    jsonschema = pytest.importorskip("jsonschema")
+    from importlib import resources
+    jsonschema.validate(answer, json.loads(resources.files("msoverflow.schema").joinpath("compare.schema.json")
+                                           .read_text()))
     assert answer["verdict"] == expected["verdict"], answer["inconclusive"]
     assert code == EXIT[expected["verdict"]]
     first = answer["first_divergence"]
@@ -99,3 +103,37 @@ def test_python_api_returns_what_the_cli_renders(compare_pairs, answers):
     cli = json.loads(answers["layernorm_eps"]["json"][1])
     assert result.to_dict()["first_divergence"] == cli["first_divergence"]
     assert "input 5 (a constant in the graph) differs" in result.first_divergence.note
+
+
+def _move_op_last(dump_dir, op_number_name):
+    """Rename one op run's files so that it runs after every other op of its step (a later compilation may
+    schedule the backward differently): its files keep their names but for the timestamp field."""
+    import os
+    folder = os.path.join(dump_dir, "rank_0", "Net", "0", "0")
+    names = os.listdir(folder)
+    latest = max(int(n.split(".")[-6]) for n in names if n.endswith(".npy"))
+    mine = sorted(n for n in names if f"{op_number_name}." in n)
+    assert mine, op_number_name
+    for i, name in enumerate(mine):
+        parts = name.split(".")
+        parts[-6] = str(latest + 10 + i)
+        os.rename(os.path.join(folder, name), os.path.join(folder, ".".join(parts)))
+
+
+def test_backward_ops_pair_through_their_forward_op(compare_pairs, tmp_path):
+    """Real re-run whose backward BatchMatMul-op0 (gradient of the forward BatchMatMul-op1) is moved last: paired by
+    occurrence alone it would meet the gradient of another forward op; through the saved graph's forward names
+    it meets its own, and the runs stay equivalent. Without the saved graphs the same dumps diverge."""
+    import shutil
+    import msoverflow
+    baseline, target = compare_pairs["identical_rerun"]
+    moved = tmp_path / "moved"
+    shutil.copytree(target, moved)
+    _move_op_last(moved, "Attention_Grad_BatchMatMul_BatchMatMul-op0")
+    assert msoverflow.compare(str(baseline), str(moved), steps=[0]).verdict == "equivalent"
+    plain_base, plain_target = tmp_path / "plain_base", tmp_path / "plain_target"
+    shutil.copytree(baseline, plain_base)
+    shutil.copytree(moved, plain_target)
+    for d in (plain_base, plain_target):
+        shutil.rmtree(d / "rank_0" / "graphs")
+    assert msoverflow.compare(str(plain_base), str(plain_target), steps=[0]).verdict == "diverged"

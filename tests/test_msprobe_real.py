@@ -114,3 +114,18 @@ def test_run_pynative_under_msprobe_end_to_end(tmp_path):
     start = next(i for i, line in enumerate(proc.stdout.splitlines()) if line.startswith("{"))
     report = json.loads("\n".join(proc.stdout.splitlines()[start:]))
     assert report["first"]["op_name"] == "Primitive.sqrt.Sqrt.0.backward" and report["first"]["iteration"] == 2
+
+
+def test_msprobe_op_level_dumps_carry_no_pynative_caveat_and_one_origin(msprobe_dumps):
+    """msprobe records every op run eagerly: the caveat "only compiled graphs were dumped" is not theirs. In a mix
+    (L0 + L1) dump the NormHead Cell's backward wraps Sqrt's backward: one origin, the Cell in the spread."""
+    for name in ("l1_statistics_stepk", "l0_tensor_stepk", "mix_tensor_step2"):
+        report = analyze(str(msprobe_dumps[name] / "dump"), progress=False, scan_all=True)
+        assert not any("PyNative" in c for c in report.coverage), (name, report.coverage)
+    mix = analyze(str(msprobe_dumps["mix_tensor_step2"] / "dump"), progress=False, scan_all=True)
+    assert [f.op_name for f in mix.anomalies] == ["Primitive.sqrt.Sqrt.0.backward"]
+    assert any(p.op_name.startswith("Cell.lm_head.NormHead.backward") for p in mix.propagation)
+    # statistics only: the counts are lower bounds, and said so
+    stats = analyze(str(msprobe_dumps["l1_statistics_stepk"] / "dump"), progress=False)
+    assert all(not t.stats.counts_exact for t in stats.first.outputs if t.stats is not None)
+    assert "≥1" in stats.first.detail

@@ -70,7 +70,7 @@ def test_markdown_carries_what_text_carries(dump):
     for what in ("Add-op0",                       # the producer of the origin's input
                  f"`Exp[{cell}]` -> `Mul[{cell}]`",   # the spread, with Cells
                  "Later origins (1", "Log",       # later origins
-                 "Scanned ", "steps 0 on every rank", "range used"):
+                 "Scanned ", "Steps scanned: 0 on every rank", "range used"):
         assert what in markdown, what
     assert "Later origins (1" in text and "Add-op0" in text
 

@@ -63,7 +63,8 @@ def test_pp_seed_shape_text_json_markdown_carry_the_rank_table(tmp_path):
     jsonschema.validate(doc, json.load(open(SCHEMA)))
     assert [r["status"] for r in doc["ranks"]] == ["received"] * 5 + ["origin"] + ["received"] * 2
     assert doc["ranks"][5] == {"rank": 5, "status": "origin", "iteration": 1, "op_name": report.first.op_name,
-                               "op_type": "SqrtGrad", "via": None, "note": ""}
+                               "op_type": "SqrtGrad", "via": None, "note": "", "coords": None, "present": None,
+                               "expected": None}
     assert doc["summary"]["ranks"] == list(range(8))
     text = render(report, "text")
     table = text[text.index("Ranks"):]

@@ -9,6 +9,7 @@ import pytest
 
 import ascend_fixtures as fx  # scripts/ is on sys.path (tests/conftest.py)
 from msoverflow import cli, names
+from msoverflow import stats as tensor_stats
 from msoverflow.analyze import analyze
 from msoverflow.dtypes import canonical, decode_raw
 from msoverflow.layout import LAYOUT_MSPROBE, LAYOUT_MSPROBE_KERNEL, interpret
@@ -132,10 +133,12 @@ def test_bin_dump_decodes_every_new_dtype(tmp_path):
                                                                    ("output", 1): 31})
     events = db.tensor_events(path, rank=0, graph="0", iteration=0)
     assert [e.dtype for e in events] == ["bfloat16", "int4", "uint1", "int2", "uint2"]
-    first = events[0].loader()
+    first = np.asarray(events[0].loader())                  # decoded on demand (readers.raw.DecodedTensor)
     assert first.dtype == np.float32 and first[0, 0] == 1.0 and np.isposinf(first[0, 1])
-    assert events[1].loader().tolist() == [1, 2]            # the header's shape (2,) = 2 int4 values, low nibble first
-    assert events[2].loader().tolist() == [1, 0]            # uint1: bits, lowest first, cut to the shape
+    assert np.asarray(events[1].loader()).tolist() == [1, 2]   # the header's shape (2,) = 2 int4 values, low nibble first
+    assert np.asarray(events[2].loader()).tolist() == [1, 0]   # uint1: bits, lowest first, cut to the shape
+    stats = tensor_stats.compute(events[0].loader(), "bfloat16")   # chunked decode: the same values
+    assert (stats.posinf, stats.max) == (1, 1.0)
 
 
 # ---- layouts -----------------------------------------------------------------------------------------------

@@ -36,9 +36,10 @@ def register(sub):
                               "and read (caveat lines name what the dump config could not show); ANOMALY (1) names "
                               "the op that created the first bad value (a hardware flag alone never proves it: "
                               "flagged ops whose inputs were not dumped are reported as 'flagged'); INCONCLUSIVE "
-                              "(3) when files were not understood or not read, or an expected rank has no files, "
-                              "with the reason. Every report ends with a per-rank table: origin, received (via "
-                              "which collective), flagged, clean or not dumped. Ranks are ordered by steps, "
+                              "(3) when files were not understood or not read, an expected rank has no files, or "
+                              "a (rank, step) is incomplete (job killed, dump still being written), with the "
+                              "reason. Every report ends with a per-rank table: origin, received (via which "
+                              "collective), flagged, clean, incomplete or not dumped. Ranks are ordered by steps, "
                               "collectives and op knowledge, never by their clocks.")
     p.add_argument("dump_dir", metavar="DUMP_DIR")
     p.add_argument("--ranks", "--rank", dest="rank", type=_int_list, metavar="IDS",
@@ -65,6 +66,9 @@ def register(sub):
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the per-rank scans on this Dask distributed scheduler (tcp://host:8786; default "
                         "$MSOVERFLOW_SCHEDULER); every worker must see the dump at the same path")
+    p.add_argument("--finished", action="store_true",
+                   help="the job that wrote the dump has ended: files written seconds ago are complete, not a dump "
+                        "still being written (msoverflow run and patch --verify say so themselves)")
     p.set_defaults(run=run)
     return p
 
@@ -90,6 +94,9 @@ def run(args) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise UserError(f"--jobs {args.jobs}: expected 1 or more")
+    if args.scheduler:     # checked before any scan: a bad address is one line, at once
+        from ..parallel import check_scheduler_address
+        check_scheduler_address(args.scheduler)
     from ..logs import log
     from ..safeio import refuse_output_inside
     if args.output:   # resolved through symlinks, judged against the dump's root, not only DUMP_DIR
@@ -98,7 +105,8 @@ def run(args) -> int:
     report = analyze(args.dump_dir, ranks=args.rank, steps=args.iteration, scan_all=args.scan_all,
                      progress=False if (args.no_progress or getattr(args, "quiet", False)) else None,
                      warn=lambda message: log.debug("warning: %s", message), jobs=args.jobs,
-                     scheduler=args.scheduler, command=getattr(args, "command_line", None))
+                     scheduler=args.scheduler, finished=args.finished,
+                     command=getattr(args, "command_line", None))
     log.debug("analyzed %s in %.1f s: %s, %d files, %d tensors read", args.dump_dir, time.monotonic() - started,
               report.verdict, report.files, report.tensors_read)
     return deliver(args, report)
@@ -119,16 +127,23 @@ def deliver(args, report) -> int:
         if parent != os.path.realpath(os.getcwd()):
             refuse_output_inside(args.output, parent, what="the directory holding an unrecognised dump")
     if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8", errors="backslashreplace") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise UserError(f"{args.output}: cannot write report ({exc.strerror})")
-        log.info("wrote %s (%s, %s)", os.path.abspath(args.output), fmt, _size(os.path.getsize(args.output)))
+        write_output(args.output, text, fmt)
     else:
         print(text, end="")
         _save_json(args, report)
     return {"anomaly": EXIT_ANOMALY, "inconclusive": EXIT_INCONCLUSIVE}.get(report.verdict, EXIT_CLEAN)
+
+
+def write_output(path: str, text: str, fmt: str) -> None:
+    """-o FILE: the rendered report written there (the caller has refused paths inside a dump)."""
+    from ..errors import UserError
+    from ..logs import log
+    try:
+        with open(path, "w", encoding="utf-8", errors="backslashreplace") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write report ({exc.strerror})")
+    log.info("wrote %s (%s, %s)", os.path.abspath(path), fmt, _size(os.path.getsize(path)))
 
 
 def _size(n: int) -> str:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_CODES_HELP, EXIT_INCONCLUSIVE
-from .analyze import _format_of, _int_list
+from .analyze import _format_of, _int_list, write_output
 
 
 def register(sub):
@@ -33,8 +33,6 @@ def register(sub):
 
 
 def run(args) -> int:
-    import os
-
     from ..comparison import DEFAULT_ULPS, compare
     from ..errors import UserError
     from ..logs import log
@@ -52,12 +50,7 @@ def run(args) -> int:
     fmt = args.format or _format_of(args.output)
     text = render_comparison(result, fmt)
     if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8", errors="backslashreplace") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise UserError(f"{args.output}: cannot write the answer ({exc.strerror})")
-        log.info("wrote %s (%s)", os.path.abspath(args.output), fmt)
+        write_output(args.output, text, fmt)
     else:
         print(text, end="")
     return {"diverged": EXIT_ANOMALY, "inconclusive": EXIT_INCONCLUSIVE}.get(result.verdict, EXIT_CLEAN)

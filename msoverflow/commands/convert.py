@@ -5,6 +5,8 @@ Binary Opdebug files become the JSON form (`....output.0.json`) that npy-mode du
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import sys
 
@@ -47,16 +49,35 @@ def _mapping(directory: str, cache: dict) -> dict:
     return cache[directory]
 
 
+def _short_name(name: str, target_dir: str, long_names: dict) -> str:
+    """A name the file system takes: over MAX_FILE_NAME bytes, a short one listed in mapping.csv (as MindSpore
+    does)."""
+    if len(os.fsencode(name)) <= MAX_FILE_NAME:
+        return name
+    short = hashlib.sha1(os.fsencode(name)).hexdigest()[:24] + os.path.splitext(name)[1][:8]
+    long_names.setdefault(target_dir, []).append((short, name))
+    return short
+
+
+@contextlib.contextmanager
+def _writing(out_root: str):
+    """An output that cannot be written (under a file, a name the file system refuses, a full disk) is one line,
+    exit 2, naming it."""
+    from ..errors import UserError
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename if isinstance(exc.filename, str) else out_root
+        raise UserError(f"{where}: cannot write the converted output ({exc.strerror or exc})") from None
+
+
 def run(args) -> int:
     import csv
-    import hashlib
     import json
-
-    import numpy as np
 
     from .. import names
     from ..errors import UserError
-    from ..readers import dumpdata_bin, opdebug
+    from ..readers import dumpdata_bin, npy, opdebug
 
     src = os.path.abspath(args.src)
     if not os.path.exists(src):
@@ -69,6 +90,11 @@ def run(args) -> int:
     refuse_output_inside(out_root, src_dir)
     if os.path.exists(out_root) and not os.path.isdir(out_root):
         raise UserError(f"{out_root}: output exists and is not a directory")
+    above = os.path.dirname(out_root)
+    while above and not os.path.exists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    if above and not os.path.isdir(above):
+        raise UserError(f"{out_root}: cannot be created: {above} is not a directory")
 
     def say(message):
         if not getattr(args, "quiet", False):     # -q/--quiet: the shared option (msoverflow.logs)
@@ -93,9 +119,11 @@ def run(args) -> int:
             except opdebug.OpdebugFormatError as exc:
                 skipped.append(str(exc))
                 continue
-            os.makedirs(target_dir, exist_ok=True)
-            with open(os.path.join(target_dir, original + ".output.0.json"), "w") as fh:
-                json.dump(doc, fh, indent=2)
+            with _writing(out_root):
+                os.makedirs(target_dir, exist_ok=True)
+                name = _short_name(original + ".output.0.json", target_dir, long_names)
+                with open(os.path.join(target_dir, name), "w") as fh:
+                    json.dump(doc, fh, indent=2)
             written += 1
             converted += 1
             continue
@@ -113,8 +141,10 @@ def run(args) -> int:
                 name = f"{stem}.{parsed.fmt}.{word}.npy"
             else:
                 name = ".".join(stem.split(".")[:-1]) + f".{word}.npy"
-            os.makedirs(target_dir, exist_ok=True)
-            np.save(os.path.join(target_dir, name), raw.load_raw(path, parsed.dtype, parsed.shape))
+            with _writing(out_root):
+                os.makedirs(target_dir, exist_ok=True)
+                name = _short_name(name, target_dir, long_names)
+                npy.save(os.path.join(target_dir, name), raw.load_raw(path, parsed.dtype, parsed.shape))
             written += 1
             converted += 1
             continue
@@ -126,7 +156,8 @@ def run(args) -> int:
         except dumpdata_bin.DumpFormatError as exc:
             skipped.append(str(exc))
             continue
-        os.makedirs(target_dir, exist_ok=True)
+        with _writing(out_root):
+            os.makedirs(target_dir, exist_ok=True)
         wrote_any = False
         for slot in header.slots():
             if not slot.readable:
@@ -138,18 +169,15 @@ def run(args) -> int:
             word = dumpdata_bin.MINDSPORE_DTYPE_WORDS[slot.dtype]
             # The dump file's own name leads (FFTS+ sub-task ids, _lxslice, a missing stream id all survive);
             # bf16 is written as float32 values with BFloat16 kept in the name, as MindSpore and msprobe do.
-            name = f"{original}.{slot.io}.{slot.slot}.{slot.format_name}.{word}.npy"
-            if len(name) > MAX_FILE_NAME:   # as MindSpore does: a short name, listed in mapping.csv
-                short = hashlib.sha1(name.encode()).hexdigest()[:24] + ".npy"
-                long_names.setdefault(target_dir, []).append((short, name))
-                name = short
-            # np.save streams the memmap view: no full copy of the tensor in memory.
-            np.save(os.path.join(target_dir, name), dumpdata_bin.tensor_view(path, slot))
+            name = _short_name(f"{original}.{slot.io}.{slot.slot}.{slot.format_name}.{word}.npy", target_dir,
+                               long_names)
+            with _writing(out_root):
+                npy.save(os.path.join(target_dir, name), dumpdata_bin.tensor_view(path, slot))
             written += 1
             wrote_any = True
         converted += wrote_any
     for directory, rows in long_names.items():
-        with open(os.path.join(directory, "mapping.csv"), "a", newline="") as fh:
+        with _writing(out_root), open(os.path.join(directory, "mapping.csv"), "a", newline="") as fh:
             csv.writer(fh, lineterminator="\n").writerows(rows)
     for reason in skipped:
         print(f"skipped: {reason}", file=sys.stderr)

@@ -144,10 +144,10 @@ def _analyze(directory: Path, analyze_args: Sequence[str], log, command=None) ->
     args = analyze_command.parse([str(directory), *analyze_args])
     print(f"msoverflow run: analyzing {directory}", file=log)
     log.flush()
-    try:
+    try:     # finished: the job has exited, so files written seconds ago are complete
         report = analyze(str(directory), ranks=args.rank, steps=args.iteration, scan_all=args.scan_all,
                          warn=lambda message: logger.debug("warning: %s", message), jobs=args.jobs,
-                         scheduler=args.scheduler, command=command)
+                         scheduler=args.scheduler, finished=True, command=command)
         return analyze_command.deliver(args, report)
     except UserError as exc:
         print(f"msoverflow run: analyze: error: {' '.join(str(exc).split())}", file=log)

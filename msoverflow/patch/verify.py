@@ -350,7 +350,7 @@ def analyse(dump_dir: str, out_path: str):
     from .. import cli
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-        code = cli.main(["analyze", dump_dir, "--format", "json", "-o", out_path, "--no-progress"])
+        code = cli.main(["analyze", dump_dir, "--format", "json", "-o", out_path, "--no-progress", "--finished"])
     if code not in (0, 1) or not os.path.exists(out_path):
         message = buffer.getvalue().strip().splitlines()
         return None, (message[-1] if message else f"msoverflow analyze exited with {code}")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Tuple
 
 from .. import names, safeio
-from ..dtypes import SUB_BYTE_BITS, UNDECODABLE, decode_raw, numpy_dtype
+from ..dtypes import SUB_BYTE_BITS, UNDECODABLE, numpy_dtype
 from ..model import INPUT, OUTPUT, TensorEvent
 from . import _protobuf as pb
 
@@ -259,13 +259,13 @@ def tensor_view(path: str, slot: TensorSlot):
     if not slot.readable:
         raise DumpFormatError(f"{path}: {slot.problem or f'{slot.io} {slot.slot} is not in the file'}")
     if numpy_dtype(slot.dtype) is None:
-        # bfloat16 -> float32, packed int4/int2/uint1/uint2 -> one int8/uint8 per element (a decoded copy)
-        raw = np.memmap(path, dtype=np.uint8, mode="r", offset=slot.offset, shape=(slot.size,)) if slot.size \
-            else np.empty(0, np.uint8)
-        flat = decode_raw(raw, slot.dtype)
-        if slot.dtype in SUB_BYTE_BITS:
-            flat = flat[:slot.numel]
-        return flat.reshape(slot.shape) if _shape_fits(slot, flat.size) else flat
+        # bfloat16 -> float32, packed int4/int2/uint1/uint2 -> one int8/uint8 per element, decoded in chunks
+        from .raw import DecodedTensor
+        tensor = DecodedTensor(path, slot.dtype, slot.offset, slot.size,
+                               slot.numel if slot.dtype in SUB_BYTE_BITS else None)
+        if _shape_fits(slot, tensor.size):
+            tensor.shape, tensor.ndim = tuple(slot.shape), len(slot.shape)
+        return tensor
     dtype = np.dtype(slot.dtype)
     count = slot.size // dtype.itemsize
     if count == 0:

@@ -20,12 +20,13 @@ first frame outside the framework).
 """
 from __future__ import annotations
 
-import json
+import bisect
 import math
 import os
 import re
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
+from .. import safeio
 from ..dtypes import canonical
 from ..model import INPUT, OUTPUT, GraphNode, TensorEvent
 from .statistic_csv import stats_from_numbers
@@ -36,15 +37,26 @@ DUMP_JSON = "dump.json"
 STACK_JSON = "stack.json"
 CONSTRUCT_JSON = "construct.json"
 TENSOR_DIR = "dump_tensor_data"
-MAX_JSON_BYTES = 2 << 30     # refuse absurd files instead of exhausting memory
+# dump.json is read whole (JSON has no streaming reader in the standard library): the safe-I/O bound applies
+# (256 MiB by default, MSOVERFLOW_MAX_READ_BYTES); msprobe writes one file per step and rank, far below it.
+MAX_JSON_BYTES = safeio.MAX_READ_BYTES
+MAX_NAME_CHARS = 1024        # entry names longer than this are not matched against the name patterns (linear)
+MAX_CELL_DEPTH = 64          # construct.json parents followed per entry (a loop or a 10,000-deep chain stays cheap)
+MAX_FRAMES = 128             # stack frames looked at per entry, each cut at MAX_FRAME_CHARS
+MAX_FRAME_CHARS = 2048
+# Keys of an entry body that hold argument structures; anything else holding data was not understood.
+_BODY_KEYS = ("input_args", "input_kwargs", "output", "input", "parameters")
+# Keys that only a tensor record has: a dict with one of them that is not a complete record was not understood.
+_TENSOR_KEYS = ("Max", "Min", "Mean", "Norm", "dtype", "shape", "data_name", "md5")
 
 _CELL = re.compile(r"^(Cell|Module)\.(?:(.+)\.)?([A-Za-z_]\w*)\.(forward|backward)\.(\d+)$")
 _PARAM_GRAD = re.compile(r"^(Cell|Module)\.(?:(.+)\.)?([A-Za-z_]\w*)\.parameters_grad(?:\.(\d+))?$")
 _API = re.compile(r"^(.+)\.(\d+)\.(forward|backward)$")
 _FRAME = re.compile(r"File (?P<file>.+?), line (?P<line>\d+), in (?P<func>[^,\n]+),?\s*\n?\s*(?P<code>.*)", re.S)
-# Frames inside these packages are the framework, not the user's code.
+# Frames inside these packages are the framework, not the user's code. msprobe's own frames are skipped wherever
+# it is installed (a source checkout: `.../accuracy_tools/msprobe/mindspore/dump/hook_cell/hook_cell.py`).
 _FRAMEWORK = re.compile(r"[/\\](?:site|dist)-packages[/\\](?:mindspore|msprobe|torch|torch_npu|msadapter)[/\\]"
-                        r"|[/\\]mindspore[/\\]python[/\\]mindspore[/\\]")
+                        r"|[/\\]mindspore[/\\]python[/\\]mindspore[/\\]|(?:^|[/\\])msprobe[/\\]")
 
 # API words -> the MindSpore primitive that has the same input slots (so domain/division knowledge applies to
 # forward entries). Backward entries never take these names: their inputs are gradients, not the op's inputs.
@@ -67,19 +79,22 @@ def is_msprobe_dir(path: str) -> bool:
 
 
 def _load_json(path: str, warn: Warn):
-    """Non-strict JSON (Infinity, NaN) as msprobe writes it; None with a warning when unreadable."""
+    """Non-strict JSON (Infinity, NaN) as msprobe writes it, through the safe-I/O contract (regular file, size,
+    nesting, digits); None with a warning when unreadable."""
+    if not os.path.lexists(path):
+        return None
     try:
-        if not os.path.isfile(path):
-            return None
-        size = os.path.getsize(path)
-        if size > MAX_JSON_BYTES:
-            warn(f"{path}: {size} bytes, larger than the {MAX_JSON_BYTES} bytes msoverflow reads: skipped")
-            return None
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        return safeio.load_json(path, limit=MAX_JSON_BYTES, allow_nan=True)
+    except (OSError, ValueError) as exc:
         warn(f"{path}: cannot read msprobe file ({exc}); skipped")
         return None
+
+
+def _match(pattern: "re.Pattern", name) -> Optional["re.Match"]:
+    """A name pattern on a plausible entry name only: overlong or non-string names match nothing."""
+    if not isinstance(name, str) or len(name) > MAX_NAME_CHARS:
+        return None
+    return pattern.match(name)
 
 
 # ---- entry names --------------------------------------------------------------------------------------------
@@ -87,10 +102,10 @@ def _load_json(path: str, warn: Warn):
 def forward_of(name: str) -> Optional[str]:
     """The forward entry of a backward entry name (`X.3.backward` -> `X.3.forward`,
     `Cell.a.B.backward.0` -> `Cell.a.B.forward.0`); None for forward entries."""
-    m = _CELL.match(name)
+    m = _match(_CELL, name)
     if m:
         return name[: m.start(4)] + "forward" + name[m.end(4):] if m.group(4) == "backward" else None
-    m = _API.match(name)
+    m = _match(_API, name)
     if m and m.group(3) == "backward":
         return f"{m.group(1)}.{m.group(2)}.forward"
     return None
@@ -100,10 +115,10 @@ def entry_op_type(name: str) -> str:
     """A readable op type for an entry: the primitive for forward API entries whose slots match it
     (`Functional.sqrt.0.forward` -> Sqrt, `Primitive.sqrt.Sqrt.0.forward` -> Sqrt), the Cell class for Cells,
     `<that>.backward` for backward entries."""
-    m = _CELL.match(name)
+    m = _match(_CELL, name)
     if m:
         return m.group(3) + (".backward" if m.group(4) == "backward" else "")
-    m = _API.match(name)
+    m = _match(_API, name)
     if not m:
         return name
     api = m.group(1)
@@ -117,15 +132,23 @@ def entry_op_type(name: str) -> str:
 
 
 def cell_chain(entry: str, parents: Dict[str, Optional[str]]) -> List[Tuple[str, str]]:
-    """[(attribute path relative to its parent, Class)] from the root Cell down, from construct.json."""
+    """[(attribute path relative to its parent, Class)] from the root Cell down, from construct.json.
+
+    A parent whose path does not contain its child's is not an ancestor: msprobe's PyTorch writer keeps a Module's
+    backward on its stack until that Module's backward hook fires, which it never does for a Module whose inputs
+    need no gradient, so later backward entries name such a sibling as their parent (construct.json chains like
+    `layer4.2.relu` -> ... -> `layer2.2.conv3`). Names carry the full attribute path, so siblings are dropped."""
     chain: List[Tuple[str, str]] = []
     seen = set()
-    node = parents.get(entry)
-    while node and node not in seen:
+    node = parents.get(entry) if isinstance(entry, str) else None
+    while isinstance(node, str) and node and node not in seen and len(seen) < MAX_CELL_DEPTH:
         seen.add(node)
-        m = _CELL.match(node)
+        m = _match(_CELL, node)
         if m:
-            chain.append((m.group(2) or "", m.group(3)))
+            path = m.group(2) or ""
+            inner = chain[-1][0] if chain else None
+            if inner is None or not path or inner.startswith(path + "."):
+                chain.append((path, m.group(3)))
         node = parents.get(node)
     chain.reverse()
     relative = []
@@ -140,14 +163,21 @@ def cell_chain(entry: str, parents: Dict[str, Optional[str]]) -> List[Tuple[str,
 def user_frame(frames) -> Optional[Tuple[str, int, str]]:
     """(file, line, code) of the first frame outside the framework; frames are innermost first."""
     if isinstance(frames, str):
-        frames = re.split(r"(?=File )", frames)
-    for frame in frames or []:
+        frames = re.split(r"(?=File )", frames[:MAX_FRAMES * MAX_FRAME_CHARS])
+    if not isinstance(frames, list):
+        return None
+    for frame in frames[:MAX_FRAMES]:
         if not isinstance(frame, str):
             continue
-        m = _FRAME.search(frame)
-        if m and not _FRAMEWORK.search(m.group("file")):
-            return m.group("file").strip(), int(m.group("line")), m.group("code").strip().splitlines()[0] \
-                if m.group("code").strip() else ""
+        m = _FRAME.match(frame[:MAX_FRAME_CHARS].lstrip())     # anchored: linear in the frame's length
+        if not m or _FRAMEWORK.search(m.group("file")):
+            continue
+        try:
+            line = safeio.int_text(m.group("line"), "line number", max_digits=9)
+        except ValueError:
+            continue
+        code = m.group("code").strip()
+        return m.group("file").strip(), line, code.splitlines()[0] if code else ""
     return None
 
 
@@ -168,52 +198,95 @@ def stacks_by_entry(doc) -> Dict[str, object]:
 
 # ---- tensors ----------------------------------------------------------------------------------------------
 
-def _tensors(value) -> Iterable[dict]:
-    """Tensor records inside an argument structure (lists/tuples nest, kwargs are dicts of records)."""
+class _Unread:
+    """What in one dump.json could hold a tensor but was not understood (one count, a few examples)."""
+
+    def __init__(self):
+        self.count = 0
+        self.examples: List[str] = []
+
+    def add(self, where: str, why: str) -> None:
+        self.count += 1
+        if len(self.examples) < 3:
+            self.examples.append(f"{where[:200]}: {why}")
+
+
+def _tensors(value, where: str = "", unread: Optional[_Unread] = None) -> Iterable[dict]:
+    """Tensor records inside an argument structure (lists/tuples nest, kwargs are dicts of records). Anything
+    else that is not a plain value record ({"type": "int", "value": 3}) or null goes to `unread`."""
+    unread = unread if unread is not None else _Unread()
     if isinstance(value, dict):
-        kind = str(value.get("type", ""))
-        if "dtype" in value and "shape" in value and ("Tensor" in kind or "Parameter" in kind):
-            yield value
+        kind = value.get("type")
+        kind = kind if isinstance(kind, str) else ""
+        if "Tensor" in kind or "Parameter" in kind or (not kind and any(k in value for k in _TENSOR_KEYS)):
+            yield value     # _event decides whether it is complete
             return
-        for item in value.values():
-            yield from _tensors(item)
+        if kind and "value" in value:
+            return          # a non-tensor argument (int, float, bool, str, slice, dtype ...)
+        if "type" in value:
+            unread.add(where, f"a record of type {str(value.get('type'))[:40]!r} that is neither a tensor nor a value")
+            return
+        for key, item in value.items():
+            yield from _tensors(item, f"{where}.{key}", unread)
     elif isinstance(value, list):
-        for item in value:
-            yield from _tensors(item)
+        for i, item in enumerate(value):
+            yield from _tensors(item, f"{where}[{i}]", unread)
+    elif value is not None:
+        unread.add(where, f"{type(value).__name__} where a tensor record was expected")
 
 
 def _number(value) -> Optional[float]:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        return float(value)     # ints are at most 40 digits (safeio)
+    if isinstance(value, str) and len(value) <= 40:
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _dtype(text) -> Optional[str]:
+    word = text if isinstance(text, str) and len(text) <= 64 else ""
+    for prefix in ("torch.", "mindspore.", "ms."):
+        if word.startswith(prefix):
+            word = word[len(prefix):]
+    return canonical(word) if word else None
+
+
+def _shape(value) -> Optional[tuple]:
     try:
-        return float(str(value))
+        return safeio.check_shape(value) if value is not None else None
     except ValueError:
         return None
 
 
-def _dtype(text) -> Optional[str]:
-    word = str(text or "")
-    for prefix in ("torch.", "mindspore.", "ms."):
-        if word.startswith(prefix):
-            word = word[len(prefix):]
-    return canonical(word)
-
-
 def _event(record: dict, *, entry: str, io: str, slot: int, order: int, d, tensor_dir: str,
-           framework: str) -> TensorEvent:
-    shape = tuple(int(x) for x in record.get("shape") or []) if isinstance(record.get("shape"), list) else None
+           unread: _Unread, where: str) -> TensorEvent:
+    shape = _shape(record.get("shape"))
     dtype = _dtype(record.get("dtype"))
     data_name = record.get("data_name")
-    npy = os.path.join(tensor_dir, os.path.basename(data_name)) if isinstance(data_name, str) else None
+    npy = os.path.join(tensor_dir, os.path.basename(data_name)) \
+        if isinstance(data_name, str) and 0 < len(data_name) <= 4096 and "\0" not in data_name else None
     stats = None
     source = npy if npy and npy.endswith(".npy") and os.path.isfile(npy) else None
+    missing = [k for k, ok in (("type", "type" in record), ("dtype", dtype is not None),
+                               ("shape", shape is not None)) if not ok]
     if source is None:
         high, low = _number(record.get("Max")), _number(record.get("Min"))
-        count = math.prod(shape) if shape is not None else 0
-        if high is not None or low is not None:
-            stats = stats_from_numbers(count, None, None, None, high, low, None, shape, dtype)
+        empty = shape is not None and 0 in shape
+        if high is not None and low is not None:
+            stats = stats_from_numbers(math.prod(shape) if shape is not None else 0, None, None, None, high, low,
+                                       None, shape, dtype)
+            # msprobe records Max/Min, never counts: "Max = inf" says at least one +inf, not how many.
+            stats.counts_exact = False
+        elif not empty and not (dtype == "bool" and isinstance(record.get("Max"), bool)):
+            # A tensor whose extremes are not both numbers could hold the bad value: not understood.
+            missing.append("Max/Min")
+    if missing:
+        unread.add(where, f"a tensor record without a readable {', '.join(missing)}")
     note = "" if (source or stats) else "no statistics and no tensor file for this tensor"
     return TensorEvent(source=source or os.path.join(d.path, DUMP_JSON), rank=d.rank, graph=str(d.graph),
                        iteration=d.iteration, op_type=entry_op_type(entry), op_name=entry, task_id=0, stream_id=0,
@@ -222,8 +295,9 @@ def _event(record: dict, *, entry: str, io: str, slot: int, order: int, d, tenso
 
 
 def read_step_dir(d, warn: Warn) -> Tuple[List[TensorEvent], List[GraphNode], int, Optional[str]]:
-    """(events, graph nodes, files read, why the step could not be read or None) of one msprobe rank/step
-    directory (`d` is a layout.DumpDir)."""
+    """(events, graph nodes, files read, why the step cannot be trusted or None) of one msprobe rank/step
+    directory (`d` is a layout.DumpDir). The reason is set when dump.json is unreadable, and also when some of
+    its records could hold a tensor but were not understood: the verdict is then never clean."""
     path = os.path.join(d.path, DUMP_JSON)
     problems: List[str] = []
     doc = _load_json(path, lambda message: (problems.append(message), warn(message)))
@@ -232,39 +306,51 @@ def read_step_dir(d, warn: Warn) -> Tuple[List[TensorEvent], List[GraphNode], in
             problems.append(f"{path}: no \"data\" object: not an msprobe dump.json; skipped")
             warn(problems[-1])
         return [], [], 1, problems[0] if problems else f"{path}: unreadable"
-    framework = str(doc.get("framework") or "mindspore")
     tensor_dir = os.path.join(d.path, TENSOR_DIR)
     stacks = stacks_by_entry(_load_json(os.path.join(d.path, STACK_JSON), warn) or {})
     parents = _load_json(os.path.join(d.path, CONSTRUCT_JSON), warn) or {}
     if not isinstance(parents, dict):
         parents = {}
+    unread = _Unread()
     events: List[TensorEvent] = []
     nodes: List[GraphNode] = []
-    data = [(entry, body) for entry, body in doc["data"].items() if isinstance(body, dict)]
+    data = []
+    for entry, body in doc["data"].items():
+        if isinstance(body, dict):
+            data.append((entry, body))
+        elif body is not None:
+            unread.add(entry, f"an entry body that is a {type(body).__name__}, not an object")
+
+    def make(records, entry, io, order):
+        return [_event(r, entry=entry, io=io, slot=i, order=order, d=d, tensor_dir=tensor_dir, unread=unread,
+                       where=f"{entry} {io} {i}") for i, r in enumerate(records)]
+
     grads_of = _parameter_grads_by_owner(data)
     for order, (entry, body) in enumerate(data):
-        if _PARAM_GRAD.match(entry):
+        if _match(_PARAM_GRAD, entry):
             if entry in grads_of.get(None, ()):   # no backward entry of that Cell: the gradients stand alone
-                for i, record in enumerate(_tensors(body)):
-                    events.append(_event(record, entry=entry, io=OUTPUT, slot=i, order=order, d=d,
-                                         tensor_dir=tensor_dir, framework=framework))
+                events.extend(make(list(_tensors(body, entry, unread)), entry, OUTPUT, order))
                 nodes.append(_node(entry, parents, stacks))
             continue
         forward_entry = forward_of(entry)
-        if forward_entry is None:
-            in_parts = [body.get("input_args"), body.get("input_kwargs"), body.get("parameters")]
-        else:
-            in_parts = [body.get("input")]
-        ins = [r for part in in_parts for r in _tensors(part)]
-        outs = list(_tensors(body.get("output")))
+        in_keys = ("input_args", "input_kwargs", "parameters") if forward_entry is None else ("input",)
+        for key, value in body.items():
+            if key not in _BODY_KEYS and isinstance(value, (dict, list, str)):
+                unread.add(entry, f"an unknown key {str(key)[:40]!r} holding data")
+        ins = [r for key in in_keys for r in _tensors(body.get(key), f"{entry}.{key}", unread)]
+        outs = list(_tensors(body.get("output"), f"{entry}.output", unread))
         # Parameter gradients come from the Cell's backward: they are more of its outputs.
-        outs += [r for grad_entry in grads_of.get(entry, ()) for r in _tensors(doc["data"][grad_entry])]
-        events.extend(_event(r, entry=entry, io=INPUT, slot=i, order=order, d=d, tensor_dir=tensor_dir,
-                             framework=framework) for i, r in enumerate(ins))
-        events.extend(_event(r, entry=entry, io=OUTPUT, slot=i, order=order, d=d, tensor_dir=tensor_dir,
-                             framework=framework) for i, r in enumerate(outs))
+        outs += [r for grad_entry in grads_of.get(entry, ())
+                 for r in _tensors(doc["data"][grad_entry], grad_entry, unread)]
+        events.extend(make(ins, entry, INPUT, order))
+        events.extend(make(outs, entry, OUTPUT, order))
         nodes.append(_node(entry, parents, stacks))
-    return events, nodes, 1 + (1 if stacks else 0) + (1 if parents else 0), None
+    why = None
+    if unread.count:
+        why = (f"{path}: {unread.count} record(s) could hold a tensor but were not understood (e.g. "
+               f"{'; '.join(unread.examples)}); they could hold the origin")
+        warn(why)
+    return events, nodes, 1 + (1 if stacks else 0) + (1 if parents else 0), why
 
 
 def _parameter_grads_by_owner(data) -> Dict[Optional[str], List[str]]:
@@ -272,26 +358,29 @@ def _parameter_grads_by_owner(data) -> Dict[Optional[str], List[str]]:
     gradients just before the Cell's backward), else the nearest before; None collects orphans."""
     backward_at: Dict[Tuple[str, str], List[int]] = {}
     for i, (entry, _) in enumerate(data):
-        m = _CELL.match(entry)
+        m = _match(_CELL, entry)
         if m and m.group(4) == "backward":
             backward_at.setdefault((m.group(2) or "", m.group(3)), []).append(i)
     owners: Dict[Optional[str], List[str]] = {}
     for i, (entry, _) in enumerate(data):
-        m = _PARAM_GRAD.match(entry)
+        m = _match(_PARAM_GRAD, entry)
         if not m:
             continue
-        positions = backward_at.get((m.group(2) or "", m.group(3)), [])
-        after = [p for p in positions if p > i]
-        owner = data[after[0]][0] if after else (data[positions[-1]][0] if positions else None)
+        positions = backward_at.get((m.group(2) or "", m.group(3)), [])   # ascending: binary search
+        after = bisect.bisect_right(positions, i)
+        owner = data[positions[after]][0] if after < len(positions) else (data[positions[-1]][0] if positions
+                                                                             else None)
         owners.setdefault(owner, []).append(entry)
     return owners
 
 
 def _node(entry: str, parents: Dict[str, Optional[str]], stacks: Dict[str, object]) -> GraphNode:
     forward_entry = forward_of(entry)
-    anchor = entry if entry in parents or forward_entry is None else forward_entry
+    # A backward entry runs in the Cell of its forward entry: the forward chain is the one msprobe recorded while
+    # the Cells were entered in order (the backward chain is only what was left on its stack).
+    anchor = forward_entry if forward_entry is not None and forward_entry in parents else entry
     chain = cell_chain(anchor, parents)
-    cell = _CELL.match(entry)
+    cell = _match(_CELL, entry)
     if cell:       # a Cell entry is its own innermost scope segment
         own = (cell.group(2) or cell.group(3), cell.group(3))
         if chain and own[0].startswith(_full_path(chain) + "."):
@@ -299,7 +388,8 @@ def _node(entry: str, parents: Dict[str, Optional[str]], stacks: Dict[str, objec
         chain = chain + [own]
     root = "Gradients/Default" if forward_entry else "Default"
     scope = "/".join([root] + [f"{attr}-{cls}" for attr, cls in chain] + [entry])
-    node = GraphNode(full_name=scope, op_type=entry_op_type(entry))
+    node = GraphNode(full_name=scope, op_type=entry_op_type(entry),
+                     wraps_scope=scope.rsplit("/", 1)[0] if cell else None)
     frame = user_frame(stacks.get(entry)) or (user_frame(stacks.get(forward_entry)) if forward_entry else None)
     if frame:
         node.source_file, node.source_line, node.source_code = frame

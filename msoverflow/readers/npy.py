@@ -202,3 +202,31 @@ def load(path: str) -> Tuple[NpyHeader, np.ndarray]:
 
 def header_dtype_name(header: NpyHeader) -> Optional[str]:
     return canonical(header.header_dtype.name)
+
+
+def save(path: str, tensor) -> None:
+    """An npy file of `tensor` without a copy of it in memory: a memory-mapped tensor's bytes are copied from its
+    file in chunks (plain reads, so neither a copy nor the map's pages stay resident), a tensor decoded on demand
+    (readers.raw.DecodedTensor: bf16, packed ints) is decoded chunk by chunk; anything else goes to np.save."""
+    chunk_bytes = 8 << 20
+    if isinstance(tensor, np.memmap) and tensor.filename and tensor.flags.c_contiguous:
+        with open(path, "wb") as out, safeio.open_regular(tensor.filename, "rb") as src:
+            np.lib.format.write_array_header_1_0(out, np.lib.format.header_data_from_array_1_0(tensor))
+            src.seek(tensor.offset)
+            remaining = tensor.nbytes
+            while remaining > 0:
+                data = src.read(min(chunk_bytes, remaining))
+                if not data:
+                    raise OSError(f"{tensor.filename}: shorter than its tensor")
+                out.write(data)
+                remaining -= len(data)
+        return
+    if not hasattr(tensor, "chunks"):
+        np.save(path, tensor)
+        return
+    with open(path, "wb") as out:
+        header = {"descr": np.lib.format.dtype_to_descr(tensor.dtype), "fortran_order": False,
+                  "shape": tuple(tensor.shape)}
+        np.lib.format.write_array_header_1_0(out, header)
+        for chunk in tensor.chunks(chunk_bytes // max(tensor.dtype.itemsize, 1)):
+            out.write(np.ascontiguousarray(chunk).tobytes())

@@ -21,19 +21,56 @@ def decodable(dtype: Optional[str]) -> bool:
     return dtype is not None and (numpy_dtype(dtype) is not None or dtype == "bfloat16" or dtype in SUB_BYTE_BITS)
 
 
-def load_raw(path: str, dtype: str, shape: Optional[Tuple[int, ...]] = None) -> np.ndarray:
-    """The tensor in a raw file: a memory map for numpy dtypes, a decoded copy for bf16 and packed ints."""
+class DecodedTensor:
+    """A tensor stored in a dtype numpy lacks (bfloat16, packed int4/int2/uint1/uint2), decoded on demand.
+    Statistics read it chunk by chunk (stats._chunks calls `chunks`), so memory does not grow with the tensor;
+    np.asarray() decodes it whole (repro and convert's explicit copies)."""
+
+    def __init__(self, path: str, dtype: str, offset: int, nbytes: int, numel: Optional[int] = None,
+                 shape: Optional[Tuple[int, ...]] = None):
+        self.path, self.name, self.offset, self.nbytes = path, dtype, offset, nbytes
+        bits = SUB_BYTE_BITS.get(dtype)
+        self.per_byte = 8 // bits if bits else None
+        decoded = nbytes // 2 if self.per_byte is None else nbytes * self.per_byte
+        self.size = decoded if numel is None else min(decoded, numel)
+        self.dtype = np.dtype("<f4") if dtype == "bfloat16" else np.dtype(np.int8 if dtype.startswith("int")
+                                                                          else np.uint8)
+        self.shape = tuple(shape) if shape is not None and math.prod(shape) == self.size else (self.size,)
+        self.ndim = len(self.shape)
+
+    def chunks(self, elements: int):
+        """Decoded flat chunks of about `elements` values, read from the file through safeio."""
+        from ..safeio import open_regular
+        step = max(1, elements // self.per_byte) if self.per_byte else max(2, elements * 2)
+        remaining_bytes = self.nbytes - (self.nbytes % 2 if self.per_byte is None else 0)
+        remaining = self.size
+        with open_regular(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            while remaining > 0 and remaining_bytes > 0:
+                data = fh.read(min(step, remaining_bytes))
+                if not data:
+                    return
+                remaining_bytes -= len(data)
+                chunk = decode_raw(np.frombuffer(data, dtype=np.uint8), self.name)[:remaining]
+                remaining -= chunk.size
+                yield chunk
+
+    def __array__(self, dtype=None, copy=None):
+        parts = list(self.chunks(1 << 20))
+        whole = np.concatenate(parts) if parts else np.empty(0, self.dtype)
+        whole = whole.reshape(self.shape) if whole.size == self.size else whole
+        return whole.astype(dtype) if dtype is not None else whole
+
+
+def load_raw(path: str, dtype: str, shape: Optional[Tuple[int, ...]] = None):
+    """The tensor in a raw file: a memory map for numpy dtypes, a DecodedTensor for bf16 and packed ints."""
     size = os.path.getsize(path)
     native = numpy_dtype(dtype)
-    if native is not None:
-        count = size // native.itemsize
-        flat = np.memmap(path, dtype=native.newbyteorder("<"), mode="r", shape=(count,)) if count else \
-            np.empty(0, native)
-    else:
-        raw = np.memmap(path, dtype=np.uint8, mode="r", shape=(size,)) if size else np.empty(0, np.uint8)
-        flat = decode_raw(raw, dtype)
-        if shape is not None and dtype in SUB_BYTE_BITS:
-            flat = flat[:math.prod(shape)]
+    if native is None:
+        return DecodedTensor(path, dtype, 0, size, math.prod(shape) if shape is not None else None, shape)
+    count = size // native.itemsize
+    flat = np.memmap(path, dtype=native.newbyteorder("<"), mode="r", shape=(count,)) if count else \
+        np.empty(0, native)
     if shape is not None and math.prod(shape) == flat.size:
         return flat.reshape(shape)
     return flat

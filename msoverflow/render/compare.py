@@ -93,7 +93,7 @@ def headline(c: Comparison) -> str:
 
 
 def _role_text(op: OpDiff) -> str:
-    return {"origin": "its inputs agree, its outputs do not: the runs part here",
+    return {"origin": "its inputs from earlier ops agree, its outputs do not: the runs part here",
             "received": "a collective whose own inputs agree: the difference came from another rank",
             "propagator": "an input already differs"}.get(op.role or "", "")
 
@@ -188,7 +188,8 @@ def render_compare_markdown(c: Comparison) -> str:
         for t in f.inputs + f.outputs:
             out.append(f"| {t.io} {t.slot} | {_md(t.baseline_dtype)} / {_md(t.target_dtype)} | "
                        f"{ {True: 'yes', False: '**no**', None: '-'}[t.agree]} | {_g(t.max_abs_error)} | "
-                       f"{_g(t.max_rel_error)} | {_g(t.cosine, 6)} | {_g(t.error_ulps)} ({_md(t.ulp_dtype or 'exact')}) | "
+                       f"{_g(t.max_rel_error)} | {_g(t.cosine, 6)} | "
+                       f"{_g(t.error_ulps)} ({_md(t.ulp_dtype or 'exact')}) | "
                        f"`{_md(os.path.basename(t.target_file))}` |")
         out.append("")
     if c.worst:

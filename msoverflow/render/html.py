@@ -21,14 +21,19 @@ import re
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..dtypes import dtype_max
-from ..model import (RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED, Finding, Report,
-                     TensorSummary)
+from ..model import (RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED,
+                     Finding, Report, TensorSummary)
+from .common import (arrival_text, coords_text, count_cell, counts_note, provenance_text, ranks_shown,
+                     scanned_text, steps_text, tensors_shown)
+from .safe import plain, plot_label
 from .text import max_abs_text, op_label, range_used_text, shape_text
 
 FP16_MAX = 65504.0
 BF16_MAX = 3.3895313892515355e38
 
 MAX_TIMELINE_STEPS = 6        # steps drawn as timeline panels (the ones holding events first)
+MAX_TIMELINE_RANKS = 48       # ranks drawn as timeline rows (the ones holding events first)
+MAX_TENSOR_ROWS = 32          # per input/output table of a finding (the bad tensors first)
 MAX_MARKERS_PER_KIND = 400    # per panel and marker kind: more are sampled evenly
 MAX_GRAPH_NODES = 32          # propagation graph: the origin and the first ops it reached
 GRAPH_WIDTH = 6               # columns per band of the propagation graph
@@ -37,7 +42,7 @@ MAX_TABLE_ROWS = 200
 MAX_WARNINGS = 300
 
 STATUS_CLASS = {RANK_ORIGIN: "origin", RANK_RECEIVED: "received", RANK_FLAGGED: "flagged", RANK_CLEAN: "clean",
-                RANK_NOT_DUMPED: "notdumped"}
+                RANK_NOT_DUMPED: "notdumped", RANK_INCOMPLETE: "incomplete"}
 COLORS = {"origin": "#c62828", "arrival": "#ef6c00", "flag": "#6a1b9a", "clean": "#2e7d32", "spread": "#78909c",
           "span": "#e0e0e0"}
 
@@ -58,6 +63,7 @@ td.bad{color:#c62828;font-weight:600}
 tr.origin td:nth-child(2){color:#c62828;font-weight:600} tr.received td:nth-child(2){color:#ef6c00;font-weight:600}
 tr.flagged td:nth-child(2){color:#6a1b9a;font-weight:600} tr.clean td:nth-child(2){color:#2e7d32}
 tr.notdumped td:nth-child(2){color:#757575;font-style:italic}
+tr.incomplete td:nth-child(2){color:#b26a00;font-weight:bold}
 code{background:#f3f3f3;padding:1px 4px;border-radius:3px;font-size:.92em;word-break:break-all}
 .plot{background:#fff;border:1px solid #ddd;border-radius:6px;padding:6px;overflow-x:auto}
 .plot svg{max-width:100%;height:auto} .scroll{max-height:30em;overflow-y:auto;display:inline-block}
@@ -69,7 +75,8 @@ nav a{margin-right:12px}
 # ---- small helpers ---------------------------------------------------------------------------------------------
 
 def _e(value) -> str:
-    return html.escape("" if value is None else str(value))
+    """Everything from the dump is escaped: HTML, and characters a page cannot carry (render/safe.py)."""
+    return html.escape(plain(value))
 
 
 def _uri(path: Optional[str]) -> Optional[str]:
@@ -97,9 +104,9 @@ def _short_cell(cell: Optional[str], parts: int = 2) -> str:
 
 def _node_label(f: Finding) -> str:
     if f.op_type == "Parameter":
-        return f"Parameter\n{f.op_name.rsplit('.', 1)[-1][:28]}"
+        return f"Parameter\n{plot_label(f.op_name.rsplit('.', 1)[-1], 28)}"
     cell = _short_cell(f.cell) or (f.cell_type or "")
-    return f.op_type + (f"\n{cell[:30]}" if cell else "")
+    return plot_label(f.op_type, 30) + (f"\n{plot_label(cell, 30)}" if cell else "")
 
 
 def _sample(items: Sequence, limit: int) -> list:
@@ -121,12 +128,19 @@ def _figure(width: float, height: float):
     return Figure(figsize=(width, height), dpi=100)
 
 
+def _plot_settings():
+    """Settings every plot is built and drawn under: names from a dump are text, never mathtext (`$...$` with deep
+    braces raised RecursionError/ValueError in matplotlib's parser), and never TeX."""
+    import matplotlib
+    return matplotlib.rc_context({"text.parse_math": False, "text.usetex": False})
+
+
 def _svg(fig, element_id: str, label: str) -> str:
     import matplotlib
     out = io.StringIO()
     # Text stays text (small, searchable); ids are salted per plot so several SVGs share one page without
     # clashing, and stable so the same report gives the same file. rc_context leaves a caller's settings alone.
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": element_id}):
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": element_id, "text.parse_math": False}):
         fig.savefig(out, format="svg", bbox_inches="tight", metadata={"Date": None})
     svg = out.getvalue()
     svg = svg[svg.index("<svg"):]
@@ -144,7 +158,8 @@ def _svg(fig, element_id: str, label: str) -> str:
 
 def _timeline_events(report: Report, top: int):
     """(rank, step, time since that rank's step began in ms or None, kind, label, link) for every marker; the
-    link is where the page tells more (markers are clickable in the SVG)."""
+    link is where the page tells more (markers are clickable in the SVG). Arrivals are the Report's, with their
+    own offsets; other markers are placed by their timestamps against the step spans the Report carries."""
     starts = {(r, s): span[0] for r, steps in report.step_times.items() for s, span in steps.items()}
     events = []
 
@@ -153,8 +168,9 @@ def _timeline_events(report: Report, top: int):
         return None if ts is None or start is None else max(0.0, (ts - start) / 1000.0)
 
     for i, f in enumerate(report.anomalies):
-        kind = "arrival" if f.kind == "cross-rank" else "origin"
-        events.append((f.rank, f.iteration, rel(f.rank, f.iteration, f.timestamp), kind, op_label(f),
+        if f.kind == "cross-rank":      # drawn as the arrival it is (report.arrivals)
+            continue
+        events.append((f.rank, f.iteration, rel(f.rank, f.iteration, f.timestamp), "origin", op_label(f),
                        f"#{_finding_id(i)}" if i <= top else "#origins"))
     for p in report.propagation:
         events.append((p.rank, p.iteration, rel(p.rank, p.iteration, p.timestamp), "spread", p.op_type,
@@ -166,11 +182,12 @@ def _timeline_events(report: Report, top: int):
             continue
         events.append((rec.rank, step, rel(rec.rank, step, rec.timestamp), "flag", rec.matched_op or rec.unit,
                        "#scan"))
+    for i, a in enumerate(report.arrivals):
+        events.append((a.rank, a.iteration, None if a.offset_us is None else max(0.0, a.offset_us / 1000.0),
+                       "arrival", f"{a.op_type} {a.op_name}",
+                       f"#arrival-{a.rank}-{a.iteration}" if i < MAX_TABLE_ROWS else "#arrivals"))
     for status in report.rank_status:
-        if status.status == RANK_RECEIVED and status.iteration is not None:
-            events.append((status.rank, status.iteration, rel(status.rank, status.iteration, status.time),
-                           "arrival", status.via or status.op_type or "", f"#rank-{status.rank}"))
-        elif status.status == RANK_FLAGGED and status.iteration is not None and not report.overflow_records:
+        if status.status == RANK_FLAGGED and status.iteration is not None and not report.overflow_records:
             events.append((status.rank, status.iteration, rel(status.rank, status.iteration, status.time),
                            "flag", status.op_type or "", f"#rank-{status.rank}"))
     return events
@@ -183,7 +200,8 @@ def _marker_url(event) -> str:
     """The marker's link, with its hover text after a "|" (_svg turns it into an SVG <title>)."""
     rank, step, t, kind, label, link = event
     when = f", {t:.3f} ms into the step" if t is not None else ""
-    return f"{link or '#timeline'}|{_MARKER_WORDS.get(kind, kind)} {label} (rank {rank}, step {step}{when})"
+    return (f"{link or '#timeline'}|{_MARKER_WORDS.get(kind, kind)} {plot_label(label, 120)} "
+            f"(rank {rank}, step {step}{when})")
 
 
 def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
@@ -193,6 +211,9 @@ def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
     if not ranks:
         return None, "no ranks"
     events = _timeline_events(report, top)
+    ranks, ranks_left_out = _timeline_ranks(ranks, events)
+    drawn = set(ranks)
+    events = [e for e in events if e[0] in drawn]
     event_steps = sorted({e[1] for e in events})
     all_steps = sorted({s for steps in report.iterations.values() for s in steps})
     steps = event_steps[:MAX_TIMELINE_STEPS] if event_steps else _sample(all_steps, min(MAX_TIMELINE_STEPS, 3))
@@ -245,14 +266,14 @@ def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
         if first is not None and first.iteration == step:
             x = next((e[2] for e in events if e[5] == f"#{_finding_id(0)}"), None)
             if first.rank in rank_pos:
-                ax.annotate(first.op_type, (x or 0.0, rank_pos[first.rank]), xytext=(6, 8),
+                ax.annotate(plot_label(first.op_type, 40), (x or 0.0, rank_pos[first.rank]), xytext=(6, 8),
                             textcoords="offset points", color=COLORS["origin"], fontsize=9, fontweight="bold")
         clean_here = [r for r in ranks if r in clean_ranks and step in report.iterations.get(r, [])]
         if clean_here:
             xs = [(report.step_times.get(r, {}).get(step, (0, 0))[1]
                    - report.step_times.get(r, {}).get(step, (0, 0))[0]) / 1000.0 for r in clean_here]
             legend["clean"] = ax.scatter(xs, [rank_pos[r] for r in clean_here], **style["clean"])
-        for rank in not_dumped:
+        for rank in not_dumped & drawn:
             ax.text(0, rank_pos[rank], " not dumped", va="center", fontsize=8, color="#757575", style="italic")
         ax.set_title(f"step {step}", fontsize=10)
         ax.set_xlabel("ms since the rank's step began", fontsize=8)
@@ -270,32 +291,40 @@ def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
         fig.legend([legend[k] for k in order], [style[k]["label"] for k in order], loc="center left",
                    fontsize=8, frameon=False, bbox_to_anchor=(1.0, 0.5))
     note = ("Each rank's time is measured from its own step start: clocks of different ranks are never compared."
-            + (f" Steps not drawn: {_steps_text(left_out)}." if left_out else ""))
+            + (f" Steps not drawn: {steps_text(left_out)}." if left_out else "")
+            + (f" {ranks_left_out} rank(s) without events not drawn (the rank table lists them)."
+               if ranks_left_out else ""))
     return _svg(fig, "timeline-svg", "timeline of the first bad values per rank and step"), note
 
 
+def _timeline_ranks(ranks: List[int], events) -> Tuple[List[int], int]:
+    """At most MAX_TIMELINE_RANKS rows: the ranks holding events first, then the rest evenly sampled."""
+    if len(ranks) <= MAX_TIMELINE_RANKS:
+        return ranks, 0
+    busy = sorted({e[0] for e in events})[:MAX_TIMELINE_RANKS]
+    rest = [r for r in ranks if r not in set(busy)]
+    chosen = sorted(set(busy) | set(_sample(rest, MAX_TIMELINE_RANKS - len(busy)) if len(busy) < MAX_TIMELINE_RANKS
+                                     else []))
+    return chosen, len(ranks) - len(chosen)
+
+
 def _graph_nodes(report: Report) -> Tuple[List[Finding], List[Tuple[int, int, bool]], int]:
-    """Nodes (origin first, then propagation in time order, capped) and edges (producer, consumer, from_graph)."""
+    """Nodes (origin first, then propagation in time order, capped) and the Report's edges between them
+    (producer, consumer, from_graph); a node the Report gives no edge into follows the one before it in time,
+    drawn dashed."""
     first = report.first
     nodes = [first] + list(report.propagation[:MAX_GRAPH_NODES - 1])
     left_out = max(0, len(report.propagation) - (MAX_GRAPH_NODES - 1))
-    key_of = {}
+    index_of = {}
     for i, f in enumerate(nodes):
-        for key in (f.full_name, f.op_name):
-            if key:
-                key_of.setdefault(key, i)
+        index_of.setdefault(f.full_name or f.op_name, i)
     edges = []
-    for i, f in enumerate(nodes[1:], 1):
-        found = False
-        for producer in f.producers:
-            j = key_of.get(producer)
-            if producer.startswith("param:"):
-                j = key_of.get(producer[len("param:"):], j)
-            if j is not None and j != i:
-                edges.append((j, i, True))
-                found = True
-        if not found:
-            edges.append((i - 1, i, False))   # no graph edge known: time order only, drawn dashed
+    for producer, consumer in report.edges:
+        j, i = index_of.get(producer), index_of.get(consumer)
+        if j is not None and i is not None and j != i:
+            edges.append((j, i, True))
+    fed = {i for _, i, _ in edges}
+    edges += [(i - 1, i, False) for i in range(1, len(nodes)) if i not in fed]
     return nodes, edges, left_out
 
 
@@ -339,9 +368,9 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
                         fontweight="bold" if is_origin else "normal", color="#b71c1c" if is_origin else "#263238",
                         bbox=dict(boxstyle="round,pad=0.35", fc="#ffebee" if is_origin else "#eceff1",
                                   ec=COLORS["origin"] if is_origin else "#90a4ae", lw=1.4 if is_origin else 0.8))
-        where = f" in {f.cell}" if f.cell else ""
-        label.set_url(f"#{_finding_id(0)}|{f.op_type}{where}: {f.full_name or f.op_name}" if is_origin else
-                      f"#propagation-list|{f.op_type}{where}: {f.full_name or f.op_name}")
+        where = f" in {plot_label(f.cell, 80)}" if f.cell else ""
+        hover = f"{plot_label(f.op_type, 60)}{where}: {plot_label(f.full_name or f.op_name, 200)}"
+        label.set_url(f"#{_finding_id(0)}|{hover}" if is_origin else f"#propagation-list|{hover}")
     ax.set_xlim(-0.6, ncols - 0.4)
     ax.set_ylim(min(y for _, y in pos.values()) - 0.6, 0.6)
     dashed = sum(1 for e in edges if not e[2])
@@ -361,7 +390,8 @@ def _headroom_rows(report: Report) -> List[Tuple[str, TensorSummary, str]]:
                 continue
             io_name = "in" if t.io == "input" else "out"
             producer = (t.producer or "").rsplit("/", 1)[-1]
-            label = f"{f.op_type} {io_name}{t.slot}" + (f" <- {producer[:24]}" if producer and t.io == "input" else "")
+            label = (f"{plot_label(f.op_type, 40)} {io_name}{t.slot}"
+                     + (f" <- {plot_label(producer, 24)}" if producer and t.io == "input" else ""))
             rows.append((label, t, f.op_type))
     return rows[:MAX_HEADROOM_BARS]
 
@@ -419,16 +449,6 @@ def headroom_svg(report: Report) -> Tuple[Optional[str], str]:
 
 # ---- HTML sections ---------------------------------------------------------------------------------------------
 
-def _steps_text(values: Iterable[int]) -> str:
-    values = sorted(set(values))
-    if not values:
-        return "-"
-    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
-        return f"{values[0]}-{values[-1]}"
-    shown = ",".join(map(str, values[:20]))
-    return shown + (f",... ({len(values)} steps)" if len(values) > 20 else "")
-
-
 def _verdict_card(report: Report) -> str:
     verdict = report.verdict
     f = report.first
@@ -462,26 +482,44 @@ def _rank_table(report: Report) -> str:
     out = ['<section id="ranks"><h2>Ranks</h2>']
     if not report.rank_status:
         out.append('<p class="note">This report carries no per-rank status; ranks seen: '
-                   f'{_e(_steps_text(report.ranks))}.</p>')
+                   f'{_e(steps_text(report.ranks))}.</p>')
         return "\n".join(out + ["</section>"])
+    with_coords = any(s.coords for s in report.rank_status)
     out.append('<div class="scroll"><table id="rank-table"><thead><tr><th>rank</th><th>status</th><th>first bad step</th>'
-               '<th>first bad op</th><th>carried by (collective)</th><th>note</th></tr></thead><tbody>')
-    rows = sorted(report.rank_status, key=lambda s: s.rank)
-    for s in rows[:MAX_TABLE_ROWS * 4]:
+               + ("<th>coords</th>" if with_coords else "")
+               + '<th>first bad op</th><th>carried by (collective)</th><th>note</th></tr></thead><tbody>')
+    shown, left_out = ranks_shown(report.rank_status, MAX_TABLE_ROWS * 4)
+    for label, s in shown:
         op = f"{_e(s.op_type or '')} <code>{_e(s.op_name)}</code>" if s.op_name else _e(s.op_type or "-")
-        out.append(f'<tr id="rank-{s.rank}" class="{STATUS_CLASS.get(s.status, "")}" data-rank="{s.rank}">'
-                   f'<td class="num">{s.rank}</td>'
+        out.append(f'<tr id="rank-{s.rank}" class="{STATUS_CLASS.get(s.status, "")}" data-rank="{s.rank}"'
+                   + (f' data-ranks="{_e(label)}">' if label != str(s.rank) else ">")
+                   + f'<td class="num">{_e(label)}</td>'
                    f'<td class="status">{_e(s.status)}</td>'
-                   f'<td class="num">{"-" if s.iteration is None else s.iteration}</td><td>{op}</td>'
-                   f'<td>{_e(s.via or "-")}</td><td>{_e(s.note)}</td></tr>')
+                   f'<td class="num">{"-" if s.iteration is None else s.iteration}</td>'
+                   + (f'<td class="coords">{_e(coords_text(s.coords))}</td>' if with_coords else "")
+                   + f'<td>{op}</td><td>{_e(s.via or "-")}</td><td>{_e(s.note)}</td></tr>')
     out.append("</tbody></table></div>")
-    if len(rows) > MAX_TABLE_ROWS * 4:
-        out.append(f'<p class="note">{len(rows) - MAX_TABLE_ROWS * 4} more ranks: see --format json.</p>')
+    if left_out:
+        out.append(f'<p class="note">{_e(left_out)}.</p>')
     counts: Dict[str, int] = {}
-    for s in rows:
+    for s in report.rank_status:
         counts[s.status] = counts.get(s.status, 0) + 1
-    out.append('<p class="note">' + ", ".join(f"{n} {k}" for k, n in counts.items()) + "</p></section>")
+    out.append('<p class="note">' + ", ".join(f"{n} {_e(k)}" for k, n in counts.items()) + "</p></section>")
     return "\n".join(out)
+
+
+def _arrivals(report: Report) -> str:
+    """Every arrival the Report carries (the timeline draws them; links from its markers land here)."""
+    if not report.arrivals:
+        return ""
+    shown = report.arrivals[:MAX_TABLE_ROWS]
+    items = "".join(f'<li id="arrival-{a.rank}-{a.iteration}" class="arrival" data-rank="{a.rank}" '
+                    f'data-step="{a.iteration}" data-op="{_e(a.op_name)}">{_e(arrival_text(a))}</li>' for a in shown)
+    more = len(report.arrivals) - len(shown)
+    return (f'<section id="arrivals"><h2>Arrivals ({len(report.arrivals)})</h2><p class="note">A collective '
+            "delivered a bad value to the rank (the first such collective of each rank's step).</p>"
+            f'<ul>{items}</ul>' + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "")
+            + "</section>")
 
 
 def _plot_section(section_id: str, title: str, svg: Optional[str], note: str) -> str:
@@ -492,7 +530,8 @@ def _plot_section(section_id: str, title: str, svg: Optional[str], note: str) ->
 
 def _tensor_table(title: str, tensors: List[TensorSummary]) -> str:
     rows = []
-    for t in tensors:
+    shown, left_out = tensors_shown(tensors, MAX_TENSOR_ROWS)
+    for t in shown:
         s = t.stats
         dtype = (t.dtype or "?") + (f" ({t.payload_dtype} bytes)" if t.payload_dtype else "")
         bad = s is not None and s.bad
@@ -500,12 +539,14 @@ def _tensor_table(title: str, tensors: List[TensorSummary]) -> str:
         rows.append(f'<tr><td class="num">{t.slot}</td><td>{_e(dtype)}</td><td>{_e(shape_text(t.shape))}</td>'
                     f'<td class="num{" bad" if bad else ""}">{_e(max_abs_text(s))}</td>'
                     f'<td class="num">{_e(range_used_text(t, 1))}</td>'
-                    f'<td class="num">{s.nan if s else "-"}</td><td class="num">{s.posinf if s else "-"}</td>'
-                    f'<td class="num">{s.neginf if s else "-"}</td><td>{_e(producer)}</td>'
+                    f'<td class="num">{_e(count_cell(s, "nan"))}</td><td class="num">{_e(count_cell(s, "posinf"))}'
+                    f'</td><td class="num">{_e(count_cell(s, "neginf"))}</td><td>{_e(producer)}</td>'
                     f'<td>{_file_link(t.file)}</td></tr>')
+    notes = [n for n in (left_out, counts_note(shown)) if n]
     return (f"<table><caption style='text-align:left'>{_e(title)}</caption><thead><tr><th>slot</th><th>dtype</th>"
             "<th>shape</th><th>max |x|</th><th>range used</th><th>nan</th><th>+inf</th><th>-inf</th>"
-            "<th>produced by</th><th>file</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+            "<th>produced by</th><th>file</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+            + "".join(f'<p class="note">{_e(n)}</p>' for n in notes))
 
 
 def _finding_block(f: Finding, index: int) -> str:
@@ -589,10 +630,11 @@ def _propagation_table(report: Report) -> str:
 def _scan_section(report: Report) -> str:
     meta = report.extra.get("mindspore") or {}
     written_by = f", MindSpore {meta['version']} {meta.get('device_target') or ''}" if meta.get("version") else ""
-    per_rank = "; ".join(f"rank {r}: {_steps_text(v)}" for r, v in sorted(report.iterations.items())[:64])
+    per_rank = "; ".join(f"rank {r}: {steps_text(v)}" for r, v in sorted(report.iterations.items())[:64])
     items = [f"{report.files} files ({_e(report.layout or 'unknown')} layout{_e(written_by)}), "
              f"{report.tensors_read} tensors read",
-             f"ranks {_e(_steps_text(report.ranks))}; steps {_e(per_rank)}",
+             f"ranks {_e(steps_text(report.ranks))}; steps present: {_e(per_rank)}",
+             f'<span id="scanned-steps">{_e(scanned_text(report))}</span>',
              f"hardware overflow records: {len(report.overflow_records)}"]
     if not report.tail_clean:
         items.append("steps after the first origin were not scanned (--all scans every step)")
@@ -607,6 +649,11 @@ def _scan_section(report: Report) -> str:
     return "\n".join(out)
 
 
+def _provenance(report: Report) -> str:
+    text = provenance_text(report)
+    return (f'<footer id="provenance" class="note"><p>Made by {_e(text)}</p></footer>' if text else "")
+
+
 def _warnings(report: Report) -> str:
     if not report.warnings:
         return '<section id="warnings"><h2>Warnings</h2><p class="note">none</p></section>'
@@ -619,17 +666,19 @@ def _warnings(report: Report) -> str:
 
 def render_html(report: Report, top: int = 10) -> str:
     title = "msoverflow: " + (f"{report.first.kind} in {report.first.op_type}" if report.first else report.verdict)
-    timeline, timeline_note = timeline_svg(report, top)
-    sections = [_verdict_card(report), _rank_table(report),
-                _plot_section("timeline", "Timeline", timeline, timeline_note)]
-    if report.first is not None:
-        graph, graph_note = propagation_svg(report)
-        sections.append(_plot_section("propagation", "Propagation from the origin", graph, graph_note)
-                        .replace("</section>", _propagation_table(report) + "</section>"))
-        bars, bars_note = headroom_svg(report)
-        sections.append(_plot_section("headroom", "Headroom: max |x| against the dtype's limits", bars, bars_note))
+    with _plot_settings():
+        timeline, timeline_note = timeline_svg(report, top)
+        sections = [_verdict_card(report), _rank_table(report), _arrivals(report),
+                    _plot_section("timeline", "Timeline", timeline, timeline_note)]
+        if report.first is not None:
+            graph, graph_note = propagation_svg(report)
+            sections.append(_plot_section("propagation", "Propagation from the origin", graph, graph_note)
+                            .replace("</section>", _propagation_table(report) + "</section>"))
+            bars, bars_note = headroom_svg(report)
+            sections.append(_plot_section("headroom", "Headroom: max |x| against the dtype's limits", bars,
+                                          bars_note))
     sections += [_evidence(report, top), _origins_table(report), _flagged_table(report), _warnings(report),
-                 _scan_section(report)]
+                 _scan_section(report), _provenance(report)]
     nav = " ".join(f'<a href="#{s}">{s}</a>' for s in re.findall(r'<section id="([a-z-]+)"', "".join(sections)))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

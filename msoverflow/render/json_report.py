@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from typing import Optional
 
 from ..model import Finding, Report, TensorSummary
@@ -21,14 +22,27 @@ def graph_id(graph: str):
     return int(graph) if isinstance(graph, str) and graph.isdigit() else graph
 
 
+_COUNTS = ("nan", "posinf", "neginf", "over_range")
+
+
+def _counts(s) -> dict:
+    """Exact counts, or null with `<name>_at_least` when the dump recorded only statistics (Max = inf says at
+    least one +inf, not how many). `<name>_at_least` is always given: an exact count is its own lower bound."""
+    if s is None:
+        return {**{name: None for name in _COUNTS}, **{f"{name}_at_least": None for name in _COUNTS},
+                "counts_exact": None}
+    exact = s.counts_exact
+    return {**{name: getattr(s, name) if exact else None for name in _COUNTS},
+            **{f"{name}_at_least": getattr(s, name) for name in _COUNTS}, "counts_exact": exact}
+
+
 def tensor_dict(t: TensorSummary) -> dict:
     s = t.stats
     return {
         "slot": t.slot, "dtype": t.dtype, "payload_dtype": t.payload_dtype,
         "shape": list(t.shape) if t.shape is not None else None,
         "max_abs": _num(s.max_abs) if s else None, "min": _num(s.min) if s else None, "max": _num(s.max) if s else None,
-        "nan": s.nan if s else None, "posinf": s.posinf if s else None, "neginf": s.neginf if s else None,
-        "over_range": s.over_range if s else None, "zero": s.zero if s else None,
+        **_counts(s), "zero": s.zero if s else None,
         "count": s.count if s else None, "range_used": _num(t.range_used),
         "headroom": _num(t.range_used),  # old name of range_used, kept for readers of schema 1
         "producer": t.producer, "file": t.file,
@@ -60,7 +74,21 @@ def report_dict(report: Report) -> dict:
                         for f in report.propagation],
         "flagged": [finding_dict(f) for f in report.flagged],
         "ranks": [{"rank": r.rank, "status": r.status, "iteration": r.iteration, "op_name": r.op_name,
-                   "op_type": r.op_type, "via": r.via, "note": r.note} for r in report.rank_status],
+                   "op_type": r.op_type, "via": r.via, "note": r.note, "coords": r.coords, "present": r.present,
+                   "expected": r.expected, **({"last_rank": r.last_rank} if r.last_rank is not None else {})}
+                  for r in report.rank_status],
+        "arrivals": [{"rank": a.rank, "iteration": a.iteration, "op_type": a.op_type, "op_name": a.op_name,
+                      "offset_us": a.offset_us} for a in report.arrivals],
+        "scanned_steps": {str(rank): steps for rank, steps in sorted(report.scanned_steps.items())},
+        "edges": [{"producer": producer, "consumer": consumer} for producer, consumer in report.edges],
+        "likely_origin": finding_dict(report.likely_origin) if report.likely_origin else None,
+        "completeness": [{"rank": c.rank, "iteration": c.iteration, "present": c.present, "expected": c.expected,
+                          "reasons": c.reasons, "truncated": c.truncated, "recent": c.recent}
+                         for c in report.completeness],
+        "parameters": [{**asdict(p), "shape": list(p.shape) if p.shape is not None else None}
+                       for p in report.parameters],
+        "parallel": report.parallel,
+        "provenance": report.provenance or None,
         "coverage": report.coverage,
         "inconclusive": report.inconclusive,
         "warnings": report.warnings,
@@ -70,7 +98,6 @@ def report_dict(report: Report) -> dict:
                     "tensors_read_to_decide": report.extra.get("tensors_read_to_decide", report.tensors_read),
                     "scanned_all_steps": report.tail_clean,
                     "mindspore": report.extra.get("mindspore") or {}},
-        "provenance": report.provenance,
     }
 
 

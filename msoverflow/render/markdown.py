@@ -1,90 +1,117 @@
-"""Markdown: the same story as text (verdict, evidence with producers, spread, later origins, ranks, scan summary,
-warnings), for issues and chat."""
+"""Markdown: the same story as text (verdict, evidence with producers, spread, later origins, ranks, arrivals, steps
+scanned, warnings, provenance), for issues and chat. Every name from the dump goes through render/safe.py: a report
+pasted into an issue tracker shows the dump's `<img>` as text and never renders it."""
 from __future__ import annotations
 
 from typing import List
 
 from ..model import SUSPECT, Report, TensorSummary
+from .common import (arrival_text, arrivals_shown, coords_text, count_cell, counts_note, provenance_text,
+                     ranks_shown, scanned_text, tensors_shown)
+from .safe import md, md_code
 from .text import chain_label, max_abs_text, op_label, range_used_text, rank_text, scan_summary, shape_text
 
 _TENSOR_HEADER = ["| slot | dtype | shape | max \\|x\\| | range used | nan | +inf | -inf | produced by |",
                   "|---|---|---|---|---|---|---|---|---|"]
 
 
-def _cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _row(t: TensorSummary) -> str:
     s = t.stats
     dtype = (t.dtype or "?") + (f" ({t.payload_dtype} bytes)" if t.payload_dtype else "")
     producer = "/".join((t.producer or "").rsplit("/", 2)[-2:])
-    return (f"| {t.slot} | {dtype} | {shape_text(t.shape)} | {max_abs_text(s)} | {range_used_text(t)} | "
-            f"{s.nan if s else '-'} | {s.posinf if s else '-'} | {s.neginf if s else '-'} | "
-            f"{'`' + _cell(producer) + '`' if producer else ''} |")
+    return (f"| {t.slot} | {md(dtype)} | {md(shape_text(t.shape))} | {max_abs_text(s)} | {range_used_text(t)} | "
+            f"{count_cell(s, 'nan')} | {count_cell(s, 'posinf')} | {count_cell(s, 'neginf')} | "
+            f"{md_code(producer, table=True) if producer else ''} |")
+
+
+def _tensor_block(title: str, tensors: List[TensorSummary]) -> List[str]:
+    shown, left_out = tensors_shown(tensors)
+    out = ["", f"{title}:", ""] + _TENSOR_HEADER + [_row(t) for t in shown]
+    note = counts_note(shown)
+    out += ([""] if left_out or note else []) + ([f"- ... {left_out}"] if left_out else [])
+    return out + ([f"- {note}"] if note else [])
 
 
 def render_markdown(report: Report, top: int = 10) -> str:
     out: List[str] = ["# msoverflow report", ""]
     f = report.first
     if f is None and report.inconclusive:
-        out.append(f"**Inconclusive**: no bad value seen, but {report.inconclusive[0]}")
-        out += [f"- also: {reason}" for reason in report.inconclusive[1:]]
+        seen = "" if report.bad_values_seen else "no bad value seen, but "
+        out.append(f"**Inconclusive**: {seen}{md(report.inconclusive[0])}")
+        out += [f"- also: {md(reason)}" for reason in report.inconclusive[1:]]
     elif f is None:
         out.append(f"**Clean**: no inf, NaN or out-of-range value in {report.files} files.")
     elif f.role == SUSPECT:
-        out.append(f"**Anomaly** (flagged): the hardware flagged **{op_label(f)}** on rank {f.rank}, step "
+        out.append(f"**Anomaly** (flagged): the hardware flagged **{md(op_label(f))}** on rank {f.rank}, step "
                    f"{f.iteration}; its inputs were not dumped, so it may have received the bad value.")
     else:
         made = "first seen in" if f.role == "propagator" else "first created by"
-        out.append(f"**Anomaly** ({f.kind}): {made} **{op_label(f)}** on rank {f.rank}, "
-                   f"step {f.iteration}, graph {f.graph}.")
+        out.append(f"**Anomaly** ({md(f.kind)}): {made} **{md(op_label(f))}** on rank {f.rank}, "
+                   f"step {f.iteration}, graph {md(f.graph)}.")
     if f is None:
-        out += [f"- caveat: {limit}" for limit in report.coverage]
+        out += [f"- caveat: {md(limit)}" for limit in report.coverage]
     else:
         out.append("")
-        out.append(f"- what: {f.detail}")
+        out.append(f"- what: {md(f.detail)}")
         if f.source:
-            out.append(f"- source: `{f.source.file}:{f.source.line}` `{f.source.code}`")
-        out.append(f"- op: `{f.full_name or f.op_name}`")
+            out.append(f"- source: {md_code(f'{f.source.file}:{f.source.line}')} {md_code(f.source.code)}")
+        out.append(f"- op: {md_code(f.full_name or f.op_name)}")
         if f.recommendation:
-            out.append(f"- fix: {f.recommendation}")
+            out.append(f"- fix: {md(f.recommendation)}")
         for title, tensors in (("Inputs", f.inputs), ("Outputs", f.outputs)):
             if tensors:
-                out += ["", f"{title}:", ""] + _TENSOR_HEADER + [_row(t) for t in tensors]
+                out += _tensor_block(title, tensors)
         if f.flags or f.evidence:
             out.append("")
         for flag in f.flags:
-            out.append(f"- overflow flag: {flag.unit} status {flag.status:#x} "
-                       f"({', '.join(flag.status_words) or 'overflow'}) from `{flag.source}`")
-        out += [f"- {e}" for e in f.evidence]
+            out.append(f"- overflow flag: {md(flag.unit)} status {flag.status:#x} "
+                       f"({md(', '.join(flag.status_words) or 'overflow')}) from {md_code(flag.source)}")
+        out += [f"- {md(e)}" for e in f.evidence[:top * 4]]
         if report.propagation:
             chain = [chain_label(p) for p in report.propagation]
             shown = chain[:8] + (["..."] + chain[-3:] if len(chain) > 11 else chain[8:])
             out += ["", f"Spread in step {f.iteration} through {len(chain)} ops: "
-                    + " -> ".join(f"`{c}`" if c != "..." else c for c in [chain_label(f)] + shown)]
+                    + " -> ".join(md_code(c) if c != "..." else c for c in [chain_label(f)] + shown)]
         later = report.anomalies[1:]
         if later:
             out += ["", f"Later origins ({len(later)}, time order):", ""]
-            out += [f"- rank {a.rank} step {a.iteration} graph {a.graph}: {a.kind} in {op_label(a)}: {a.detail}"
-                    for a in later[:top]]
+            out += [f"- rank {a.rank} step {a.iteration} graph {md(a.graph)}: {md(a.kind)} in {md(op_label(a))}: "
+                    f"{md(a.detail)}" for a in later[:top]]
             if len(later) > top:
                 out.append(f"- ... {len(later) - top} more (--top N, or --format json)")
         if report.flagged:
             out += ["", "Flagged by the hardware, not decided:", ""]
-            out += [f"- rank {a.rank} step {a.iteration}: {op_label(a)}: {a.detail}" for a in report.flagged[:top]]
+            out += [f"- rank {a.rank} step {a.iteration}: {md(op_label(a))}: {md(a.detail)}"
+                    for a in report.flagged[:top]]
+            if len(report.flagged) > top:
+                out.append(f"- ... {len(report.flagged) - top} more (--top N, or --format json)")
         if report.coverage or report.inconclusive:
-            out += ["", "Limits of this dump:", ""] + [f"- caveat: {c}" for c in report.coverage]
-            out += [f"- also: {c}" for c in report.inconclusive]
+            out += ["", "Limits of this dump:", ""] + [f"- caveat: {md(c)}" for c in report.coverage]
+            out += [f"- also: {md(c)}" for c in report.inconclusive]
     if report.rank_status:
-        out += ["", "Ranks:", "", "| rank | status | step | first bad op / how |", "|---|---|---|---|"]
-        out += [f"| {r.rank} | {r.status} | {'-' if r.iteration is None else r.iteration} | "
-                f"{rank_text(r).replace('|', '/')} |" for r in report.rank_status]
-    out += ["", scan_summary(report) + "."]
+        with_coords = any(r.coords for r in report.rank_status)
+        shown_ranks, left_out = ranks_shown(report.rank_status)
+        out += ["", "Ranks:", "", "| rank | status | step |" + (" coords |" if with_coords else "")
+                + " first bad op / how |", "|---|---|---|" + ("---|" if with_coords else "") + "---|"]
+        out += [f"| {label} | {md(r.status)} | {'-' if r.iteration is None else r.iteration} | "
+                + (f"{md(coords_text(r.coords))} | " if with_coords else "") + f"{md(rank_text(r))} |"
+                for label, r in shown_ranks]
+        if left_out:
+            out += ["", f"- ... {md(left_out)}"]
+    if report.arrivals:
+        shown_arrivals, left_out = arrivals_shown(report)
+        out += ["", f"Arrivals ({len(report.arrivals)}: a collective delivered a bad value to the rank):", ""]
+        out += [f"- {md(arrival_text(a))}" for a in shown_arrivals]
+        if left_out:
+            out.append(f"- ... {left_out}")
+    out += ["", md(scan_summary(report)) + ".", "", md(scanned_text(report).capitalize()) + "."]
     if not report.tail_clean:
         out.append("Steps after the first origin were not scanned (--all scans every step).")
     if report.warnings:
-        out += ["", f"Warnings ({len(report.warnings)}):", ""] + [f"- {w}" for w in report.warnings[:20]]
+        out += ["", f"Warnings ({len(report.warnings)}):", ""] + [f"- {md(w)}" for w in report.warnings[:20]]
         if len(report.warnings) > 20:
             out.append(f"- ... {len(report.warnings) - 20} more (--format json lists all)")
+    provenance = provenance_text(report)
+    if provenance:
+        out += ["", f"Made by {md(provenance)}."]
     return "\n".join(out) + "\n"

@@ -5,6 +5,9 @@ import io
 from typing import List, Optional
 
 from ..model import SUSPECT, Finding, RankStatus, Report, TensorSummary
+from .common import (arrival_text, arrivals_shown, coords_text, count_cell, counts_note, provenance_text,
+                     ranks_shown, scanned_text, steps_text, tensors_shown)
+from .safe import plain
 
 
 def max_abs_text(stats) -> str:
@@ -48,32 +51,50 @@ def op_label(f: Finding) -> str:
     return label
 
 
-def tensor_table(title: str, tensors: List[TensorSummary]) -> str:
+def _print(table) -> str:
     from rich.console import Console
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None, highlight=False, soft_wrap=False, markup=False,
+            emoji=False).print(table)
+    return out.getvalue().rstrip("\n")
+
+
+def _cells(*values) -> list:
+    """Table cells as rich Text: a name like `[bold]` or `[/]` from a dump is shown, never read as markup."""
+    from rich.text import Text
+    return [Text(plain(v)) for v in values]
+
+
+def tensor_table(title: str, tensors: List[TensorSummary]) -> str:
     from rich.table import Table
     table = Table(title=title, title_justify="left", box=None, pad_edge=False, show_edge=False)
     for column in ("slot", "dtype", "shape", "max |x|", "range used", "nan", "+inf", "-inf", "produced by"):
         table.add_column(column, overflow="fold")
-    for t in tensors:
+    shown, left_out = tensors_shown(tensors)
+    for t in shown:
         s = t.stats
         dtype = t.dtype or "?"
         if t.payload_dtype:
             dtype += f" ({t.payload_dtype} bytes)"
         producer = (t.producer or "").rsplit("/", 2)
-        table.add_row(str(t.slot), dtype, shape_text(t.shape),
-                      max_abs_text(s), range_used_text(t),
-                      str(s.nan) if s else "-", str(s.posinf) if s else "-", str(s.neginf) if s else "-",
-                      "/".join(producer[-2:]) if t.producer else "")
-    out = io.StringIO()
-    Console(file=out, width=160, color_system=None, highlight=False, soft_wrap=False).print(table)
-    return out.getvalue().rstrip("\n")
+        table.add_row(*_cells(t.slot, dtype, shape_text(t.shape), max_abs_text(s), range_used_text(t),
+                              count_cell(s, "nan"), count_cell(s, "posinf"), count_cell(s, "neginf"),
+                              "/".join(producer[-2:]) if t.producer else ""))
+    lines = [_print(table)]
+    if left_out:
+        lines.append(f"    ... {left_out}")
+    note = counts_note(shown)
+    if note:
+        lines.append(f"    {note}")
+    return "\n".join(lines)
 
 
 def render_text(report: Report, top: int = 10) -> str:
     lines: List[str] = []
     f = report.first
     if f is None and report.inconclusive:
-        lines.append(f"INCONCLUSIVE: no bad value seen, but {report.inconclusive[0]}")
+        seen = "" if report.bad_values_seen else "no bad value seen, but "
+        lines.append(f"INCONCLUSIVE: {seen}{report.inconclusive[0]}")
         lines += [f"  also: {reason}" for reason in report.inconclusive[1:]]
         lines += [f"  caveat: {limit}" for limit in report.coverage]
     elif f is None:
@@ -134,9 +155,16 @@ def render_text(report: Report, top: int = 10) -> str:
     if report.rank_status:
         lines.append("")
         lines.append(rank_table(report.rank_status))
+    if report.arrivals:
+        shown, left_out = arrivals_shown(report)
+        lines.append("")
+        lines.append(f"Arrivals ({len(report.arrivals)}: a collective delivered a bad value to the rank)")
+        lines += [f"  {arrival_text(a)}" for a in shown]
+        if left_out:
+            lines.append(f"  ... {left_out}")
     lines.append("")
-    scanned = scan_summary(report)
-    lines.append(scanned)
+    lines.append(scan_summary(report))
+    lines.append(scanned_text(report).capitalize() + ".")
     if not report.tail_clean:
         lines.append("Steps after the first origin were not scanned (--all scans every step).")
     if report.warnings:
@@ -145,7 +173,11 @@ def render_text(report: Report, top: int = 10) -> str:
             lines.append(f"  ! {w}")
         if len(report.warnings) > 5:
             lines.append(f"  ... {len(report.warnings) - 5} more (--format json lists all)")
-    return "\n".join(lines) + "\n"
+    provenance = provenance_text(report)
+    if provenance:
+        lines.append(f"-- {provenance}")
+    # Everything above may carry names from the dump: no control character reaches the terminal.
+    return plain("\n".join(lines) + "\n")
 
 
 def _short(name: Optional[str], width: int = 56) -> str:
@@ -163,44 +195,38 @@ def rank_text(row: RankStatus) -> str:
 
 
 def rank_table(rows: List[RankStatus]) -> str:
-    from rich.console import Console
     from rich.table import Table
     table = Table(title="Ranks", title_justify="left", box=None, pad_edge=False, show_edge=False)
-    for column in ("rank", "status", "step", "first bad op / how"):
+    with_coords = any(row.coords for row in rows)
+    for column in ("rank", "status", "step") + (("coords",) if with_coords else ()) + ("first bad op / how",):
         table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(str(row.rank), row.status, "-" if row.iteration is None else str(row.iteration),
-                      rank_text(row))
-    out = io.StringIO()
-    Console(file=out, width=160, color_system=None, highlight=False, soft_wrap=False).print(table)
-    return out.getvalue().rstrip("\n")
+    shown, left_out = ranks_shown(rows)
+    for label, row in shown:
+        table.add_row(*_cells(label, row.status, "-" if row.iteration is None else row.iteration,
+                              *((coords_text(row.coords),) if with_coords else ()), rank_text(row)))
+    return _print(table) + (f"\n  ... {left_out}" if left_out else "")
 
 
 def scan_summary(report: Report) -> str:
-    """One line on what was scanned: files, layout, writer, tensors read, ranks and steps."""
-    per_rank = {r: _steps(v) for r, v in sorted(report.iterations.items())}
+    """One line on what the dump holds: files, layout, writer, tensors read, ranks and the steps present (the
+    steps scanned are said by common.scanned_text)."""
+    per_rank = {r: steps_text(v) for r, v in sorted(report.iterations.items())}
     if not per_rank:
         steps = "no step"
     elif len(set(per_rank.values())) == 1:
-        steps = f"steps {next(iter(per_rank.values()))} on every rank"
+        steps = f"steps present: {next(iter(per_rank.values()))} on every rank"
     else:
-        steps = "steps " + "; ".join(f"rank {r}: {v}" for r, v in per_rank.items())
+        shown = list(per_rank.items())[:64]
+        steps = "steps present: " + "; ".join(f"rank {r}: {v}" for r, v in shown) + (
+            f"; ... {len(per_rank) - len(shown)} more rank(s)" if len(per_rank) > len(shown) else "")
     meta = report.extra.get("mindspore") or {}
     written_by = (f", MindSpore {meta['version']} {meta.get('device_target') or ''}".rstrip()
                   if meta.get("version") else "")
     return (f"Scanned {report.files} files ({report.layout or 'unknown'} layout{written_by}), read "
-            f"{report.tensors_read} tensors; ranks {_steps(report.ranks)}; {steps}")
+            f"{report.tensors_read} tensors; ranks {steps_text(report.ranks)}; {steps}")
 
 
 def shape_text(shape) -> str:
     if shape is None:
         return "?"
     return "x".join(map(str, shape)) if shape else "scalar"
-
-
-def _steps(values: List[int]) -> str:
-    if not values:
-        return "-"
-    if values == list(range(values[0], values[-1] + 1)) and len(values) > 2:
-        return f"{values[0]}-{values[-1]}"
-    return ",".join(map(str, values))

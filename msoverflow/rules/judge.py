@@ -208,7 +208,8 @@ def _fault_kind(ex: OpExecution, bad_outs: List[TensorEvent], access: TensorAcce
                                advice="domain", values={"needs": needs})
 
     if st.nan and not (st.posinf or st.neginf or st.over_range):
-        return Verdict(ORIGIN, INVALID, f"NaN from finite inputs ({st.nan} of {st.count} values)", advice="invalid")
+        return Verdict(ORIGIN, INVALID, f"NaN from finite inputs ({st.count_text('nan')} of {st.count} values)",
+                       advice="invalid")
 
     limit = dtype_max(out.dtype)
     if ex.op_type == "Cast" and ex.inputs:
@@ -219,10 +220,10 @@ def _fault_kind(ex: OpExecution, bad_outs: List[TensorEvent], access: TensorAcce
     if st.over_range:
         payload = f" (the file holds {out.payload_dtype} values)" if out.payload_dtype else ""
         detail = (f"{out.dtype} overflow: max |output {out.slot}| {_fmt(st.max_abs)} > {_fmt(limit)}, "
-                  f"{st.over_range} values out of range{payload}")
+                  f"{st.count_text('over_range')} values out of range{payload}")
     else:
-        detail = (f"overflow: output {out.slot} has {st.posinf} +inf, {st.neginf} -inf"
-                  + (f", {st.nan} NaN" if st.nan else "") + f" of {st.count} values")
+        detail = (f"overflow: output {out.slot} has {st.count_text('posinf')} +inf, {st.count_text('neginf')} -inf"
+                  + (f", {st.count_text('nan')} NaN" if st.nan else "") + f" of {st.count} values")
     return Verdict(ORIGIN, OVERFLOW, detail, advice="overflow")
 
 

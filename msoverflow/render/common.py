@@ -1,0 +1,132 @@
+"""What every renderer says the same way: the facts of the Report in words, and what a table leaves out.
+
+Renderers compute nothing: the Report carries the arrivals, the steps scanned per rank, the propagation edges and
+the provenance; these helpers only phrase them, so text, markdown and HTML read alike (the JSON carries the same
+fields). Large dumps stay readable: tables are capped and say what they left out.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from ..model import RANK_CLEAN, RANK_NOT_DUMPED, Arrival, RankStatus, Report, TensorSummary
+
+MAX_RANK_ROWS = 64        # text and markdown; the HTML shows more (render/html.py)
+MAX_ARRIVALS = 64
+MAX_TENSOR_ROWS = 16      # per input/output table: the bad tensors first
+
+
+def steps_text(values: Iterable[int], limit: int = 20) -> str:
+    """`0-3`, `0,2,5`, or the first `limit` and how many: the one way reports write a set of steps or ranks."""
+    values = sorted(set(values))
+    if not values:
+        return "-"
+    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}-{values[-1]}"
+    shown = ",".join(map(str, values[:limit]))
+    return shown + (f",... ({len(values)} in all)" if len(values) > limit else "")
+
+
+def count_cell(stats, name: str) -> str:
+    """A count in a tensor table: "-" without statistics, "≥1" when it is a lower bound (TensorStats.count_text)."""
+    return "-" if stats is None else stats.count_text(name)
+
+
+def counts_note(tensors: Iterable[TensorSummary]) -> Optional[str]:
+    """The footnote a table needs when some of its counts are lower bounds."""
+    if any(t.stats is not None and not t.stats.counts_exact for t in tensors):
+        return ("≥: a lower bound - the dump recorded statistics (max, min), not counts; the tensor may hold "
+                "more such values")
+    return None
+
+
+def tensors_shown(tensors: List[TensorSummary], limit: int = MAX_TENSOR_ROWS) -> Tuple[List[TensorSummary], str]:
+    """At most `limit` tensors (the bad ones first, then in slot order) and a line on what was left out."""
+    if len(tensors) <= limit:
+        return list(tensors), ""
+    bad = [t for t in tensors if t.stats is not None and t.stats.bad]
+    chosen = {id(t) for t in bad[:limit]}
+    for t in tensors:
+        if len(chosen) >= limit:
+            break
+        chosen.add(id(t))
+    shown = [t for t in tensors if id(t) in chosen]
+    left_bad = len(bad) - sum(1 for t in bad if id(t) in chosen)
+    return shown, (f"{len(tensors) - len(shown)} more not shown ({left_bad} of them bad); --format json lists "
+                   "every tensor")
+
+
+def ranks_shown(rows: List[RankStatus], limit: int = MAX_RANK_ROWS) -> Tuple[List[Tuple[str, RankStatus]], str]:
+    """Rows to show as (rank label, row); a row may already stand for ranks rank..last_rank. Beyond `limit` rows,
+    runs of consecutive clean or not-dumped ranks in the same step fold into one row `5-99999`; past that the
+    table stops and says how many ranks it left out."""
+    rows = sorted(rows, key=lambda r: r.rank)
+    if len(rows) <= limit:
+        return [(r.rank_label, r) for r in rows], ""
+    folded: List[Tuple[RankStatus, int]] = []
+    for row in rows:
+        last_of_row = row.last_rank if row.last_rank is not None else row.rank
+        if folded:
+            head, last = folded[-1]
+            if (row.status in (RANK_CLEAN, RANK_NOT_DUMPED) and row.status == head.status and row.rank == last + 1
+                    and row.iteration == head.iteration and not row.coords and not head.coords):
+                folded[-1] = (head, last_of_row)
+                continue
+        folded.append((row, last_of_row))
+    shown = [(str(head.rank) if last == head.rank else f"{head.rank}-{last}", head) for head, last in folded[:limit]]
+    left = folded[limit:]
+    left_ranks = sum(last - head.rank + 1 for head, last in left)
+    note = f"{left_ranks} more rank(s) not shown; --format json lists every rank" if left else ""
+    if len(folded) < len(rows):
+        note = "runs of clean / not dumped ranks folded into one row" + (f"; {note}" if note else "")
+    return shown, note
+
+
+def coords_text(coords: Optional[Dict[str, int]]) -> str:
+    return " ".join(f"{k}{v}" for k, v in coords.items()) if coords else ""
+
+
+def arrival_text(a: Arrival) -> str:
+    """`rank 3, step 1: AllReduce <op> (32.692 ms into the rank's step)`."""
+    when = f" ({a.offset_us / 1000:.3f} ms into the rank's step)" if a.offset_us is not None else ""
+    return f"rank {a.rank}, step {a.iteration}: {a.op_type} {a.op_name}{when}"
+
+
+def arrivals_shown(report: Report, limit: int = MAX_ARRIVALS) -> Tuple[List[Arrival], str]:
+    shown = report.arrivals[:limit]
+    left = len(report.arrivals) - len(shown)
+    return shown, (f"{left} more arrival(s); --format json lists all" if left > 0 else "")
+
+
+def scanned_text(report: Report) -> str:
+    """The steps actually scanned per rank, and the ones skipped (a rank's walk stops after its first origin's
+    step): `steps scanned: 0-2 on every rank` or `steps scanned: rank 0: 0-2; rank 1: 0,1 (not scanned: 2)`."""
+    scanned = report.scanned_steps
+    if not scanned:
+        return "steps scanned: none"
+    parts = {}
+    for rank, steps in sorted(scanned.items()):
+        skipped = sorted(set(report.iterations.get(rank, [])) - set(steps))
+        parts[rank] = steps_text(steps) + (f" (not scanned: {steps_text(skipped)})" if skipped else "")
+    if len(set(parts.values())) == 1:
+        return f"steps scanned: {next(iter(parts.values()))} on every rank"
+    shown = list(parts.items())[:MAX_RANK_ROWS]
+    more = len(parts) - len(shown)
+    return ("steps scanned: " + "; ".join(f"rank {r}: {v}" for r, v in shown)
+            + (f"; ... {more} more rank(s) (--format json)" if more > 0 else ""))
+
+
+def provenance_text(report: Report) -> str:
+    """`msoverflow 0.4.0 on host, 2026-12-01T03:40:00Z: msoverflow analyze DUMP (MindSpore 2.10.0)`; "" when the
+    Report carries none."""
+    p = report.provenance or {}
+    if not p:
+        return ""
+    head = f"msoverflow {p.get('msoverflow_version') or '?'}"
+    where = ", ".join(str(p[k]) for k in ("host", "time") if p.get(k))
+    text = head + (f" on {where}" if where else "")
+    if p.get("command"):
+        command = p["command"]
+        text += ": " + (" ".join(map(str, command)) if isinstance(command, (list, tuple)) else str(command))
+    if p.get("mindspore_version"):
+        text += f" (MindSpore {p['mindspore_version']})"
+    return text
