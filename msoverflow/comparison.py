@@ -15,6 +15,7 @@ Statistics-only dumps compare their statistics (min, max) and say that is all th
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -432,6 +433,19 @@ class _Comparer:
         for key in list(groups):
             flush(key)
 
+    def settled(self, ex: OpExecution, tx: OpExecution) -> Optional[float]:
+        """When prefetch() found every output of this op run to agree (and the target has no other output):
+        the largest error in ulps, the results taken (counted as compared); else None."""
+        if not ex.outputs or len(ex.outputs) != len(tx.outputs):
+            return None
+        found = [self.known.get(id(e)) for e in ex.outputs]
+        if not all(f is not None and f["agree"] for f in found):
+            return None
+        for e in ex.outputs:
+            del self.known[id(e)]
+        self.compared += len(found)
+        return max(f["error_ulps"] for f in found)
+
     def tensor(self, base: TensorEvent, tgt: TensorEvent, finer: bool) -> TensorDiff:
         diff = TensorDiff(io=base.io, slot=base.slot, baseline_dtype=base.dtype, target_dtype=tgt.dtype,
                           shape=base.shape, target_shape=tgt.shape, baseline_file=base.source,
@@ -531,12 +545,17 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
         comparer.prefetch([(e, slots[e.slot]) for (ex, _tx), slots in zip(pairs, target_outputs)
                            for e in ex.outputs if e.slot in slots])
         for ex, tx in pairs:
-            op = _compare_op(ex, tx, position_of[id(ex)], comparer, graphs)
-            if op.role is not None:
-                _describe(op, ex, graphs)
-                diverged.append(op)
+            settled = comparer.settled(ex, tx)
+            if settled is not None:      # every output already found to agree: nothing more to ask
+                error, role, cell = settled, None, None
+            else:
+                op = _compare_op(ex, tx, position_of[id(ex)], comparer, graphs)
+                if op.role is not None:
+                    _describe(op, ex, graphs)
+                    diverged.append(op)
+                error, role, cell = op.error_ulps, op.role, op.cell
             if len(series) < 50 * MAX_SERIES:
-                series.append((rank, step, op.position, op.cell or _cell_name(ex), op.error_ulps, op.role))
+                series.append((rank, step, position_of[id(ex)], cell or _cell_name(ex.op_name), error, role))
     diverged_ops = len(diverged)
     first = _first(diverged, orders)
     if first is not None and first.role == ROLE_PROPAGATOR:
@@ -651,8 +670,10 @@ def _first(diverged: List[OpDiff], orders: Dict[Tuple[int, int], int]) -> Option
                                          op.position / orders[(op.rank, op.iteration)], op.rank))
 
 
-def _cell_name(ex: OpExecution) -> str:
-    cell, _ = cell_of(ex.op_name, from_file_name=True)
+@functools.lru_cache(maxsize=1 << 16)
+def _cell_name(op_name: str) -> str:
+    """The Cell of a file-name op name (the same names recur on every rank and step)."""
+    cell, _ = cell_of(op_name, from_file_name=True)
     return cell or ""
 
 

@@ -181,8 +181,13 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
     problems: Dict[Tuple[int, int], List[Tuple[int, int, str]]] = defaultdict(list)   # (present, expected, why)
     truncated: Dict[Tuple[int, int], List[str]] = defaultdict(list)
     recent: Dict[Tuple[int, int], List[str]] = defaultdict(list)
-    last_step = {rank: max(item.d.iteration for item in listings if item.d.rank == rank)
-                 for rank in {item.d.rank for item in listings}}
+    last_step: Dict[int, int] = {}
+    at_step: Dict[Tuple[str, int], List[_Listing]] = defaultdict(list)     # (graph, step) -> every rank's listing
+    of_graph: Dict[Tuple[int, str], List[_Listing]] = defaultdict(list)    # (rank, graph) -> every step's listing
+    for item in listings:
+        last_step[item.d.rank] = max(last_step.get(item.d.rank, item.d.iteration), item.d.iteration)
+        at_step[(item.d.graph, item.d.iteration)].append(item)
+        of_graph[(item.d.rank, item.d.graph)].append(item)
 
     # Files of each rank's last step (where a killed job stops, where a running one writes): empty, cut short,
     # being written.
@@ -194,7 +199,7 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
         step = (item.d.rank, item.d.iteration)
         stats = item.stat()
         cut = [path for path, (size, _t) in stats.items() if size == 0]
-        cut += _short_files(item, _reference(item, listings))
+        cut += _short_files(item, _reference(item, at_step, of_graph))
         truncated[step].extend(cut)
         if cut:
             problems[step].append((item.files - len(cut), item.files, f"{len(cut)} of {item.files} files "
@@ -204,9 +209,12 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
     if oldest > young or finished:
         recent.clear()     # every file is that young: written at once (a copy, a short run), not a writer still at work
 
+    files_at: Dict[Tuple[int, int], int] = defaultdict(int)
+    for item in listings:
+        files_at[(item.d.rank, item.d.iteration)] += item.files
     if counted:      # overflow-only and filtered dumps hold different ops (and steps) on each rank
-        _counts(listings, problems, last_step, execution_order, quiet)
-        _absent_steps([d for d in chosen if d.layout != LAYOUT_DEBUG], listings, problems)
+        _counts(listings, at_step, of_graph, problems, last_step, execution_order, quiet)
+        _absent_steps([d for d in chosen if d.layout != LAYOUT_DEBUG], files_at, problems)
 
     found = []
     for step in sorted({s for s, p in problems.items() if p} | {s for s, r in recent.items() if r}):
@@ -217,7 +225,7 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
         # the counts shown: kernels when the execution order gave them (what a person can check), else the
         # largest shortfall
         worst = max(problems.get(step, []), key=lambda p: ("kernels'" in p[2], p[1] - p[0]), default=None)
-        files = sum(item.files for item in listings if (item.d.rank, item.d.iteration) == step)
+        files = files_at[step]
         present, expected = (worst[0], worst[1]) if worst else (files, None)
         found.append(StepCompleteness(rank=step[0], iteration=step[1], complete=False, present=present,
                                       expected=expected, reasons=reasons, truncated=sorted(truncated.get(step, [])),
@@ -225,15 +233,15 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
     return found
 
 
-def _reference(item: _Listing, listings: List[_Listing]) -> List[_Listing]:
+def _reference(item: _Listing, at_step, of_graph) -> List[_Listing]:
     """Where the same tensors should have the same sizes: the other ranks' same step of the same graph, else this
     rank's previous step of it."""
-    peers = [o for o in listings if o.d.graph == item.d.graph and o.d.iteration == item.d.iteration
-             and o.d.rank != item.d.rank and o.d.layout == item.d.layout]
+    peers = [o for o in at_step[(item.d.graph, item.d.iteration)]
+             if o.d.rank != item.d.rank and o.d.layout == item.d.layout]
     if peers:
         return peers
-    earlier = [o for o in listings if o.d.graph == item.d.graph and o.d.rank == item.d.rank
-               and o.d.iteration < item.d.iteration and o.d.layout == item.d.layout]
+    earlier = [o for o in of_graph[(item.d.rank, item.d.graph)]
+               if o.d.iteration < item.d.iteration and o.d.layout == item.d.layout]
     return [max(earlier, key=lambda o: o.d.iteration)] if earlier else []
 
 
@@ -263,14 +271,13 @@ def _mtime(path: str) -> float:
         return 0.0
 
 
-def _counts(listings: List[_Listing], problems, last_step: Dict[int, int], execution_order, warn) -> None:
+def _counts(listings: List[_Listing], at_step, of_graph, problems, last_step: Dict[int, int], execution_order,
+            warn) -> None:
     """Kernels against the execution order; a rank's last step against its other steps and the other ranks that
     run the same graph (the same kernels in their execution order: pipeline stages share graph ids, not graphs).
     Names are parsed only where the file counts leave a doubt."""
-    by_graph: Dict[Tuple[int, str], List[_Listing]] = defaultdict(list)
-    for item in listings:
-        if item.d.layout == LAYOUT_MS:
-            by_graph[(item.d.rank, item.d.graph)].append(item)
+    by_graph = {key: [item for item in items if item.d.layout == LAYOUT_MS] for key, items in of_graph.items()}
+    by_graph = {key: items for key, items in by_graph.items() if items}
     ordered: Dict[Tuple[int, str], Optional[int]] = {}     # the graph's kernels, as a fingerprint of their names
     for (rank, graph), items in by_graph.items():
         root = items[0].d.rank_root
@@ -298,8 +305,8 @@ def _counts(listings: List[_Listing], problems, last_step: Dict[int, int], execu
         rank, graph = item.d.rank, item.d.graph
         if item.d.layout != LAYOUT_MS or item.d.iteration != last_step[rank] or not ordered.get((rank, graph)):
             continue
-        peers = [other for other in listings if other.d.rank != rank and other.d.graph == graph
-                 and other.d.iteration == item.d.iteration and other.d.layout == LAYOUT_MS
+        peers = [other for other in at_step[(graph, item.d.iteration)] if other.d.rank != rank
+                 and other.d.layout == LAYOUT_MS
                  and ordered.get((other.d.rank, graph)) == ordered[(rank, graph)]]
         _compare(item, peers, "rank {} at this step", problems[(rank, item.d.iteration)], by_rank=True)
 
@@ -320,25 +327,23 @@ def _compare(item: _Listing, others: List[_Listing], where: str, out: list, by_r
                     f"{where.format(best.d.rank if by_rank else best.d.iteration)})"))
 
 
-def _absent_steps(dirs: List[DumpDir], listings: List[_Listing], problems) -> None:
+def _absent_steps(dirs: List[DumpDir], files_at: Dict[Tuple[int, int], int], problems) -> None:
     """A step some ranks hold and another rank (which holds other steps) lacks entirely."""
     steps_of: Dict[int, Set[int]] = defaultdict(set)
     for d in dirs:
         steps_of[d.rank].add(d.iteration)
     if len(steps_of) < 2:
         return
-    files_at: Dict[Tuple[int, int], int] = defaultdict(int)
-    for item in listings:
-        files_at[(item.d.rank, item.d.iteration)] += item.files
     for step in sorted(set().union(*steps_of.values())):
         holders = sorted(r for r, steps in steps_of.items() if step in steps)
+        if len(holders) == len(steps_of):
+            continue
+        expected = max(files_at[(r, step)] for r in holders)
+        shown = ", ".join(map(str, holders[:6])) + (" ..." if len(holders) > 6 else "")
         for rank, steps in steps_of.items():
-            if step in steps:
-                continue
-            expected = max(files_at[(r, step)] for r in holders)
-            shown = ", ".join(map(str, holders[:6])) + (" ..." if len(holders) > 6 else "")
-            problems[(rank, step)].append((0, expected, f"step {step} is absent on this rank (ranks {shown} hold "
-                                           f"it, {expected} files)"))
+            if step not in steps:
+                problems[(rank, step)].append((0, expected, f"step {step} is absent on this rank (ranks {shown} "
+                                               f"hold it, {expected} files)"))
 
 
 def summary(step: StepCompleteness) -> str:

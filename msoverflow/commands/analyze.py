@@ -26,6 +26,20 @@ def _int_list(text: str):
     return sorted(values)
 
 
+def add_report_options(p) -> None:
+    """--format, -o, --save, --no-save: the same on every command that ends in a Report (analyze, run, hunt)."""
+    p.add_argument("--format", choices=["text", "json", "markdown", "html"],
+                   help="default: from -o's extension (.html, .json, .md), else text; html: one self-contained page "
+                        "with plots, viewable offline")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the report here instead of stdout (then no report.json is saved)")
+    p.add_argument("--save", metavar="FILE", default=None,
+                   help="without -o, also save the JSON report here for `msoverflow patch/repro --from` "
+                        "(default: report.json in the current directory, never inside the dump; "
+                        "$MSOVERFLOW_REPORT_JSON overrides, empty disables)")
+    p.add_argument("--no-save", action="store_true", help="without -o, do not save report.json")
+
+
 def register(sub):
     p = sub.add_parser("analyze", help="find the first op that created inf/NaN/out-of-range values in a dump",
                        description="Read a MindSpore dump directory (any layout, any level inside it) and name the "
@@ -49,16 +63,7 @@ def register(sub):
     p.add_argument("--top", type=int, default=10, help="later origins to list (default 10)")
     p.add_argument("--all", dest="scan_all", action="store_true",
                    help="scan every step (default: stop after the step holding the first origin)")
-    p.add_argument("--format", choices=["text", "json", "markdown", "html"],
-                   help="default: from -o's extension (.html, .json, .md), else text; html: one self-contained page "
-                        "with plots, viewable offline")
-    p.add_argument("-o", "--output", metavar="FILE",
-                   help="write the report here instead of stdout (then no report.json is saved)")
-    p.add_argument("--save", metavar="FILE", default=None,
-                   help="without -o, also save the JSON report here for `msoverflow patch/repro --from` "
-                        "(default: report.json in the current directory, never inside the dump; "
-                        "$MSOVERFLOW_REPORT_JSON overrides, empty disables)")
-    p.add_argument("--no-save", action="store_true", help="without -o, do not save report.json")
+    add_report_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--jobs", type=int, metavar="N",
                    help="worker processes for the per-rank scans (default: one per CPU on large dumps, on 3+ CPUs; "

@@ -22,8 +22,15 @@ def register(subparsers):
     parser.add_argument("--no-analyze", action="store_true", help="only run and dump")
     parser.add_argument("--analyze-arg", dest="analyze_args", action="append", default=[], metavar="ARG",
                         help="extra argument for msoverflow analyze (repeatable)")
+    parser.add_argument("--two-pass", action="store_true",
+                        help="pass 1 watches every step cheaply (Ascend: overflow-only dump; CPU/GPU: the optimizer "
+                             "update kernels' inputs, or --kernels) to find the first bad step and ranks; pass 2 "
+                             "re-runs with every op dumped for that step only, and must see it again "
+                             "(msoverflow/config/two_pass.py)")
+    from .analyze import add_report_options
+    add_report_options(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after '--'")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, top=10)
     return parser
 
 
@@ -39,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
 
     from ..logs import log
     started = time.monotonic()
+    if args.two_pass:
+        return _two_pass(args, command, options)
+    args.analyze_args += _report_args(args)
     log.debug("run: %s (purpose %s)", " ".join(command), purpose)
     outcome = run_and_analyze(command, args.dump_dir, purpose=purpose, analyze=not args.no_analyze,
                               analyze_args=args.analyze_args,
@@ -46,3 +56,20 @@ def run(args: argparse.Namespace) -> int:
     log.debug("run: command exit %s, %d dump files in %s, analysis exit %s, %.1f s", outcome.command_exit,
               outcome.files_written, outcome.dump_dir, outcome.analysis_exit, time.monotonic() - started)
     return outcome.exit_code
+
+
+def _report_args(args) -> list:
+    """run's --format/-o/--save/--no-save, handed to its analysis."""
+    return ([f"--format={args.format}"] if args.format else []) + ([f"--output={args.output}"] if args.output else []) \
+        + ([f"--save={args.save}"] if args.save is not None else []) + (["--no-save"] if args.no_save else [])
+
+
+def _two_pass(args, command, options) -> int:
+    import sys
+
+    from ..config.two_pass import run_two_pass
+    from .analyze import deliver
+    outcome = run_two_pass(command, args.dump_dir, log=sys.stderr, **options)
+    args.dump_dir = str(outcome.passes[-1].dump_dir)
+    code = deliver(args, outcome.report)
+    return 2 if code == 0 and outcome.command_exit else code

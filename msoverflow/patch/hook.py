@@ -23,14 +23,15 @@ import weakref
 SPEC_ENV = "MSOVERFLOW_PATCH_SPEC"
 
 SITECUSTOMIZE = '''\
-# Written by `msoverflow patch --verify`: loads the runtime precision patch into this Python process.
+# Written by `msoverflow patch --verify` / `msoverflow hunt`: loads the runtime precision patch (or the hunt's
+# watch) into this Python process.
 import os as _os
 import sys as _sys
 try:
     from msoverflow.patch import hook as _msoverflow_hook
     _msoverflow_hook.install()
 except Exception as _exc:  # the training must still start; the verifier reports the missing patch
-    _sys.stderr.write("msoverflow: could not install the precision patch hook: %r\\n" % (_exc,))
+    _sys.stderr.write("msoverflow: could not install the hook: %r\\n" % (_exc,))
 # Run the sitecustomize this file shadows, if there is one.
 _here = _os.path.dirname(_os.path.abspath(__file__))
 try:
@@ -88,23 +89,40 @@ _state = None
 
 
 def install() -> None:
-    """Activate the patch described by $MSOVERFLOW_PATCH_SPEC in this process (no-op when it is unset)."""
-    global _state
+    """Activate what $MSOVERFLOW_PATCH_SPEC describes in this process (no-op when it is unset): the precision
+    patch, or (spec kind "hunt") `msoverflow hunt`'s watch for the first bad value (msoverflow/hunt/instrument.py)."""
+    global _state, _installed
     spec_path = os.environ.get(SPEC_ENV)
-    if not spec_path or _state is not None:
+    if not spec_path or _installed:
         return
+    _installed = True
     with open(spec_path, encoding="utf-8") as fh:
-        _state = _State(json.load(fh))
+        spec = json.load(fh)
+    if spec.get("kind") == "hunt":
+        from ..hunt.instrument import install as install_hunt
+        _when_cell_module_loads(lambda module: install_hunt(spec, module))
+        return
+    _state = _State(spec)
     atexit.register(_state.write_log)
+    _when_cell_module_loads(_wrap_cell_call)
+
+
+_installed = False
+
+
+def _when_cell_module_loads(callback) -> None:
     module = sys.modules.get("mindspore.nn.cell")
     if module is not None:
-        _wrap_cell_call(module)
+        callback(module)
     else:
-        sys.meta_path.insert(0, _CellModuleWatcher())
+        sys.meta_path.insert(0, _CellModuleWatcher(callback))
 
 
 class _CellModuleWatcher(importlib.abc.MetaPathFinder):
-    """Lets `mindspore.nn.cell` load normally, then wraps Cell.__call__."""
+    """Lets `mindspore.nn.cell` load normally, then hands it to the callback (which wraps Cell.__call__)."""
+
+    def __init__(self, callback):
+        self.callback = callback
 
     def find_spec(self, fullname, path, target=None):
         if fullname != "mindspore.nn.cell":
@@ -116,7 +134,7 @@ class _CellModuleWatcher(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             original_exec(module)
-            _wrap_cell_call(module)
+            self.callback(module)
 
         spec.loader.exec_module = exec_module
         sys.meta_path.remove(self)

@@ -38,6 +38,9 @@ class DecodedTensor:
         self.shape = tuple(shape) if shape is not None and math.prod(shape) == self.size else (self.size,)
         self.ndim = len(self.shape)
 
+    class flags:      # what chunk readers ask of an array's layout (stats, comparison): flat, C order
+        c_contiguous, f_contiguous = True, False
+
     def chunks(self, elements: int):
         """Decoded flat chunks of about `elements` values, read from the file through safeio."""
         from ..safeio import open_regular

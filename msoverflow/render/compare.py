@@ -11,6 +11,7 @@ import os
 from typing import List, Optional
 
 from ..comparison import Comparison, OpDiff, TensorDiff
+from .safe import md, md_code, plain, plot_label
 
 SCHEMA_VERSION = 1
 MAX_UNMATCHED_SHOWN = 20
@@ -163,47 +164,43 @@ def render_compare_text(c: Comparison) -> str:
         out.append(f"inconclusive: {line}")
     if c.warnings:
         out.append(f"{len(c.warnings)} warning(s) (--format json lists them)")
-    return "\n".join(out) + "\n"
-
-
-def _md(text) -> str:
-    return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ").replace("`", "'")
+    return "\n".join(plain(line) for line in out) + "\n"     # names from a dump never drive the terminal
 
 
 def render_compare_markdown(c: Comparison) -> str:
-    out = [f"# msoverflow compare: {c.verdict}", "", f"**{_md(headline(c))}**", "",
-           f"- baseline: `{_md(c.baseline)}`", f"- target: `{_md(c.target)}`", ""]
+    out = [f"# msoverflow compare: {c.verdict}", "", f"**{md(headline(c))}**", "",
+           f"- baseline: {md_code(c.baseline)}", f"- target: {md_code(c.target)}", ""]
     f = c.first_divergence
     if f is not None:
         out += ["## First divergence", "", "| | |", "|---|---|",
-                f"| op | `{_md(f.op_type)}` `{_md(f.op_name)}` |", f"| rank, step | {f.rank}, {f.iteration} |",
-                f"| Cell | {_md(f.cell)} ({_md(f.cell_type)}) |"]
+                f"| op | {md_code(f.op_type, True)} {md_code(f.op_name, True)} |", f"| rank, step | {f.rank}, {f.iteration} |",
+                f"| Cell | {md(f.cell)} ({md(f.cell_type)}) |"]
         if f.source:
-            out.append(f"| source | `{_md(f.source.file)}:{f.source.line}` `{_md(f.source.code)}` |")
+            out.append(f"| source | {md_code(f'{f.source.file}:{f.source.line}', True)} {md_code(f.source.code, True)} |")
         if f.dtype_change:
-            out.append(f"| dtype | {_md(f.dtype_change)} |")
-        out += [f"| why | {_md(_role_text(f))} {_md(f.note)} |", "",
+            out.append(f"| dtype | {md(f.dtype_change)} |")
+        out += [f"| why | {md(_role_text(f))} {md(f.note)} |", "",
                 "| tensor | dtypes | agrees | max abs err | max rel err | cosine | ulps | file (target) |",
                 "|---|---|---|---|---|---|---|---|"]
         for t in f.inputs + f.outputs:
-            out.append(f"| {t.io} {t.slot} | {_md(t.baseline_dtype)} / {_md(t.target_dtype)} | "
+            out.append(f"| {t.io} {t.slot} | {md(t.baseline_dtype)} / {md(t.target_dtype)} | "
                        f"{ {True: 'yes', False: '**no**', None: '-'}[t.agree]} | {_g(t.max_abs_error)} | "
                        f"{_g(t.max_rel_error)} | {_g(t.cosine, 6)} | "
-                       f"{_g(t.error_ulps)} ({_md(t.ulp_dtype or 'exact')}) | "
-                       f"`{_md(os.path.basename(t.target_file))}` |")
+                       f"{_g(t.error_ulps)} ({md(t.ulp_dtype or 'exact')}) | "
+                       f"{md_code(os.path.basename(t.target_file), True)} |")
         out.append("")
     if c.worst:
         out += [f"## Largest differences ({len(c.worst)} of {c.diverged_ops})", "",
                 "| ulps | role | rank | step | op |", "|---|---|---|---|---|"]
-        out += [f"| {_g(op.error_ulps)} | {op.role} | {op.rank} | {op.iteration} | `{_md(op.op_type)}` "
-                f"`{_md(op.op_name)}` |" for op in c.worst]
+        out += [f"| {_g(op.error_ulps)} | {op.role} | {op.rank} | {op.iteration} | {md_code(op.op_type, True)} "
+                f"{md_code(op.op_name, True)} |" for op in c.worst]
         out.append("")
     unmatched = _unmatched_lines(c)
     if unmatched:
-        out += ["## Present on one side only", ""] + [f"- {_md(line)}" for line in unmatched] + [""]
+        out += ["## Present on one side only", ""] + [f"- {md(line)}" for line in unmatched] + [""]
     out += ["## Scope", "", f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs ({c.target_ops} in the "
             f"target); {c.tensors_compared} tensors compared; tolerance {_g(c.tolerance_ulps)} ulps.", ""]
-    out += [f"- caveat: {_md(x)}" for x in c.caveats] + [f"- inconclusive: {_md(x)}" for x in c.reasons]
+    out += [f"- caveat: {md(x)}" for x in c.caveats] + [f"- inconclusive: {md(x)}" for x in c.reasons]
     return "\n".join(out) + "\n"
 
 
@@ -212,7 +209,13 @@ def render_compare_markdown(c: Comparison) -> str:
 def error_svg(c: Comparison):
     """Error (ulps, log scale) of each matched op run along the baseline's execution order, one panel per
     (rank, step), coloured by Cell; the first divergence marked."""
-    from .html import _figure, _svg
+    from .html import _figure, _plot_settings, _svg
+    with _plot_settings():
+        return _error_svg(c, _figure, _svg)
+
+
+def _error_svg(c: Comparison, _figure, _svg):
+    from matplotlib.ticker import FuncFormatter, NullFormatter
     units = sorted({(r, s) for r, s, *_ in c.series})
     if not units:
         return None, "nothing was compared"
@@ -233,17 +236,21 @@ def error_svg(c: Comparison):
             if not mine:
                 continue
             ax.scatter([p[2] for p in mine], [max(p[4] or 0.0, floor) for p in mine], s=9,
-                       label=(cell or "(no Cell)")[-40:])
+                       label=plot_label(cell or "(no Cell)", 40))
         if first is not None and unit == (first.rank, first.iteration):
             ax.axvline(first.position, color="#c62828", linewidth=1)
-            ax.annotate(f"first divergence: {first.op_type}", (first.position, max(first.error_ulps or 1, 1)),
-                        color="#c62828", fontsize=8)
+            ax.annotate(plot_label(f"first divergence: {first.op_type}"),
+                        (first.position, max(first.error_ulps or 1, 1)), color="#c62828", fontsize=8)
         ax.axhline(c.tolerance_ulps, color="#888", linestyle="--", linewidth=0.8)
         ax.set_yscale("log")
+        # plain tick text: mathtext is off for every plot (names from a dump are never parsed as math)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_ylabel("error (ulps)")
         ax.set_title(f"rank {unit[0]}, step {unit[1]}", fontsize=9)
         if i == len(chosen) - 1:
             ax.set_xlabel("op run in the baseline's execution order")
+    fig.subplots_adjust(hspace=0.45)
     fig.axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     note = (f"{len(units)} (rank, step) unit(s), {len(chosen)} drawn; dashed line: the tolerance; errors below "
             f"{floor} ulps drawn at {floor}")

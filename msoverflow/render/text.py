@@ -56,7 +56,7 @@ def _print(table) -> str:
     out = io.StringIO()
     Console(file=out, width=160, color_system=None, highlight=False, soft_wrap=False, markup=False,
             emoji=False).print(table)
-    return out.getvalue().rstrip("\n")
+    return "\n".join(line.rstrip() for line in out.getvalue().rstrip("\n").splitlines())
 
 
 def _cells(*values) -> list:

@@ -45,6 +45,40 @@ OP = "Default_network-Net_fc-Dense_MatMul-op1"
 FULL = "Default/network-Net/fc-Dense/MatMul-op1"
 
 
+def _tensor_record(high: float, low: float = -1.0, shape=(4, 8)) -> dict:
+    return {"type": "mindspore.Tensor", "dtype": "Float32", "shape": list(shape), "Max": high, "Min": low,
+            "Mean": 0.5, "Norm": 3.0}
+
+
+# A small msprobe L1 statistics dump (the shape of the real ones in scripts/gen_msprobe_dumps.py): Square's
+# output overflows; its Cell chain and user frame come from construct.json and stack.json.
+MSPROBE_DUMP = {"task": "statistics", "level": "L1", "framework": "mindspore", "dump_data_dir": None, "data": {
+    "Functional.mean.0.forward": {"input_args": [_tensor_record(2.0)], "input_kwargs": {
+        "keep_dims": {"type": "bool", "value": True}}, "output": [_tensor_record(1.0, shape=(4, 1))]},
+    "Functional.square.0.forward": {"input_args": [_tensor_record(3.0)], "input_kwargs": {},
+                                    "output": [_tensor_record(float("inf"))]},
+    "Cell.net.head.Dense.forward.0": {"input_args": [_tensor_record(3.0)], "input_kwargs": {},
+                                      "output": [_tensor_record(float("inf"))], "parameters": {
+                                          "weight": _tensor_record(0.5)}},
+    "Cell.net.head.Dense.parameters_grad.0": {"weight": _tensor_record(0.1)},
+    "Cell.net.head.Dense.backward.0": {"input": [_tensor_record(1.0)], "output": [_tensor_record(1.0)]},
+}}
+MSPROBE_CONSTRUCT = {"Functional.mean.0.forward": "Cell.net.head.Dense.forward.0",
+                     "Functional.square.0.forward": "Cell.net.head.Dense.forward.0",
+                     "Cell.net.head.Dense.forward.0": "Cell.net.Net.forward.0", "Cell.net.Net.forward.0": None}
+MSPROBE_STACK = {"0": [["Functional.square.0.forward", "Functional.mean.0.forward"], [
+    "File /usr/lib/python3/site-packages/mindspore/ops/function.py, line 10, in square, \n return x * x",
+    "File SRC, line 7, in construct, \n return x @ x"]]}
+GUARD_SOURCE = (b"import mindspore\nfrom mindspore import nn, ops\n\n\nclass TokenAveragedLoss(nn.Cell):\n"
+                b"    def construct(self, logits, labels, mask):\n"
+                b"        token_count = mask.sum()\n"
+                b"        return (logits * mask).sum() / token_count\n\n\n"
+                b"net = TokenAveragedLoss()\n"
+                b"train_step = nn.TrainOneStepCell(net, nn.SGD(net.trainable_params(), 0.01))\n"
+                b"import numpy as np\n"
+                b"train_step(np.ones(2), np.ones(2), np.ones(2))\n")
+
+
 def _npy_bytes(array: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, array)
@@ -95,6 +129,16 @@ def _seeds() -> Dict[str, bytes]:
             "source": {"file": "SRC", "line": 5, "code": "return x @ x"}}}).encode(),
         "source": (b"import mindspore\nfrom mindspore import nn\n\n\nclass Dense(nn.Cell):\n"
                    b"    def construct(self, x):\n        return x @ x\n"),
+        "msprobe_dump": json.dumps(MSPROBE_DUMP).encode(),
+        "msprobe_construct": json.dumps(MSPROBE_CONSTRUCT).encode(),
+        "msprobe_stack": json.dumps(MSPROBE_STACK).encode(),
+        "op_name": b"Functional.<b id=fz>$\\frac{a}{b}$\x1b[2J\x07.0.forward",
+        "repro_report": json.dumps({"schema_version": 1, "verdict": "anomaly", "dump_dir": "DUMP", "first": {
+            "op_name": OP, "op_type": "MatMul", "rank": 0, "iteration": 0, "graph": "0",
+            "inputs": [{"slot": 0, "dtype": "float16"}], "outputs": [{"slot": 0, "dtype": "float16"}]}}).encode(),
+        "guard_source": GUARD_SOURCE,
+        "options": b"0-3,5 1,2-4 2",
+        "convert_name": f"MatMul.{OP}.1.0.100".encode(),
     }
 
 
@@ -211,6 +255,27 @@ def json_case(draw, seed: bytes) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+@st.composite
+def hostile_name(draw) -> bytes:
+    """Op names built from markup, escape sequences, mathtext and bytes that are not UTF-8."""
+    parts = st.sampled_from(["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "\x1b[2J", "\x1b]8;;x\x07",
+                             "\r", "\x9b31m", "$\\frac{" * 60 + "}" * 60 + "$", "${" * 300, "$x^{2}$", "|", "`",
+                             "*", "_", "[a](javascript:x)", "&amp;", "\u202e", "\ud800", "a" * 5000, ".", "\n"])
+    text = "".join(draw(st.lists(st.one_of(parts, st.text(max_size=6)), min_size=1, max_size=6)))
+    return text.encode("utf-8", "surrogateescape" if "\ud800" not in text else "surrogatepass")
+
+
+@st.composite
+def option_words(draw) -> bytes:
+    """--ranks/--steps/--jobs values: ranges, huge numbers, reversed ranges, lists, junk."""
+    number = st.one_of(st.integers(-3, 40).map(str), st.integers(0, 10 ** 12).map(str), st.just("9" * 5000),
+                       st.just("30000000"))
+    item = st.one_of(number, st.tuples(number, number).map(lambda t: f"{t[0]}-{t[1]}"),
+                     st.sampled_from(["all", "", "-", "0-", "-5", "1e9", "0x10", "nan", "١", "0-30000000"]))
+    word = st.lists(item, min_size=1, max_size=4).map(",".join)
+    return " ".join(draw(st.lists(word, min_size=3, max_size=3))).encode()
+
+
 def case_bytes(kind: str, seed_map: Dict[str, bytes]):
     """The strategy for one target's input bytes."""
     seed_key = TARGETS[kind][0]
@@ -218,7 +283,15 @@ def case_bytes(kind: str, seed_map: Dict[str, bytes]):
     extra = {"npy": npy_header_case(), "dumpdata": dumpdata_case(),
              "config_check": json_case(seed_map["config"]), "patch_from": json_case(seed_map["report"]),
              "dump_metadata": json_case(seed_map["dump_metadata"]),
-             "opdebug_json": json_case(seed_map["opdebug_json"])}.get(kind)
+             "opdebug_json": json_case(seed_map["opdebug_json"]),
+             "cli_msprobe_dump": json_case(seed_map["msprobe_dump"]),
+             "cli_msprobe_construct": json_case(seed_map["msprobe_construct"]),
+             "cli_msprobe_stack": json_case(seed_map["msprobe_stack"]),
+             "cli_render_names": hostile_name(), "cli_repro": json_case(seed_map["repro_report"]),
+             "cli_options": option_words(), "patch_guard": st.just(seed_map["guard_source"]),
+             "cli_convert_names": st.sampled_from([f"MatMul.{OP}.1.0.100", f"MatMul.{OP}.1.0.100.input.0.ND.BF16",
+                                                   f"MatMul.{OP}.1.0.100.output.0.ND.UINT1"]).flatmap(
+                 lambda name: mutated(name.encode() + b"." + b"x" * 200))}.get(kind)
     return st.one_of(base, extra) if extra is not None else base
 
 
@@ -406,6 +479,144 @@ def _cli_patch_source(path: str, work: str):
     run_cli(["patch", "--from", report])
 
 
+# -- issue 21's surfaces: msprobe files, renderers with hostile names, repro, the guard patch, convert output
+#    names, option grammars ------------------------------------------------------------------------------------
+
+def _msprobe_dump(work: str, **files: bytes) -> str:
+    """An msprobe dump (step0/rank0/) of the seed files, any of them replaced by `files`."""
+    root = os.path.join(work, "dump")
+    step = os.path.join(root, "step0", "rank0")
+    os.makedirs(step, exist_ok=True)
+    Path(work, "model.py").write_bytes(SEEDS["source"])
+    seeds_of = {"dump.json": SEEDS["msprobe_dump"], "construct.json": SEEDS["msprobe_construct"],
+                "stack.json": SEEDS["msprobe_stack"].replace(b"SRC", os.path.join(work, "model.py").encode())}
+    for name, data in {**seeds_of, **files}.items():
+        Path(step, name).write_bytes(data)
+    return root
+
+
+def _cli_msprobe(path: str, work: str, name: str):
+    root = _msprobe_dump(work, **{name: Path(path).read_bytes()})
+    before = tree_digest(root)
+    for fmt in ("json", "markdown"):
+        run_cli(["analyze", root, "--no-progress", "--format", fmt, "-o", os.path.join(work, f"report.{fmt}")])
+    if tree_digest(root) != before:
+        raise CaseFailure("the dump tree changed")
+
+
+_MARKER = "<b id=fz>"                                   # a tag that must never reach a report unescaped
+_CONTROL = __import__("re").compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _render_names(path: str, work: str):
+    """Hostile op names (markup, escape sequences, mathtext, bytes that are not UTF-8) through every renderer:
+    no exception, no raw HTML in markdown, no control characters in text, everything escaped in HTML."""
+    from msoverflow.analyze import analyze
+    from msoverflow.render import render
+    raw = Path(path).read_bytes()
+    name = raw.decode("utf-8", "surrogateescape")
+    hostile = _MARKER + name
+    doc = json.loads(SEEDS["msprobe_dump"])
+    body = doc["data"].pop("Functional.square.0.forward")
+    doc["data"][f"Functional.{hostile}.0.forward"] = body
+    doc["data"][f"Cell.net.{hostile}.Dense.forward.0"] = doc["data"].pop("Cell.net.head.Dense.forward.0")
+    text = json.dumps(doc, allow_nan=True, ensure_ascii=False).encode("utf-8", "surrogateescape")
+    root = _msprobe_dump(work, **{"dump.json": text})
+    report = analyze(root, progress=False)
+    formats = ["text", "markdown"] + (["html"] if raw[:1] and raw[0] % 16 == 0 else [])
+    for fmt in formats:
+        out = render(report, fmt, 10)
+        if fmt == "text" and _CONTROL.search(out.replace("\n", "").replace("\t", "")):
+            raise CaseFailure(f"text report holds a control character: {_CONTROL.search(out)!r}")
+        if fmt in ("markdown", "html") and _MARKER in out:
+            raise CaseFailure(f"{fmt} report holds the injected tag {_MARKER!r} unescaped")
+
+
+def _cli_repro(path: str, work: str):
+    """A hostile report for repro: nothing written outside -o, the dump unchanged, the script a literal spec."""
+    import ast
+    root = _dump_with(work, "x.txt", b"")
+    os.remove(os.path.join(root, "rank_0", "Net", "0", "0", "x.txt"))
+    text = Path(path).read_bytes().replace(b"DUMP", root.encode())
+    Path(work, "report.json").write_bytes(text)
+    out = os.path.join(work, "out")
+    before = tree_digest(root)
+    run_cli(["repro", "--from", os.path.join(work, "report.json"), "-o", out])
+    if tree_digest(root) != before:
+        raise CaseFailure("the dump tree changed")
+    outside = set(os.listdir(work)) - {"dump", "out", "report.json", "input"}
+    if outside:
+        raise CaseFailure(f"repro wrote outside -o: {sorted(outside)}")
+    script = os.path.join(out, "repro.py")
+    if os.path.isfile(script):
+        tree = ast.parse(Path(script).read_text(encoding="utf-8"))
+        spec = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "SPEC")
+        ast.literal_eval(spec.value)        # report text reaches the script only as data
+
+
+def _patch_guard(path: str, work: str):
+    """A hostile training script for the guard patch: dry run and --write; a script that parsed before still
+    parses after."""
+    import ast
+    src = os.path.join(work, "train.py")
+    shutil.copyfile(path, src)
+    data = Path(src).read_bytes()
+    line = next((i + 1 for i, l in enumerate(data.splitlines()) if b"/ token_count" in l), 1)
+    argv = ["patch", "--how", "guard", "--op", "RealDiv", "--source", src, "--line", str(line)]
+    run_cli(argv)
+    try:
+        parsed_before = ast.parse(data) is not None
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        parsed_before = False
+    code = run_cli(argv + ["--write"])
+    if code == 0 and parsed_before and Path(src).read_bytes() != data:
+        try:
+            tree = ast.parse(Path(src).read_bytes())
+        except SyntaxError as exc:
+            raise CaseFailure(f"the guard patch made a script that does not parse: {exc}")
+        imported = min((n.lineno for n in tree.body if isinstance(n, ast.Import)
+                        and any(a.name.split(".")[0] == "msoverflow" for a in n.names)), default=None)
+        used = min((n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "msoverflow"),
+                   default=None)
+        if used is not None and (imported is None or imported > used):
+            raise CaseFailure(f"the patched script uses msoverflow on line {used} before importing it "
+                              f"(line {imported})")
+
+
+def _cli_convert_names(path: str, work: str):
+    """Hostile dump file names (long, not UTF-8, dots, dtype words) for convert: every output inside -o."""
+    name = Path(path).read_bytes().replace(b"/", b"_").replace(b"\0", b"_")[:400] or b"x"
+    if name in (b".", b".."):
+        name = b"x" + name
+    root = os.path.join(work, "acl")
+    os.makedirs(root)
+    data = bytes(range(256)) * 4 if b".ND." in name else SEEDS["dumpdata"]     # raw tensor bytes for raw names
+    try:
+        with open(os.path.join(os.fsencode(root), name[:255]), "wb") as fh:
+            fh.write(data)
+    except OSError:
+        return
+    before = tree_digest(root)
+    run_cli(["convert", root, "-o", os.path.join(work, "out"), "-q"])
+    if tree_digest(root) != before:
+        raise CaseFailure("the dump tree changed")
+    outside = set(os.listdir(work)) - {"acl", "out", "input"}
+    if outside:
+        raise CaseFailure(f"convert wrote outside -o: {sorted(outside)}")
+
+
+def _cli_options(path: str, work: str):
+    """Option grammars with hostile values: --ranks, --steps (analyze and config), --jobs, --top."""
+    words = Path(path).read_bytes().decode("utf-8", "surrogateescape").split(" ")
+    ranks, steps, other = (words + ["0", "0", "1"])[:3]
+    root = _dump_with(work, "x.txt", b"")
+    out = os.path.join(work, "r.json")
+    run_cli(["analyze", root, "--no-progress", "--ranks", ranks, "--steps", steps, "-o", out])
+    run_cli(["analyze", root, "--no-progress", "--jobs", other[:30], "--top", other[:30], "-o", out])
+    run_cli(["config", "--device", "cpu", "--ms-version", "2.10", "--ranks", ranks, "--steps", steps,
+             "--path", "/tmp/dump", "-o", os.path.join(work, "cfg.json")])
+
+
 # kind -> (seed, function(path, workdir))
 TARGETS: Dict[str, tuple] = {
     "npy": ("npy", _read_npy),
@@ -428,6 +639,14 @@ TARGETS: Dict[str, tuple] = {
     "config_check": ("config", _cli_config_check),
     "patch_from": ("report", _cli_patch_from),
     "patch_source": ("source", _cli_patch_source),
+    "cli_msprobe_dump": ("msprobe_dump", lambda p, w: _cli_msprobe(p, w, "dump.json")),
+    "cli_msprobe_construct": ("msprobe_construct", lambda p, w: _cli_msprobe(p, w, "construct.json")),
+    "cli_msprobe_stack": ("msprobe_stack", lambda p, w: _cli_msprobe(p, w, "stack.json")),
+    "cli_render_names": ("op_name", _render_names),
+    "cli_repro": ("repro_report", _cli_repro),
+    "patch_guard": ("guard_source", _patch_guard),
+    "cli_convert_names": ("convert_name", _cli_convert_names),
+    "cli_options": ("options", _cli_options),
 }
 READER_TARGETS = [k for k in TARGETS if not k.startswith(("cli_", "config_", "patch_"))]
 CLI_TARGETS = [k for k in TARGETS if k not in READER_TARGETS]

@@ -1,0 +1,45 @@
+"""`msoverflow hunt [options] -- python train.py`: watch a PyNative run live, no dump config needed."""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import EXIT_CODES_HELP
+from .analyze import _int_list, add_report_options
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "hunt", help="watch a PyNative training run live and name the op that made the first bad value",
+        usage="msoverflow hunt [options] -- COMMAND [ARGS...]",
+        description="Run COMMAND (an unmodified PyNative training script) with every Cell, Primitive and "
+                    "Tensor arithmetic method watched, forward and backward, "
+                    "and the parameter gradients given to the optimizer (mindspore.ops/mint functions are watched "
+                    "at the Primitive they call). Each tensor is checked on the device "
+                    "(one flag per tensor, reduced once per step). The first value made non-finite from finite "
+                    "inputs is reported like `msoverflow analyze` does (rank, step counted as optimizer updates, "
+                    "Cell path and class, op, forward or backward, source line), and that op's tensors are saved so "
+                    "`msoverflow repro --from report.json` re-runs it. Under msrun each rank watches itself. "
+                    "Graph mode cannot be hooked: use `msoverflow run --two-pass`. " + EXIT_CODES_HELP)
+    parser.add_argument("--steps", "--step", dest="steps", type=_int_list, metavar="STEPS",
+                        help="watch only these steps (optimizer updates, from 0), e.g. 0-3 or 5|9; default all")
+    parser.add_argument("--out-dir", metavar="DIR",
+                        help="fresh directory for the records and the first bad op's tensors "
+                             "(default ./msoverflow_runs/hunt_<time>)")
+    add_report_options(parser)
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after '--'")
+    parser.set_defaults(run=run, top=10)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from ..hunt.session import hunt, write_summary
+    from .analyze import deliver
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    outcome = hunt(command, args.out_dir, args.steps)
+    write_summary(outcome, sys.stderr)
+    args.dump_dir = outcome.out_dir
+    return deliver(args, outcome.report)

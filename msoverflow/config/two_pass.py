@@ -1,0 +1,139 @@
+"""`msoverflow run --two-pass`: find the step cheaply, then dump only that step in full.
+
+Pass 1 runs the command with a dump that watches every step at little cost: on Ascend the overflow-only dump
+(op_debug_mode 3, only ops that overflowed are written); on CPU/GPU, which have no overflow flag, the inputs of the
+optimizer's update kernels (SGD, ApplyMomentum, Adam, ...: every gradient, once a step). Its analysis gives the first
+bad step and the ranks that had it. Pass 2 runs the command again with every op's tensors dumped for that step only
+(and, where the dump config can say so, for those ranks only), and is analysed in full. The answer counts only if
+pass 2 saw a bad value at the same step on the same ranks; otherwise the run is not deterministic and the verdict
+is inconclusive.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from ..model import Report
+
+# Op-type names (matched as case-insensitive substrings of kernel names) of optimizer update kernels.
+OPTIMIZER_KERNELS = ("SGD", "ApplyMomentum", "Adam", "Lamb", "ApplyAdagrad", "ApplyRMSProp", "ApplyCenteredRMSProp",
+                     "ApplyFtrl", "ApplyProximal", "ApplyAddSign", "ApplyPowerSign", "LARSUpdate")
+NOT_REPRODUCED = "not reproduced: the run is not deterministic"
+
+
+@dataclass
+class PassResult:
+    label: str
+    dump_dir: Path
+    command_exit: int
+    files: int
+    bytes: int
+    seconds: float
+    report: Optional[Report] = None
+
+
+@dataclass
+class TwoPassOutcome:
+    report: Report
+    passes: List[PassResult] = field(default_factory=list)
+    step: Optional[int] = None
+    ranks: List[int] = field(default_factory=list)
+
+    @property
+    def command_exit(self) -> int:
+        return next((p.command_exit for p in self.passes if p.command_exit), 0)
+
+
+def dump_bytes(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+
+
+def pass1_plan(device: str, kernels: Optional[Sequence[str]]):
+    """(purpose, build options, what it watches) of the cheap every-step pass."""
+    if device == "ascend":
+        return "overflow", {"steps": "all"}, "overflow-only dump (op_debug_mode 3), every step"
+    chosen = list(kernels or OPTIMIZER_KERNELS)
+    return ("tensors", {"steps": "all", "kernels": chosen, "inputs": True},
+            f"inputs of the optimizer update kernels ({', '.join(chosen[:4])}{', ...' if len(chosen) > 4 else ''}), "
+            "every step")
+
+
+def run_two_pass(command: Sequence[str], dump_dir=None, *, log, **config_options) -> TwoPassOutcome:
+    from ..api import analyze
+    from .detect import detect_device
+    from .runner import fresh_dump_dir, run_and_analyze
+    device = config_options.get("device") or detect_device()[0]
+    config_options["device"] = device
+    user_kernels = config_options.pop("kernels", None)
+    user_steps = config_options.pop("steps", None)
+    if user_steps is not None:
+        print(f"msoverflow run --two-pass: --steps {user_steps} ignored: pass 1 watches every step", file=log)
+    for option in ("inputs", "outputs"):
+        config_options.pop(option, None)
+    base = fresh_dump_dir(dump_dir)
+    purpose, options, what = pass1_plan(device, user_kernels)
+
+    def one_pass(label: str, purpose: str, **options) -> PassResult:
+        started = time.monotonic()
+        outcome = run_and_analyze(command, base / label, purpose=purpose, analyze=False, log=log,
+                                  **{**config_options, **options})
+        seconds = time.monotonic() - started
+        result = PassResult(label, outcome.dump_dir, outcome.command_exit, outcome.files_written,
+                            dump_bytes(outcome.dump_dir), seconds)
+        if outcome.files_written:
+            result.report = analyze(str(outcome.dump_dir))
+        return result
+
+    print(f"msoverflow run --two-pass: pass 1: {what}", file=log)
+    first = one_pass("pass1", purpose, **options)
+    passes = [first]
+    print(f"msoverflow run --two-pass: pass 1 wrote {first.files} files, {_size(first.bytes)} in {first.seconds:.1f} s",
+          file=log)
+    if first.report is None or first.report.first is None:
+        report = first.report or _empty(first)
+        print("msoverflow run --two-pass: pass 1 saw no bad value; no second pass", file=log)
+        return _finish(TwoPassOutcome(report, passes), log)
+    step = first.report.first.iteration
+    ranks = sorted({f.rank for f in first.report.anomalies if f.iteration == step})
+    print(f"msoverflow run --two-pass: first bad step {step} on rank(s) {', '.join(map(str, ranks))}; pass 2: "
+          f"every op's tensors of step {step} only", file=log)
+    extra = {"ranks": ",".join(map(str, ranks))} if device != "cpu" else {}   # CPU dumps ignore support_device
+    second = one_pass("pass2", "tensors", steps=str(step), **extra)
+    passes.append(second)
+    print(f"msoverflow run --two-pass: pass 2 wrote {second.files} files, {_size(second.bytes)} in "
+          f"{second.seconds:.1f} s", file=log)
+    report = second.report or _empty(second)
+    seen = {f.rank for f in report.anomalies if f.iteration == step}
+    if not set(ranks) <= seen:
+        missing = sorted(set(ranks) - seen)
+        report.inconclusive.insert(0, f"{NOT_REPRODUCED}: pass 1 saw a bad value at step {step} on rank(s) "
+                                      f"{', '.join(map(str, missing))}, pass 2's full dump of that step holds none there")
+        report.first, report.anomalies, report.propagation = None, [], []
+    return _finish(TwoPassOutcome(report, passes, step, ranks), log)
+
+
+def _finish(outcome: TwoPassOutcome, log) -> TwoPassOutcome:
+    outcome.report.provenance["two_pass"] = {
+        "step": outcome.step, "ranks": outcome.ranks,
+        "passes": [{"pass": p.label, "dump_dir": str(p.dump_dir), "files": p.files, "bytes": p.bytes,
+                    "seconds": round(p.seconds, 2), "command_exit": p.command_exit} for p in outcome.passes]}
+    total = sum(p.bytes for p in outcome.passes)
+    print("msoverflow run --two-pass: sizes: " + ", ".join(f"{p.label} {_size(p.bytes)}" for p in outcome.passes)
+          + f"; total {_size(total)}", file=log)
+    log.flush()
+    return outcome
+
+
+def _empty(result: PassResult) -> Report:
+    report = Report(dump_dir=str(result.dump_dir), first=None, anomalies=[], propagation=[], warnings=[], ranks=[],
+                    iterations={})
+    report.inconclusive.append(f"{result.label} wrote no dump file (did the command run in graph mode and call "
+                               "the optimizer, and read MINDSPORE_DUMP_CONFIG before starting?)")
+    return report
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.0f} KB"
+

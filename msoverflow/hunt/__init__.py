@@ -1,0 +1,1 @@
+"""`msoverflow hunt`: watch a PyNative run live (instrument.py runs inside it; session.py drives it)."""
