@@ -1,41 +1,45 @@
-"""The pipeline: discover layout -> index file names -> order executions -> evaluate lazily -> rules -> Report.
+"""The pipeline: discover layout -> one walk over (rank, step) units -> findings -> Report.
 
 Per rank, executions are walked in time order (iteration, then timestamp). The first execution whose outputs
 are bad while its inputs are fine is that rank's origin. The rest of that step is scanned cheaply (a tensor
 read stops at its first bad chunk) to show how it spread; later steps are skipped unless `scan_all`.
 Ranks are compared by step, never by their clocks.
-The walk runs as a map over (rank, step) units (msoverflow/scan.py: names, events as columns, rules on the few
-suspicious ops) and a reduce that orders their summaries (msoverflow/parallel.py); what follows builds findings.
+The walk runs as a map over (rank, step) units (msoverflow/walk.py: every format through the reader registry,
+events as columns where they fit, rules on the few suspicious ops) and a reduce that orders their summaries
+(msoverflow/parallel.py); what follows builds findings from the facts they hand back.
 """
 from __future__ import annotations
 
 import os
 import sys
+import types
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .completeness import check as check_completeness, cross_rank_advice, settle
 from .errors import UserError, reading
 from .evaluate import TensorAccess
-from .index import DumpIndex, build_index
+from . import selection
 from .layout import LAYOUT_MSPROBE, discover
+from .selection import not_in_dump
 from .coverage import coverage_limits, inconclusive_reasons
-from .model import (CLEAN, CROSS_RANK, FLAGGED, ORIGIN, PROPAGATOR, RANK_CLEAN, SUSPECT, Finding, OpExecution,
+from .model import (CROSS_RANK, FLAGGED, ORIGIN, PROPAGATOR, RANK_CLEAN, SUSPECT, Arrival, Finding, OpExecution,
                     Report, Source, TensorEvent, TensorSummary)
 from .names import scope_to_file_name
 from .parallel import map_reduce
 from .ranks import RankTable, expected_ranks
-from .rules import Verdict, judge
+from .rules import Verdict
 from .rules.knowledge import knowledge
-from .scan import plan_units, survey
+from .walk import plan_units, survey
 from .scope import cell_of, enclosing_class
 
 
-def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optional[List[int]] = None,
-            scan_all: bool = False, progress: Optional[bool] = None,
+def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, progress: Optional[bool] = None,
             warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = None,
-            scheduler: Optional[str] = None, finished: bool = False) -> Report:
-    """jobs: worker processes (None: from the CPU count, for dumps large enough); scheduler: a Dask scheduler
-    address to run the per-rank scans on (msoverflow/parallel.py)."""
+            scheduler: Optional[str] = None, finished: bool = False, parallel=None) -> Report:
+    """ranks/iterations: a selection (msoverflow.selection.Selection, or any collection; None: all).
+    jobs: worker processes (None: from the CPU count, for dumps large enough); scheduler: a Dask scheduler
+    address to run the per-rank scans on (msoverflow/parallel.py); parallel: a parallel_layout.ParallelSpec
+    (None: from a file beside the dump, else inferred from the graphs)."""
     warnings: List[str] = []
 
     def note(message: str):
@@ -50,6 +54,7 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
             raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
                             "binary dump, statistic.csv or Opdebug files)")
         return _not_understood(path, warnings, unknown=others, unknown_count=len(others))
+    ranks, iterations = selection.parse(ranks, "--ranks"), selection.parse(iterations, "--steps")
     units = plan_units(dirs, ranks, iterations)
     if not units and (ranks or iterations):
         raise UserError(_selection_lacks(path, dirs, ranks, iterations))
@@ -59,49 +64,30 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     kn = knowledge()
     show = sys.stderr.isatty() if progress is None else progress
 
-    hardware_flags, files = survey(units)
-    # msprobe framework dumps are one dump.json per step (their reader builds the ops and the graph), not files to
-    # scan as columns: they are judged in one piece too.
-    whole_dump = hardware_flags or any(d.layout == LAYOUT_MSPROBE for d in dirs)
-    if whole_dump:
-        # Opdebug records mean the hardware watched every op: only flagged ops (whose inputs decide) and
-        # collectives (which tell which rank a bad value came from) are worth a tensor read. The records answer
-        # across ranks, so these dumps (flagged ops only) are judged in one piece.
-        index = build_index(dirs, note, ranks, iterations)
-        index.executions = {rank: exs for rank, exs in index.executions.items() if exs}
-        if not index.executions and not index.overflow_records:
-            return _nothing_understood(index, path, warnings, ranks, iterations)
-        _attach_overflow_records(index, note)
-        flags_answer = bool(index.overflow_records)
-        with _Progress(show, sum(len(v) for v in index.executions.values())) as bar:
-            judged, after_arrival, scanned_all = _scan(index, access, kn, scan_all, flags_answer, bar)
-    else:
-        # map: each (rank, step) on its own into a summary; reduce: ordered summaries (msoverflow/parallel.py).
-        # index.executions then holds the judged executions and a clean sample of each step, not every one.
-        with _Progress(show, files) as bar:
-            index, judged, after_arrival, scanned_all = map_reduce(
-                units, kn, scan_all, access, note, jobs=jobs, scheduler=scheduler, files=files,
-                advance=bar.advance)
-        if not index.executions and not index.overflow_records:
-            return _nothing_understood(index, path, warnings, ranks, iterations)
-    graphs = _GraphCache(index, note)
+    # Opdebug records mean the hardware watched every op: every unit is judged by them (only flagged ops, whose
+    # inputs decide, and collectives, which tell which rank a bad value came from, are worth a tensor read).
+    flags, files = survey(units)
+    with _Progress(show, files) as bar:
+        walked = map_reduce(units, kn, scan_all, access, note, jobs=jobs, scheduler=scheduler, files=files,
+                            advance=bar.advance, flags=flags)
+    if not walked.runs and not walked.records:
+        if ranks or iterations:
+            raise not_in_dump(path, ranks, iterations, dirs)
+        return _nothing_understood(walked, path, warnings)
+    graphs = _GraphCache(walked, note)
+    judged, after_arrival = walked.judged, walked.after_arrival
 
     # Files that could not be read (corrupt, truncated) are warnings; when none could, the verdict says so
     # (inconclusive, with the files named) rather than failing the command.
-    reads_to_decide = access.tensors_read
-
-    def delivered_bad(ex: OpExecution) -> bool:
-        with reading(_file_of(ex)):
-            return judge(ex, access, kn, earlier_bad=False).kind == CROSS_RANK
-
+    reads_to_decide = access.tensors_read - walked.side_reads
     _not_second_origins(judged, graphs)
-    table = RankTable(index.executions, judged, kn.is_collective, delivered_bad)
+    table = RankTable(walked.runs, judged, walked.arrivals)
     candidates = [(ex, v) for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK]
     for ex, _v in candidates:      # a collective delivered a bad value to this rank earlier in the same step
         arrival = table.first_arrival(ex.rank, before=ex, same_step=True) if id(ex) not in after_arrival else None
         if arrival is not None and arrival.iteration == ex.iteration:
             after_arrival.add(id(ex))
-    unmatched = [r for r in index.overflow_records if r.matched_op is None]
+    unmatched = [r for r in walked.records if r.matched_op is None]
     # No origin anywhere but a rank received bad values: report the earliest cross-rank arrival.
     if not candidates and not unmatched:
         candidates = [(ex, v) for ex, v in judged if v.kind == CROSS_RANK][:1]
@@ -109,13 +95,13 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
         # Bad values, but every bad op's input was already bad: the op that created it is not in the dump
         # (kernel filter, overflow-only mode, a step not dumped). Never clean: name the first bad op seen.
         seen = [(ex, v) for ex, v in judged if v.role == PROPAGATOR]
-        _order_candidates(index, seen, after_arrival, kn)
+        _order_candidates(walked, seen, after_arrival, kn)
         candidates = seen[:1]
         if candidates:
             candidates[0][1].evidence.append("its input was already bad, and no dumped op created that value: the "
                                              "origin is in an op, step or rank that was not dumped")
             note("no dumped op created the first bad value: it is first seen as an input; dump without filters")
-    _order_candidates(index, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs))
+    _order_candidates(walked, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs))
     findings = []
     for ex, v in candidates:
         with reading(_file_of(ex)):
@@ -137,23 +123,22 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
     for record in unmatched:
         note(f"{record.source}: overflow record ({record.unit}, task {record.task_id}, stream "
              f"{record.stream_id}) matches no dumped op in its directory")
-    iterations_seen: Dict[int, List[int]] = {r: its for r, its in index.iterations.items() if r in index.executions}
-    roots = sorted({r for r in index.rank_roots.values() if r})
-    expected = expected_ranks(path, set(index.executions), roots, note) if not ranks else {}
+    iterations_seen: Dict[int, List[int]] = {r: its for r, its in walked.iterations.items() if r in walked.runs}
+    roots = sorted({r for r in walked.rank_roots.values() if r})
+    expected = expected_ranks(path, set(walked.runs), roots, note) if not ranks else {}
     if iterations:
-        expected = {rank: f"no file of step {', '.join(map(str, iterations))} on this rank ({why})"
+        expected = {rank: f"no file of step {iterations} on this rank ({why})"
                     for rank, why in expected.items()}
     rank_status = table.rows(expected, ranks, unmatched)
-    meta = _metadata(index, note)
-    limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {},
-                             (ex for exs in index.executions.values() for ex in exs), len(index.overflow_records),
-                             framework_dump=LAYOUT_MSPROBE in index.layouts)
-    unreadable = index.unreadable + sorted({e.source for exs in index.executions.values() for ex in exs
-                                            for e in ex.inputs + ex.outputs if e.note.startswith("unreadable")})
-    reasons = inconclusive_reasons(unknown=index.unknown_examples, unknown_count=index.unknown_files,
-                                   unreadable=unreadable, rank_status=rank_status, dumped_anything=True)
+    meta = _metadata(walked, note)
+    limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {}, walked.facts,
+                             len(walked.records), framework_dump=LAYOUT_MSPROBE in walked.layouts)
+    unreadable = sorted(set(walked.unreadable))
+    reasons = inconclusive_reasons(unknown=walked.unknown[:5], unknown_count=len(walked.unknown),
+                                   unreadable=unreadable, rank_status=rank_status, dumped_anything=True,
+                                   refused=walked.refused)
     _note_unread_ranks(rank_status, unreadable, dirs)
-    reasons += _undecodable(index, note)
+    reasons += _undecodable(walked.undecodable, note)
     # incomplete (rank, step)s: their ranks' rows, and no answer from a value only received after a cut
     settled = settle(incomplete, first, anomalies, propagation, rank_status, unreadable, judged, graphs.node, dirs,
                      access, describe=lambda ex, v: _finding(ex, v, access, graphs, full=True))
@@ -164,68 +149,59 @@ def analyze(path: str, *, ranks: Optional[List[int]] = None, iterations: Optiona
         if advice:
             note(f"no rank holds the origin: a collective delivered the first bad value; {advice}")
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": meta["summary"]}
-    arrivals, scanned_steps, edges = _report_facts(index, judged, table, rank_status, first, propagation, scan_all)
+    from .parallel_layout import label_ranks
+    layout = label_ranks(parallel, path, rank_status, walked.rank_roots, note)
+    from .parameters import parameter_hits
+    judged_runs: Dict[int, List[OpExecution]] = {}
+    for ex, _v in judged:
+        judged_runs.setdefault(ex.rank, []).append(ex)
+    hit = parameter_hits(judged_runs, rank_status, access.stats, graphs.node,
+                         lambda op_type: op_type in kn.state_updates, kn.is_collective, note,
+                         {(ex.rank, ex.iteration) for ex, _v in judged})
+    scanned_units = [u for u in units if u.iteration in walked.scanned.get(u.rank, ())]
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
-                  warnings=warnings, ranks=sorted(index.executions), iterations=iterations_seen,
-                  files=index.files, tensors_read=access.tensors_read, layout=",".join(index.layouts),
-                  tail_clean=scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
-                  inconclusive=reasons, flagged=flagged, step_times=_step_times(index),
-                  overflow_records=list(index.overflow_records), arrivals=arrivals, scanned_steps=scanned_steps,
-                  edges=edges, completeness=incomplete, likely_origin=likely)
+                  warnings=warnings, ranks=sorted(walked.runs), iterations=iterations_seen,
+                  files=walked.files, tensors_read=access.tensors_read, layout=",".join(walked.layouts),
+                  tail_clean=walked.scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
+                  inconclusive=reasons, flagged=flagged, step_times=_step_times(walked),
+                  overflow_records=list(walked.records), arrivals=_arrivals(walked),
+                  scanned_steps={rank: list(steps) for rank, steps in walked.scanned.items()},
+                  edges=_edges(first, propagation), completeness=incomplete, likely_origin=likely,
+                  scanned_units=scanned_units, parallel=layout, parameters=hit)
 
 
-# ---- INTERIM (i16reports): the facts every renderer shows, derived once here until the one walk (i16core)
-# hands them over itself. Delete this function when the walk fills Report.arrivals/scanned_steps/edges.
-def _report_facts(index: DumpIndex, judged, table: RankTable, rank_status, first: Optional[Finding],
-                  propagation: List[Finding], scan_all: bool):
-    """(arrivals, scanned steps per rank, propagation edges). Arrivals: the first collective that delivered a bad
-    value to each rank in each step. Scanned steps: a rank's walk stops after the step of its first origin (or
-    flagged op) unless scan_all. Edges: (producer, consumer) among the first origin and the ops it reached, from
-    the saved graph only (ops named by full name, else file name)."""
-    from .model import Arrival, RANK_ORIGIN, RANK_RECEIVED
-    stop: Dict[int, int] = {}
-    for ex, v in judged:
-        if v.role in (ORIGIN, SUSPECT):
-            stop[ex.rank] = min(stop.get(ex.rank, ex.iteration), ex.iteration)
-    scanned = {rank: [s for s in steps if scan_all or rank not in stop or s <= stop[rank]]
-               for rank, steps in sorted(index.iterations.items()) if index.executions.get(rank)}
-    delivered: Dict[Tuple[int, int], OpExecution] = {}
-    for ex, v in judged:
-        if v.kind == CROSS_RANK:
-            key = (ex.rank, ex.iteration)
-            if key not in delivered or table.position(ex) < table.position(delivered[key]):
-                delivered[key] = ex
-    origin_ex = {}
-    for ex, v in judged:
-        if v.role == ORIGIN and v.kind != CROSS_RANK:
-            origin_ex.setdefault(ex.rank, ex)
-    for row in rank_status:      # arrivals the rank table found by reading collectives the walk did not judge
-        ex = None
-        if row.status == RANK_RECEIVED:
-            ex = table.first_arrival(row.rank)
-        elif row.status == RANK_ORIGIN and row.rank in origin_ex:
-            ex = table.first_arrival(row.rank, before=origin_ex[row.rank])
-        if ex is not None:
-            delivered.setdefault((ex.rank, ex.iteration), ex)
-    arrivals = [Arrival(rank, step, ex.op_type, ex.op_name,
-                        offset_us=ex.time - index.step_start[(rank, step)]
-                        if (rank, step) in index.step_start else None)
-                for (rank, step), ex in sorted(delivered.items())]
+def _arrivals(walked) -> List[Arrival]:
+    """The bad value a collective delivered to each rank in each scanned step (the first one of that step), timed
+    from that rank's own step start (clock offsets between ranks cancel)."""
+    first: Dict[Tuple[int, int], OpExecution] = {}
+    for ex in walked.arrivals:
+        key = (ex.rank, ex.iteration)
+        if key not in first or RankTable.position(ex) < RankTable.position(first[key]):
+            first[key] = ex
+    return [Arrival(rank, step, ex.op_type, ex.op_name, offset_us=ex.time - walked.step_start(rank, step)
+                    if (rank, step) in walked.spans else None)
+            for (rank, step), ex in sorted(first.items())]
+
+
+def _edges(first: Optional[Finding], propagation: List[Finding]) -> List[Tuple[str, str]]:
+    """(producer, consumer) among the origin and the ops its value reached, where the saved graph names the
+    producer (ops named by full name, else file name)."""
+    if first is None:
+        return []
+    nodes = [first] + list(propagation)
+    key_of: Dict[str, str] = {}
+    for f in nodes:
+        for name in (f.full_name, f.op_name):
+            if name:
+                key_of.setdefault(name, f.full_name or f.op_name)
     edges: List[Tuple[str, str]] = []
-    if first is not None:
-        nodes = [first] + list(propagation)
-        key_of: Dict[str, str] = {}
-        for f in nodes:
-            for name in (f.full_name, f.op_name):
-                if name:
-                    key_of.setdefault(name, f.full_name or f.op_name)
-        for f in nodes[1:]:
-            own = f.full_name or f.op_name
-            for producer in f.producers:
-                source = key_of.get(producer[len("param:"):] if producer.startswith("param:") else producer)
-                if source is not None and source != own and (source, own) not in edges:
-                    edges.append((source, own))
-    return arrivals, scanned, edges
+    for f in nodes[1:]:
+        own = f.full_name or f.op_name
+        for producer in f.producers:
+            source = key_of.get(producer[len("param:"):] if producer.startswith("param:") else producer)
+            if source is not None and source != own and (source, own) not in edges:
+                edges.append((source, own))
+    return edges
 
 
 def _not_second_origins(judged, graphs: "_GraphCache") -> None:
@@ -261,26 +237,23 @@ def _note_unread_ranks(rank_status, unreadable: List[str], dirs) -> None:
                         + (f"; {row.note}" if row.note else ""))
 
 
-def _undecodable(index: DumpIndex, warn) -> List[str]:
+def _undecodable(found: List[Tuple[str, str]], warn) -> List[str]:
     """Tensors whose dtype cannot be decoded (readers mark them `dtypes.UNDECODABLE`): never read, so a verdict
-    without findings cannot be clean."""
-    from .dtypes import UNDECODABLE
-    found = [e for exs in index.executions.values() for ex in exs for e in ex.inputs + ex.outputs
-             if e.note.startswith(UNDECODABLE)]
+    without findings cannot be clean. found: (file, why)."""
     if not found:
         return []
-    reason = (f"{len(found)} tensor(s) have a data type msoverflow cannot decode, e.g. {found[0].source}: "
-              f"{found[0].note}")
+    reason = f"{len(found)} tensor(s) have a data type msoverflow cannot decode, e.g. {found[0][0]}: {found[0][1]}"
     warn(reason)
     return [reason]
 
 
-def _nothing_understood(index: DumpIndex, path: str, warnings: List[str], ranks, iterations) -> Report:
-    if ranks or iterations:
-        raise UserError(f"{path}: no tensor files for the selected rank/iteration")
-    return _not_understood(path, warnings, unknown=index.unknown_examples + index.unreadable,
-                           unknown_count=index.unknown_files + len(index.unreadable), files=index.files,
-                           layout=",".join(index.layouts))
+def _nothing_understood(walked, path: str, warnings: List[str]) -> Report:
+    reasons = inconclusive_reasons(unknown=walked.unknown[:5] + walked.unreadable[:5],
+                                   unknown_count=len(walked.unknown) + len(walked.unreadable), unreadable=[],
+                                   rank_status=[], dumped_anything=False, refused=walked.refused)
+    return Report(dump_dir=os.path.abspath(path), first=None, anomalies=[], propagation=[], warnings=warnings,
+                  ranks=[], iterations={}, files=walked.files, layout=",".join(walked.layouts),
+                  inconclusive=reasons)
 
 
 def _spans(values) -> str:
@@ -340,36 +313,6 @@ def _unmatched_finding(record) -> Finding:
                    evidence=["the record's task/stream ids match no file in its directory or step"])
 
 
-def _scan(index: DumpIndex, access: TensorAccess, kn, scan_all: bool, flags_answer: bool, bar):
-    """Judge each rank's executions in time order; stop a rank after the step of its first origin."""
-    judged: List[Tuple[OpExecution, Verdict]] = []
-    after_arrival = set()      # origins on a rank that had already received a bad value from another rank
-    scanned_all = True
-    for rank in sorted(index.executions):
-        first_iteration = None
-        earlier_bad = False
-        arrived = set()        # iterations in which a collective delivered a bad value to this rank
-        for ex in index.executions[rank]:
-            if first_iteration is not None and ex.iteration > first_iteration and not scan_all:
-                scanned_all = False
-                break
-            bar.advance()
-            with reading(_file_of(ex)):
-                verdict = judge(ex, access, kn, earlier_bad, flags_answer=flags_answer)
-            if verdict.role == CLEAN:
-                continue
-            earlier_bad = True
-            judged.append((ex, verdict))
-            if verdict.kind == CROSS_RANK:
-                arrived.add(ex.iteration)
-            if verdict.role in (ORIGIN, SUSPECT):
-                if ex.iteration in arrived:
-                    after_arrival.add(id(ex))
-                if first_iteration is None:
-                    first_iteration = ex.iteration
-    return judged, after_arrival, scanned_all
-
-
 def _file_of(ex: OpExecution) -> str:
     """A file of this op execution, to name in an internal error."""
     for event in ex.inputs + ex.outputs:
@@ -377,7 +320,7 @@ def _file_of(ex: OpExecution) -> str:
     return ex.flags[0].source if ex.flags else f"{ex.op_type} {ex.op_name}"
 
 
-def _order_candidates(index: DumpIndex, candidates: List[Tuple[OpExecution, Verdict]], after_arrival: set, kn,
+def _order_candidates(walked, candidates: List[Tuple[OpExecution, Verdict]], after_arrival: set, kn,
                       fed_by_bad: Optional[set] = None):
     """Ranks by evidence, never by clock. By step first. Within a step: a candidate on a rank that had not yet
     received a bad value through a collective comes first (pipeline: the last stage's backward feeds the earlier
@@ -386,8 +329,7 @@ def _order_candidates(index: DumpIndex, candidates: List[Tuple[OpExecution, Verd
     (`fed_by_bad`) after the rest; then the time since the rank's own step began (clock offsets between ranks
     cancel), where the ranks' execution-order files put that rank's candidates in graph order; then the rank."""
     fed_by_bad = fed_by_bad or set()
-    step_start = index.step_start
-    relative = {id(ex): ex.time - step_start.get((ex.rank, ex.iteration), 0) for ex, _v in candidates}
+    relative = {id(ex): ex.time - walked.step_start(ex.rank, ex.iteration) for ex, _v in candidates}
     # Flagged ops decided by nothing but their flags: a debug file's timestamp is when it was written, not when the
     # op ran (CANN), so on one rank the graph's order wins. Ops decided by their data keep the dump's time order
     # (on CPU the execution-order csv is not the run order).
@@ -420,22 +362,19 @@ def _fed_by_bad(candidates, judged, graphs) -> set:
     return fed
 
 
-def _step_times(index: DumpIndex) -> Dict[int, Dict[int, Tuple[int, int]]]:
-    """rank -> step -> (first, last) op time on that rank's clock, for timelines (renderers only)."""
+def _step_times(walked) -> Dict[int, Dict[int, Tuple[int, int]]]:
+    """rank -> step -> (first, last) op time on that rank's clock, over every op of each scanned step."""
     times: Dict[int, Dict[int, Tuple[int, int]]] = {}
-    for rank, executions in index.executions.items():
-        for ex in executions:
-            t = ex.time
-            first, last = times.setdefault(rank, {}).get(ex.iteration, (t, t))
-            times[rank][ex.iteration] = (min(first, t), max(last, t))
+    for (rank, step), span in sorted(walked.spans.items()):
+        times.setdefault(rank, {})[step] = span
     return times
 
 
-def _metadata(index: DumpIndex, warn) -> Dict[str, object]:
+def _metadata(walked, warn) -> Dict[str, object]:
     """MindSpore version, device and the dump config, from the first rank's .dump_metadata/ (when written):
     {"summary": for the report, "settings": common_dump_settings, "runtime": config.json}."""
     from .readers.exec_order import dump_metadata
-    for root in sorted({r for r in index.rank_roots.values() if r}):
+    for root in sorted({r for r in walked.rank_roots.values() if r}):
         meta = dump_metadata(root, warn)
         if meta:
             runtime = meta.get("runtime") or {}
@@ -449,46 +388,19 @@ def _metadata(index: DumpIndex, warn) -> Dict[str, object]:
     return {"summary": {}, "settings": {}, "runtime": {}}
 
 
-def _attach_overflow_records(index: DumpIndex, warn):
-    """Opdebug records join the op they name (ids inside the record), earliest timestamp first."""
-    if not index.overflow_records:
-        return
-    try:
-        from .readers.opdebug import match_records
-    except ImportError:
-        return
-    by_dir: Dict[Tuple[int, str, int], List[OpExecution]] = {}
-    for executions in index.executions.values():
-        for ex in executions:
-            by_dir.setdefault((ex.rank, ex.graph, ex.iteration), []).append(ex)
-    by_step: Dict[Tuple[int, int], List[OpExecution]] = {}
-    for (rank, _graph, iteration), executions in by_dir.items():
-        by_step.setdefault((rank, iteration), []).extend(executions)
-    for record in index.overflow_records:
-        candidates = by_dir.get((record.rank, record.graph, record.iteration), [])
-        pairs = match_records([record], candidates)
-        if all(ex is None for _, ex in pairs):
-            # 2.2 async: rank_{r}/debug_files/{iter}/ holds the records, rank_{r}/{net}/{graph}/{iter}/ the ops.
-            pairs = match_records([record], by_step.get((record.rank, record.iteration), []))
-        for rec, ex in pairs:
-            if ex is not None:
-                ex.flags.append(rec)
-                rec.matched_op = ex.op_name
-
-
 class _GraphCache:
     """Saved graphs (.ir), parsed on first need only: most runs need one graph for one finding."""
 
-    def __init__(self, index: DumpIndex, warn):
-        self.index = index
+    def __init__(self, walked, warn):
+        self.walked = walked
         self.warn = warn
         self.cache: Dict[Tuple[int, str], object] = {}
 
     def node(self, ex: OpExecution):
         key = (ex.rank, ex.graph)
         if key not in self.cache:
-            self.cache[key] = getattr(self.index, "graphs", {}).get(key)   # built by a reader (msprobe)
-            root = self.index.rank_roots.get(key)
+            self.cache[key] = self.walked.graphs.get(key)   # built by a reader (msprobe)
+            root = self.walked.rank_roots.get(key)
             if root and self.cache[key] is None:
                 from .readers.ir_graph import graph_files, load_ir
                 for path in graph_files(root, ex.graph):
@@ -566,6 +478,18 @@ def _finding(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: _GraphCa
                    recommendation=kn.recommend(v.advice, **values) if v.role in (ORIGIN, SUSPECT) else "",
                    evidence=evidence, producers=list(node.inputs) if node else [],
                    ir_file=getattr(graph, "path", None) if node else None, ir_line=node.ir_line if node else None)
+
+
+class _CallableModule(types.ModuleType):
+    """`msoverflow.analyze` is both this module and the API function: importing the module (`from
+    msoverflow.analyze import ...`) makes it the package's attribute, so calling it must still be the API."""
+
+    def __call__(self, path: str, **options) -> Report:
+        from .api import analyze as api_analyze
+        return api_analyze(path, **options)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 
 class _Progress:

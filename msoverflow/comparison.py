@@ -1,8 +1,9 @@
 """Compare two runs (`msoverflow compare`, `msoverflow.compare()`; not named compare.py, which would shadow the
 lazy `msoverflow.compare` function): the first operator where a TARGET dump parts from a BASELINE dump.
 
-Both dumps are read by the same walk and readers as `analyze` (layout.discover -> scan.plan_units -> one
-(rank, step) unit at a time -> index.build_index). Ops are matched per (rank, step) by graph, op type, scope path
+Both dumps are read by the same walk and readers as `analyze` (layout.discover -> walk.plan_units -> one
+(rank, step) unit at a time -> walk.read_unit, through the reader registry).
+Ops are matched per (rank, step) by graph, op type, scope path
 without the `-opN` number, and occurrence in execution order: task ids, op numbers and timestamps change between
 compilations, the scope path and the order do not (a backward op's scope is its forward op's Cell and
 `Grad_<Op>`). Ops present on one side only (Casts amp inserts, fused kernels) are listed, never fatal.
@@ -145,20 +146,21 @@ class Comparison:
 
 def _units(path: str, ranks, steps, warn) -> Dict[Tuple[int, int], list]:
     """(rank, step) -> the dump directories of that unit, through analyze's walk."""
-    from .scan import plan_units
+    from . import selection
+    from .walk import plan_units
     dirs = discover(path, warn)
     if not dirs:
         raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
                         "binary dump, statistic.csv or msprobe dump.json files)")
-    return {(u.rank, u.iteration): u.dirs for u in plan_units(dirs, ranks, steps)}
+    return {(u.rank, u.iteration): u.dirs for u in plan_units(dirs, selection.parse(ranks, "--ranks"),
+                                                              selection.parse(steps, "--steps"))}
 
 
 def _unit_executions(dirs, warn):
-    """One unit's op runs in execution order, and the index (graphs, rank roots) they came from."""
-    from .index import build_index
-    index = build_index(dirs, warn)
-    executions = [ex for exs in index.executions.values() for ex in exs]
-    return executions, index
+    """One unit's op runs in execution order, and where their graphs are (walk.UnitRead)."""
+    from .walk import Unit, read_unit
+    read = read_unit(Unit(dirs[0].rank, dirs[0].iteration, dirs), warn)
+    return read.executions, read
 
 
 # ---- matching ----------------------------------------------------------------------------------------------------

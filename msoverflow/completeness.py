@@ -391,9 +391,9 @@ def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judg
     are finite and an op fed by X (in the saved graph) received a bad value from it; else None. The consumer's
     input is X's output as it arrived: it tells what X made, so the kind is named; the role stays
     LIKELY_ORIGIN (the verdict stays inconclusive)."""
-    from .index import events_of_dir, group_executions
     from .model import INVALID, LIKELY_ORIGIN, OVERFLOW, PROPAGATOR
     from .rules import Verdict
+    from .walk import Unit, read_unit
     cut = set(unreadable) | {path for step in steps for path in step.truncated}
     if not cut or any(step.recent or len(step.reasons) != 1 or not step.truncated for step in steps):
         return None      # files are missing or still being written: any of them could hold the origin
@@ -407,8 +407,8 @@ def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judg
     if d is None:
         return None
     quiet = lambda message: None     # noqa: E731  (the walk already said what it could not read)
-    events, _records = events_of_dir(d, quiet, {"files": 0, "unknown": 0})
-    runs = [ex for ex in group_executions(events, quiet) if (ex.op_type, ex.op_name, ex.task_id, ex.stream_id)
+    executions = read_unit(Unit(d.rank, d.iteration, [d]), quiet).executions
+    runs = [ex for ex in executions if (ex.op_type, ex.op_name, ex.task_id, ex.stream_id)
             == (op_type, op_name, task, stream) and any(e.source in cut for e in ex.outputs)]
     if len(runs) != 1 or not runs[0].inputs:
         return None

@@ -8,10 +8,9 @@ these, a verdict without findings is `inconclusive`, never `clean`.
 """
 from __future__ import annotations
 
-import re
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, List, Optional
 
-from .model import OpExecution, RankStatus, RANK_NOT_DUMPED
+from .model import RankStatus, RANK_NOT_DUMPED
 
 
 def _int(value) -> Optional[int]:
@@ -21,21 +20,20 @@ def _int(value) -> Optional[int]:
         return None
 
 
-def coverage_limits(settings: Dict[str, object], runtime: Dict[str, object],
-                    executions: Iterable[OpExecution], overflow_records: int, framework_dump: bool = False) -> List[str]:
-    """One line per limit, in the user's terms (the config key that causes it). framework_dump: the ops were
-    recorded by the framework's own hooks (msprobe), every op run eagerly included: no PyNative caveat."""
+def coverage_limits(settings: Dict[str, object], runtime: Dict[str, object], facts, overflow_records: int,
+                    framework_dump: bool = False) -> List[str]:
+    """One line per limit, in the user's terms (the config key that causes it). `facts`: what the scanned files
+    hold (walk.DumpedFacts, counted over every op run). framework_dump: the ops were recorded by the framework's
+    own hooks (msprobe), every op run eagerly included: no PyNative caveat."""
     limits: List[str] = []
-    executions = list(executions)
     device = str(runtime.get("device_target") or "").upper()
     input_output = _int(settings.get("input_output"))
-    has_inputs = any(ex.inputs for ex in executions)
-    has_outputs = any(ex.outputs for ex in executions)
-    if input_output == 1 or (executions and has_inputs and not has_outputs):
+    has_inputs, has_outputs, runs = facts.with_inputs > 0, facts.with_outputs > 0, facts.runs > 0
+    only_parameters = runs and facts.parameter_runs == facts.runs
+    if input_output == 1 or (runs and has_inputs and not has_outputs):
         limits.append("inputs only (input_output 1): no output was dumped, so an op that made a bad value is "
                       "known only through the op that read it, and a bad value nobody read is not seen")
-    elif input_output == 2 or (executions and has_outputs and not has_inputs
-                               and not all(ex.is_parameter for ex in executions)):
+    elif input_output == 2 or (runs and has_outputs and not has_inputs and not only_parameters):
         limits.append("outputs only (input_output 2): no input was dumped, so an op is called the origin because "
                       "its output is the first bad one in time; its inputs could not confirm it")
     kernels = settings.get("kernels") or []
@@ -44,12 +42,11 @@ def coverage_limits(settings: Dict[str, object], runtime: Dict[str, object],
         limits.append(f"kernel filter (dump_mode 1, kernels [{shown}]): only the selected kernels were dumped; "
                       "an origin in any other op cannot be seen")
     op_debug_mode = _int(settings.get("op_debug_mode"))
-    ops = [ex for ex in executions if not ex.is_parameter]
-    only_flagged = bool(overflow_records) and bool(ops) and all(ex.flags for ex in ops)
+    only_flagged = bool(overflow_records) and facts.ops > 0 and facts.flagged >= facts.ops
     if (op_debug_mode in (1, 2, 3) and device not in ("CPU", "")) or only_flagged:
         limits.append("overflow-only mode (op_debug_mode 3): only ops the hardware flagged were dumped; a NaN made "
                       "without an overflow flag, or a value received from another rank, may not be seen")
-    if executions and all(ex.is_parameter for ex in executions):
+    if only_parameters:
         why = "op_debug_mode 4" if op_debug_mode == 4 else "only Parameter files in the dump"
         limits.append(f"Parameter-only files ({why}): no op's tensors were dumped, only weights and graph inputs; "
                       "an origin inside the network cannot be seen")
@@ -57,30 +54,24 @@ def coverage_limits(settings: Dict[str, object], runtime: Dict[str, object],
     if iteration not in (None, "", "all"):
         limits.append(f"selected steps (iteration \"{iteration}\"): an origin in another step is not seen")
     mode = str(runtime.get("execution_mode") or runtime.get("mode") or "").lower()
-    if not framework_dump and ("pynative" in mode or _looks_pynative(executions)):
+    # Graph mode names every op under its Cells (`Default/network-WithLossCell/fc1-Dense/MatMul-op0`); the graphs
+    # PyNative compiles for @jit functions, all_finite or the optimizer carry no Cell in any op's scope.
+    if not framework_dump and ("pynative" in mode or (facts.ops >= 4 and not facts.scoped)):
         limits.append("PyNative run: only compiled graphs (@jit functions, the optimizer, checks) were dumped; ops "
                       "run eagerly between them are not in the dump")
     return limits
 
 
-_CELL_SEGMENT = re.compile(r"-[A-Z][A-Za-z0-9]*(_|$)")   # "network-WithLossCell_", "fc1-Dense_": a Cell in scope
-
-
-def _looks_pynative(executions: List[OpExecution]) -> bool:
-    """Graph mode names every op under its Cells (`Default/network-WithLossCell/fc1-Dense/MatMul-op0`); the
-    graphs PyNative compiles for @jit functions, all_finite or the optimizer carry no Cell in any op's scope
-    (`Gradients/Default/Grad_Sqrt/SqrtGrad-op0`, `Default/Assign-op0`)."""
-    names = [ex.op_name for ex in executions if not ex.is_parameter]
-    if len(names) < 4:
-        return False
-    return not any(_CELL_SEGMENT.search(name) for name in names)
-
-
-def inconclusive_reasons(*, unknown: List[str], unknown_count: int,
-                         unreadable: List[str], rank_status: List[RankStatus], dumped_anything: bool) -> List[str]:
-    """Why nothing found is not the same as clean. Empty when everything that could hold an origin was read."""
+def inconclusive_reasons(*, unknown: List[str], unknown_count: int, unreadable: List[str],
+                         rank_status: List[RankStatus], dumped_anything: bool,
+                         refused: Optional[List[str]] = None) -> List[str]:
+    """Why nothing found is not the same as clean. Empty when everything that could hold an origin was read.
+    refused: "path: why" of statistics files refused as a whole (named as refused, never as unknown names)."""
     reasons: List[str] = []
-    if not dumped_anything:
+    refused = refused or []
+    if refused:
+        reasons.append(f"{len(refused)} statistics file(s) refused (e.g. {refused[0]}); they could hold the origin")
+    if not dumped_anything and (unknown_count or not refused):
         example = f" (e.g. {unknown[0]})" if unknown else ""
         reasons.append(f"no file was understood: {unknown_count} file(s) with names msoverflow does not know"
                        f"{example}; they could hold the bad value")

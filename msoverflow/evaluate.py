@@ -40,7 +40,7 @@ class TensorAccess:
         return None
 
     def seed(self, event: TensorEvent, header: "npy.NpyHeader", bad: bool, pinned: bool):
-        """What a batch check already found for an npy tensor (msoverflow/scan.py), as array() and a scan would
+        """What a batch check already found for an npy tensor (msoverflow/walk.py), as array() and a scan would
         have recorded it. The caller counts the read."""
         _take_header(event, header)
         self._scan[id(event)] = (bad, pinned)

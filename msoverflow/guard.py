@@ -5,24 +5,35 @@ Two parts, as in Megatron-style trainers:
   - the division: divide by max(count, 1), so a rank whose batch holds no loss token contributes a zero loss and
     zero gradients instead of NaN (source form: `msoverflow patch --how guard` writes that diff);
   - the step: when the GLOBAL token count is 0 there is no training signal at all, and the optimizer must not
-    move (momentum, weight decay and the LR schedule would still change the model). Every rank has to take the
-    same decision, or the collectives of the next step mismatch and hang:
+    move (momentum, weight decay, `global_step` and the LR schedule would still change the model). Every rank
+    has to take the same decision, or the collectives of the next step mismatch and hang:
       * the count is all-reduced over the data-parallel group (on the last pipeline stage, which holds the loss);
       * with pipeline parallelism the last stage broadcasts the decision within its pipeline group, naming the
         source by its GLOBAL rank (the group's last member), not by its stage index;
       * with pipeline size 1 every rank is a last stage: no broadcast (that group may not even exist).
 
-Runtime form: `GuardedTrainOneStepCell(train_step, count_input=2)` (or `guard(train_step, ...)`) wraps a
-`nn.TrainOneStepCell`; `msoverflow patch --verify` injects it into an unmodified script. MindSpore is imported
-only inside the functions that need it.
+The decision runs INSIDE the compiled step (`GuardedTrainOneStepCell.construct`): the count's all-reduce (and
+broadcast), the branch that calls the optimizer or not, and the skip bookkeeping are graph ops, so no host
+synchronisation is added per step (no `.asnumpy()`). A skipped step returns a zero loss, records status
+`skipped` (not "updated") and a grad norm of 0.0 in graph Parameters; `guard_state(step)` reads them on demand,
+and each skipped step is printed once when the process exits. A zero count with a non-zero loss (the loss
+divides by another count than the guard's: a reducer mismatch) raises inside the step, never a silent skip.
+Pipeline topology comes from MindSpore's auto-parallel context (`pipeline_stages`, rank, group size).
+MindSpore is imported only inside the functions that need it.
 """
 from __future__ import annotations
 
+import atexit
 import sys
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 SKIP_LINE = "msoverflow guard: step {step} skipped on rank {rank}: global token count is 0 (no optimizer update)"
+MISMATCH = ("msoverflow guard: the global token count is 0 but the loss is not: the loss divides by another "
+            "count than the guard's mask input (reducer mismatch); check count_input")
+UPDATED, SKIPPED = 1, 2
+STATUS_NAMES = {0: "not run", UPDATED: "updated", SKIPPED: "skipped"}
+SKIP_CAPACITY = 4096        # skipped steps remembered (their step numbers) for the exit summary
 
 
 @dataclass
@@ -35,6 +46,7 @@ class Topology:
     pp_size: int = 1
     pp_ranks: Sequence[int] = ()          # global ranks of this rank's pipeline group, stage order
     is_last_stage: bool = True
+    dp_ranks: Sequence[int] = ()          # global ranks all-reducing the count with this one (groups to create)
 
 
 class Collectives:
@@ -64,41 +76,105 @@ def _result(out, value):
     return out if hasattr(out, "asnumpy") else value
 
 
-def global_token_count(local, topology: Topology, comm: Collectives, zeros: Callable[[], object]):
-    """The token count every rank agrees on (see the module docstring for the rules)."""
-    count = local
-    if topology.is_last_stage:
-        if topology.dp_size > 1:
-            count = comm.all_reduce(local, topology.dp_group)
-    else:
-        count = zeros()        # filled by the last stage's broadcast
+def collective_plan(topology: Topology) -> Tuple[bool, bool, Optional[int]]:
+    """The rules, once: (all-reduce over data parallel?, zero the local count first?, broadcast source global
+    rank or None). Used by `global_token_count` and by the compiled step alike."""
+    reduce = topology.is_last_stage and topology.dp_size > 1
+    source = None
     if topology.pp_size > 1:
         if not topology.pp_ranks:
             raise ValueError("pipeline size > 1 needs the pipeline group's global ranks (pp_ranks)")
         source = int(topology.pp_ranks[-1])       # the last stage, by its global rank
+    return reduce, not topology.is_last_stage, source
+
+
+def global_token_count(local, topology: Topology, comm: Collectives, zeros: Callable[[], object]):
+    """The token count every rank agrees on (see the module docstring for the rules)."""
+    reduce, zero_first, source = collective_plan(topology)
+    count = zeros() if zero_first else local     # a non-last stage's count is filled by the broadcast
+    if reduce:
+        count = comm.all_reduce(local, topology.dp_group)
+    if source is not None:
         count = comm.broadcast(count, source, topology.pp_group)
     return count
 
 
-def topology_from_context() -> Topology:
-    """Data parallel over the world group, no pipeline: what `init()` + DATA_PARALLEL gives."""
-    from mindspore import context
-    from mindspore.communication import get_group_size
-    try:
-        size = get_group_size()
-    except Exception:  # communication not initialised: a single process
-        size = 1
-    stages = int(context.get_auto_parallel_context("pipeline_stages") or 1)
-    if stages > 1:
-        raise ValueError("pipeline parallel: give Topology(dp_group=..., dp_size=..., pp_group=..., pp_size=..., "
-                         "pp_ranks=..., is_last_stage=...) explicitly")
-    return Topology(dp_size=size)
+def derive_topology(rank: int, size: int, stages: int) -> Topology:
+    """Where `rank` sits when `size` ranks run `stages` pipeline stages, numbered as MindSpore does
+    (stage = rank // (size // stages); msoverflow/parallel_layout.py cites the source): its stage's ranks
+    all-reduce the count (tensor-parallel copies only multiply it, and the decision is count > 0), and its
+    pipeline group is the ranks at the same place in every stage, stage order."""
+    stages = max(1, int(stages or 1))
+    if size % stages:
+        raise ValueError(f"{size} ranks do not split into {stages} pipeline stages")
+    per_stage = size // stages
+    stage = rank // per_stage
+    dp_ranks = tuple(range(stage * per_stage, (stage + 1) * per_stage))
+    pp_ranks = tuple(rank % per_stage + s * per_stage for s in range(stages))
+    return Topology(dp_group=None if stages == 1 else "msoverflow_guard_stage_" + "_".join(map(str, dp_ranks)),
+                    dp_size=per_stage, dp_ranks=dp_ranks,
+                    pp_group=None if stages == 1 else "msoverflow_guard_pipe_" + "_".join(map(str, pp_ranks)),
+                    pp_size=stages, pp_ranks=pp_ranks if stages > 1 else (), is_last_stage=stage == stages - 1)
 
 
-@dataclass
-class GuardLog:
-    skipped: List[int] = field(default_factory=list)
-    steps: int = 0
+def topology_from_context(context_value: Optional[Callable[[str], object]] = None,
+                          rank: Optional[int] = None, size: Optional[int] = None) -> Topology:
+    """This rank's topology from MindSpore's auto-parallel context (`pipeline_stages`) and communication
+    (rank, group size); the arguments stand in for them in tests."""
+    if context_value is None:
+        from mindspore import context
+        context_value = context.get_auto_parallel_context
+    if rank is None or size is None:
+        try:
+            from mindspore.communication import get_group_size, get_rank
+            rank, size = int(get_rank()), int(get_group_size())
+        except Exception:  # communication not initialised: a single process
+            rank, size = 0, 1
+    return derive_topology(rank, size, int(context_value("pipeline_stages") or 1))
+
+
+def guard(train_step, count_input: int = -1, topology: Optional[Topology] = None, grad_norm: bool = True):
+    """The in-graph guarded form of `train_step` (an nn.TrainOneStepCell): a new Cell with the same network,
+    optimizer and sens whose compiled step skips the optimizer update, the same way on every rank, when the
+    global token count is 0. The count is the number of non-zero entries of input `count_input` (the mask)."""
+    if getattr(train_step, "_msoverflow_guarded", False):
+        return train_step
+    sens = train_step.sens if getattr(train_step, "sense_flag", True) else None
+    return GuardedTrainOneStepCell(train_step.network, train_step.optimizer, sens, count_input=count_input,
+                                   topology=topology, grad_norm=grad_norm)
+
+
+def GuardedTrainOneStepCell(network, optimizer, sens=None, count_input: int = -1,  # noqa: N802
+                            topology: Optional[Topology] = None, grad_norm: bool = True):
+    """nn.TrainOneStepCell(network, optimizer, sens) with the zero-token decision inside its graph."""
+    cell = _guarded_class()(network, optimizer, sens, count_input, topology or topology_from_context(), grad_norm)
+    _LIVE.append(cell)
+    return cell
+
+
+def guard_state(step_cell) -> Dict[str, object]:
+    """What the guard decided (reads its Parameters: one host synchronisation, only when asked)."""
+    steps = int(step_cell.guard_steps.asnumpy())
+    count = int(step_cell.guard_skipped_count.asnumpy())
+    recorded = step_cell.guard_skipped_steps.asnumpy().tolist()[:min(count, SKIP_CAPACITY)]
+    return {"steps": steps, "skipped": sorted(int(s) for s in recorded), "skipped_count": count,
+            "status": STATUS_NAMES.get(int(step_cell.guard_status.asnumpy()), "?"),
+            "grad_norm": float(step_cell.guard_grad_norm.asnumpy())}
+
+
+_LIVE: List[object] = []
+
+
+@atexit.register
+def _report_skips() -> None:
+    """Each skipped step, once, when the process ends (patch --verify reads these lines)."""
+    for cell in _LIVE:
+        try:
+            state = guard_state(cell)
+        except Exception:   # noqa: BLE001 - the runtime is already torn down: nothing to report
+            continue
+        for step in state["skipped"]:
+            print(SKIP_LINE.format(step=step, rank=cell.guard_rank), file=sys.stderr, flush=True)
 
 
 def _rank() -> int:
@@ -109,48 +185,80 @@ def _rank() -> int:
         return 0
 
 
-def guard(train_step, count_input: int = -1, count_fn: Optional[Callable] = None,
-          topology: Optional[Topology] = None, comm: Optional[Collectives] = None, log: Optional[GuardLog] = None):
-    """Make `train_step` (a TrainOneStepCell or any Cell returning the loss) skip steps whose global token count
-    is 0, the same way on every rank. The count is `count_fn(*inputs)` or the number of non-zero entries of input
-    `count_input` (the loss mask). Works in graph and PyNative mode: the decision runs before the compiled step.
-    Returns the same object (its class is swapped for a guarded subclass)."""
-    cls = type(train_step)
-    if getattr(cls, "_msoverflow_guarded", False):
-        return train_step
-    guarded = type(f"Guarded{cls.__name__}", (cls,), {"_msoverflow_guarded": True, "__call__": _guarded_call})
-    train_step.__class__ = guarded
-    object.__setattr__(train_step, "_msoverflow_guard", {
-        "count_input": count_input, "count_fn": count_fn, "topology": topology, "comm": comm or Collectives(),
-        "log": log or GuardLog()})
-    return train_step
+_CLASS = []
 
 
-def GuardedTrainOneStepCell(network, optimizer, sens=1.0, count_input: int = -1, **kwargs):  # noqa: N802
-    """nn.TrainOneStepCell(network, optimizer, sens), guarded (see `guard`)."""
-    from mindspore import nn
-    return guard(nn.TrainOneStepCell(network, optimizer, sens), count_input=count_input, **kwargs)
-
-
-def _guarded_call(self, *inputs, **kwargs):
+def _guarded_class():
+    """The Cell class, built on first use (MindSpore is imported only then)."""
+    if _CLASS:
+        return _CLASS[0]
     import numpy as np
-    from mindspore import Tensor, ops
+    from mindspore import Parameter, Tensor, nn, ops
     from mindspore import dtype as mstype
-    state = self.__dict__["_msoverflow_guard"] if "_msoverflow_guard" in self.__dict__ else \
-        object.__getattribute__(self, "_msoverflow_guard")
-    if state["topology"] is None:
-        state["topology"] = topology_from_context()
-    step = state["log"].steps
-    state["log"].steps += 1
-    if state["count_fn"] is not None:
-        local = state["count_fn"](*inputs)
-    else:
-        mask = inputs[state["count_input"]]
-        local = ops.cast(ops.not_equal(mask, 0), mstype.float32).sum()
-    local = ops.cast(local, mstype.float32).reshape((1,))
-    count = global_token_count(local, state["topology"], state["comm"], lambda: Tensor(np.zeros(1, np.float32)))
-    if float(count.asnumpy().reshape(-1)[0]) <= 0:
-        state["log"].skipped.append(step)
-        print(SKIP_LINE.format(step=step, rank=_rank()), file=sys.stderr, flush=True)
-        return Tensor(np.float32(0.0))   # no forward, no backward, no optimizer update: no signal to learn from
-    return super(type(self), self).__call__(*inputs, **kwargs)
+
+    class _GuardedTrainOneStepCell(nn.TrainOneStepCell):
+        _msoverflow_guarded = True
+
+        def __init__(self, network, optimizer, sens, count_input, topology, grad_norm):
+            super().__init__(network, optimizer, sens)
+            self.count_input = count_input
+            self.guard_rank = _rank()
+            self.with_norm = grad_norm
+            reduce, zero_first, source = collective_plan(topology)
+            self.reduce_count, self.zero_first, self.broadcast_count = reduce, zero_first, source is not None
+            self._make_groups(topology)
+            self.count_all_reduce = ops.AllReduce(group=topology.dp_group) if topology.dp_group else ops.AllReduce()
+            if source is not None:
+                self.count_broadcast = ops.Broadcast(source, group=topology.pp_group)
+            self.guard_steps = Parameter(Tensor(0, mstype.int32), name="msoverflow_guard_steps", requires_grad=False)
+            self.guard_status = Parameter(Tensor(0, mstype.int32), name="msoverflow_guard_status",
+                                          requires_grad=False)
+            self.guard_grad_norm = Parameter(Tensor(0.0, mstype.float32), name="msoverflow_guard_grad_norm",
+                                             requires_grad=False)
+            self.guard_skipped_count = Parameter(Tensor(0, mstype.int32), name="msoverflow_guard_skipped_count",
+                                                 requires_grad=False)
+            self.guard_skipped_steps = Parameter(Tensor(np.full(SKIP_CAPACITY, -1, np.int32)),
+                                                 name="msoverflow_guard_skipped_steps", requires_grad=False)
+
+        @staticmethod
+        def _make_groups(topology):
+            if topology.pp_size <= 1:
+                return
+            from mindspore.communication import create_group
+            create_group(topology.dp_group, list(topology.dp_ranks))
+            create_group(topology.pp_group, list(topology.pp_ranks))
+
+        def construct(self, *inputs):
+            loss = self.network(*inputs)
+            sens = ops.fill(loss.dtype, loss.shape, self.sens)
+            grads = self.grad(self.network, self.weights)(*inputs, sens)
+            grads = self.grad_reducer(grads)
+            mask = inputs[self.count_input]
+            count = ops.cast(ops.not_equal(mask, 0), mstype.float32).sum().reshape((1,))
+            if self.zero_first:
+                count = ops.zeros_like(count)
+            if self.reduce_count:
+                count = self.count_all_reduce(count)
+            if self.broadcast_count:
+                count = self.count_broadcast((count,))[0]
+            step = self.guard_steps + 0
+            if count[0] > 0:
+                loss = ops.depend(loss, self.optimizer(grads))
+                self.guard_status = UPDATED
+                if self.with_norm:
+                    self.guard_grad_norm = ops.sqrt(ops.addn([ops.reduce_sum(ops.square(
+                        ops.cast(g, mstype.float32))) for g in grads]))
+            else:
+                if ops.abs(loss).sum() > 0:     # NaN compares false: 0/0 is the no-signal case, not a mismatch
+                    raise ValueError(MISMATCH)
+                slot = (self.guard_skipped_count % SKIP_CAPACITY).reshape((1,))
+                ops.scatter_update(self.guard_skipped_steps, slot, step.reshape((1,)))
+                self.guard_skipped_count += 1
+                self.guard_status = SKIPPED
+                self.guard_grad_norm = 0.0
+                loss = ops.zeros_like(loss)
+            self.guard_steps += 1
+            return loss
+
+    _CLASS.append(_GuardedTrainOneStepCell)
+    return _GuardedTrainOneStepCell

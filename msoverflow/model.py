@@ -71,8 +71,9 @@ class TensorStats:
 
     @property
     def bad(self) -> bool:
-        """Holds a value that cannot be represented in the declared dtype."""
-        return self.nonfinite > 0 or self.over_range > 0
+        """Holds a value that cannot be represented in the declared dtype (msoverflow/rules/values.py)."""
+        from .rules.values import bad_counts
+        return bad_counts(self.nonfinite, self.over_range)
 
 
 @dataclass(slots=True)
@@ -328,6 +329,15 @@ class Report:
     parameters: List[ParameterHit] = field(default_factory=list)
     parallel: Optional[Dict[str, object]] = None   # the parallel layout used ({"dp":4,"tp":1,"pp":2,"source":...})
     provenance: Dict[str, object] = field(default_factory=dict)   # msoverflow version, command, time, host, ...
+    # The (rank, step) units the walk scanned (walk.Unit), so events() can read them again; not in the JSON report.
+    scanned_units: List[object] = field(default_factory=list, repr=False, compare=False)
+
+    def events(self):
+        """Every tensor event of the scanned steps as a pandas DataFrame, one row per tensor: rank, step, op_type,
+        op_name, io, slot, dtype, shape, max_abs, nan, posinf, neginf, counts_exact (False: the counts are lower
+        bounds inferred from statistics' Max/Min), file. Tensors without statistics are read (chunked)."""
+        from .walk import events_frame
+        return events_frame(self.scanned_units)
 
     def to_dict(self) -> dict:
         """The JSON report (schema msoverflow/schema/report.schema.json) as a dict."""

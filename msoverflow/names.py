@@ -21,7 +21,7 @@ from __future__ import annotations
 import csv
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .dtypes import canonical
@@ -214,7 +214,8 @@ def _parse_opdebug(name: str) -> Optional[ParsedName]:
 @dataclass
 class NpyNames:
     """Many npy file names parsed at once, as columns (row i = names[rows[i]]). `prefix` is the
-    `{op_type}.{op_name}.{task}.{stream}` part: it alone tells which op run a file belongs to."""
+    `{op_type}.{op_name}.{task}.{stream}` part: it alone tells which op run a file belongs to. `odd` holds the
+    ParsedName of the rows that were not of the plain form (FFTS+ ids, sliced op names, msaccucmp shapes)."""
     rows: list
     prefix: list
     timestamp: list
@@ -223,6 +224,7 @@ class NpyNames:
     fmt: list
     dtype: list
     rejected: list            # indices of names that are not npy dump names
+    odd: Dict[int, ParsedName] = field(default_factory=dict)   # row -> the full parse of a name of another form
 
 
 _IO = frozenset(("input", "output"))
@@ -264,31 +266,23 @@ def _columns_of_one_form(filenames, fields: int, with_dtype: bool) -> Optional[N
                     list(map(int, slots)), [p[4] for p in parts], dtype, [])
 
 
-def parse_uniform(filenames) -> Optional[NpyNames]:
-    """parse_many() when every name has the plain npy form (one right split each, checks once per column);
-    None otherwise, and the caller reads the names one by one."""
-    if not filenames:
-        return None
-    for fields, with_dtype in ((5, True), (4, False)):
-        columns = _columns_of_one_form(filenames, fields, with_dtype)
-        if columns is not None:
-            return columns
-    return None
-
-
 def parse_many(filenames) -> NpyNames:
-    """Bulk form of parse() for npy names, as columns. A dump's names share one form, so the columns come
-    from one right split per name; names of mixed or odd forms go one by one through the same splits, and
-    what those cannot settle through parse(), so both always agree."""
-    columns = parse_uniform(filenames)
-    if columns is not None:
-        return columns
+    """The bulk form of parse() for npy names, as columns. A dump's names share one form, so the columns come
+    from one right split per name with each check made once per column; names of mixed or odd forms go one by
+    one through parse(), so both always agree (tests/test_names_layout.py)."""
+    if filenames:
+        for fields, with_dtype in ((5, True), (4, False)):
+            columns = _columns_of_one_form(filenames, fields, with_dtype)
+            if columns is not None:
+                return columns
     out = NpyNames([], [], [], [], [], [], [], [])
     for i, name in enumerate(filenames):          # mixed or odd forms: one by one, through parse()
         parsed = parse(name)
         if parsed is None or parsed.kind != KIND_NPY:
             out.rejected.append(i)
             continue
+        if parsed.context_id is not None or parsed.lxslice is not None or parsed.shape is not None:
+            out.odd[len(out.rows)] = parsed
         out.rows.append(i)
         out.prefix.append(f"{parsed.op_type}.{parsed.op_name}.{parsed.task_id}.{parsed.stream_id}")
         out.timestamp.append(parsed.timestamp)
@@ -299,34 +293,18 @@ def parse_many(filenames) -> NpyNames:
     return out
 
 
-def split_plain_prefix(prefix: str) -> tuple:
-    """split_prefix() of a prefix parse_uniform() accepted (two splits, no checks left to make)."""
-    head, task, stream = prefix.rsplit(".", 2)
-    op_type, op_name = head.split(".", 1)
+def split_prefix(prefix: str) -> Optional[tuple]:
+    """`{op_type}.{op_name}.{task}.{stream}` (a parse_many() prefix) -> (op_type, op_name, task, stream); None when
+    it is not one. The stream is -1 for names that carry none."""
+    head, _, stream = prefix.rpartition(".")
+    head, _, task = head.rpartition(".")
+    op_type, _, op_name = head.partition(".")
+    if not op_type or not op_name or not _SIGNED.match(task) or not _SIGNED.match(stream):
+        return None
     return op_type, op_name, int(task), int(stream)
 
 
-def split_prefixes(prefixes) -> list:
-    """split_prefix() of many prefixes: right splits and one regex per column when all are well formed."""
-    parts = [p.rsplit(".", 2) for p in prefixes]
-    if parts and all(len(x) == 3 for x in parts) \
-            and _DIGIT_LINES.fullmatch("\n".join(x[1] for x in parts)) \
-            and _DIGIT_LINES.fullmatch("\n".join(x[2] for x in parts)):
-        heads = [x[0].split(".", 1) for x in parts]
-        if all(len(h) == 2 and h[1] for h in heads):
-            return [(h[0], h[1], int(x[1]), int(x[2])) for h, x in zip(heads, parts)]
-    return [split_prefix(p) for p in prefixes]
-
-
-def split_prefix(prefix: str) -> Optional[tuple]:
-    """`{op_type}.{op_name}.{task}.{stream}` -> (op_type, op_name, task, stream); None when it is not one."""
-    tokens = prefix.split(".")
-    if len(tokens) < 4 or not all(_DIGITS.match(t) for t in tokens[-2:]):
-        return None
-    op_name = ".".join(tokens[1:-2])
-    if not op_name:
-        return None
-    return tokens[0], op_name, int(tokens[-2]), int(tokens[-1])
+_SIGNED = re.compile(r"^-?[0-9]{1,20}$")
 
 
 def read_mapping(path: str, warn) -> Dict[str, str]:

@@ -1,6 +1,6 @@
 """Where the map runs, and the reduce.
 
-    units (rank, step) --map: scan.scan_unit--> UnitSummary --reduce--> DumpIndex + judged executions --> analyze
+    units (rank, step) --map: walk.scan_unit--> UnitSummary --reduce--> Walked (facts + judged executions) --> analyze
 
 Each rank's steps are scanned in order, one unit at a time, and a rank stops after the step that holds its
 first origin (unless --all): the next step of a rank is handed out only when the previous one came back clean,
@@ -15,34 +15,63 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import UserError
-from .index import DumpIndex
-from .scan import Unit, UnitSummary, scan_unit, survey
+from .model import OpExecution
+from .walk import DumpedFacts, msprobe_graphs, Unit, UnitSummary, scan_unit, survey
 
 POOL_MIN_FILES = 20_000     # below this, starting workers costs more than it saves
 POOL_MIN_CPUS = 3           # on 2 CPUs the workers and this process contend: measured slower than one process
 SCHEDULER_ENV = "MSOVERFLOW_SCHEDULER"
 
 
-def _remote_scan(unit: Unit, earlier_bad: bool) -> UnitSummary:
+def _remote_scan(unit: Unit, earlier_bad: bool, flags: bool = False) -> UnitSummary:
     """A worker's task: one rank's step, with the worker's own tensor access; warnings travel back."""
     from .rules.knowledge import knowledge
-    return scan_unit(unit, knowledge(), earlier_bad)
+    return scan_unit(unit, knowledge(), earlier_bad, flags=flags)
+
+
+@dataclass
+class Walked:
+    """What the reduce gathers from the units' summaries (facts, never samples)."""
+    judged: list = field(default_factory=list)             # [(OpExecution, Verdict)] in rank, step, time order
+    after_arrival: set = field(default_factory=set)        # ids of origins that came after a bad arrival
+    arrivals: List[OpExecution] = field(default_factory=list)   # every collective that delivered a bad value
+    scanned_all: bool = True
+    scanned: Dict[int, List[int]] = field(default_factory=dict)     # rank -> steps scanned
+    iterations: Dict[int, List[int]] = field(default_factory=dict)  # rank -> steps holding op runs (or not scanned)
+    spans: Dict[Tuple[int, int], Tuple[int, int]] = field(default_factory=dict)   # (rank, step) -> first, last op
+    runs: Dict[int, int] = field(default_factory=dict)     # rank -> op runs scanned
+    facts: DumpedFacts = field(default_factory=DumpedFacts)
+    records: list = field(default_factory=list)            # every Opdebug record (matched_op set when matched)
+    graphs: Dict[Tuple[int, str], object] = field(default_factory=dict)   # msprobe: (rank, graph) -> GraphIndex
+    files: int = 0
+    unknown: List[str] = field(default_factory=list)
+    unreadable: List[str] = field(default_factory=list)
+    refused: List[str] = field(default_factory=list)
+    undecodable: List[Tuple[str, str]] = field(default_factory=list)
+    layouts: List[str] = field(default_factory=list)
+    rank_roots: Dict[Tuple[int, str], Optional[str]] = field(default_factory=dict)
+    has_statistics: bool = False
+    side_reads: int = 0         # tensors read only to tell arrivals (flags mode's collectives)
+
+    def step_start(self, rank: int, step: int) -> int:
+        span = self.spans.get((rank, step))
+        return span[0] if span else 0
 
 
 def map_reduce(units: List[Unit], kn, scan_all: bool, access, warn: Callable[[str], None], *,
                jobs: Optional[int] = None, scheduler: Optional[str] = None, files: Optional[int] = None,
-               advance: Callable[[int], None] = lambda n: None):
-    """-> (DumpIndex of the executions that matter, judged [(OpExecution, Verdict)], ids of origins that came
-    after a bad arrival on their rank, whether every step was scanned)."""
+               advance: Callable[[int], None] = lambda n: None, flags: bool = False) -> Walked:
+    """Every unit through walk.scan_unit (flags: the dump holds hardware overflow records), reduced."""
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
     chains: Dict[int, List[Unit]] = {}
     for unit in units:
         chains.setdefault(unit.rank, []).append(unit)
     if scheduler:
-        summaries, scanned_all = _on_dask(chains, scan_all, scheduler, advance)
+        summaries, scanned_all = _on_dask(chains, scan_all, scheduler, advance, flags)
     else:
         cpus = os.cpu_count() or 1
         if jobs is None:           # the default: a worker per CPU, where that pays (see POOL_MIN_CPUS)
@@ -51,19 +80,19 @@ def map_reduce(units: List[Unit], kn, scan_all: bool, access, warn: Callable[[st
         if files is None and jobs > 1 and len(chains) > 1:
             files = survey(units)[1]
         if jobs > 1 and len(chains) > 1 and (files or 0) >= POOL_MIN_FILES:
-            summaries, scanned_all = _on_pool(chains, scan_all, min(jobs, len(chains)), advance)
+            summaries, scanned_all = _on_pool(chains, scan_all, min(jobs, len(chains)), advance, flags)
         else:
-            summaries, scanned_all = _in_process(chains, kn, scan_all, access, warn, advance)
-            return _reduce(summaries, chains, access, None) + (scanned_all,)
-    return _reduce(summaries, chains, access, warn) + (scanned_all,)
+            summaries, scanned_all = _in_process(chains, kn, scan_all, access, warn, advance, flags)
+            return _reduce(summaries, chains, access, None, scanned_all)
+    return _reduce(summaries, chains, access, warn, scanned_all)
 
 
-def _in_process(chains, kn, scan_all, access, warn, advance):
+def _in_process(chains, kn, scan_all, access, warn, advance, flags=False):
     summaries, scanned_all = [], True
     for rank in sorted(chains):
         earlier_bad = False
         for position, unit in enumerate(chains[rank]):
-            summary = scan_unit(unit, kn, earlier_bad, access, warn)
+            summary = scan_unit(unit, kn, earlier_bad, access, warn, flags=flags)
             advance(summary.files)
             summaries.append(summary)
             earlier_bad = summary.earlier_bad
@@ -94,14 +123,14 @@ def _chained(chains, scan_all, submit, wait_first, advance):
     return summaries, scanned_all
 
 
-def _on_pool(chains, scan_all, jobs, advance):
+def _on_pool(chains, scan_all, jobs, advance, flags=False):
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["msoverflow.scan", "msoverflow.rules"])
+    context.set_forkserver_preload(["msoverflow.walk", "msoverflow.rules"])
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        return _chained(chains, scan_all, lambda unit, bad: pool.submit(_remote_scan, unit, bad),
+        return _chained(chains, scan_all, lambda unit, bad: pool.submit(_remote_scan, unit, bad, flags),
                         lambda futures: wait(futures, return_when=FIRST_COMPLETED).done, advance)
 
 
@@ -130,7 +159,7 @@ def check_scheduler_address(address: str) -> None:
         raise UserError(f"{usage} (port {port} is out of range)")
 
 
-def _on_dask(chains, scan_all, address, advance):
+def _on_dask(chains, scan_all, address, advance, flags=False):
     try:
         from distributed import Client, as_completed
     except ImportError:
@@ -143,58 +172,59 @@ def _on_dask(chains, scan_all, address, advance):
         raise UserError(f"--scheduler {address}: cannot reach the Dask scheduler ({exc})") from None
     try:
         return _chained(chains, scan_all,
-                        lambda unit, bad: client.submit(_remote_scan, unit, bad, pure=False),
+                        lambda unit, bad: client.submit(_remote_scan, unit, bad, flags, pure=False),
                         lambda futures: [f for f in futures if f.done()]
                         or [next(as_completed(futures, loop=client.loop))], advance)
     finally:
         client.close()
 
 
-def _reduce(summaries: List[UnitSummary], chains, access, warn) -> Tuple[DumpIndex, list, set]:
+def _reduce(summaries: List[UnitSummary], chains, access, warn, scanned_all: bool) -> Walked:
     """Order the summaries by rank and step and gather what the report needs. `warn` replays the warnings a
     worker collected (None when they were given in this process already)."""
-    index = DumpIndex()
-    judged: list = []
-    after_arrival: set = set()
-    scanned = set()
+    walked = Walked(scanned_all=scanned_all)
+    nodes: Dict[Tuple[int, str], list] = {}
     for s in sorted(summaries, key=lambda s: (s.rank, s.iteration)):
-        scanned.add((s.rank, s.iteration))
+        walked.scanned.setdefault(s.rank, []).append(s.iteration)
         if warn is not None:
             for message in s.warnings:
                 warn(message)
             access.tensors_read += s.tensors_read
-            access.unreadable += s.unreadable
-        index.files += s.files
-        index.unknown_files += s.unknown_files
-        for key, values in s.lists.items():       # e.g. examples of names not understood, unreadable files
-            if isinstance(getattr(index, key, None), list):
-                getattr(index, key).extend(values)
+            access.unreadable += s.unreadable_count
+        walked.files += s.files
+        walked.side_reads += s.side_reads
+        walked.unknown += s.unknown
+        walked.unreadable += s.unreadable
+        walked.refused += s.refused
+        walked.undecodable += s.undecodable
+        walked.records += s.records
+        walked.facts.add(s.facts)
+        for key, found in s.nodes.items():
+            nodes.setdefault(key, []).extend(found)
         for layout in s.layouts:
-            if layout not in index.layouts:
-                index.layouts.append(layout)
+            if layout not in walked.layouts:
+                walked.layouts.append(layout)
         for key, root in s.rank_roots.items():
-            index.rank_roots.setdefault(key, root)
-        index.has_statistics |= s.has_statistics
+            walked.rank_roots.setdefault(key, root)
+        walked.has_statistics |= s.has_statistics
         if s.executions:
-            index.iterations.setdefault(s.rank, []).append(s.iteration)
-            if s.step_start is not None:
-                index.step_start[(s.rank, s.iteration)] = s.step_start
+            walked.runs[s.rank] = walked.runs.get(s.rank, 0) + s.executions
+            walked.iterations.setdefault(s.rank, []).append(s.iteration)
+        if s.span is not None:
+            walked.spans[(s.rank, s.iteration)] = s.span
         for position, (ex, verdict) in enumerate(s.judged):
-            judged.append((ex, verdict))
+            walked.judged.append((ex, verdict))
             if position in s.after_arrival:
-                after_arrival.add(id(ex))
-        # the executions that exist as objects: the judged ones and a clean sample of each step, in time order
-        step = [ex for ex, _ in s.judged] + s.sample
-        step.sort(key=lambda ex: (ex.time, ex.order if ex.order is not None else 1 << 30))
-        if step:
-            index.executions.setdefault(s.rank, []).extend(step)
+                walked.after_arrival.add(id(ex))
+        walked.arrivals += s.arrivals
     # steps not scanned (the rank's answer came earlier) still count as seen: they hold dump files
     for rank, units in chains.items():
         for unit in units:
-            if (rank, unit.iteration) not in scanned:
-                index.iterations.setdefault(rank, []).append(unit.iteration)
+            if unit.iteration not in walked.scanned.get(rank, ()):
+                walked.iterations.setdefault(rank, []).append(unit.iteration)
                 for d in unit.dirs:
-                    index.rank_roots.setdefault((d.rank, d.graph), d.rank_root)
-    for rank in index.iterations:
-        index.iterations[rank] = sorted(set(index.iterations[rank]))
-    return index, judged, after_arrival
+                    walked.rank_roots.setdefault((d.rank, d.graph), d.rank_root)
+    for rank in walked.iterations:
+        walked.iterations[rank] = sorted(set(walked.iterations[rank]))
+    walked.graphs = msprobe_graphs(nodes)
+    return walked

@@ -101,23 +101,30 @@ def _ranks_named_at_root(path: str) -> Dict[int, str]:
         if match:
             found.setdefault(int(match.group(1)), f"{name} configures device {match.group(1)} to dump")
         elif _RANK_TABLE.search(name):
-            full = os.path.join(path, name)
-            try:
-                with reading(full):
-                    table = safeio.load_json(full, limit=4 << 20)
-            except (OSError, ValueError):
-                continue
-            servers = table.get("server_list") if isinstance(table, dict) else None
-            for server in servers if isinstance(servers, list) else []:
-                devices = server.get("device") if isinstance(server, dict) else None
-                for device in devices if isinstance(devices, list) else []:
-                    try:
-                        rank = int(device.get("rank_id"))
-                    except (AttributeError, TypeError, ValueError):
-                        continue
-                    if 0 <= rank <= 1 << 16:
-                        found.setdefault(rank, f"the rank table {name} lists rank {rank}")
+            for rank in sorted(rank_table_ranks(os.path.join(path, name))):
+                found.setdefault(rank, f"the rank table {name} lists rank {rank}")
     return found
+
+
+def rank_table_ranks(path: str) -> Set[int]:
+    """The ranks an HCCL rank table lists (server_list[].device[].rank_id); empty when it is not one."""
+    ranks: Set[int] = set()
+    try:
+        with reading(path):
+            table = safeio.load_json(path, limit=4 << 20)
+    except (OSError, ValueError):
+        return ranks
+    servers = table.get("server_list") if isinstance(table, dict) else None
+    for server in servers if isinstance(servers, list) else []:
+        devices = server.get("device") if isinstance(server, dict) else None
+        for device in devices if isinstance(devices, list) else []:
+            try:
+                rank = int(str(device.get("rank_id"))[:8])
+            except (AttributeError, TypeError, ValueError):
+                continue
+            if 0 <= rank <= 1 << 16:
+                ranks.add(rank)
+    return ranks
 
 
 def _find_count(doc, depth: int = 0) -> Optional[int]:
@@ -187,70 +194,35 @@ def compress_not_dumped(rows: List[RankStatus]) -> List[RankStatus]:
 
 
 class RankTable:
-    """Builds the per-rank table from the judged executions. `collective_verdict(ex)` reads a collective's
-    tensors when the scan did not (Opdebug mode reads only flagged ops) and says whether it delivered a bad value."""
+    """Builds the per-rank table from the walk's facts: the judged executions, every collective that delivered
+    a bad value (`arrivals`) and the ranks whose scanned steps held op runs (`dumped`). Positions on a rank are
+    (step, time on that rank's clock, graph order): never compared across ranks."""
 
-    def __init__(self, executions: Dict[int, List[OpExecution]], judged, is_collective: Callable[[str], bool],
-                 collective_verdict: Callable[[OpExecution], bool]):
-        self.executions = executions
+    def __init__(self, dumped, judged, arrivals: List[OpExecution]):
+        self.dumped = set(dumped)
         self.judged = judged
-        self.is_collective = is_collective
-        self.collective_verdict = collective_verdict
-        self._position = {id(ex): i for exs in executions.values() for i, ex in enumerate(exs)}
-        # The earliest judged arrival per rank and per (rank, step): every query is a lookup, never a scan
+        # The earliest arrival per rank and per (rank, step): every query is a lookup, never a scan
         # (15,000 origins on one rank each ask for the arrival before them).
-        self._first_judged: Dict[int, OpExecution] = {}
-        self._first_judged_in_step: Dict[Tuple[int, int], OpExecution] = {}
-        for ex, v in judged:
-            if v.kind == CROSS_RANK:
-                for table, key in ((self._first_judged, ex.rank), (self._first_judged_in_step, (ex.rank, ex.iteration))):
-                    if key not in table or self.position(ex) < self.position(table[key]):
-                        table[key] = ex
-        # Collectives not judged by the scan are read lazily, in order, once each: per (rank, step) the list, how
-        # far it has been read, and the first that delivered a bad value.
-        self._collectives: Optional[Dict[Tuple[int, Optional[int]], List[OpExecution]]] = None
-        self._progress: Dict[Tuple[int, Optional[int]], int] = {}
-        self._found: Dict[Tuple[int, Optional[int]], OpExecution] = {}
-        self._read: Dict[int, bool] = {}
+        self._first: Dict[int, OpExecution] = {}
+        self._first_in_step: Dict[Tuple[int, int], OpExecution] = {}
+        for ex in arrivals:
+            for table, key in ((self._first, ex.rank), (self._first_in_step, (ex.rank, ex.iteration))):
+                if key not in table or self.position(ex) < self.position(table[key]):
+                    table[key] = ex
 
-    def position(self, ex: OpExecution) -> int:
-        return self._position.get(id(ex), 1 << 30)
+    @staticmethod
+    def position(ex: OpExecution) -> Tuple[int, int, int]:
+        return (ex.iteration, ex.time, ex.order if ex.order is not None else 1 << 30)
 
     def first_arrival(self, rank: int, before: Optional[OpExecution] = None,
                       same_step: bool = False) -> Optional[OpExecution]:
         """The first collective on `rank` that delivered a bad value, up to and including `before` (in `before`'s
-        step only, when the scan did not judge the collectives), or None."""
-        limit = self.position(before) if before is not None else 1 << 31
-        judged = (self._first_judged_in_step.get((rank, before.iteration)) if same_step and before is not None
-                  else self._first_judged.get(rank))
-        if judged is not None and self.position(judged) <= limit:
-            return judged
-        key = (rank, before.iteration if before is not None else None)
-        found = self._found.get(key)
-        if found is not None:
-            return found if self.position(found) <= limit else None
-        collectives = self._collectives_of(key)
-        i = self._progress.get(key, 0)
-        while i < len(collectives) and self.position(collectives[i]) <= limit:
-            ex = collectives[i]
-            i += 1
-            if id(ex) not in self._read:
-                self._read[id(ex)] = bool(self.collective_verdict(ex))
-            if self._read[id(ex)]:
-                self._found[key] = ex
-                break
-        self._progress[key] = i
-        return self._found.get(key)
-
-    def _collectives_of(self, key: Tuple[int, Optional[int]]) -> List[OpExecution]:
-        if self._collectives is None:
-            self._collectives = {}
-            for rank, exs in self.executions.items():
-                for ex in exs:
-                    if self.is_collective(ex.op_type) and ex.outputs:
-                        self._collectives.setdefault((rank, None), []).append(ex)
-                        self._collectives.setdefault((rank, ex.iteration), []).append(ex)
-        return self._collectives.get(key, [])
+        step only with same_step), or None."""
+        first = (self._first_in_step.get((rank, before.iteration)) if same_step and before is not None
+                 else self._first.get(rank))
+        if first is None or (before is not None and self.position(first) > self.position(before)):
+            return None
+        return first
 
     def rows(self, expected: Dict[int, str], selected: Optional[List[int]] = None,
              unmatched_records=()) -> List[RankStatus]:
@@ -261,13 +233,13 @@ class RankTable:
         unmatched: Dict[int, list] = {}
         for record in unmatched_records:
             unmatched.setdefault(record.rank, []).append(record)
-        ranks = set(self.executions) | set(expected) | set(unmatched)
+        ranks = self.dumped | set(expected) | set(unmatched)
         if selected is not None:
-            ranks &= set(selected)
+            ranks = {rank for rank in ranks if rank in selected}
         rows = []
         for rank in sorted(ranks):
             records = sorted(unmatched.get(rank, []), key=lambda r: r.iteration)
-            if not self.executions.get(rank) and not records:
+            if rank not in self.dumped and not records:
                 why = expected.get(rank) or "no tensor file of this rank was understood"
                 rows.append(RankStatus(rank, RANK_NOT_DUMPED, note=why))
                 continue
@@ -284,7 +256,7 @@ class RankTable:
         return compress_not_dumped(rows)
 
     def _row(self, rank: int, items) -> RankStatus:
-        if not self.executions.get(rank):
+        if rank not in self.dumped:
             return RankStatus(rank, RANK_CLEAN)
         origins = [(ex, v) for ex, v in items if v.role == ORIGIN and v.kind != CROSS_RANK]
         suspects = [(ex, v) for ex, v in items if v.role == SUSPECT]

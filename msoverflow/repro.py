@@ -44,20 +44,19 @@ class Repro:
 
 def find_origin_inputs(report: dict, dump_dir: Optional[str] = None):
     """The origin's execution in the dump: its input events in slot order, and the output events."""
-    from .index import build_index
-    from .layout import discover
+    from . import walk
     first = report.get("first") or {}
     if report.get("verdict") == "clean" or not first:
         raise UserError("the report has no origin: nothing to reproduce")
     root = dump_root_of(report, dump_dir)
     rank, step = _origin_int(first, "rank"), _origin_int(first, "iteration")
     notes: List[str] = []
-    dirs = discover(root, notes.append)
-    index = build_index(dirs, notes.append, [rank], [step])
-    candidates = [ex for ex in index.executions.get(rank, [])
+    executions = [ex for unit in walk.units(root, [rank], [step], notes.append)
+                  for ex in walk.unit_executions(unit, notes.append)]
+    candidates = [ex for ex in executions
                   if ex.op_name == first.get("op_name") and str(ex.graph) == str(first.get("graph"))]
     if not candidates:
-        candidates = [ex for ex in index.executions.get(rank, []) if ex.op_name == first.get("op_name")]
+        candidates = [ex for ex in executions if ex.op_name == first.get("op_name")]
     if not candidates:
         raise UserError(f"{root}: no dump files of {first.get('op_name')} at rank {rank} step {step}")
     stamp = first.get("timestamp")

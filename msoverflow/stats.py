@@ -5,7 +5,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from .dtypes import dtype_max
+from .rules.values import bad_extremes, limit_of, over_range_mask, pinned_extremes
 from .model import TensorStats
 
 CHUNK = 1 << 20  # elements per chunk (8 MB as float64 at most)
@@ -37,7 +37,7 @@ def _chunks(array: np.ndarray):
 
 def compute(array: np.ndarray, declared: Optional[str]) -> TensorStats:
     """Full statistics of a float tensor, judged against its declared dtype (an fp16 file may hold fp32 bytes)."""
-    limit = dtype_max(declared)
+    limit = limit_of(declared)
     count = int(array.size)
     if array.dtype.kind not in "f":
         if array.dtype.kind in "iub" and count:
@@ -67,30 +67,27 @@ def compute(array: np.ndarray, declared: Optional[str]) -> TensorStats:
             hi = c_hi if hi is None else max(hi, c_hi)
             zero += int(values.size - np.count_nonzero(values))
             negative += int(np.count_nonzero(values < 0))
-            if limit is not None:
-                magnitude = np.abs(values)
-                over += int(np.count_nonzero(magnitude > limit))
-                at_max += int(np.count_nonzero(magnitude == limit))
+            beyond = over_range_mask(values, limit)
+            if beyond is not None:
+                over += int(np.count_nonzero(beyond))
+                at_max += int(np.count_nonzero(np.abs(values) == limit))
     max_abs = None if lo is None else max(abs(lo), abs(hi))
     return TensorStats(count=count, nan=nan, posinf=posinf, neginf=neginf, min=lo, max=hi, max_abs=max_abs,
                        over_range=over, at_max=at_max, zero=zero, negative=negative)
 
 
 def scan(array: np.ndarray, declared: Optional[str]) -> Tuple[bool, bool]:
-    """(bad, pinned): bad stops at the first chunk holding a non-finite or out-of-range value (cheap for
-    propagated tensors); pinned = some value sits exactly at the declared dtype's max (saturation)."""
+    """(bad, pinned): bad stops at the first chunk holding a bad value (rules/values.py; cheap for propagated
+    tensors); pinned = some value sits exactly at the declared dtype's max (saturation)."""
     if array.dtype.kind != "f" or array.size == 0:
         return False, False
-    limit = dtype_max(declared)
+    limit = limit_of(declared)
     pinned = False
     for chunk in _chunks(array):
-        if not np.isfinite(chunk).all():
+        high, low = chunk.max(), chunk.min()
+        if bad_extremes(high, low, limit):
             return True, pinned
-        if limit is not None:
-            peak = float(np.abs(chunk).max())
-            if peak > limit:
-                return True, pinned
-            pinned = pinned or peak == limit
+        pinned = pinned or bool(pinned_extremes(high, low, limit))
     return False, pinned
 
 
@@ -98,14 +95,10 @@ def scan_rows(matrix: np.ndarray, declared: Optional[str]) -> Tuple[np.ndarray, 
     """scan() of each row of a (tensors x values) float matrix of small tensors, vectorised: (bad, pinned) per
     row. A clean batch costs two reductions; the per-row work is done only when something is off."""
     rows = matrix.shape[0]
-    limit = dtype_max(declared)
-    high, low = matrix.max(), matrix.min()                  # NaN and inf show here
-    if np.isfinite(high) and np.isfinite(low) and (limit is None or max(high, -low) < limit):
+    limit = limit_of(declared)
+    high, low = matrix.max(), matrix.min()
+    if not bad_extremes(high, low, limit) and not pinned_extremes(high, low, limit):
         return np.zeros(rows, dtype=bool), np.zeros(rows, dtype=bool)
-    bad = ~np.isfinite(matrix).all(axis=1)
-    pinned = np.zeros(rows, dtype=bool)
-    if limit is not None:
-        magnitude = np.abs(matrix)
-        bad |= (magnitude > limit).any(axis=1)
-        pinned = (magnitude == limit).any(axis=1) & ~bad
-    return bad, pinned
+    high, low = matrix.max(axis=1), matrix.min(axis=1)
+    bad = bad_extremes(high, low, limit)
+    return bad, pinned_extremes(high, low, limit) & ~bad

@@ -295,8 +295,13 @@ def file_op_name(full_name: str) -> str:
     return full_name.replace("/", "_").replace("\\", "_").replace(" ", "_")
 
 
+OPTIMIZER = "Default/optimizer-AdamWeightDecay/AdamWeightDecay-op"
+# the parameter each stage's optimizer op updates (named in the saved graph the seed writes with optimizer_ops)
+OPTIMIZED_PARAMETERS = {"first": "model.layers.0.attention.wq.weight", "last": "lm_head.weight"}
+
+
 def _ops_for(stage: int, last: bool, overflow: bool, origin: bool, rng: np.random.RandomState,
-             clip_ops: bool = False):
+             clip_ops: bool = False, optimizer_ops: bool = False):
     """(rel_time_us, op_type, full_name, inputs, outputs, stream, note) for one rank and one iteration."""
     f16 = np.float16
 
@@ -340,6 +345,7 @@ def _ops_for(stage: int, last: bool, overflow: bool, origin: bool, rng: np.rando
         ops.append((1500, "AllReduce", SCOPE + "/AllReduce-op0", [wgrad], [reduced], COMM_STREAM,
                     "" if origin or not overflow else "distractor: NaN received from the origin rank"))
         ops.append((1700, "Send", SCOPE + "/Send-op1", [reduced], [], COMM_STREAM, ""))
+    gradient = reduced if last else None
     if not last:
         received = nan.copy() if overflow else act()
         ops.append((1800, "Receive", SCOPE + "/Receive-op1", [], [received], COMM_STREAM,
@@ -349,6 +355,7 @@ def _ops_for(stage: int, last: bool, overflow: bool, origin: bool, rng: np.rando
                    ).astype(f16)
         ops.append((1900, "MatMul", "Gradients/" + LAYER0 + "/wq-Linear/Grad_MatMul/MatMul-op5",
                     [received, act(0.1)], [out], COMPUTE_STREAM, "propagator" if overflow else ""))
+        gradient = out
     norm_in = np.array([np.nan if overflow else 3.5], np.float32)
     norm_out = np.array([np.nan if overflow else 14.0], np.float32)
     if clip_ops:
@@ -367,6 +374,15 @@ def _ops_for(stage: int, last: bool, overflow: bool, origin: bool, rng: np.rando
         ops.append((2700, "Mul", SCOPE + "/clip_grad_norm-ClipGradNorm/Mul-op3",
                     [global_norm, np.array([1e38], np.float32)], [scaled], COMPUTE_STREAM,
                     "clip-flagged" if overflow else ""))
+    if optimizer_ops:
+        # AdamWeightDecay(var, m, v, lr, beta1, beta2, epsilon, decay, gradient): the weight update of the step
+        weight = act(0.02)
+        scalars = [np.array([v], np.float32) for v in (1e-4, 0.9, 0.95, 1e-8, 0.01)]
+        with np.errstate(invalid="ignore", over="ignore"):     # the updated weight: NaN where the gradient is
+            updated = (weight.astype(np.float32) - 1e-4 * gradient.astype(np.float32)).astype(f16)
+        ops.append((2800, "AdamWeightDecay", OPTIMIZER + ("0" if last else "1"),
+                    [weight, np.zeros_like(weight), np.zeros_like(weight)] + scalars[:4] + scalars[4:] + [gradient],
+                    [updated], COMPUTE_STREAM, ""))
     return ops
 
 
@@ -377,7 +393,7 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
                         statistic_variant: str = "2.2", clock_offsets_us: Optional[Dict[int, int]] = None,
                         net: str = "Baichuan13BV2", graph: int = 0, saturation: bool = False,
                         distractor_opdebug: Optional[bool] = None, clip_ops: bool = False,
-                        overflow_only: bool = False, inputs_dumped: bool = True) -> dict:
+                        overflow_only: bool = False, inputs_dumped: bool = True, optimizer_ops: bool = False) -> dict:
     """Write the seed case (documented formats, not a device recording) and describe it.
 
     8 ranks, `stages` pipeline stages (ranks 0..3 stage 0, 4..7 stage 1 by default). In `overflow_iteration`
@@ -399,6 +415,8 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
     inputs are +inf and the hardware flags both on every rank (propagators the flag alone would call origins).
     overflow_only: write only the flagged ops' files (what op_debug_mode 3 keeps). inputs_dumped=False: write
     no input tensors (input_output 2), so a flagged op's inputs cannot decide.
+    optimizer_ops: every rank ends its step with the AdamWeightDecay update of one weight (OPTIMIZED_PARAMETERS)
+    and saves a graph (.ir) naming that weight; on the bad step its gradient input is NaN.
     """
     if distractor_opdebug is None:
         distractor_opdebug = not saturation
@@ -432,7 +450,7 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
             true_base = BASE_TIME_US + iteration * ITERATION_US + rank * 3
             stat_rows = []
             mapping_rows = []
-            ops = _ops_for(stage, stage == last_stage, overflow, rank == origin_rank, rng, clip_ops)
+            ops = _ops_for(stage, stage == last_stage, overflow, rank == origin_rank, rng, clip_ops, optimizer_ops)
             if saturation:
                 ops = [op[:3] + ([_saturate(a) for a in op[3]], [_saturate(a) for a in op[4]]) + op[5:] for op in ops]
             for task, (rel, op_type, full_name, inputs, outputs, stream, note) in enumerate(ops, start=11):
@@ -518,7 +536,8 @@ def build_seed_scenario(out_dir: str, *, formats: Sequence[str] = ("opdebug", "b
                 with open(os.path.join(directory, "mapping.csv"), "w", newline="") as fh:
                     csv.writer(fh, lineterminator="\n").writerows(mapping_rows)
                 description["mapping"].update({r[0]: r[1] for r in mapping_rows})
-        _rank_extras(root, layout, rank, net, graph, order_names, iterations)
+        _rank_extras(root, layout, rank, net, graph, order_names, iterations,
+                     OPTIMIZED_PARAMETERS["last" if stage == last_stage else "first"] if optimizer_ops else None)
     if layout == "acl":
         for device in range(ranks):
             _write(os.path.join(root, f"acl_dump_{device}.json"), json.dumps(
@@ -538,7 +557,7 @@ STAGE0_CLOCK_BEHIND_US = 400_000_000
 
 
 def build_pp_seed_case(out_dir: str, *, overflow_only: bool = False, inputs_dumped: bool = True,
-                       clock_offsets_us: Optional[Dict[int, int]] = None) -> dict:
+                       clock_offsets_us: Optional[Dict[int, int]] = None, optimizer_ops: bool = False) -> dict:
     """The seed's own shape (built from the documented formats, not recorded on Ascend): 8 ranks, PP=2,
     MindSpore 2.2 async layout with old-style Opdebug JSON and binary dumps (no statistic.csv), the lm head on
     stage 1 (ranks 4-7) where rank 5's NormHead SqrtGrad overflows at step 1; ClipGradNorm's Sqrt and Mul
@@ -547,7 +566,8 @@ def build_pp_seed_case(out_dir: str, *, overflow_only: bool = False, inputs_dump
     offsets.update(clock_offsets_us or {})
     description = build_seed_scenario(out_dir, formats=("opdebug", "bin"), layout="async22", ranks=8, stages=2,
                                       opdebug_style="old", opdebug_encoding="json", clock_offsets_us=offsets,
-                                      clip_ops=True, overflow_only=overflow_only, inputs_dumped=inputs_dumped)
+                                      clip_ops=True, overflow_only=overflow_only, inputs_dumped=inputs_dumped,
+                                      optimizer_ops=optimizer_ops)
     description["label"] = "spec-built: " + description["label"]
     description["expected_ranks"] = {
         r: ("origin", "SqrtGrad") if r == 5 else (("received", "AllReduce") if r >= 4 else ("received", "Receive"))
@@ -599,11 +619,18 @@ def _write_opdebug(directory, encoding, style, ts, *, file_task, unit, task, str
                               [record], style)
 
 
-def _rank_extras(root, layout, rank, net, graph, order_names, iterations):
-    """The per-rank execution-order files O0/O1 dumps carry (graph order, not the real run order)."""
+def _rank_extras(root, layout, rank, net, graph, order_names, iterations, optimized: Optional[str] = None):
+    """The per-rank execution-order files O0/O1 dumps carry (graph order, not the real run order), and with
+    `optimized` a saved graph whose optimizer node names the parameter it updates (MindSpore's .ir text form)."""
     if layout == "acl":
         return
     rank_root = os.path.join(root, f"rank_{rank}")
+    if optimized:
+        from synth_dump import ir_node
+        optimizer = next(n for n in order_names if n.startswith(OPTIMIZER))
+        _write(os.path.join(rank_root, "graphs", f"ms_output_trace_code_graph_{graph}.ir"),
+               f"%para1_{optimized}: <Ref[Tensor[Float16]], (4, 8), ref_key={optimized}, is_parameter>\n"
+               + ir_node(1, "AdamWeightDecay", optimizer, [f"%para1_{optimized}", "%para2_m", "%para3_v"]))
     _write(os.path.join(rank_root, "execution_order", f"ms_execution_order_graph_{graph}.csv"),
            "NodeExecutionOrder-FullNameWithScope\n" + "".join(n + "\n" for n in order_names))
     _write(os.path.join(rank_root, "execution_order", f"ms_global_execution_order_graph_{graph}.csv"),

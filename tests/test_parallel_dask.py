@@ -9,7 +9,7 @@ import pytest
 from msoverflow import parallel
 from msoverflow.analyze import analyze
 from msoverflow.render.json_report import report_dict
-from msoverflow.scan import Unit, UnitSummary
+from msoverflow.walk import Unit, UnitSummary
 
 from test_scan_equivalence import _rules_dump, _statistic_dump
 

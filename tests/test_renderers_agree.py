@@ -56,7 +56,7 @@ def facts_from_text(text):
     origin = None
     if lines[0].startswith("ANOMALY"):
         where = next(l for l in lines if l.startswith("  where : "))
-        m = re.match(r"  where : rank (\d+), step (\d+), graph ", where)
+        m = re.match(r"  where : rank (\d+)(?: \([^)]*\))?, step (\d+), graph ", where)   # coordinates optional
         op = next(l for l in lines if l.startswith("  op: "))[len("  op: "):]
         origin = (int(m.group(1)), int(m.group(2)), op)
     ranks = {}
@@ -84,7 +84,7 @@ def _unmd(text):
 
 def facts_from_markdown(md):
     origin = None
-    m = re.search(r"^\*\*Anomaly\*\* .* on rank (\d+), step (\d+)", md, re.M)
+    m = re.search(r"^\*\*Anomaly\*\* .* on rank (\d+)(?: \([^)]*\))?, step (\d+)", md, re.M)
     if m:
         op = re.search(r"^- op: (`+) ?(.*?) ?\1$", md, re.M).group(2)
         origin = (int(m.group(1)), int(m.group(2)), op)
@@ -108,7 +108,7 @@ def facts_from_json(doc):
 def facts_from_html(page):
     origin = None
     card = re.search(r'<section id="verdict".*?</section>', page, re.S).group(0)
-    where = re.search(r"<dt>where</dt><dd>rank (\d+), step (\d+), graph", card)
+    where = re.search(r"<dt>where</dt><dd>rank (\d+)(?: \([^)]*\))?, step (\d+), graph", card)
     if where and 'badge anomaly' in card:
         op = re.search(r"<dt>op</dt><dd><code>(.*?)</code>", card).group(1)
         origin = (int(where.group(1)), int(where.group(2)), htmllib.unescape(op))

@@ -63,8 +63,8 @@ def test_pp_seed_shape_text_json_markdown_carry_the_rank_table(tmp_path):
     jsonschema.validate(doc, json.load(open(SCHEMA)))
     assert [r["status"] for r in doc["ranks"]] == ["received"] * 5 + ["origin"] + ["received"] * 2
     assert doc["ranks"][5] == {"rank": 5, "status": "origin", "iteration": 1, "op_name": report.first.op_name,
-                               "op_type": "SqrtGrad", "via": None, "note": "", "coords": None, "present": None,
-                               "expected": None}
+                               "op_type": "SqrtGrad", "via": None, "note": "", "present": None, "expected": None,
+                               "coords": {"pp": 1}}   # stage inferred from the ranks' execution orders
     assert doc["summary"]["ranks"] == list(range(8))
     text = render(report, "text")
     table = text[text.index("Ranks"):]
@@ -197,7 +197,7 @@ def test_a_crash_exits_4_naming_the_file_never_1(tmp_path, monkeypatch, capsys):
     def broken(*_args, **_kwargs):
         raise ZeroDivisionError("boom")
     monkeypatch.setattr(stats, "scan", broken)
-    monkeypatch.setattr(stats, "scan_rows", broken)      # the batch check of small tensors (msoverflow/scan.py)
+    monkeypatch.setattr(stats, "scan_rows", broken)      # the batch check of small tensors (msoverflow/walk.py)
     assert main(["analyze", str(tmp_path), "--no-progress"]) == 4
     err = capsys.readouterr().err
     assert "internal error while reading" in err and ".npy" in err and "ZeroDivisionError" in err

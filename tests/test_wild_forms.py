@@ -282,10 +282,10 @@ def test_msprobe_multi_rank_collective_delivers_not_originates(tmp_path):
     assert (report.first.rank, report.first.op_name) == (0, "Torch.sqrt.0.backward")
     assert report.ranks == [0, 1]
     assert all(f.rank == 0 for f in report.anomalies)          # rank 1 created nothing: it received
-    from msoverflow.index import build_index
-    from msoverflow.layout import discover
-    index = build_index(discover(str(root), print), print)
-    rank1 = [ex for ex in index.executions[1] if ex.op_type == "AllReduce"]
+    assert [(a.rank, a.op_name) for a in report.arrivals] == [(1, "Distributed.all_reduce.0.forward")]
+    from msoverflow import walk
+    rank1 = [ex for unit in walk.units(str(root), ranks=[1]) for ex in walk.unit_executions(unit)
+             if ex.op_type == "AllReduce"]
     assert rank1 and rank1[0].op_name == "Distributed.all_reduce.0.forward"
 
 

@@ -6,24 +6,7 @@ import os
 import time
 
 from ..errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_CODES_HELP, EXIT_INCONCLUSIVE
-
-
-def _int_list(text: str):
-    """Steps/ranks as `config` spells them: 0 | 0,7 | 0-3 | 0|5-8 | all (no filter)."""
-    if text.strip().lower() == "all":
-        return None
-    values = set()
-    try:
-        for part in text.replace("|", ",").split(","):
-            part = part.strip()
-            if "-" in part:
-                low, high = (int(x) for x in part.split("-", 1))
-                values.update(range(low, high + 1))
-            elif part:
-                values.add(int(part))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers like 0, 0,7, 0-3 or 0|5-8, got {text!r}")
-    return sorted(values)
+from ..selection import argument
 
 
 def add_report_options(p) -> None:
@@ -56,9 +39,9 @@ def register(sub):
                               "collective), flagged, clean, incomplete or not dumped. Ranks are ordered by steps, "
                               "collectives and op knowledge, never by their clocks.")
     p.add_argument("dump_dir", metavar="DUMP_DIR")
-    p.add_argument("--ranks", "--rank", dest="rank", type=_int_list, metavar="IDS",
+    p.add_argument("--ranks", "--rank", dest="rank", type=argument("--ranks"), metavar="IDS",
                    help="only these ranks, e.g. 0, 0,7 or 0-3")
-    p.add_argument("--steps", "--step", "--iteration", "--iterations", dest="iteration", type=_int_list,
+    p.add_argument("--steps", "--step", "--iteration", "--iterations", dest="iteration", type=argument("--steps"),
                    metavar="STEPS", help="only these steps (the dump's iteration directories), e.g. 0, 0-3 or 0|5-8")
     p.add_argument("--top", type=int, default=10, help="later origins to list (default 10)")
     p.add_argument("--all", dest="scan_all", action="store_true",
@@ -74,6 +57,8 @@ def register(sub):
     p.add_argument("--finished", action="store_true",
                    help="the job that wrote the dump has ended: files written seconds ago are complete, not a dump "
                         "still being written (msoverflow run and patch --verify say so themselves)")
+    from ..parallel_layout import add_parallel_option
+    add_parallel_option(p)
     p.set_defaults(run=run)
     return p
 
@@ -110,7 +95,7 @@ def run(args) -> int:
     report = analyze(args.dump_dir, ranks=args.rank, steps=args.iteration, scan_all=args.scan_all,
                      progress=False if (args.no_progress or getattr(args, "quiet", False)) else None,
                      warn=lambda message: log.debug("warning: %s", message), jobs=args.jobs,
-                     scheduler=args.scheduler, finished=args.finished,
+                     scheduler=args.scheduler, parallel=args.parallel, finished=args.finished,
                      command=getattr(args, "command_line", None))
     log.debug("analyzed %s in %.1f s: %s, %d files, %d tensors read", args.dump_dir, time.monotonic() - started,
               report.verdict, report.files, report.tensors_read)

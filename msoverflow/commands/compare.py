@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ..errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_CODES_HELP, EXIT_INCONCLUSIVE
-from .analyze import _format_of, _int_list, write_output
+from ..selection import argument
+from .analyze import _format_of, write_output
 
 
 def register(sub):
@@ -18,9 +19,9 @@ def register(sub):
                "(rank, step), never by op numbers, task ids or timestamps; ops present on one side only are listed.")
     p.add_argument("baseline", metavar="BASELINE")
     p.add_argument("target", metavar="TARGET")
-    p.add_argument("--ranks", "--rank", dest="rank", type=_int_list, metavar="IDS",
+    p.add_argument("--ranks", "--rank", dest="rank", type=argument("--ranks"), metavar="IDS",
                    help="only these ranks, e.g. 0, 0,7 or 0-3")
-    p.add_argument("--steps", "--step", dest="iteration", type=_int_list, metavar="STEPS",
+    p.add_argument("--steps", "--step", dest="iteration", type=argument("--steps"), metavar="STEPS",
                    help="only these steps (the dump's iteration directories), e.g. 0, 0-3 or 0|5-8")
     p.add_argument("--ulps", type=float, default=None, metavar="N",
                    help="tolerance in ulps of the compared dtype (default 8)")

@@ -4,7 +4,11 @@ from __future__ import annotations
 import argparse
 
 from ..errors import EXIT_CODES_HELP
-from .analyze import _int_list, add_report_options
+from ..selection import argument
+from .analyze import add_report_options
+
+
+MAX_WATCHED_STEPS = 100_000
 
 
 def register(subparsers):
@@ -20,12 +24,14 @@ def register(subparsers):
                     "Cell path and class, op, forward or backward, source line), and that op's tensors are saved so "
                     "`msoverflow repro --from report.json` re-runs it. Under msrun each rank watches itself. "
                     "Graph mode cannot be hooked: use `msoverflow run --two-pass`. " + EXIT_CODES_HELP)
-    parser.add_argument("--steps", "--step", dest="steps", type=_int_list, metavar="STEPS",
+    parser.add_argument("--steps", "--step", dest="steps", type=argument("--steps"), metavar="STEPS",
                         help="watch only these steps (optimizer updates, from 0), e.g. 0-3 or 5|9; default all")
     parser.add_argument("--out-dir", metavar="DIR",
                         help="fresh directory for the records and the first bad op's tensors "
                              "(default ./msoverflow_runs/hunt_<time>)")
     add_report_options(parser)
+    from ..parallel_layout import add_parallel_option
+    add_parallel_option(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after '--'")
     parser.set_defaults(run=run, top=10)
     return parser
@@ -39,7 +45,13 @@ def run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    outcome = hunt(command, args.out_dir, args.steps)
+    # the watched processes get the steps as a list: bounded here (a selection is otherwise kept as ranges)
+    steps = args.steps.values(MAX_WATCHED_STEPS, "--steps") if args.steps is not None else None
+    outcome = hunt(command, args.out_dir, steps)
     write_summary(outcome, sys.stderr)
+    if args.parallel is not None:        # rank coordinates, as analyze gives them (msoverflow/parallel_layout.py)
+        from ..parallel_layout import label_ranks
+        outcome.report.parallel = label_ranks(args.parallel, outcome.out_dir, outcome.report.rank_status, {},
+                                              outcome.report.warnings.append)
     args.dump_dir = outcome.out_dir
     return deliver(args, outcome.report)

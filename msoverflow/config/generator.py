@@ -8,6 +8,7 @@ import os
 import re
 from typing import Iterable, Optional, Sequence, Union
 
+from .. import selection
 from ..errors import UserError
 from . import msprobe
 from .checker import check_for_target
@@ -22,37 +23,20 @@ __all__ = ["build", "ConfigRefused", "DumpConfigResult", "parse_steps", "parse_r
 # ---- option parsing -------------------------------------------------------------------------------------------
 
 def parse_steps(steps: Union[None, str, int, Iterable[int]]) -> str:
-    """'0|5-8', '0,5-8', 3, [0, 5] or 'all' -> MindSpore's iteration string."""
+    """'0|5-8', '0,5-8', 3, [0, 5] or 'all' -> MindSpore's iteration string (msoverflow.selection's grammar)."""
     if steps is None:
         return "0"
-    if isinstance(steps, int):
-        return str(steps)
-    if not isinstance(steps, str):
-        return "|".join(str(int(s)) for s in steps)
-    text = re.sub(r"\s+", "", steps).replace(",", "|")
-    if text != "all" and not re.fullmatch(r"\d+(-\d+)?(\|\d+(-\d+)?)*", text):
-        raise UserError(f"--steps '{steps}' is not \"all\" or steps like 0|5-8")
-    return text
+    chosen = selection.parse(steps, "--steps")
+    return "all" if chosen is None else str(chosen)
+
+
+MAX_DEVICE_IDS = 4096     # a dump config lists device ids one by one
 
 
 def parse_ranks(ranks: Union[None, str, int, Iterable[int]]) -> Optional[list]:
-    """'0,1', '0-3', 0 or [0, 1] -> sorted device ids; None means the default 0..7."""
-    if ranks is None:
-        return None
-    if isinstance(ranks, int):
-        return [ranks]
-    if not isinstance(ranks, str):
-        return sorted({int(r) for r in ranks})
-    ids = set()
-    for part in re.split(r"[,|\s]+", ranks.strip()):
-        if not part:
-            continue
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-        if not match:
-            raise UserError(f"--ranks '{ranks}' is not a list like 0,1 or 0-7")
-        low, high = int(match.group(1)), int(match.group(2) or match.group(1))
-        ids.update(range(low, high + 1))
-    return sorted(ids)
+    """'0,1', '0-3', 0 or [0, 1] -> sorted device ids (msoverflow.selection's grammar); None means the default."""
+    chosen = selection.parse(ranks, "--ranks")
+    return None if chosen is None else chosen.values(MAX_DEVICE_IDS, "--ranks")
 
 
 def _set_dotted(config: dict, dotted: str, value) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import List, Mapping, Optional, Sequence
 
+from .. import selection
 from ..errors import UserError
 from .model import ConfigRefused, DumpConfigResult, Problem, Target, shown as _shown
 from .rules import Situation, load_rules, version_matches, when_matches
@@ -73,24 +74,13 @@ def _version_tuple(text: str) -> tuple:
     return tuple(int(x) for x in re.findall(r"\d+", str(text))[:3])
 
 
-def _id_list(values) -> list:
-    """msprobe's rank/step lists: ints, or strings like "4" or "4-6"; msoverflow's '0,5-8' / '0|5-8' too."""
-    if values is None:
+def _id_list(values, what: str = "--steps") -> list:
+    """msprobe's rank/step lists (ints, and "4-6" strings for ranges) from msoverflow.selection's grammar
+    ('0,5-8', '0|5-8', 'all' = []); ranges stay ranges, never expanded."""
+    chosen = selection.parse(values, what)
+    if chosen is None:
         return []
-    if isinstance(values, int):
-        return [values]
-    if not isinstance(values, str):
-        return [int(v) if str(v).isdigit() else str(v) for v in values]
-    if values.strip() == "all":
-        return []
-    out: list = []
-    for part in re.split(r"[,|\s]+", values.strip()):
-        if not part:
-            continue
-        if not re.fullmatch(r"\d+(-\d+)?", part):
-            raise UserError(f"'{values}' is not a list like 0,5-8")
-        out.append(int(part) if part.isdigit() else part)
-    return out
+    return [low if low == high else f"{low}-{high}" for low, high in chosen.ranges]
 
 
 @dataclass
@@ -152,7 +142,7 @@ def build_msprobe(purpose: str, target: Target, *, mode: str, path: Optional[str
     section = json.loads(json.dumps(spec["section"]))
     if kernels:
         section["list"] = list(kernels)
-    config = {"task": spec["task"], "dump_path": dump_path, "rank": _id_list(ranks), "step": _id_list(steps),
+    config = {"task": spec["task"], "dump_path": dump_path, "rank": _id_list(ranks, "--ranks"), "step": _id_list(steps),
               "level": level, "async_dump": False, spec["task"]: section}
     if level != "L2":
         config["extra_info"] = True          # stack.json and construct.json: source lines and Cell paths

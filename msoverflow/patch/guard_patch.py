@@ -3,8 +3,12 @@
 In the file holding the culprit line:
   - the division on that line divides by max(count, 1): `a / count` -> `a / mindspore.ops.maximum(count, 1)`
     (also `ops.div(a, count)`, `RealDiv()(a, count)`, `self.div(a, count)`): an empty mask now gives 0, not NaN;
-  - every `TrainOneStepCell(...)` built in that file is wrapped by `msoverflow.guard.guard(..., count_input=N)`,
-    which skips the optimizer update, the same way on every rank, when the global token count is 0.
+  - every `TrainOneStepCell(...)` built in that file is wrapped by `_msoverflow_guard(..., count_input=N)`, a
+    helper written into the file: it builds msoverflow's in-graph guarded step (the optimizer update is skipped,
+    the same way on every rank, when the global token count is 0) and, when msoverflow is not installed, says
+    so once and returns the step unguarded, so the script keeps running.
+The helper and any import go above their first use. The source is read and parsed through the same safe-I/O
+contract as the source patch (regular file, bounded size, nesting measured, forked probe parse).
 Each changed line carries a comment saying why; a marker makes it idempotent. Nothing is written here.
 """
 from __future__ import annotations
@@ -16,10 +20,24 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..errors import UserError
-from .source_patch import SourcePatch, _code, _dotted, _relocate, _with_comment
+from ..rules.knowledge import knowledge
+from .source_patch import (SourcePatch, _code, _dotted, _insert_module_parts, _relocate, _with_comment,
+                           parse_source, read_source)
 
 MARKER = "# msoverflow: zero-token guard"
-_DIVISIONS = {"div", "Div", "RealDiv", "real_div", "divide", "true_divide", "DivNoNan"}
+HELPER = "_msoverflow_guard"
+_HELPER_SOURCE = f'''def {HELPER}(train_step, **options):
+    """msoverflow zero-token guard: skip the optimizer update when the global token count is 0 (decided in the
+    compiled step). Without msoverflow installed the step runs unguarded, and this says so once."""
+    try:
+        from msoverflow.guard import guard
+    except ImportError:
+        import sys
+        print("msoverflow is not installed: the zero-token guard is off (pip install msoverflow)", file=sys.stderr)
+        return train_step
+    return guard(train_step, **options)
+'''
+_IMPORTS_MINDSPORE = re.compile(r"^import mindspore\s*(#.*)?$", re.MULTILINE)
 
 
 class _Guard(cst.CSTTransformer):
@@ -50,7 +68,8 @@ class _Guard(cst.CSTTransformer):
     def leave_Call(self, original, updated):
         dotted = _dotted(original.func)
         callee = dotted.split(".")[-1].rstrip("()")
-        is_division = callee in _DIVISIONS or (dotted.startswith("self.") and callee in self.division_attrs)
+        is_division = callee in knowledge().division_calls or (
+            dotted.startswith("self.") and callee in self.division_attrs)
         if self.in_culprit and not self.divided and is_division and len(updated.args) >= 2:
             self.divided = True
             args = list(updated.args)
@@ -61,7 +80,7 @@ class _Guard(cst.CSTTransformer):
         if callee == "TrainOneStepCell":
             self.changes.append(f"line {self.statement_line}: {_code(original.func)}(...) skips the optimizer "
                                 f"update when the global token count is 0 (input {self.count_input} is the mask)")
-            return cst.parse_expression(f"msoverflow.guard.guard({_code(updated)}, count_input={self.count_input})")
+            return cst.parse_expression(f"{HELPER}({_code(updated)}, count_input={self.count_input})")
         return updated
 
     def leave_SimpleStatementLine(self, original, updated):
@@ -73,51 +92,34 @@ class _Guard(cst.CSTTransformer):
 
 
 def plan(path: str, line: int, code: str = "", count_input: int = -1) -> SourcePatch:
-    try:
-        with open(path, encoding="utf-8", newline="") as fh:
-            original = fh.read()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the model source ({exc.strerror})")
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 Python source file")
+    original = read_source(path)
     result = SourcePatch(path=path, line=line, dtype="guard", original=original, patched=original,
                          function="zero-token guard")
     if MARKER in original:
         result.already = True
         return result
-    try:
-        module = cst.parse_module(original)
-    except cst.ParserSyntaxError as exc:
-        raise UserError(f"{path}: cannot parse it as Python (line {exc.raw_line}: {exc.message}); refusing to patch")
+    module = parse_source(original, path)
     line = _relocate(original, line, code, path)
     result.line = line
     changes: List[str] = []
-    division_attrs = frozenset(re.findall(r"self\.(\w+)\s*=\s*(?:[\w.]+\.)?(?:RealDiv|Div|DivNoNan)\(", original))
+    primitives = "|".join(sorted(c for c in knowledge().division_calls if c[:1].isupper()))
+    division_attrs = frozenset(re.findall(rf"self\.(\w+)\s*=\s*(?:[\w.]+\.)?(?:{primitives})\(", original))
     transformer = _Guard(line, count_input, changes, division_attrs)
     patched = MetadataWrapper(module).visit(transformer)
     if not transformer.divided:
         raise UserError(f"{path}:{line} holds no division to guard (`{code.strip() or 'this line'}`); the zero-token "
                         f"guard fixes a masked mean, x / count")
-    imports = []
-    if "import mindspore\n" not in original:
-        imports.append("import mindspore")
-    if any("TrainOneStepCell" in c for c in changes) and "import msoverflow.guard" not in original:
-        imports.append("import msoverflow.guard")
-    if imports:
-        patched = _insert_imports(patched, imports)
-        changes += [f"{i} added" for i in imports]
+    need_import = not _IMPORTS_MINDSPORE.search(original)
+    helpers = [_HELPER_SOURCE] if any("TrainOneStepCell" in c for c in changes) and \
+        f"def {HELPER}(" not in original else []
+    patched = _insert_module_parts(patched, need_import, helpers,
+                                   uses=(["mindspore"] if need_import else []) + [HELPER])
+    changes += ["import mindspore added"] * need_import
+    changes += [f"helper {HELPER}() added above its first use (msoverflow optional)"] * bool(helpers)
     result.patched = patched.code
     result.changes = changes
     cst.parse_module(result.patched)
     return result
-
-
-def _insert_imports(module: cst.Module, imports: List[str]) -> cst.Module:
-    body = list(module.body)
-    last = max((i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine)
-                and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)), default=-1)
-    body[last + 1:last + 1] = [cst.parse_statement(i) for i in imports]
-    return module.with_changes(body=body)
 
 
 def describe(patch: SourcePatch) -> str:

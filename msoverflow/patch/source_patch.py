@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Set
+from typing import List, Optional, Sequence, Set
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider, ParentNodeProvider
@@ -561,7 +561,16 @@ def _like_source(ms: str, name: str) -> str:
             f"    return x\n")
 
 
-def _insert_module_parts(module: cst.Module, need_import: bool, helpers: List[str]) -> cst.Module:
+def _is_future_import(stmt) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and any(
+        isinstance(s, cst.ImportFrom) and isinstance(s.module, cst.Name) and s.module.value == "__future__"
+        for s in stmt.body)
+
+
+def insertion_point(module: cst.Module, names: Sequence[str]) -> int:
+    """Where new imports and helpers go: after the leading import block, but never below the first top-level
+    statement that uses one of `names` (a late import after `TrainOneStepCell(...)` must not push the import
+    below its first use), and never above the docstring or a `from __future__` import."""
     body = list(module.body)
     last_import = -1
     for i, stmt in enumerate(body):
@@ -570,7 +579,23 @@ def _insert_module_parts(module: cst.Module, need_import: bool, helpers: List[st
             last_import = i
         elif i > 0 and not _is_docstring(stmt) and last_import >= 0:
             break
-    insert_at = last_import + 1 if last_import >= 0 else (1 if body and _is_docstring(body[0]) else 0)
+    earliest = 1 if body and _is_docstring(body[0]) else 0
+    while earliest < len(body) and _is_future_import(body[earliest]):
+        earliest += 1
+    insert_at = max(last_import + 1, earliest)
+    if names:
+        used = re.compile(r"\b(?:" + "|".join(re.escape(n) for n in names) + r")\b")
+        for i in range(earliest, insert_at):
+            if used.search(module.code_for_node(body[i])):
+                return i
+    return insert_at
+
+
+def _insert_module_parts(module: cst.Module, need_import: bool, helpers: List[str],
+                         uses: Sequence[str] = ()) -> cst.Module:
+    """`import mindspore` (when needed) and helper definitions, placed before the first use of `uses`."""
+    body = list(module.body)
+    insert_at = insertion_point(module, uses)
     new = []
     if need_import:
         new.append(cst.parse_statement("import mindspore"))
@@ -739,7 +764,8 @@ def plan(path: str, line: int, dtype: str = "float32", code: str = "") -> Source
     if island.used_like and f"def {like}(" not in original:
         helpers.append(_like_source(ms, like))
         changes.append(f"helper {like}() added after the imports: casts a value back to a reference's dtype")
-    patched_module = _insert_module_parts(patched_module, locate.ms_alias is None, helpers)
+    patched_module = _insert_module_parts(patched_module, locate.ms_alias is None, helpers,
+                                          uses=([ms] if locate.ms_alias is None else []) + [widen, like])
     if locate.ms_alias is None:
         changes.append("import mindspore added")
     result.patched = patched_module.code

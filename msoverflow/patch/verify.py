@@ -9,8 +9,6 @@ to its owning Cell (when the report names it) and run again.
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import os
@@ -346,16 +344,22 @@ def _run_with_dump(command: List[str], dump_dir: str, workdir: str, extra_env: d
 
 
 def analyse(dump_dir: str, out_path: str):
-    """Run `msoverflow analyze` in-process; returns (report or None, error or None)."""
-    from .. import cli
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-        code = cli.main(["analyze", dump_dir, "--format", "json", "-o", out_path, "--no-progress", "--finished"])
-    if code not in (0, 1) or not os.path.exists(out_path):
-        message = buffer.getvalue().strip().splitlines()
-        return None, (message[-1] if message else f"msoverflow analyze exited with {code}")
-    with open(out_path, encoding="utf-8") as fh:
-        return json.load(fh), None
+    """Analyse the run's dump through the Python API; writes the JSON report to `out_path` and returns
+    (its dict, None), or (None, the one-line reason) when the dump could not be analysed."""
+    from ..api import analyze
+    from ..errors import UserError
+    from ..logs import log
+    from ..render.json_report import render_json
+    try:
+        report = analyze(dump_dir, finished=True, warn=lambda message: log.debug("warning: %s", message))
+    except UserError as exc:
+        return None, str(exc)
+    except Exception as exc:      # a crash in the analysis is reported, the verification goes on
+        return None, f"msoverflow analyze failed on {dump_dir}: {type(exc).__name__}: {exc}"
+    with open(out_path, "w", encoding="utf-8") as fh:
+        fh.write(render_json(report))
+    log.info("wrote %s (json, %d bytes)", os.path.abspath(out_path), os.path.getsize(out_path))
+    return report.to_dict(), None
 
 
 def run_once(label: str, command: List[str], workdir: str, target: Optional[Target], dtype: str,

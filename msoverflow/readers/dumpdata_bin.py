@@ -21,6 +21,7 @@ from .. import names, safeio
 from ..dtypes import SUB_BYTE_BITS, UNDECODABLE, numpy_dtype
 from ..model import INPUT, OUTPUT, TensorEvent
 from . import _protobuf as pb
+from .registry import Reader
 
 # data_type enum -> canonical dtype name (msprobe resource/dump_data.proto and adump's AclDumpMsg.proto).
 # numpy lacks bfloat16 and the packed sub-byte integers: their bytes are decoded by dtypes.decode_raw.
@@ -360,3 +361,19 @@ def tensor_events(path: str, parsed=None, *, rank: int, graph: str, iteration: i
 def _make_loader(path: str, slot: TensorSlot):
     # a partial, not a closure: events travel between processes (analyze --jobs/--scheduler) by pickle
     return functools.partial(tensor_view, path, slot)
+
+
+def _read_dir_files(content, batch) -> None:
+    """The registry's call: binary DumpData files [(file name, names.ParsedName)] of one directory."""
+    d = content.d
+    for name, parsed in batch:
+        path = content.path(name)
+        found = tensor_events(path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration, warn=content.warn)
+        content.files += 1
+        if not found:
+            content.unreadable.append(path)
+        content.events.extend(found)
+
+
+# acl_dump_{device}.json beside ACL dumps is the dump's config, not a tensor
+READER = Reader("dumpdata_bin", _read_dir_files, kinds=(names.KIND_BIN,), ignores=("acl_dump",))

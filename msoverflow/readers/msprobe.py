@@ -29,6 +29,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 from .. import safeio
 from ..dtypes import canonical
 from ..model import INPUT, OUTPUT, GraphNode, TensorEvent
+from ..layout import LAYOUT_MSPROBE
+from .registry import Reader
 from .statistic_csv import stats_from_numbers
 
 Warn = Callable[[str], None]
@@ -415,3 +417,17 @@ def forward_nodes(nodes: List[GraphNode]) -> List[GraphNode]:
                                    source_code=n.source_code))
             have.add(n.forward_name)
     return extra
+
+
+def _read_dir(content, _files) -> None:
+    """The registry's call: one msprobe rank/step directory, read whole (dump.json, stack.json, construct.json)."""
+    d = content.d
+    events, nodes, files, unread = read_step_dir(d, content.warn)
+    content.files += files
+    content.events.extend(events)
+    content.nodes.extend(nodes)
+    if unread:     # a step whose dump.json cannot be read: never a clean verdict
+        content.unreadable.append(os.path.join(d.path, DUMP_JSON))
+
+
+READER = Reader("msprobe", _read_dir, layouts=(LAYOUT_MSPROBE,))

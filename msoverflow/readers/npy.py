@@ -17,6 +17,8 @@ import numpy as np
 
 from .. import safeio
 from ..dtypes import canonical
+from ..names import KIND_NPY
+from .registry import Reader
 
 
 class NpyError(Exception):
@@ -230,3 +232,19 @@ def save(path: str, tensor) -> None:
         np.lib.format.write_array_header_1_0(out, header)
         for chunk in tensor.chunks(chunk_bytes // max(tensor.dtype.itemsize, 1)):
             out.write(np.ascontiguousarray(chunk).tobytes())
+
+
+def _read_dir_files(content, batch) -> None:
+    """The registry's call: a directory's npy files and their names as columns (names.parse_many)."""
+    files, columns = batch
+    if content.table_covers_npy:      # statistic.csv has a row for each: neither the name nor the tensor is needed
+        content.files += len(files)
+        return
+    for i in columns.rejected:
+        content.warn(f"{content.path(files[i])}: file name not understood, skipped")
+        content.unknown.append(content.path(files[i]))
+    content.npy_files, content.npy = files, columns
+    content.files += len(columns.rows)
+
+
+READER = Reader("npy", _read_dir_files, kinds=(KIND_NPY,))

@@ -18,6 +18,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from .. import safeio
 from ..model import OverflowRecord
 from . import dumpdata_bin
+from ..names import KIND_OPDEBUG
+from .registry import Reader
 
 MAGIC = 0x5A5A5A5A
 OLD_RECORD_BYTES = 2048
@@ -339,3 +341,21 @@ def opdebug_as_json(path: str) -> dict:
 __all__ = ["read_opdebug", "decode_status", "match_records", "read_entries", "entries_from_json",
            "entries_from_raw", "file_name_ids", "is_opdebug_file", "opdebug_as_json", "OpdebugFormatError",
            "MAGIC"]
+
+
+def _read_dir_files(content, batch) -> None:
+    """The registry's call: Opdebug files [(file name, names.ParsedName)] of one directory."""
+    d = content.d
+    for name, parsed in batch:
+        path = content.path(name)
+        content.files += 1
+        try:
+            read_entries(path)
+        except OpdebugFormatError:
+            content.unreadable.append(path)
+        content.records.extend(read_opdebug(
+            path, rank=d.rank, graph=d.graph, iteration=d.iteration, file_timestamp=parsed.timestamp,
+            file_task_id=parsed.task_id, file_stream_id=parsed.stream_id, warn=content.warn))
+
+
+READER = Reader("opdebug", _read_dir_files, kinds=(KIND_OPDEBUG,))

@@ -7,6 +7,7 @@ numpy has no type for is marked undecodable, which keeps a verdict from being ca
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Optional, Tuple
@@ -15,6 +16,8 @@ import numpy as np
 
 from ..dtypes import SUB_BYTE_BITS, UNDECODABLE, decode_raw, numpy_dtype
 from ..model import INPUT, TensorEvent
+from ..names import KIND_RAW
+from .registry import Reader
 
 
 def decodable(dtype: Optional[str]) -> bool:
@@ -87,8 +90,21 @@ def raw_event(path: str, parsed, *, rank: int, graph: str, iteration: int) -> Te
                         timestamp=parsed.timestamp, io=parsed.io or INPUT, slot=parsed.slot or 0, fmt=parsed.fmt,
                         dtype=dtype, shape=parsed.shape, context_id=parsed.context_id, thread_id=parsed.thread_id)
     if decodable(parsed.dtype):
-        event.loader = lambda: load_raw(path, parsed.dtype, parsed.shape)
+        # a partial, not a closure: events travel between processes (analyze --jobs/--scheduler) by pickle
+        event.loader = functools.partial(load_raw, path, parsed.dtype, parsed.shape)
     else:
         event.note = (f"{UNDECODABLE}: dtype {parsed.dtype_word or '?'} of a headerless tensor file cannot be "
                       "decoded: not read")
     return event
+
+
+def _read_dir_files(content, batch) -> None:
+    """The registry's call: headerless tensor files [(file name, names.ParsedName)] of one directory."""
+    d = content.d
+    for name, parsed in batch:
+        content.files += 1
+        content.events.append(raw_event(content.path(name), parsed, rank=d.rank, graph=d.graph,
+                                        iteration=d.iteration))
+
+
+READER = Reader("raw", _read_dir_files, kinds=(KIND_RAW,))

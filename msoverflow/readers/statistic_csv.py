@@ -18,8 +18,10 @@ import numpy as np
 
 from .. import safeio
 from ..dtypes import canonical, dtype_max
+from ..rules.values import bad_extremes, limit_of, pinned_extremes
 from ..model import INPUT, OUTPUT, TensorEvent, TensorStats
-from ..names import scope_to_file_name
+from ..names import KIND_OPCSV, scope_to_file_name
+from .registry import Reader
 
 # normalised header -> field. Normalised = lower case, single spaces.
 COLUMNS = {
@@ -56,8 +58,11 @@ def _norm_header(name: str) -> str:
     return re.sub(r"\s+", " ", name.strip().strip('"').lower())
 
 
+_DEVICE_SHAPE = re.compile(r"^[0-9]{1,19}(?:x[0-9]{1,19}){1,63}$")
+
+
 def parse_shape(text: Optional[str]) -> Optional[Tuple[int, ...]]:
-    """'(2,3)', '[2, 3]', '2,3', '()', '[]' -> tuple; '' / 'null' -> None. Raises ValueError on junk."""
+    """'(2,3)', '[2, 3]', '2,3', '2x3', '()', '[]' -> tuple; '' / 'null' / '-' -> None. ValueError on junk."""
     if text is None:
         return None
     body = text.strip().strip('"').strip()
@@ -65,7 +70,9 @@ def parse_shape(text: Optional[str]) -> Optional[Tuple[int, ...]]:
         return None
     if body[:1] in "([" and body[-1:] in ")]":
         body = body[1:-1]
-    parts = [p for p in re.split(r"[,\s]+", body) if p]
+    # CANN's device-side statistics (and msprobe copying them) write `100x20x40`
+    separators = r"[,\sx]+" if _DEVICE_SHAPE.match(body) else r"[,\s]+"
+    parts = [p for p in re.split(separators, body) if p]
     try:
         return safeio.check_shape([safeio.int_text(p, "dimension", 19) for p in parts])
     except safeio.BadNumber as exc:
@@ -110,17 +117,23 @@ MAX_COLUMNS = 256
 
 
 def read_statistic_csv(path: str, *, rank: int, graph: str, iteration: int,
-                       warn: Callable[[str], None],
-                       loader_for: Optional[Callable[[TensorEvent], Optional[Callable]]] = None
-                       ) -> List[TensorEvent]:
-    """Every readable row of a statistic.csv as a TensorEvent with `stats` (and no loader).
-
-    `loader_for(event)` may return a loader for the matching tensor file when the caller knows one.
-    Bad rows are reported through `warn` (naming the file and the row) and skipped; an unreadable file
-    gives one warning and [].
+                       warn: Callable[[str], None]) -> List[TensorEvent]:
+    """Every readable row of a statistic.csv as a TensorEvent with `stats` (read_table(), all rows as objects).
     `event.note` lists the statistic categories the file did not record (e.g. "not recorded: nan"), so the
-    caller knows that a 0 count there means "unknown", not "none".
-    """
+    caller knows that a 0 count there means "unknown", not "none"."""
+    table = read_table(path, warn)
+    if table is None:
+        return []
+    return table.events(np.arange(table.size), rank, graph, iteration)
+
+
+def read_table(path: str, warn: Callable[[str], None], fixed: Optional[Dict[str, str]] = None,
+               what: str = "statistic.csv") -> Optional["StatTable"]:
+    """The one statistics CSV parser: a file as numpy columns (StatTable). Well-formed files go through pyarrow's
+    CSV reader (only the needed columns, typed); anything it refuses (ragged rows, a bad value, odd headers) is
+    read row by row with the csv module, each bad row named in a warning and skipped. None (with a warning
+    naming why) when the file is refused as a whole. `fixed`: values every row shares (a per-op statistics file
+    names its op in its file name)."""
     path = os.fspath(path)
     try:   # a regular file of bounded size, checked before either parser opens it
         size = safeio.regular_size(path)
@@ -129,155 +142,92 @@ def read_statistic_csv(path: str, *, rank: int, graph: str, iteration: int,
         with safeio.open_regular(path, "rb") as fh:
             width = fh.readline(safeio.MAX_LINE_CHARS).count(b",") + 1
     except OSError as exc:
-        warn(f"{path}: cannot read statistic.csv: {exc.strerror or exc}")
-        return []
+        warn(f"{path}: cannot read {what}: {exc.strerror or exc}")
+        return None
     if width > MAX_COLUMNS:   # every writer has a few dozen; a huge header makes the parsers crawl
-        warn(f"{path}: not a statistic.csv: its header has {width} columns (at most {MAX_COLUMNS} expected)")
-        return []
-    fast = _read_with_pandas(path, rank, graph, iteration)
-    if fast is not None:
-        if loader_for is not None:
-            for event in fast:
-                event.loader = loader_for(event)
-        return fast
+        warn(f"{path}: not a {what}: its header has {width} columns (at most {MAX_COLUMNS} expected)")
+        return None
+    table = _arrow_table(path) if fixed is None else None
+    return table if table is not None else _careful_table(path, warn, fixed or {}, what)
+
+
+def _careful_table(path: str, warn, fixed: Dict[str, str], what: str) -> Optional["StatTable"]:
+    """Row by row: every cell checked, a bad row named and skipped, the good ones kept as columns."""
     try:
         with safeio.open_regular(path, "r", newline="", encoding="utf-8-sig", errors="replace") as fh:
-            rows = list(csv.reader(fh))
+            rows = [r for r in csv.reader(fh) if any(cell.strip() for cell in r)]
     except OSError as exc:
-        warn(f"{path}: cannot read statistic.csv: {exc.strerror or exc}")
-        return []
+        warn(f"{path}: cannot read {what}: {exc.strerror or exc}")
+        return None
     except csv.Error as exc:
         warn(f"{path}: not a CSV file: {exc}")
-        return []
-    rows = [r for r in rows if any(cell.strip() for cell in r)]
+        return None
     if not rows:
-        warn(f"{path}: empty statistic.csv")
-        return []
+        warn(f"{path}: empty {what}")
+        return None
     header = [_norm_header(h) for h in rows[0]]
     columns: Dict[str, int] = {}
-    unknown = []
     for index, name in enumerate(header):
-        if not name:
-            continue  # trailing comma
-        key = COLUMNS.get(name)
-        if key is None:
-            unknown.append(rows[0][index].strip())
-        elif key not in columns:
+        key = COLUMNS.get(name) if name else None     # (an empty name: a trailing comma)
+        if key is not None and key not in columns:
             columns[key] = index
-    missing = [k for k in REQUIRED if k not in columns]
+    missing = [k for k in REQUIRED if k not in columns and k not in fixed]
     if missing:
-        warn(f"{path}: statistic.csv header lacks {', '.join(missing)}: file skipped "
-             f"(header: {','.join(rows[0])})")
-        return []
+        warn(f"{path}: {what} header lacks {', '.join(missing)}: file skipped (header: {','.join(rows[0])})")
+        return None
     width = max(columns.values()) + 1
-    not_recorded = [k for k in ("nan", "posinf", "neginf", "max", "min") if k not in columns]
-    note = f"not recorded: {', '.join(not_recorded)}" if not_recorded else ""
-
-    events = []
+    present = set(columns) | set(fixed)
+    values: Dict[str, list] = {key: [] for key in _ALL_FIELDS if key in present or key in _TEXT_FIELDS}
     for line_no, row in enumerate(rows[1:], start=2):
         row = _rejoin_shape(row, columns.get("shape"), len(header))
-        cells = {key: (row[i].strip() if i < len(row) else None) for key, i in columns.items()}
+        cells = dict(fixed, **{key: (row[i].strip() if i < len(row) else None) for key, i in columns.items()})
         try:
-            event = _event(path, cells, rank, graph, iteration, note)
+            parsed = _row(cells)
         except (ValueError, OverflowError) as exc:
             warn(f"{path}: row {line_no} skipped: {exc}")
             continue
         if len(row) < width:
             warn(f"{path}: row {line_no} has {len(row)} cells, header has {width}: missing values read as unknown")
-        if loader_for is not None:
-            event.loader = loader_for(event)
-        events.append(event)
-    return events
+        for key, column in values.items():
+            column.append(parsed[key])
+    return _table_of_values(path, values, _not_recorded(present))
 
 
-def _read_with_pandas(path: str, rank: int, graph: str, iteration: int) -> Optional[List[TensorEvent]]:
-    """The fast path for well-formed files (real dumps hold 10^5 rows per step): pandas' C parser and
-    column-wise conversion. Anything unusual (ragged rows, a bad value, a missing column) returns None and the
-    row-by-row reader above handles the file, with its per-row warnings."""
-    import warnings
-
-    import pandas as pd
+def _row(cells) -> Dict[str, object]:
+    """One row's cells, checked and converted (ValueError names the bad cell)."""
+    io = (cells.get("io") or "").lower()
+    if io not in (INPUT, OUTPUT):
+        raise ValueError(f"Input/Output is {cells.get('io')!r}, expected input or output")
+    out: Dict[str, object] = {"io": io}
+    for key in ("op_type", "op_name"):
+        if not cells.get(key):
+            raise ValueError(f"empty {key.replace('_', ' ')}")
+        out[key] = cells[key]
+    for key in ("task_id", "stream_id", "timestamp", "slot"):
+        try:
+            value = _int(cells.get(key))
+        except ValueError:
+            value = None
+        if value is None:
+            raise ValueError(f"{key.replace('_', ' ')} is {cells.get(key)!r}")
+        out[key] = value
     try:
-        # index_col=False: a row longer than the header goes to the careful reader (pandas' warning about it is
-        # made an error), never into a thousands-level index that takes pandas minutes to build
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", pd.errors.ParserWarning)
-            frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig",
-                                skipinitialspace=True, index_col=False)
-    except Exception:     # pandas raises many kinds on odd files; the careful reader explains them
-        return None
-    columns: Dict[str, str] = {}
-    for name in frame.columns:
-        key = COLUMNS.get(_norm_header(str(name)))
-        if key is not None and key not in columns:
-            columns[key] = name
-    if any(k not in columns for k in REQUIRED) or frame.empty:
-        return None
-    text = {key: frame[name] for key, name in columns.items()}   # skipinitialspace took leading blanks
-    io = text["io"].str.strip().str.lower()
-    if not io.isin([INPUT, OUTPUT]).all() or (text["op_type"] == "").any() or (text["op_name"] == "").any():
-        return None
-    size = len(frame)
+        parse_shape(cells.get("shape"))
+    except ValueError:
+        raise ValueError(f"shape {cells.get('shape')!r} is not a list of integers") from None
+    out["shape"] = cells.get("shape") or ""
+    out["dtype"] = cells.get("dtype") or ""
+    out["format"] = cells.get("format") or ""
+    for key in _INT_FIELDS[4:]:
+        out[key] = _number(cells, key, _int)
+    for key in _FLOAT_FIELDS:
+        out[key] = _number(cells, key, _float)
+    return out
 
-    def numbers(key, integer):
-        if key not in text:
-            return [None] * size
-        cells = text[key]
-        values = pd.to_numeric(cells, errors="coerce")          # "inf", "-inf", "nan" parse too
-        missing = values.isna().to_numpy()
-        null = np.zeros(size, dtype=bool)
-        if missing.any():                                      # string work only on the few odd cells
-            odd = cells[missing].str.strip().str.lower()
-            if not (odd.isin(NULLS) | odd.isin({"nan", "-nan"})).all():
-                raise ValueError(key)
-            null[missing] = odd.isin(NULLS).to_numpy()
-        array = values.to_numpy(dtype=float)
-        if integer:
-            if (array[~null] % 1 != 0).any():
-                raise ValueError(key)
-            out = array.astype(np.int64, copy=False).tolist() if not missing.any() else [
-                None if n else int(v) for v, n in zip(array.tolist(), null.tolist())]
-            return out
-        out = array.tolist()
-        if null.any():
-            out = [None if n else v for v, n in zip(out, null.tolist())]
-        return out
 
-    try:
-        ints = {k: numbers(k, True) for k in ("task_id", "stream_id", "timestamp", "slot")}
-        if any(v is None for k in ints for v in ints[k]):
-            return None
-        counts = {k: numbers(k, True) for k in ("count", "nan", "posinf", "neginf", "zero")}
-        extremes = {k: numbers(k, False) for k in ("max", "min")}
-        shapes: Dict[str, Optional[Tuple[int, ...]]] = {}
-        shape_text = text["shape"].str.strip().tolist() if "shape" in text else [""] * size
-        for cell in set(shape_text):
-            shapes[cell] = parse_shape(cell)
-    except (ValueError, OverflowError):
-        return None
-    dtypes = {cell: normalize_dtype(cell) for cell in set(text["dtype"].tolist())} if "dtype" in text else {}
-    not_recorded = [k for k in ("nan", "posinf", "neginf", "max", "min") if k not in columns]
-    note = f"not recorded: {', '.join(not_recorded)}" if not_recorded else ""
-    graph = str(graph)
-    fmt = text["format"].str.strip().tolist() if "format" in text else [""] * size
-    dtype_text = text["dtype"].tolist() if "dtype" in text else [None] * size
-    names: Dict[str, str] = {}
-    events = []
-    for i, (op_type, op_name, io_i) in enumerate(zip(text["op_type"].str.strip().tolist(),
-                                                     text["op_name"].str.strip().tolist(), io.tolist())):
-        shape = shapes[shape_text[i]]
-        dtype = dtypes.get(dtype_text[i])
-        name = names.get(op_name)
-        if name is None:
-            name = names[op_name] = scope_to_file_name(op_name)
-        stats = stats_from_numbers(counts["count"][i], counts["nan"][i], counts["posinf"][i],
-                                   counts["neginf"][i], extremes["max"][i], extremes["min"][i],
-                                   counts["zero"][i], shape, dtype)
-        events.append(TensorEvent(
-            source=path, rank=rank, graph=graph, iteration=iteration, op_type=op_type, op_name=name,
-            task_id=ints["task_id"][i], stream_id=ints["stream_id"][i], timestamp=ints["timestamp"][i],
-            io=io_i, slot=ints["slot"][i], fmt=fmt[i], dtype=dtype, shape=shape, stats=stats, note=note))
-    return events
+def _not_recorded(present) -> str:
+    missing = [k for k in ("nan", "posinf", "neginf", "max", "min") if k not in present]
+    return f"not recorded: {', '.join(missing)}" if missing else ""
 
 
 def read_op_csv(path: str, parsed, *, rank: int, graph: str, iteration: int,
@@ -285,75 +235,44 @@ def read_op_csv(path: str, parsed, *, rank: int, graph: str, iteration: int,
     """A per-op statistics file `{dump file name}.csv` (CANN's device-side statistics, as msprobe's adump receives
     them): header `Input/Output,Index,Data Size,Data Type,Format,Shape,<statistics...>`, one row per tensor; the
     op's type, name and ids come from the file name (`parsed`, a names.ParsedName). Bad rows warn and are skipped."""
-    path = os.fspath(path)
-    try:
-        with open(path, newline="", encoding="utf-8-sig", errors="replace") as fh:
-            rows = [r for r in csv.reader(fh) if any(cell.strip() for cell in r)]
-    except OSError as exc:
-        warn(f"{path}: cannot read per-op statistics: {exc.strerror or exc}")
-        return []
-    except csv.Error as exc:
-        warn(f"{path}: not a CSV file: {exc}")
-        return []
-    if not rows:
-        warn(f"{path}: empty per-op statistics file")
-        return []
-    columns: Dict[str, int] = {}
-    for index, name in enumerate(rows[0]):
-        key = COLUMNS.get(_norm_header(name))
-        if key is not None and key not in columns:
-            columns[key] = index
-    if "io" not in columns or "slot" not in columns:
-        warn(f"{path}: per-op statistics header lacks Input/Output or Index: file skipped "
-             f"(header: {','.join(rows[0])})")
-        return []
-    not_recorded = [k for k in ("nan", "posinf", "neginf", "max", "min") if k not in columns]
-    note = f"not recorded: {', '.join(not_recorded)}" if not_recorded else ""
     fixed = {"op_type": parsed.op_type, "op_name": parsed.op_name, "task_id": str(parsed.task_id),
              "stream_id": str(parsed.stream_id), "timestamp": str(parsed.timestamp)}
-    events = []
-    for line_no, row in enumerate(rows[1:], start=2):
-        row = _rejoin_shape(row, columns.get("shape"), len(rows[0]))
-        cells = dict(fixed, **{key: (row[i].strip() if i < len(row) else None) for key, i in columns.items()})
-        try:
-            event = _event(path, cells, rank, graph, iteration, note)
-        except (ValueError, OverflowError) as exc:
-            warn(f"{path}: row {line_no} skipped: {exc}")
-            continue
-        event.op_name = parsed.op_name          # already a file-name op name
+    table = read_table(path, warn, fixed, what="per-op statistics file")
+    if table is None:
+        return []
+    events = table.events(np.arange(table.size), rank, graph, iteration, file_names=True)
+    for event in events:
         event.context_id, event.thread_id = parsed.context_id, parsed.thread_id
-        events.append(event)
     return events
 
 
-def _event(path, cells, rank, graph, iteration, note) -> TensorEvent:
-    io = (cells["io"] or "").lower()
-    if io not in (INPUT, OUTPUT):
-        raise ValueError(f"IO is {cells['io']!r}, expected input or output")
-    for key in ("op_type", "op_name"):
-        if not cells[key]:
-            raise ValueError(f"empty {key.replace('_', ' ')}")
-    ints = {}
-    for key in ("task_id", "stream_id", "timestamp", "slot"):
-        try:
-            value = _int(cells[key])
-        except ValueError:
-            value = None
-        if value is None:
-            raise ValueError(f"{key.replace('_', ' ')} is {cells[key]!r}")
-        ints[key] = value
-    try:
-        shape = parse_shape(cells.get("shape"))
-    except ValueError:
-        raise ValueError(f"shape {cells.get('shape')!r} is not a list of integers") from None
-    dtype = normalize_dtype(cells.get("dtype"))
-    stats = _stats(cells, shape, dtype)
-    return TensorEvent(
-        source=path, rank=rank, graph=str(graph), iteration=iteration,
-        op_type=cells["op_type"], op_name=scope_to_file_name(cells["op_name"]),
-        task_id=ints["task_id"], stream_id=ints["stream_id"], timestamp=ints["timestamp"],
-        io=io, slot=ints["slot"], fmt=cells.get("format") or "", dtype=dtype, shape=shape,
-        stats=stats, note=note)
+def _read_dir_files(content, batch) -> None:
+    """The registry's call: `statistic.csv` (a name) or per-op statistics files [(file name, names.ParsedName)]."""
+    d = content.d
+    for item in batch:
+        complaints: List[str] = []
+
+        def note(message: str):
+            complaints.append(message)
+            content.warn(message)
+
+        content.files += 1
+        if isinstance(item, str):
+            path = content.path(item)
+            table = read_table(path, note)
+            if table is None:
+                content.refused.append(complaints[-1] if complaints else f"{path}: refused")
+                continue
+            content.table = table
+        else:
+            path = content.path(item[0])
+            rows = read_op_csv(path, item[1], rank=d.rank, graph=d.graph, iteration=d.iteration, warn=note)
+            if not rows and complaints:
+                content.refused.append(complaints[-1])
+                continue
+            content.events.extend(rows)
+        if complaints:     # rows that could not be read could hold the bad value: never clean
+            content.unreadable.append(path)
 
 
 _COLUMN_TITLES = {"count": "Count", "nan": "NaN Count", "posinf": "Positive Inf Count",
@@ -367,17 +286,13 @@ def _number(cells, key, parse):
         raise ValueError(f"{_COLUMN_TITLES.get(key, key)} is {cells.get(key)!r}, not a number") from None
 
 
-def _stats(cells, shape, dtype) -> TensorStats:
-    return stats_from_numbers(_number(cells, "count", _int), _number(cells, "nan", _int),
-                              _number(cells, "posinf", _int), _number(cells, "neginf", _int),
-                              _number(cells, "max", _float), _number(cells, "min", _float),
-                              _number(cells, "zero", _int), shape, dtype)
-
-
 def stats_from_numbers(count, nan, posinf, neginf, high, low, zero, shape, dtype) -> TensorStats:
     if count is None:
         count = math.prod(shape) if shape is not None else 0
+    # Counts the file does not give are read from Max/Min below: "at least one", never an exact count.
+    counts_given = nan is not None and posinf is not None and neginf is not None
     nan, posinf, neginf = nan or 0, posinf or 0, neginf or 0
+    before = (nan, posinf, neginf)
     # Some writers put inf/nan into Max/Min instead of (or as well as) the counts: keep the counts honest
     # (at least one) and the extremes finite, as TensorStats promises.
     if high is not None and not math.isfinite(high):
@@ -406,8 +321,9 @@ def stats_from_numbers(count, nan, posinf, neginf, high, low, zero, shape, dtype
             over_range = sum(1 for v in (high, low) if v is not None and abs(v) > limit)
         elif max_abs == limit:
             at_max = sum(1 for v in (high, low) if v is not None and abs(v) == limit)
+    inferred = (nan, posinf, neginf) != before or not counts_given or over_range > 0 or at_max > 0
     return TensorStats(count=count, nan=nan, posinf=posinf, neginf=neginf, min=low, max=high,
-                       max_abs=max_abs, over_range=over_range, at_max=at_max, zero=zero)
+                       max_abs=max_abs, over_range=over_range, at_max=at_max, zero=zero, counts_exact=not inferred)
 
 
 # ---- columns (the scan's fast path) ---------------------------------------------------------------------
@@ -416,6 +332,7 @@ _NULL_SPELLINGS = sorted({v for n in NULLS for v in (n, n.upper(), n.title())})
 _INT_FIELDS = ("task_id", "stream_id", "timestamp", "slot", "count", "nan", "posinf", "neginf", "zero")
 _FLOAT_FIELDS = ("max", "min")
 _TEXT_FIELDS = ("op_type", "op_name", "io", "dtype", "shape", "format")
+_ALL_FIELDS = _TEXT_FIELDS + _INT_FIELDS + _FLOAT_FIELDS
 
 
 class _Text:
@@ -474,17 +391,16 @@ class StatTable:
             column = self._numbers(key)
             if column is not None:
                 bad |= (column[0] > 0) & ~column[1]
-        magnitude = np.zeros(self.size)
-        for key in _FLOAT_FIELDS:
-            column = self._numbers(key)
-            if column is not None:
-                values, null = column
-                bad |= ~np.isfinite(values) & ~null
-                magnitude = np.fmax(magnitude, np.where(null, 0.0, np.abs(values)))
+        extremes = [np.where(c[1], 0.0, c[0]) for c in (self._numbers(k) for k in _FLOAT_FIELDS) if c is not None]
+        if not extremes:
+            return bad
+        high, low = extremes[0], extremes[-1]
         dtype = self.columns.get("dtype")
-        if dtype is not None:
-            limits = np.array([dtype_max(normalize_dtype(v)) or np.inf for v in dtype.values] or [np.inf])
-            bad |= magnitude >= limits[dtype.codes]
+        limits = [None] if dtype is None else [limit_of(normalize_dtype(v)) for v in dtype.values] or [None]
+        codes = dtype.codes if dtype is not None else np.zeros(self.size, dtype=np.int64)
+        for code, limit in enumerate(limits):      # one pass per declared dtype of the file
+            rows = codes == code
+            bad[rows] |= bad_extremes(high[rows], low[rows], limit) | pinned_extremes(high[rows], low[rows], limit)
         return bad
 
     def group_codes(self):
@@ -511,9 +427,10 @@ class StatTable:
 
     def first_row_named_like(self, pattern: str) -> Optional[int]:
         """The first row whose op name matches the regex `pattern`, without turning names into Python strings."""
+        import pyarrow as pa
         import pyarrow.compute as pc
         column = self.columns["op_name"]
-        names = column.dictionary if isinstance(column, _ArrowText) else column.values
+        names = column.dictionary if isinstance(column, _ArrowText) else pa.array(column.values, pa.string())
         matches = np.asarray(pc.match_substring_regex(names, pattern).to_numpy(zero_copy_only=False), dtype=bool)
         if not matches.any():
             return None
@@ -523,8 +440,9 @@ class StatTable:
     def first_timestamp(self) -> Optional[int]:
         return int(self.columns["timestamp"][0].min()) if self.size else None
 
-    def events(self, rows, rank: int, graph: str, iteration: int) -> List[TensorEvent]:
-        """TensorEvents for the given rows, exactly as read_statistic_csv makes them."""
+    def events(self, rows, rank: int, graph: str, iteration: int, file_names: bool = False) -> List[TensorEvent]:
+        """TensorEvents for the given rows. file_names: op names are already as file names write them (per-op
+        statistics files); otherwise scoped names (`Default/net/Mul-op1`) are turned into that form."""
         c = self.columns
         graph = str(graph)
         op_names: Dict[int, str] = {}
@@ -538,7 +456,7 @@ class StatTable:
             return kind(column[0][row])
 
         events = []
-        for row in rows.tolist():
+        for row in (rows.tolist() if hasattr(rows, "tolist") else rows):
             shape = shapes[c["shape"].codes[row]] if shapes is not None else None
             dtype = dtypes[c["dtype"].codes[row]] if dtypes is not None else None
             stats = stats_from_numbers(number("count", row, int), number("nan", row, int),
@@ -548,7 +466,7 @@ class StatTable:
             events.append(TensorEvent(
                 source=self.path, rank=rank, graph=graph, iteration=iteration,
                 op_type=c["op_type"].values[c["op_type"].codes[row]],
-                op_name=_cached(op_names, c["op_name"], row, scope_to_file_name),
+                op_name=_cached(op_names, c["op_name"], row, str if file_names else scope_to_file_name),
                 task_id=int(c["task_id"][0][row]), stream_id=int(c["stream_id"][0][row]),
                 timestamp=int(c["timestamp"][0][row]), io=c["io"].values[c["io"].codes[row]],
                 slot=int(c["slot"][0][row]),
@@ -592,9 +510,26 @@ def fast_parser() -> str:
     return "fallback" if pyarrow_problem() else "pyarrow"
 
 
-def read_columns(path: str) -> Optional[StatTable]:
-    """A well-formed statistic.csv as columns; None for anything unusual (read_statistic_csv then explains it
-    row by row) or when pyarrow cannot be imported (said once, see pyarrow_problem)."""
+def _table_of_values(path: str, values: Dict[str, list], note: str) -> StatTable:
+    """The careful reader's rows (checked Python values, one list per field) as the same columns pyarrow gives."""
+    size = len(values["io"])
+    columns: Dict[str, object] = {}
+    for key, column in values.items():
+        if key in _TEXT_FIELDS:
+            distinct: Dict[str, int] = {}
+            codes = np.fromiter((distinct.setdefault(v, len(distinct)) for v in column), dtype=np.int64,
+                                count=size)
+            columns[key] = _Text(codes, list(distinct))
+        else:
+            null = np.fromiter((v is None for v in column), dtype=bool, count=size)
+            kind = float if key in _FLOAT_FIELDS else np.int64
+            columns[key] = (np.asarray([0 if v is None else v for v in column], dtype=kind), null)
+    return StatTable(path, columns, size, note)
+
+
+def _arrow_table(path: str) -> Optional[StatTable]:
+    """A well-formed statistic.csv as columns through pyarrow; None for anything unusual (the careful reader
+    then explains it row by row) or when pyarrow cannot be imported (said once, see pyarrow_problem)."""
     if pyarrow_problem():
         return None
     import pyarrow as pa
@@ -603,7 +538,8 @@ def read_columns(path: str) -> Optional[StatTable]:
     try:
         from .. import safeio
         with safeio.open_regular(path, "rb") as fh:      # a FIFO or device: the careful reader says why
-            header_line = fh.readline(1 << 16).decode("utf-8", errors="replace")
+            # pyarrow skips a UTF-8 byte-order mark too: the names then match
+            header_line = fh.readline(1 << 16).decode("utf-8-sig", errors="replace")
         header = next(csv.reader([header_line]))
     except (OSError, csv.Error, StopIteration):
         return None
@@ -614,7 +550,7 @@ def read_columns(path: str) -> Optional[StatTable]:
             fields[key] = name
     wanted = {k: v for k, v in fields.items() if k in _INT_FIELDS + _FLOAT_FIELDS + _TEXT_FIELDS}
     if any(k not in fields for k in REQUIRED) or len(set(wanted.values())) != len(wanted) \
-            or len(set(header)) != len(header) or header_line.startswith("\ufeff"):
+            or len(set(header)) != len(header):
         return None
     types = {name: (pa.int64() if k in _INT_FIELDS else pa.float64() if k in _FLOAT_FIELDS else pa.string())
              for k, name in wanted.items()}
@@ -663,8 +599,7 @@ def read_columns(path: str) -> Optional[StatTable]:
                 parse_shape(v)
         except ValueError:
             return None
-    not_recorded = [k for k in ("nan", "posinf", "neginf", "max", "min") if k not in fields]
-    result = StatTable(path, columns, size, f"not recorded: {', '.join(not_recorded)}" if not_recorded else "")
-    if size and result.has_duplicates():
-        return None
-    return result
+    return StatTable(path, columns, size, _not_recorded(fields))
+
+
+READER = Reader("statistic_csv", _read_dir_files, kinds=(KIND_OPCSV,), file_names=("statistic.csv",))

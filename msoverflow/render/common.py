@@ -85,6 +85,40 @@ def coords_text(coords: Optional[Dict[str, int]]) -> str:
     return " ".join(f"{k}{v}" for k, v in coords.items()) if coords else ""
 
 
+def coords_phrase(coords: Optional[Dict[str, int]]) -> str:
+    """"pipeline stage 1, tp 1, dp 0": a rank's coordinates in words (verdicts, parameter tables)."""
+    if not coords:
+        return ""
+    parts = [f"pipeline stage {coords['pp']}"] if "pp" in coords else []
+    return ", ".join(parts + [f"{key} {coords[key]}" for key in ("tp", "dp") if key in coords])
+
+
+def rank_where(rank: int, report: Report) -> str:
+    """"rank 5 (pipeline stage 1, tp 1, dp 0)" when the report carries the rank's coordinates."""
+    row = next((r for r in report.rank_status if r.rank == rank), None)
+    where = coords_phrase(row.coords if row is not None else None)
+    return f"rank {rank} ({where})" if where else f"rank {rank}"
+
+
+def parallel_text(parallel: Dict[str, object]) -> str:
+    """The layout the coordinates come from: sizes (or inferred stages), and where they came from."""
+    if "stages" in parallel:
+        stages = "; ".join(f"stage {k}: ranks {steps_text(int(r) for r in v)}"
+                           for k, v in dict(parallel["stages"]).items())
+        return f"{stages} ({parallel.get('source')}; dp and tp unknown: give --parallel)"
+    return f"dp={parallel.get('dp')}, tp={parallel.get('tp')}, pp={parallel.get('pp')} ({parallel.get('source')})"
+
+
+MAX_PARAMETER_ROWS = 40
+
+
+def parameters_shown(report: Report, limit: int = MAX_PARAMETER_ROWS):
+    """The parameter rows a text or markdown table shows, and what it left out."""
+    shown = report.parameters[:limit]
+    left = len(report.parameters) - len(shown)
+    return shown, (f"{left} more parameter(s) (--format json lists all)" if left else "")
+
+
 def arrival_text(a: Arrival) -> str:
     """`rank 3, step 1: AllReduce <op> (32.692 ms into the rank's step)`."""
     when = f" ({a.offset_us / 1000:.3f} ms into the rank's step)" if a.offset_us is not None else ""

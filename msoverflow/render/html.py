@@ -23,8 +23,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from ..dtypes import dtype_max
 from ..model import (RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED,
                      Finding, Report, TensorSummary)
-from .common import (arrival_text, coords_text, count_cell, counts_note, provenance_text, ranks_shown,
-                     scanned_text, steps_text, tensors_shown)
+from .common import (arrival_text, coords_phrase, coords_text, count_cell, counts_note, parallel_text,
+                     provenance_text, rank_where, ranks_shown, scanned_text, steps_text, tensors_shown)
 from .safe import plain, plot_label
 from .text import max_abs_text, op_label, range_used_text, shape_text
 
@@ -459,7 +459,7 @@ def _verdict_card(report: Report) -> str:
         role = {"flagged": "flagged (not proven)", "propagator": "first seen in"}.get(f.role, "origin")
         items = [(role, f"<strong>{_e(op_label(f))}</strong>"),
                  ("kind", _e(f.kind)),
-                 ("where", f"rank {f.rank}, step {f.iteration}, graph {_e(f.graph)}"),
+                 ("where", f"{_e(rank_where(f.rank, report))}, step {f.iteration}, graph {_e(f.graph)}"),
                  ("what", _e(f.detail)),
                  ("Cell", _e(f"{f.cell or '-'}" + (f" ({f.cell_type})" if f.cell_type else ""))),
                  ("source", (f"{_file_link(f.source.file, f.source.file, f.source.line)} "
@@ -501,6 +501,8 @@ def _rank_table(report: Report) -> str:
     out.append("</tbody></table></div>")
     if left_out:
         out.append(f'<p class="note">{_e(left_out)}.</p>')
+    if report.parallel:
+        out.append(f'<p class="note">Layout: {_e(parallel_text(report.parallel))}.</p>')
     counts: Dict[str, int] = {}
     for s in report.rank_status:
         counts[s.status] = counts.get(s.status, 0) + 1
@@ -520,6 +522,24 @@ def _arrivals(report: Report) -> str:
             "delivered a bad value to the rank (the first such collective of each rank's step).</p>"
             f'<ul>{items}</ul>' + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "")
             + "</section>")
+
+
+def _parameter_table(report: Report) -> str:
+    """Per rank, the parameters whose gradient or value first went non-finite, and how (computed or received)."""
+    if not report.parameters:
+        return ""
+    hits = report.parameters
+    out = [f'<section id="parameters"><h2>Parameters hit ({len(hits)})</h2><div class="scroll"><table '
+           'id="parameter-table"><thead><tr><th>rank</th><th>coordinates</th><th>step</th><th>parameter</th>'
+           '<th>shape</th><th>how</th></tr></thead><tbody>']
+    for h in hits[:MAX_TABLE_ROWS]:
+        out.append(f'<tr><td class="num">{h.rank}</td><td>{_e(coords_phrase(h.coords) or "-")}</td>'
+                   f'<td class="num">{h.iteration}</td><td><code>{_e(h.name)}</code></td>'
+                   f'<td>{_e(shape_text(h.shape))}</td><td>{_e(h.how)}</td></tr>')
+    out.append("</tbody></table></div>")
+    if len(hits) > MAX_TABLE_ROWS:
+        out.append(f'<p class="note">{len(hits) - MAX_TABLE_ROWS} more: see --format json.</p>')
+    return "\n".join(out + ["</section>"])
 
 
 def _plot_section(section_id: str, title: str, svg: Optional[str], note: str) -> str:
@@ -668,7 +688,7 @@ def render_html(report: Report, top: int = 10) -> str:
     title = "msoverflow: " + (f"{report.first.kind} in {report.first.op_type}" if report.first else report.verdict)
     with _plot_settings():
         timeline, timeline_note = timeline_svg(report, top)
-        sections = [_verdict_card(report), _rank_table(report), _arrivals(report),
+        sections = [_verdict_card(report), _rank_table(report), _parameter_table(report), _arrivals(report),
                     _plot_section("timeline", "Timeline", timeline, timeline_note)]
         if report.first is not None:
             graph, graph_note = propagation_svg(report)

@@ -80,6 +80,9 @@ def report_dict(report: Report) -> dict:
         "arrivals": [{"rank": a.rank, "iteration": a.iteration, "op_type": a.op_type, "op_name": a.op_name,
                       "offset_us": a.offset_us} for a in report.arrivals],
         "scanned_steps": {str(rank): steps for rank, steps in sorted(report.scanned_steps.items())},
+        "step_spans": {str(rank): {str(step): {"first_us": span[0], "last_us": span[1]}
+                                   for step, span in sorted(steps.items())}
+                       for rank, steps in sorted(report.step_times.items())},
         "edges": [{"producer": producer, "consumer": consumer} for producer, consumer in report.edges],
         "likely_origin": finding_dict(report.likely_origin) if report.likely_origin else None,
         "completeness": [{"rank": c.rank, "iteration": c.iteration, "present": c.present, "expected": c.expected,

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import List
 
 from ..model import SUSPECT, Report, TensorSummary
-from .common import (arrival_text, arrivals_shown, coords_text, count_cell, counts_note, provenance_text,
-                     ranks_shown, scanned_text, tensors_shown)
+from .common import (arrival_text, arrivals_shown, coords_phrase, coords_text, count_cell, counts_note,
+                     parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown, scanned_text,
+                     tensors_shown)
 from .safe import md, md_code
 from .text import chain_label, max_abs_text, op_label, range_used_text, rank_text, scan_summary, shape_text
 
@@ -42,11 +43,13 @@ def render_markdown(report: Report, top: int = 10) -> str:
     elif f is None:
         out.append(f"**Clean**: no inf, NaN or out-of-range value in {report.files} files.")
     elif f.role == SUSPECT:
-        out.append(f"**Anomaly** (flagged): the hardware flagged **{md(op_label(f))}** on rank {f.rank}, step "
+        out.append(f"**Anomaly** (flagged): the hardware flagged **{md(op_label(f))}** on "
+                   f"{md(rank_where(f.rank, report))}, step "
                    f"{f.iteration}; its inputs were not dumped, so it may have received the bad value.")
     else:
         made = "first seen in" if f.role == "propagator" else "first created by"
-        out.append(f"**Anomaly** ({md(f.kind)}): {made} **{md(op_label(f))}** on rank {f.rank}, "
+        out.append(f"**Anomaly** ({md(f.kind)}): {made} **{md(op_label(f))}** on "
+                   f"{md(rank_where(f.rank, report))}, "
                    f"step {f.iteration}, graph {md(f.graph)}.")
     if f is None:
         out += [f"- caveat: {md(limit)}" for limit in report.coverage]
@@ -96,6 +99,16 @@ def render_markdown(report: Report, top: int = 10) -> str:
         out += [f"| {label} | {md(r.status)} | {'-' if r.iteration is None else r.iteration} | "
                 + (f"{md(coords_text(r.coords))} | " if with_coords else "") + f"{md(rank_text(r))} |"
                 for label, r in shown_ranks]
+        if left_out:
+            out += ["", f"- ... {md(left_out)}"]
+        if report.parallel:
+            out += ["", f"Layout: {md(parallel_text(report.parallel))}."]
+    if report.parameters:
+        shown_hits, left_out = parameters_shown(report)
+        out += ["", f"Parameters hit ({len(report.parameters)}: first non-finite gradient or value, per rank):", "",
+                "| rank | coordinates | step | parameter | shape | how |", "|---|---|---|---|---|---|"]
+        out += [f"| {h.rank} | {md(coords_phrase(h.coords) or '-')} | {h.iteration} | {md_code(h.name, table=True)} | "
+                f"{md(shape_text(h.shape))} | {md(h.how)} |" for h in shown_hits]
         if left_out:
             out += ["", f"- ... {md(left_out)}"]
     if report.arrivals:

@@ -5,8 +5,9 @@ import io
 from typing import List, Optional
 
 from ..model import SUSPECT, Finding, RankStatus, Report, TensorSummary
-from .common import (arrival_text, arrivals_shown, coords_text, count_cell, counts_note, provenance_text,
-                     ranks_shown, scanned_text, steps_text, tensors_shown)
+from .common import (arrival_text, arrivals_shown, coords_phrase, coords_text, count_cell, counts_note,
+                     parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown, scanned_text,
+                     steps_text, tensors_shown)
 from .safe import plain
 
 
@@ -36,7 +37,9 @@ def chain_label(f: Finding) -> str:
     return f"{f.op_type}[{cell}]" if cell else f.op_type
 
 
-def _where(f: Finding) -> str:
+def _where(f: Finding, report: Optional[Report] = None) -> str:
+    if report is not None:
+        return f"{rank_where(f.rank, report)}, step {f.iteration}, graph {f.graph}"
     return f"rank {f.rank}, step {f.iteration}, graph {f.graph}"
 
 
@@ -108,7 +111,7 @@ def render_text(report: Report, top: int = 10) -> str:
         else:
             made = "first seen in" if f.role == "propagator" else "first created by"
             lines.append(f"ANOMALY: {f.kind} {made} {op_label(f)}")
-        lines.append(f"  where : {_where(f)}")
+        lines.append(f"  where : {_where(f, report)}")
         lines.append(f"  what  : {f.detail}")
         if f.source:
             lines.append(f"  source: {f.source.file}:{f.source.line}  {f.source.code}")
@@ -155,6 +158,11 @@ def render_text(report: Report, top: int = 10) -> str:
     if report.rank_status:
         lines.append("")
         lines.append(rank_table(report.rank_status))
+        if report.parallel:
+            lines.append(f"  layout: {parallel_text(report.parallel)}")
+    if report.parameters:
+        lines.append("")
+        lines.append(parameter_table(report))
     if report.arrivals:
         shown, left_out = arrivals_shown(report)
         lines.append("")
@@ -204,6 +212,25 @@ def rank_table(rows: List[RankStatus]) -> str:
     for label, row in shown:
         table.add_row(*_cells(label, row.status, "-" if row.iteration is None else row.iteration,
                               *((coords_text(row.coords),) if with_coords else ()), rank_text(row)))
+    return _print(table) + (f"\n  ... {left_out}" if left_out else "")
+
+
+def _middle(text: str, width: int) -> str:
+    """Long text cut in the middle: the start says what happened, the end names the op."""
+    return text if len(text) <= width else text[:width // 2 - 2] + "..." + text[-(width // 2 - 1):]
+
+
+def parameter_table(report: Report) -> str:
+    """Per rank, the parameters whose gradient or value first went non-finite, and how."""
+    from rich.table import Table
+    table = Table(title=f"Parameters hit ({len(report.parameters)}: first non-finite gradient or value, per rank)",
+                  title_justify="left", box=None, pad_edge=False, show_edge=False)
+    for column in ("rank", "coordinates", "step", "parameter", "shape", "how"):
+        table.add_column(column, overflow="fold")
+    shown, left_out = parameters_shown(report)
+    for hit in shown:
+        table.add_row(*_cells(hit.rank, coords_phrase(hit.coords) or "-", hit.iteration, _short(hit.name, 60),
+                              shape_text(hit.shape), _middle(hit.how, 72)))
     return _print(table) + (f"\n  ... {left_out}" if left_out else "")
 
 

@@ -12,6 +12,7 @@ class OpKnowledge:
         self.backward_to_forward = dict(table.get("backward_to_forward") or {})
         self.collectives = set(table.get("collectives") or [])
         self.division = dict(table.get("division") or {})
+        self.division_calls = frozenset(table.get("division_calls") or [])
         self.domain = dict(table.get("domain") or {})
         self.state_updates = set(table.get("state_updates") or [])
         self.recommendations = dict(table.get("recommendations") or {})

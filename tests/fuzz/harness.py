@@ -574,13 +574,29 @@ def _patch_guard(path: str, work: str):
             tree = ast.parse(Path(src).read_bytes())
         except SyntaxError as exc:
             raise CaseFailure(f"the guard patch made a script that does not parse: {exc}")
-        imported = min((n.lineno for n in tree.body if isinstance(n, ast.Import)
-                        and any(a.name.split(".")[0] == "msoverflow" for a in n.names)), default=None)
-        used = min((n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "msoverflow"),
-                   default=None)
-        if used is not None and (imported is None or imported > used):
-            raise CaseFailure(f"the patched script uses msoverflow on line {used} before importing it "
-                              f"(line {imported})")
+        # what the patch binds (its helper, `import mindspore`, any msoverflow import) comes before its first use
+        # (names the script itself already used before binding them are its own business)
+        late = _used_before_bound(ast.parse(data)) if parsed_before else {}
+        for name, (used, bound) in _used_before_bound(tree).items():
+            if name not in late:
+                raise CaseFailure(f"the patched script uses {name} on line {used} before binding it "
+                                  f"(line {bound})")
+
+
+def _used_before_bound(tree, names=("msoverflow", "mindspore", "_msoverflow_guard")) -> Dict[str, tuple]:
+    """name -> (first use, binding line) for the names a top-level statement uses above their import/def."""
+    import ast
+    found = {}
+    for name in names:
+        bound = min((n.lineno for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                     and any((a.asname or a.name).split(".")[0] == name for a in n.names)
+                     or getattr(n, "name", None) == name), default=None)
+        used = min((n.lineno for top in tree.body if getattr(top, "name", None) != name
+                    and not isinstance(top, (ast.Import, ast.ImportFrom))
+                    for n in ast.walk(top) if isinstance(n, ast.Name) and n.id == name), default=None)
+        if used is not None and (bound is None or bound > used):
+            found[name] = (used, bound)
+    return found
 
 
 def _cli_convert_names(path: str, work: str):

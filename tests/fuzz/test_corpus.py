@@ -374,6 +374,22 @@ def test_patch_source_parser_crash_is_a_clear_error(tmp_path, source):
     assert model.read_bytes() == before
 
 
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo", "18MB"])
+def test_guard_patch_reads_its_source_safely(tmp_path, target):
+    """Issue 21: the guard patch read its source without the safe-I/O contract: /dev/zero grew memory, a FIFO
+    hung, an 18 MB source was parsed whole. Now the source patch's reader: one line, exit 2."""
+    source = target
+    if target == "fifo":
+        source = str(tmp_path / "train.py")
+        os.mkfifo(source)
+    elif target == "18MB":
+        source = str(tmp_path / "train.py")
+        Path(source).write_text("def loss(a, b):\n    return a / b\n" + "x = 1\n" * (3 << 20))
+    _, err = contract(msoverflow("patch", "--source", source, "--line", "2", "--how", "guard", "--op", "RealDiv"),
+                      {2})
+    assert len(err.strip().splitlines()) == 1, err
+
+
 # ---- inputs the fuzzer found: bytes in tests/fuzz/corpus/, expectations in CORPUS.json ---------------------
 
 def _corpus_entries():

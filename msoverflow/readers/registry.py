@@ -1,0 +1,128 @@
+"""One reader per format, behind one registry: what a leaf directory's files are, read into one DirContent.
+
+A reader module declares a `READER = Reader(...)`: what it recognises (the file-name kinds the one grammar in
+msoverflow/names.py gives, exact file names such as `statistic.csv`, or whole directories of a layout such as
+msprobe's `dump.json` steps) and a `read(content, files)` that adds its events/records to the directory's
+DirContent. A new format is one module and one line in READER_MODULES. Readers never judge values.
+
+npy files arrive as columns (names.parse_many: many names parsed at once) and stay columns: the walk checks
+them vectorised and makes objects only of the op runs that need a closer look (msoverflow/walk.py). A
+statistic.csv arrives as a StatTable (numpy columns) for the same reason.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from .. import names
+from ..model import OverflowRecord, TensorEvent
+
+Warn = Callable[[str], None]
+
+# The registry: one line per format (modules of msoverflow.readers).
+READER_MODULES = ("statistic_csv", "npy", "dumpdata_bin", "raw", "opdebug", "msprobe")
+
+# Names that are never tensors (listed so they are not called "not understood").
+_SIDE_FILES = ("mapping.csv",)
+
+
+@dataclass(frozen=True)
+class Reader:
+    name: str
+    read: Callable[["DirContent", list], None]
+    kinds: Tuple[str, ...] = ()          # names.KIND_* of the files it reads
+    file_names: Tuple[str, ...] = ()     # exact file names it reads (statistic.csv)
+    layouts: Tuple[str, ...] = ()        # it reads whole directories of these layouts (msprobe)
+    ignores: Tuple[str, ...] = ()        # name prefixes that belong to it but hold no tensor (acl_dump*.json)
+
+
+@dataclass
+class DirContent:
+    """What the readers made of one leaf directory (a layout.DumpDir)."""
+    d: object
+    warn: Warn
+    events: List[TensorEvent] = field(default_factory=list)       # tensors as objects
+    records: List[OverflowRecord] = field(default_factory=list)   # hardware overflow records (Opdebug)
+    npy_files: List[str] = field(default_factory=list)            # npy file names (row i of `npy`)
+    npy: Optional[names.NpyNames] = None                          # their names as columns (mapping applied)
+    table: object = None                                          # statistic.csv as a StatTable
+    table_covers_npy: bool = False      # the table has a row for every npy file: its rows are the events
+    nodes: list = field(default_factory=list)                     # msprobe: the ops' graph nodes
+    files: int = 0                                                # dump files understood
+    unknown: List[str] = field(default_factory=list)              # dump-looking files whose names are not known
+    unreadable: List[str] = field(default_factory=list)           # files that yielded nothing readable
+    refused: List[str] = field(default_factory=list)              # "path: why" of refused statistic files
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.d.path, name)
+
+
+_READERS: Optional[List[Reader]] = None
+
+
+def readers() -> List[Reader]:
+    global _READERS
+    if _READERS is None:
+        _READERS = [importlib.import_module(f"{__package__}.{m}").READER for m in READER_MODULES]
+    return _READERS
+
+
+def _looks_like_dump_file(name: str) -> bool:
+    return name.endswith((".npy", ".json", ".bin")) or (name.count(".") >= 4 and not name.endswith(".csv"))
+
+
+def read_dir(d, warn: Warn) -> DirContent:
+    """Every file of one leaf directory through the reader that recognises it."""
+    content = DirContent(d, warn)
+    for reader in readers():
+        if d.layout in reader.layouts:
+            reader.read(content, [])
+            return content
+    try:   # regular files only (symlinks followed); layout discovery already warned about FIFOs and devices
+        entries = sorted(e.name for e in os.scandir(d.path) if e.is_file())
+    except OSError as exc:
+        warn(f"{d.path}: cannot list directory ({exc.strerror})")
+        return content
+    # names over 255 characters were replaced by random ones; mapping.csv gives them back
+    mapping = names.read_mapping(content.path("mapping.csv"), warn) if "mapping.csv" in entries else {}
+    by_file_name = {n: r for r in readers() for n in r.file_names}
+    by_kind = {k: r for r in readers() for k in r.kinds}
+    ignored = tuple(p for r in readers() for p in r.ignores)
+    batches: Dict[str, list] = {}
+    npy_names: List[str] = []
+    for name in entries:
+        if name in by_file_name:
+            by_file_name[name].read(content, [name])
+        elif name in _SIDE_FILES or name.startswith(ignored):
+            continue
+        elif name.endswith(".npy") and not name.startswith("Opdebug."):
+            npy_names.append(name)
+        else:
+            parsed = names.parse(mapping.get(name, name))
+            reader = by_kind.get(parsed.kind) if parsed is not None else None
+            if reader is None:
+                if _looks_like_dump_file(name):
+                    _unknown(content, name)
+                continue
+            batches.setdefault(reader.name, []).append((name, parsed))
+    for reader in readers():
+        if reader.name in batches:
+            reader.read(content, batches[reader.name])
+    if content.table is not None:   # with binary files to join, rows give stats to their tensors instead
+        content.table_covers_npy = content.table.size >= len(npy_names) and names.KIND_BIN not in {
+            parsed.kind for batch in batches.values() for _name, parsed in batch}
+    if npy_names:
+        shown = [mapping.get(n, n) for n in npy_names] if mapping else npy_names
+        columns = names.parse_many(shown)
+        for i in columns.rejected:
+            _unknown(content, npy_names[i])
+        by_kind[names.KIND_NPY].read(content, [npy_names, columns])
+    return content
+
+
+def _unknown(content: DirContent, name: str) -> None:
+    path = content.path(name)
+    content.warn(f"{path}: file name not understood, skipped")
+    content.unknown.append(path)

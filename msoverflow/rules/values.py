@@ -1,0 +1,47 @@
+"""The one definition of a bad value, beside the rules: a value that is not finite (NaN, +inf, -inf), or whose
+magnitude exceeds the largest finite value of the tensor's *declared* dtype (an fp16-declared tensor holding 1.8e5
+in an fp32 payload overflowed). A value exactly at that maximum is not bad but `pinned` (saturation mode).
+
+Everything that decides "bad" uses these: tensor scans (chunk by chunk, or many small tensors as rows),
+statistics (Max/Min and counts), and TensorStats.bad (the counts form).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..dtypes import dtype_max
+
+
+def limit_of(declared: Optional[str]) -> Optional[float]:
+    """The largest finite magnitude the declared dtype holds (None: no limit known)."""
+    return dtype_max(declared)
+
+
+def bad_extremes(high, low, limit: Optional[float]):
+    """Whether a tensor whose largest and smallest values are `high` and `low` holds a bad value (numpy's max/min
+    propagate NaN). Scalars or arrays (one per tensor)."""
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.isfinite(high) & np.isfinite(low))
+        if limit is not None:
+            bad = bad | (np.fmax(np.abs(high), np.abs(low)) > limit)
+    return bad
+
+
+def pinned_extremes(high, low, limit: Optional[float]):
+    """Whether some value sits exactly at the declared dtype's max (saturated), with nothing beyond it."""
+    if limit is None:
+        return np.zeros(np.shape(high), dtype=bool) if np.ndim(high) else False
+    with np.errstate(invalid="ignore"):
+        return np.fmax(np.abs(high), np.abs(low)) == limit
+
+
+def bad_counts(nonfinite: int, over_range: int) -> bool:
+    """The counts form: a tensor with any non-finite or out-of-range value is bad."""
+    return nonfinite > 0 or over_range > 0
+
+
+def over_range_mask(values: np.ndarray, limit: Optional[float]) -> Optional[np.ndarray]:
+    """Finite values beyond the limit (for counting); None without a limit."""
+    return None if limit is None else np.abs(values) > limit

@@ -1,0 +1,149 @@
+"""The one grammar for `--steps` and `--ranks` on every command (and the Python API): `0`, `0,7`, `0-3`,
+`0|5-8`, `all`. A selection is kept as ranges, never materialised: `--ranks 0-30000000` costs two integers, and
+membership is a bisection. Numbers are bounded ASCII digits; where a command needs the values themselves (a dump
+config's device list) it asks for them with a cap and refuses more.
+"""
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+from typing import Iterable, Iterator, List, Optional, Tuple, Union
+
+from .errors import UserError
+
+MAX_ID = (1 << 31) - 1          # steps and rank ids above this are not ids
+_PART = re.compile(r"^([0-9]{1,10})(?:-([0-9]{1,10}))?$")
+GRAMMAR = "numbers like 0, 0,7, 0-3 or 0|5-8, or all"
+
+
+class SelectionError(UserError):
+    """A selection that does not follow the grammar (a usage error: exit 2)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Selection:
+    """Non-negative integers as sorted, disjoint inclusive ranges (adjacent ones stay apart, as written; two
+    selections of the same values are equal, and equal to the list of them)."""
+    ranges: Tuple[Tuple[int, int], ...]
+
+    def _canonical(self) -> Tuple[Tuple[int, int], ...]:
+        merged: List[List[int]] = []
+        for low, high in self.ranges:
+            if merged and low <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], high)
+            else:
+                merged.append([low, high])
+        return tuple((low, high) for low, high in merged)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Selection):
+            return self._canonical() == other._canonical()
+        if isinstance(other, (list, tuple, set, frozenset, range)):
+            values = sorted(set(other))
+            return len(values) == len(self) and list(self) == values
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._canonical())
+
+    def __contains__(self, value) -> bool:
+        try:
+            value = int(value)
+        except (TypeError, ValueError):
+            return False
+        i = bisect.bisect_right(self._starts, value) - 1
+        return i >= 0 and value <= self.ranges[i][1]
+
+    @property
+    def _starts(self) -> List[int]:
+        return [low for low, _high in self.ranges]
+
+    def __len__(self) -> int:
+        return sum(high - low + 1 for low, high in self.ranges)
+
+    def __bool__(self) -> bool:
+        return bool(self.ranges)
+
+    def __str__(self) -> str:
+        """MindSpore's iteration string form: `0|5-8`."""
+        return "|".join(str(low) if low == high else f"{low}-{high}" for low, high in self.ranges)
+
+    def __iter__(self) -> Iterator[int]:
+        """The values, in order (only for selections known to be small: see values())."""
+        for low, high in self.ranges:
+            yield from range(low, high + 1)
+
+    def values(self, limit: int, what: str = "values") -> List[int]:
+        """The values themselves, refused (a usage error) when there are more than `limit`."""
+        if len(self) > limit:
+            raise SelectionError(f"{what} {self}: {len(self)} values, at most {limit} can be listed")
+        return list(self)
+
+
+def parse(text: Union[None, str, int, Iterable[int], Selection], what: str = "--steps") -> Optional[Selection]:
+    """`0|5-8`, `0,7`, `0-3`, `all` (None: no filter), an int, an iterable of ints or a Selection -> Selection.
+    SelectionError (exit 2) names the option and the grammar."""
+    if text is None or isinstance(text, Selection):
+        return text
+    if isinstance(text, bool):
+        raise SelectionError(f"{what} {text!r}: expected {GRAMMAR}")
+    if isinstance(text, int):
+        return _of_ranges([(_bounded(text, what, text), _bounded(text, what, text))])
+    if not isinstance(text, str):
+        values = sorted({_bounded(v, what, text) for v in text})
+        return _of_ranges([(v, v) for v in values])
+    body = re.sub(r"\s+", "", text)
+    if body.lower() == "all":
+        return None
+    spans = []
+    for part in re.split(r"[,|]", body):
+        match = _PART.match(part)
+        if not match:
+            raise SelectionError(f"{what} {text!r}: expected {GRAMMAR}")
+        low = _bounded(match.group(1), what, text)
+        high = _bounded(match.group(2), what, text) if match.group(2) is not None else low
+        if high < low:
+            raise SelectionError(f"{what} {text!r}: the range {part} runs backwards")
+        spans.append((low, high))
+    return _of_ranges(spans)
+
+
+def _bounded(value, what: str, text) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise SelectionError(f"{what} {text!r}: expected {GRAMMAR}") from None
+    if not 0 <= number <= MAX_ID:
+        raise SelectionError(f"{what} {text!r}: {number} is not a step or rank id (0 to {MAX_ID})")
+    return number
+
+
+def _of_ranges(spans) -> Selection:
+    merged: List[List[int]] = []
+    for low, high in sorted(spans):
+        if merged and low <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], high)
+        else:
+            merged.append([low, high])
+    return Selection(tuple((low, high) for low, high in merged))
+
+
+def argument(what: str):
+    """An argparse `type=` for the option `what` (`--steps`, `--ranks`): a usage error exits 2."""
+    import argparse
+
+    def convert(text: str) -> Optional[Selection]:
+        try:
+            return parse(text, what)
+        except SelectionError as exc:
+            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+    convert.__name__ = what.lstrip("-")
+    return convert
+
+
+def not_in_dump(path: str, ranks: Optional[Selection], steps: Optional[Selection], dirs) -> UserError:
+    """The error for a selection that matches nothing in the dump (`dirs`: every leaf directory discovered,
+    layout.DumpDir, to say what the dump has)."""
+    chosen = " and ".join(f"{name} {sel}" for name, sel in (("ranks", ranks), ("steps", steps)) if sel is not None)
+    return UserError(f"{path}: no tensor files for the selected {chosen or 'rank/iteration'}")

@@ -1,0 +1,693 @@
+"""The one walk over a dump: (rank, step) units, each read through the reader registry and judged on its own.
+The reduce (msoverflow/parallel.py) orders the units' summaries; analyze builds the report from them.
+
+Every dump goes this way: npy, binary DumpData, statistic.csv, per-op statistics, Opdebug-flagged and msprobe
+framework dumps. Two things are modes of the unit, not other pipelines:
+  - flags: the dump holds hardware overflow records (Opdebug). The unit matches its records to its ops, judges
+    by the flags (only flagged ops' inputs decide) and reads its collectives to see what other ranks delivered;
+  - msprobe: the registry's msprobe reader turns a step's dump.json into events and graph nodes.
+Inside a unit, npy files and statistic.csv rows stay columns (the readers hand them over as such): the outputs of
+a step are checked in one vectorised pass and only op runs that hold something suspicious (a bad or saturated
+value, a tensor that could not be checked, a repeated run) become OpExecution objects. Those, and every tensor
+other readers gave as objects, go through the same judge(): the rules stay the one place that tells origin from
+propagator.
+
+A unit hands the reduce facts, never a sample to infer from: its step span (first and last op time of every op),
+counts (op runs, files), what was dumped (DumpedFacts), every collective that delivered a bad value, the judged
+executions with their verdicts, the records and the files it could not read.
+
+For other tools (compare two runs, repro): `units(path, ranks, steps)` plans the units of a dump and
+`unit_events(unit, warn)` / `unit_executions(unit, warn)` give every tensor event of one unit as objects.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+from . import names
+from .dtypes import UNDECODABLE, canonical
+from .errors import reading
+from .evaluate import TensorAccess
+from .layout import DumpDir
+from .model import CLEAN, CROSS_RANK, INPUT, OUTPUT, PROPAGATOR, OpExecution, OverflowRecord, TensorEvent
+from .readers import npy
+from .readers.exec_order import execution_order
+from .readers.registry import DirContent, read_dir
+
+BATCH_BYTES = 64 << 20      # small tensors checked together, at most this many bytes at a time
+Warn = Callable[[str], None]
+
+# A Cell in a scoped op name ("network-WithLossCell_", "fc1-Dense_"), in a `{type}.{name}.{task}.{stream}` prefix
+_SCOPED_PREFIX = re.compile(r"-[A-Z][A-Za-z0-9]*(?:_|\.-?[0-9]+\.-?[0-9]+$)", re.M)
+_SCOPED_RAW = r"-[A-Z][A-Za-z0-9]*([_/]|$)"     # the same, on names as statistic.csv writes them
+_CELL_SEGMENT = re.compile(r"-[A-Z][A-Za-z0-9]*(_|$)")
+
+
+@dataclass
+class Unit:
+    """The directories of one rank's step (several graphs may run in one step)."""
+    rank: int
+    iteration: int
+    dirs: List[DumpDir]
+
+
+@dataclass
+class DumpedFacts:
+    """What the files of a step hold (counted over every op run, not a sample): coverage.py reads the dump
+    config's limits from these."""
+    runs: int = 0               # op runs
+    parameter_runs: int = 0     # runs of Parameter "ops" (weights, graph inputs)
+    with_inputs: int = 0        # runs with an input tensor dumped
+    with_outputs: int = 0       # runs with an output tensor dumped
+    scoped: int = 0             # op runs (not Parameters) whose name carries a Cell (graph-mode naming); >= 1 if any
+    flagged: int = 0            # op runs (not Parameters) the hardware flagged
+
+    def add(self, other: "DumpedFacts") -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def count(self, executions: Iterable[OpExecution]) -> None:
+        for ex in executions:
+            self.runs += 1
+            self.with_inputs += bool(ex.inputs)
+            self.with_outputs += bool(ex.outputs)
+            if ex.is_parameter:
+                self.parameter_runs += 1
+                continue
+            self.flagged += bool(ex.flags)
+            self.scoped += bool(_CELL_SEGMENT.search(ex.op_name))
+
+    @property
+    def ops(self) -> int:
+        return self.runs - self.parameter_runs
+
+
+@dataclass
+class UnitSummary:
+    rank: int
+    iteration: int
+    judged: list = field(default_factory=list)        # [(OpExecution, Verdict)] not clean, in time order
+    arrivals: List[OpExecution] = field(default_factory=list)   # every collective that delivered a bad value
+    after_arrival: List[int] = field(default_factory=list)  # indices in judged: origins after a bad arrival
+    has_origin: bool = False
+    earlier_bad: bool = False      # this rank has seen a bad value by the end of this step
+    span: Optional[Tuple[int, int]] = None    # first and last op time of the step (this rank's clock)
+    facts: DumpedFacts = field(default_factory=DumpedFacts)
+    records: List[OverflowRecord] = field(default_factory=list)   # every Opdebug record read (matched_op set)
+    nodes: Dict[Tuple[int, str], list] = field(default_factory=dict)   # msprobe: (rank, graph) -> GraphNodes
+    files: int = 0
+    has_statistics: bool = False
+    tensors_read: int = 0
+    side_reads: int = 0            # of those, reads that only told whether a collective delivered a bad value
+    unreadable_count: int = 0
+    unknown: List[str] = field(default_factory=list)       # files whose names were not understood
+    unreadable: List[str] = field(default_factory=list)    # files that could not be read
+    refused: List[str] = field(default_factory=list)       # "path: why" of statistics files refused whole
+    undecodable: List[Tuple[str, str]] = field(default_factory=list)   # (file, why) of tensors never decodable
+    warnings: List[str] = field(default_factory=list)
+    layouts: List[str] = field(default_factory=list)
+    rank_roots: Dict[Tuple[int, str], Optional[str]] = field(default_factory=dict)
+
+    @property
+    def executions(self) -> int:
+        return self.facts.runs
+
+
+def plan_units(dirs: List[DumpDir], ranks=None, iterations=None) -> List[Unit]:
+    """One unit per (rank, step), in rank then step order. ranks/iterations: a selection (anything with `in`)."""
+    units: Dict[Tuple[int, int], Unit] = {}
+    for d in dirs:
+        if ranks is not None and d.rank not in ranks:
+            continue
+        if iterations is not None and d.iteration not in iterations:
+            continue
+        units.setdefault((d.rank, d.iteration), Unit(d.rank, d.iteration, [])).dirs.append(d)
+    return [units[k] for k in sorted(units)]
+
+
+def units(path: str, ranks=None, steps=None, warn: Warn = lambda message: None) -> List[Unit]:
+    """The units of the dump at `path` (any layout), optionally only some ranks/steps."""
+    from .layout import discover
+    return plan_units(discover(path, warn), ranks, steps)
+
+
+def survey(units: List[Unit]) -> Tuple[bool, int]:
+    """(Opdebug records anywhere, number of entries): one listing of every directory. With hardware flags every
+    unit runs in flags mode (these dumps hold only the flagged ops); the count sizes the progress bar and the
+    choice of a process pool."""
+    flags, files = False, 0
+    for unit in units:
+        for d in unit.dirs:
+            try:
+                entries = os.listdir(d.path)
+            except OSError:
+                continue
+            files += len(entries)
+            flags = flags or any(name.startswith("Opdebug.") for name in entries)
+    return flags, files
+
+
+def _file_of(ex: OpExecution) -> str:
+    """A file of this op execution, to name in an internal error."""
+    for event in ex.inputs + ex.outputs:
+        return event.source
+    return ex.flags[0].source if ex.flags else f"{ex.op_type} {ex.op_name}"
+
+
+def _order(rank_root: str, graph: str) -> Dict[str, int]:
+    """The graph's kernel order, read once per version of its csv (the steps of a rank share it)."""
+    path = os.path.join(rank_root, "execution_order", f"ms_execution_order_graph_{graph}.csv")
+    try:
+        stamp = os.stat(path)
+        version = (stamp.st_mtime_ns, stamp.st_size, stamp.st_ino)
+    except OSError:
+        return {}
+    return _order_of(rank_root, graph, version)
+
+
+@lru_cache(maxsize=256)
+def _order_of(rank_root: str, graph: str, _version) -> Dict[str, int]:
+    return execution_order(rank_root, graph, lambda message: None)
+
+
+# ---- the unit's events as objects (every reader, no judging) ----------------------------------------------
+
+def unit_events(unit: Unit, warn: Warn = lambda message: None) -> List[TensorEvent]:
+    """Every tensor event of one unit as an object (npy columns and statistic rows included), duplicates
+    dropped: the registry's answer for one (rank, step), for tools that compare or copy tensors."""
+    return [e for ex in read_unit(unit, warn).executions for e in ex.inputs + ex.outputs]
+
+
+def unit_executions(unit: Unit, warn: Warn = lambda message: None) -> List[OpExecution]:
+    """unit_events() grouped into op runs, in time order (graph order breaks ties)."""
+    return read_unit(unit, warn).executions
+
+
+@dataclass
+class UnitRead:
+    """One unit read whole, as objects: its op runs in time order (Opdebug records joined to their ops), and
+    where their graphs are (msprobe's built from its entries; `.ir` files under the rank roots)."""
+    executions: List[OpExecution]
+    records: List[OverflowRecord]
+    graphs: Dict[Tuple[int, str], object]
+    rank_roots: Dict[Tuple[int, str], Optional[str]]
+
+
+def read_unit(unit: Unit, warn: Warn = lambda message: None) -> UnitRead:
+    events: List[TensorEvent] = []
+    records: List[OverflowRecord] = []
+    nodes: Dict[Tuple[int, str], list] = {}
+    for d in unit.dirs:
+        content = read_dir(d, warn)
+        events.extend(_content_events(content, all_rows=True))
+        records.extend(content.records)
+        if content.nodes:
+            nodes.setdefault((d.rank, d.graph), []).extend(content.nodes)
+    executions = group_executions(drop_duplicates(events, warn))
+    _attach_order(executions, unit)
+    if records:
+        _match_records(records, executions)
+    return UnitRead(executions, records, msprobe_graphs(nodes),
+                    {(d.rank, d.graph): d.rank_root for d in unit.dirs})
+
+
+def msprobe_graphs(nodes: Dict[Tuple[int, str], list]) -> Dict[Tuple[int, str], object]:
+    """(rank, graph) -> GraphIndex of the nodes msprobe's reader built from its steps' entries."""
+    if not nodes:
+        return {}
+    from .readers.ir_graph import GraphIndex
+    from .readers.msprobe import forward_nodes
+    graphs = {}
+    for key, found in nodes.items():
+        unique = list({n.full_name: n for n in reversed(found)}.values())[::-1]
+        graphs[key] = GraphIndex(unique + forward_nodes(unique))
+    return graphs
+
+
+def _content_events(content: DirContent, all_rows: bool) -> List[TensorEvent]:
+    """A directory's tensors as objects: statistic rows (stats joined to their tensor files), npy files, and
+    what the other readers made."""
+    d = content.d
+    rows = content.table.events(_all(content.table.size), d.rank, d.graph, d.iteration) \
+        if content.table is not None else []
+    files = _npy_events(content, range(len(content.npy.rows))) if content.npy is not None else []
+    if content.table is not None and content.table_covers_npy:
+        return rows + content.events
+    events = merge_statistics(files + content.events, rows) if rows else files + content.events
+    return events
+
+
+def _all(size: int):
+    import numpy as np
+    return np.arange(size)
+
+
+def _npy_events(content: DirContent, rows) -> List[TensorEvent]:
+    """TensorEvents of the given rows of a directory's npy name columns."""
+    d, columns = content.d, content.npy
+    prefix = d.path + os.sep
+    ops: Dict[str, tuple] = {}
+    events = []
+    for k in rows:
+        odd = columns.odd.get(k)
+        op = ops.get(columns.prefix[k])
+        if op is None:
+            op = ops[columns.prefix[k]] = names.split_prefix(columns.prefix[k])
+        events.append(TensorEvent(
+            source=prefix + content.npy_files[columns.rows[k]], rank=d.rank, graph=d.graph, iteration=d.iteration,
+            op_type=op[0], op_name=op[1], task_id=op[2], stream_id=op[3], timestamp=columns.timestamp[k],
+            io=columns.io[k] or INPUT, slot=columns.slot[k], fmt=columns.fmt[k], dtype=columns.dtype[k],
+            shape=odd.shape if odd is not None else None,
+            context_id=odd.context_id if odd is not None else None,
+            thread_id=odd.thread_id if odd is not None else None))
+    return events
+
+
+def _tensor_key(e: TensorEvent):
+    return (e.op_type, e.op_name, e.task_id, e.stream_id, e.timestamp, e.io, e.slot)
+
+
+def merge_statistics(events: List[TensorEvent], rows: List[TensorEvent]) -> List[TensorEvent]:
+    """statistic.csv rows give stats to the tensor files they describe (same op, io, slot; the nearest timestamp,
+    since a row and its file need not carry the same one); rows without a file stand alone."""
+    by_key: Dict[tuple, List[TensorEvent]] = defaultdict(list)
+    for e in events:
+        by_key[_tensor_key(e)[:4] + _tensor_key(e)[5:]].append(e)
+    for row in rows:
+        candidates = [e for e in by_key.get(_tensor_key(row)[:4] + _tensor_key(row)[5:], []) if e.stats is None]
+        match = min(candidates, key=lambda e: abs(e.timestamp - row.timestamp), default=None)
+        if match is not None:
+            match.stats = row.stats
+            match.dtype = match.dtype or row.dtype
+            match.shape = match.shape or row.shape
+        else:
+            events.append(row)
+    return events
+
+
+def drop_duplicates(events: List[TensorEvent], warn: Warn) -> List[TensorEvent]:
+    """The same tensor twice (a copied directory, a linked file): keep the first, say so once per file."""
+    seen: Dict[tuple, str] = {}
+    kept = []
+    for e in events:
+        key = (e.graph, e.iteration) + _tensor_key(e)
+        if key in seen:
+            warn(f"{e.source}: duplicate of {seen[key]}, ignored")
+            continue
+        seen[key] = e.source
+        kept.append(e)
+    return kept
+
+
+def group_executions(events: Iterable[TensorEvent]) -> List[OpExecution]:
+    """Tensors of one op run share op/task/stream in one directory; a repeated (io, slot) starts a new run."""
+    groups: Dict[tuple, List[TensorEvent]] = defaultdict(list)
+    for e in events:
+        groups[(e.rank, e.graph, e.iteration, e.op_type, e.op_name, e.task_id, e.stream_id)].append(e)
+    executions: List[OpExecution] = []
+    for key, members in groups.items():
+        members.sort(key=lambda e: e.timestamp)
+        current: Optional[OpExecution] = None
+        seen = set()
+        for e in members:
+            slot_key = (e.io, e.slot)
+            if current is None or slot_key in seen:   # a repeat: the op ran again (loops, micro-batches)
+                current = OpExecution(*key)
+                executions.append(current)
+                seen = set()
+            seen.add(slot_key)
+            (current.inputs if e.io == INPUT else current.outputs).append(e)
+    for ex in executions:
+        ex.inputs.sort(key=lambda e: e.slot)
+        ex.outputs.sort(key=lambda e: e.slot)
+    return executions
+
+
+def _attach_order(executions: List[OpExecution], unit: Unit) -> None:
+    roots = {(d.rank, d.graph): d.rank_root for d in unit.dirs}
+    for ex in executions:
+        root = roots.get((ex.rank, ex.graph))
+        ex.order = _order(root, ex.graph).get(ex.op_name) if root else None
+    executions.sort(key=lambda ex: (ex.time, ex.order if ex.order is not None else 1 << 30))
+
+
+def _match_records(records: List[OverflowRecord], executions: List[OpExecution]) -> None:
+    """Opdebug records join the op they name (ids inside the record), in their directory first, else in their
+    step (2.2 async: rank_{r}/debug_files/{iter}/ holds the records, rank_{r}/{net}/{graph}/{iter}/ the ops)."""
+    from .readers.opdebug import match_records
+    by_dir: Dict[str, List[OpExecution]] = defaultdict(list)
+    for ex in executions:
+        by_dir[ex.graph].append(ex)
+    for record in records:
+        pairs = match_records([record], by_dir.get(record.graph, []))
+        if all(ex is None for _, ex in pairs):
+            pairs = match_records([record], executions)
+        for rec, ex in pairs:
+            if ex is not None:
+                ex.flags.append(rec)
+                rec.matched_op = ex.op_name
+
+
+# ---- the unit ------------------------------------------------------------------------------------------------
+
+def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[TensorAccess] = None,
+              warn: Optional[Warn] = None, flags: bool = False) -> UnitSummary:
+    """Judge one rank's step. `access` and `warn` are the caller's when it runs in the same process; a worker
+    makes its own and sends warnings and counts back in the summary. flags: the dump holds hardware overflow
+    records (every unit of it is judged by them)."""
+    from .rules import judge
+
+    summary = UnitSummary(unit.rank, unit.iteration)
+    note = summary.warnings.append if warn is None else warn
+    # A unit's own access: its caches are keyed by object id, and the events of a clean step die with it.
+    caller_access, access = access, TensorAccess(note)
+    twins = Counter((d.graph, d.iteration) for d in unit.dirs)
+    executions: List[OpExecution] = []
+    plain_events: List[TensorEvent] = []
+    firsts: List[int] = []
+    lasts: List[int] = []
+    for d in unit.dirs:
+        if d.layout not in summary.layouts:
+            summary.layouts.append(d.layout)
+        summary.rank_roots.setdefault((d.rank, d.graph), d.rank_root)
+        content = read_dir(d, note)
+        summary.files += content.files
+        summary.unknown += content.unknown
+        summary.unreadable += content.unreadable
+        summary.refused += content.refused
+        summary.records += content.records
+        if content.nodes:
+            summary.nodes.setdefault((d.rank, d.graph), []).extend(content.nodes)
+        step = None
+        # Columns where they fit: one directory of its (graph, step) (a twin needs the duplicate check), and no
+        # hardware flags (records are matched to every op of their step as objects, and unflagged ops are judged
+        # from statistics only, so no output is read in a batch; overflow-only dumps hold few files).
+        if twins[(d.graph, d.iteration)] == 1 and not flags and not content.records:
+            if content.table is not None and content.table_covers_npy:
+                step = _statistic_step(d, content.table)
+            elif content.npy is not None and content.table is None:
+                step = _npy_step(content, access)
+        if step is None:
+            plain_events.extend(_content_events(content, all_rows=True))
+            continue
+        suspicious, span, facts, statistics = step
+        plain_events.extend(content.events)
+        executions.extend(suspicious)
+        summary.facts.add(facts)
+        summary.facts.count(suspicious)
+        summary.has_statistics |= statistics
+        if span is not None:
+            firsts.append(span[0])
+            lasts.append(span[1])
+    if plain_events:
+        plain = group_executions(drop_duplicates(plain_events, note))
+        summary.facts.count(plain)
+        summary.has_statistics |= any(e.stats is not None for ex in plain for e in ex.outputs)
+        executions.extend(plain)
+        if plain:
+            times = [ex.time for ex in plain]
+            firsts.append(min(times))
+            lasts.append(max(times))
+    _attach_order(executions, unit)
+    if summary.records:
+        _match_records(summary.records, executions)
+        summary.facts.flagged += sum(1 for ex in executions if ex.flags and not ex.is_parameter)
+    summary.span = (min(firsts), max(lasts)) if firsts else None
+
+    arrived = False
+    side = TensorAccess(note)      # reads that tell arrivals only (not what decided an origin)
+    for ex in executions:
+        with reading(_file_of(ex)):
+            verdict = judge(ex, access, kn, earlier_bad, flags_answer=flags)
+        if verdict.role == CLEAN:
+            # Flags mode judges unflagged ops from statistics only: a collective's tensors are read to see whether
+            # it delivered a bad value from another rank (the rank table names every arrival).
+            if flags and kn.is_collective(ex.op_type) and ex.outputs:
+                with reading(_file_of(ex)):
+                    if judge(ex, side, kn, earlier_bad=False).kind == CROSS_RANK:
+                        summary.arrivals.append(ex)
+            elif flags and earlier_bad and ex.op_type in kn.state_updates and len(ex.inputs) > 1:
+                # an optimizer update after a bad value: its inputs say which parameter was hit (parameters.py)
+                with reading(_file_of(ex)):
+                    update = judge(ex, side, kn, earlier_bad=True)
+                if update.role == PROPAGATOR:
+                    summary.judged.append((ex, update))
+            continue
+        earlier_bad = True
+        if verdict.kind == CROSS_RANK:
+            arrived = True
+            summary.arrivals.append(ex)
+        if verdict.role != PROPAGATOR:          # an origin (or any role that answers for the rank)
+            summary.has_origin = True
+            if arrived:
+                summary.after_arrival.append(len(summary.judged))
+        summary.judged.append((ex, verdict))
+    summary.earlier_bad = earlier_bad
+    for ex in executions:
+        for e in ex.inputs + ex.outputs:
+            if e.note.startswith("unreadable"):
+                summary.unreadable.append(e.source)
+            elif e.note.startswith(UNDECODABLE):
+                summary.undecodable.append((e.source, e.note))
+    summary.unreadable = sorted(set(summary.unreadable))
+    kept = [ex for ex, _ in summary.judged] + summary.arrivals
+    summary.side_reads = side.tensors_read
+    if caller_access is not None:
+        caller_access.adopt(access, [e for ex in kept for e in ex.inputs + ex.outputs])
+        caller_access.adopt(side, [])
+    else:
+        summary.tensors_read = access.tensors_read + side.tensors_read
+        summary.unreadable_count = access.unreadable + side.unreadable
+    return summary
+
+
+# ---- columns: how a unit reads npy files and statistic.csv fast ---------------------------------------------
+
+def _group_first_times(codes, stamps, n_groups: int):
+    """The earliest timestamp of each group (numpy)."""
+    import numpy as np
+    first = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, codes, stamps)
+    return first
+
+
+def _column_facts(codes, is_output, is_parameter_group, clean_groups, scoped: bool) -> DumpedFacts:
+    """DumpedFacts of the clean groups (one op run each; the others become objects and are counted as such)."""
+    import numpy as np
+    n = clean_groups.size
+    has_output = np.bincount(codes[is_output], minlength=n) > 0
+    has_input = np.bincount(codes[~is_output], minlength=n) > 0
+    return DumpedFacts(runs=int(clean_groups.sum()),
+                       parameter_runs=int((clean_groups & is_parameter_group).sum()),
+                       with_inputs=int((clean_groups & has_input).sum()),
+                       with_outputs=int((clean_groups & has_output).sum()), scoped=int(scoped))
+
+
+def _span(first_times, executions: List[OpExecution], clean_groups) -> Optional[Tuple[int, int]]:
+    """First and last op start of the step: the clean groups' first times and the objects' times."""
+    times = first_times[clean_groups]
+    extremes = [int(times.min()), int(times.max())] if times.size else []
+    extremes += [ex.time for ex in executions]
+    return (min(extremes), max(extremes)) if extremes else None
+def _group_runs(codes, stamps, is_output, slot, n_groups: int):
+    """Per group (numpy): whether it has an output, and whether an (io, slot) repeats (the op ran more than
+    once). None when one tensor appears twice (same op, time, io and slot: the object path reports those)."""
+    import numpy as np
+
+    has_output = np.bincount(codes[is_output], minlength=n_groups) > 0
+    key = (codes * 2 + is_output) * (int(slot.max()) + 1 if slot.size else 1) + slot
+    unique, counts = np.unique(key, return_counts=True)
+    repeated = np.zeros(n_groups, dtype=bool)
+    twice = unique[counts > 1]
+    if twice.size:
+        again = np.isin(key, twice)
+        tensors = list(zip(key[again].tolist(), stamps[again].tolist()))
+        if len(set(tensors)) != len(tensors):
+            return None
+        repeated[codes[again]] = True
+    return has_output, repeated
+
+
+def _npy_step(content: DirContent, access: TensorAccess):
+    """(suspicious OpExecutions, span, DumpedFacts of the rest, False) of a directory's npy files as columns
+    (content.npy: their names parsed in bulk); None when one tensor appears twice (the caller then takes every
+    file as an object, and drops the duplicate with a warning)."""
+    import numpy as np
+
+    from .stats import scan, scan_rows
+
+    d, parsed, npy_names = content.d, content.npy, content.npy_files
+    if not parsed.rows:
+        return None
+    codes_of: Dict[str, int] = {}
+    codes = [codes_of.setdefault(p, len(codes_of)) for p in parsed.prefix]
+    prefixes = list(codes_of)
+    rows, stamps, io, slot, dtype = parsed.rows, parsed.timestamp, parsed.io, parsed.slot, parsed.dtype
+    n_groups = len(prefixes)
+    code_array = np.asarray(codes, dtype=np.int64)
+    stamp_array = np.asarray(stamps, dtype=np.int64)
+    is_output = np.asarray([x == OUTPUT for x in io], dtype=bool)
+    runs = _group_runs(code_array, stamp_array, is_output, np.asarray(slot, dtype=np.int64), n_groups)
+    if runs is None:
+        return None
+    has_output, repeated = runs
+    suspicious = (~has_output | repeated).tolist()
+    for k in parsed.odd:        # FFTS+ sub-tasks, sliced ops, shapes in the name: judged as objects
+        suspicious[codes[k]] = True
+    floats = {t: t is None or "float" in t for t in set(dtype)}
+
+    # Every float output of the step, read once and checked in one pass (what judge() would ask first).
+    # Files with the same header bytes and size are stacked as rows of one matrix.
+    seeded: Dict[int, tuple] = {}       # row -> (bad, pinned, header)
+    batches: Dict[tuple, list] = {}     # (header, declared, size) -> [[rows], [file bytes], bytes]
+    os_open, os_read, os_close, first = os.open, os.read, os.close, npy.FIRST_READ
+    nonblocking = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+
+    def flush(key):
+        header, declared, _ = key
+        members, blobs, _ = batches.pop(key)
+        count = math.prod(header.shape) if header.shape else 1
+        size = len(blobs[0])
+        matrix = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(len(blobs), size)
+        payload = matrix[:, header.offset:header.offset + count * header.payload_dtype.itemsize]
+        with reading(prefix + npy_names[rows[members[0]]]):    # an internal error names a file of the batch
+            bad, pinned = scan_rows(payload.view(header.payload_dtype), declared)
+        for j, r in enumerate(members):
+            seeded[r] = (bool(bad[j]), bool(pinned[j]), header)
+
+    prefix = d.path + os.sep
+    output_list = is_output.tolist()
+    # The files of a step mostly share one header: a file whose size and first bytes match the previous one
+    # joins its batch at once (`same`: header bytes, size, dtype from the name, the batch's key).
+    same = None
+    for r in [r for r in range(len(rows)) if output_list[r] and floats[dtype[r]] and not suspicious[codes[r]]]:
+        path = prefix + npy_names[rows[r]]
+        try:
+            fd = os_open(path, nonblocking)       # a FIFO or device never blocks the scan
+            try:
+                blob = os_read(fd, first)
+            finally:
+                os_close(fd)
+        except OSError:
+            suspicious[codes[r]] = True              # judge() reads it again and says what is wrong
+            continue
+        if same is not None and len(blob) == same[1] and dtype[r] == same[2] and blob.startswith(same[0]):
+            batch = batches[same[3]]
+        else:
+            same = None
+            whole = len(blob) < first
+            try:
+                if not whole:
+                    blob, whole = npy.read_start(path)
+                if whole:
+                    header = npy.header_of_bytes(path, blob)
+                else:
+                    header = npy.read_header(path, blob[:4096], os.path.getsize(path))
+            except (npy.NpyError, OSError, ValueError):
+                suspicious[codes[r]] = True
+                continue
+            payload = header.payload_dtype
+            if payload.kind != "f" or payload.hasobject or not (math.prod(header.shape) if header.shape else 1):
+                seeded[r] = (False, False, header)
+                continue
+            declared = dtype[r] or canonical(header.header_dtype.name)
+            if not whole:
+                try:
+                    with reading(path):
+                        bad, pinned = scan(npy.open_array(path, header), declared)
+                except (npy.NpyError, OSError, ValueError):
+                    suspicious[codes[r]] = True
+                    continue
+                seeded[r] = (bad, pinned, header)
+                continue
+            key = (header, declared, len(blob))
+            batch = batches.get(key)
+            if batch is None:
+                batch = batches[key] = [[], [], 0]
+            same = (blob[:header.offset], len(blob), dtype[r], key)
+        batch[0].append(r)
+        batch[1].append(blob)
+        batch[2] += len(blob)
+        if batch[2] >= BATCH_BYTES:
+            flush(same[3] if same is not None else key)
+            same = None
+    for key in list(batches):
+        flush(key)
+    for r, (bad, pinned, _) in seeded.items():
+        if bad or pinned:
+            suspicious[codes[r]] = True
+
+    parameter_group = np.asarray([p.startswith("Parameter.") for p in prefixes], dtype=bool)
+    suspicious_groups = np.asarray(suspicious, dtype=bool)
+    clean_groups = ~suspicious_groups
+    ops = [p for p, clean, param in zip(prefixes, clean_groups.tolist(), parameter_group.tolist()) if clean and not param]
+    scoped = bool(_SCOPED_PREFIX.search("\n".join(ops)))
+    facts = _column_facts(code_array, is_output, parameter_group, clean_groups, scoped)
+    members = [k for k, code in enumerate(codes) if suspicious[code]]
+    events = _npy_events(content, members)
+    for k, e in zip(members, events):
+        if k in seeded:
+            bad, pinned, header = seeded[k]
+            access.seed(e, header, bad, pinned)
+    access.tensors_read += len(seeded)
+    executions = group_executions(events)
+    span = _span(_group_first_times(code_array, stamp_array, n_groups), executions, clean_groups)
+    return executions, span, facts, False
+
+
+def _statistic_step(d: DumpDir, table):
+    """(suspicious OpExecutions, span, DumpedFacts of the rest, True) of a statistic.csv as columns: bad or
+    saturated rows found vectorised, their op runs made objects; None when a tensor has two rows."""
+    import numpy as np
+
+    if table.size == 0 or table.has_duplicates():
+        return None
+    suspicious_rows = table.suspicious()
+    groups, n_groups = table.group_codes()
+    flagged = np.zeros(n_groups, dtype=bool)
+    flagged[groups[suspicious_rows]] = True
+    is_output = np.asarray([v == OUTPUT for v in table.columns["io"].values], dtype=bool)[table.columns["io"].codes]
+    # a group whose (io, slot) repeats ran more than once: objects, so each run is judged on its own
+    key = (groups * 2 + is_output) * (int(table.columns["slot"][0].max()) + 1) + table.columns["slot"][0]
+    unique, counts = np.unique(key, return_counts=True)
+    if (counts > 1).any():
+        flagged[groups[np.isin(key, unique[counts > 1])]] = True
+    types = table.columns["op_type"]
+    parameter_row = np.asarray([v == "Parameter" for v in types.values], dtype=bool)[types.codes]
+    parameter_group = np.zeros(n_groups, dtype=bool)
+    parameter_group[groups[parameter_row]] = True
+    clean_groups = ~flagged
+    scoped_row = table.first_row_named_like(_SCOPED_RAW)
+    facts = _column_facts(groups, is_output, parameter_group, clean_groups, scoped_row is not None)
+    rows = np.flatnonzero(flagged[groups])
+    executions = group_executions(table.events(rows, d.rank, d.graph, d.iteration))
+    first_times = _group_first_times(groups, np.asarray(table.columns["timestamp"][0], dtype=np.int64), n_groups)
+    return executions, _span(first_times, executions, clean_groups), facts, True
+
+
+EVENT_COLUMNS = ("rank", "step", "op_type", "op_name", "io", "slot", "dtype", "shape", "max_abs", "nan", "posinf",
+                 "neginf", "counts_exact", "file")
+
+
+def events_frame(scanned: List[Unit], warn: Warn = lambda message: None):
+    """Report.events(): every tensor event of these units as a pandas DataFrame (EVENT_COLUMNS). Counts come from
+    the dump's statistics where it has them (counts_exact False when inferred from Max/Min), else from the data."""
+    import pandas as pd
+
+    rows = []
+    for unit in scanned:
+        access = TensorAccess(warn)
+        for ex in read_unit(unit, warn).executions:
+            for e in ex.inputs + ex.outputs:
+                stats = access.stats(e) if (e.dtype is None or e.is_float or e.stats is not None) else None
+                rows.append((e.rank, e.iteration, e.op_type, e.op_name, e.io, e.slot, e.dtype, e.shape,
+                             None if stats is None else stats.max_abs, None if stats is None else stats.nan,
+                             None if stats is None else stats.posinf, None if stats is None else stats.neginf,
+                             None if stats is None else stats.counts_exact, e.source))
+                access.forget(e)
+    return pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
