@@ -57,7 +57,7 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
     ranks, iterations = selection.parse(ranks, "--ranks"), selection.parse(iterations, "--steps")
     units = plan_units(dirs, ranks, iterations)
     if not units and (ranks or iterations):
-        raise UserError(_selection_lacks(path, dirs, ranks, iterations))
+        raise not_in_dump(path, ranks, iterations, dirs)
     # (rank, step)s whose files stop short (job killed, dump still being written): listings and headers only
     incomplete = check_completeness(dirs, ranks=ranks, iterations=iterations, warn=note, finished=finished)
     access = TensorAccess(note)
@@ -254,29 +254,6 @@ def _nothing_understood(walked, path: str, warnings: List[str]) -> Report:
     return Report(dump_dir=os.path.abspath(path), first=None, anomalies=[], propagation=[], warnings=warnings,
                   ranks=[], iterations={}, files=walked.files, layout=",".join(walked.layouts),
                   inconclusive=reasons)
-
-
-def _spans(values) -> str:
-    """[0, 1, 2, 5] -> "0-2,5" (the --steps/--ranks grammar, so the answer can be pasted back)."""
-    out, values = [], sorted(set(values))
-    for v in values:
-        if out and v == out[-1][1] + 1:
-            out[-1][1] = v
-        else:
-            out.append([v, v])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
-
-
-def _selection_lacks(path: str, dirs, ranks, iterations) -> str:
-    """--ranks/--steps the dump does not hold: say what it holds, per rank, to pick from."""
-    asked = " ".join(f"--{name} {_spans(chosen)}" for name, chosen in (("ranks", ranks), ("steps", iterations))
-                     if chosen)
-    steps: Dict[int, set] = {}
-    for d in dirs:
-        steps.setdefault(d.rank, set()).add(d.iteration)
-    held = "; ".join(f"rank {rank}: steps {_spans(s)}" for rank, s in sorted(steps.items())[:16])
-    more = f" (and {len(steps) - 16} more ranks)" if len(steps) > 16 else ""
-    return (f"{path}: the dump has no files for {asked}; it holds ranks {_spans(steps)} ({held}{more})")
 
 
 def _other_files(path: str, limit: int = 2000) -> List[str]:
