@@ -123,7 +123,12 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
     for record in unmatched:
         note(f"{record.source}: overflow record ({record.unit}, task {record.task_id}, stream "
              f"{record.stream_id}) matches no dumped op in its directory")
-    iterations_seen: Dict[int, List[int]] = {r: its for r, its in walked.iterations.items() if r in walked.runs}
+    flagged_ranks = {record.rank for record in walked.records}
+    iterations_seen: Dict[int, List[int]] = {r: its for r, its in walked.iterations.items()
+                                             if r in walked.runs or r in flagged_ranks}
+    # steps scanned that held something understood (op runs or hardware records): never more than was seen
+    scanned_steps = {rank: [s for s in steps if s in iterations_seen.get(rank, ())]
+                     for rank, steps in walked.scanned.items()}
     roots = sorted({r for r in walked.rank_roots.values() if r})
     expected = expected_ranks(path, set(walked.runs), roots, note) if not ranks else {}
     if iterations:
@@ -165,7 +170,7 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
                   tail_clean=walked.scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
                   inconclusive=reasons, flagged=flagged, step_times=_step_times(walked),
                   overflow_records=list(walked.records), arrivals=_arrivals(walked),
-                  scanned_steps={rank: list(steps) for rank, steps in walked.scanned.items()},
+                  scanned_steps={rank: steps for rank, steps in scanned_steps.items() if steps},
                   edges=_edges(first, propagation), completeness=incomplete, likely_origin=likely,
                   scanned_units=scanned_units, parallel=layout, parameters=hit)
 

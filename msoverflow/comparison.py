@@ -522,15 +522,16 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
         for rank, step in sorted(set(mine) - set(other)):
             reasons.append(f"rank {rank} step {step} is in the {side} only")
     orders: Dict[Tuple[int, int], int] = {}
-    base_graphs = target_graphs = None
+    base_caches: Dict[tuple, object] = {}
+    target_caches: Dict[tuple, object] = {}
     for rank, step in units:
         base_runs, base_index = _unit_executions(base_units[(rank, step)], note)
         target_runs, target_index = _unit_executions(target_units[(rank, step)], note)
         baseline_ops += len(base_runs)
         target_ops += len(target_runs)
         orders[(rank, step)] = max(1, len(base_runs))
-        base_graphs, target_graphs = _graphs_of(base_graphs, base_index, note), _graphs_of(target_graphs,
-                                                                                            target_index, note)
+        base_graphs = _graphs_of(base_caches, rank, base_index, note)
+        target_graphs = _graphs_of(target_caches, rank, target_index, note)
         has_graph = [any(g.node(ex)[1] is not None for ex in runs[:1]) if runs else False
                      for g, runs in ((base_graphs, base_runs), (target_graphs, target_runs))]
         pairs, only_base, only_target = match(base_runs, target_runs, (base_graphs, target_graphs)
@@ -596,15 +597,16 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
                       series=_sample(series, MAX_SERIES), diverged_ops=diverged_ops)
 
 
-def _graphs_of(cache, index, warn):
-    """One saved-graph cache per side for every unit (a rank's .ir is parsed once); graphs a reader built
-    from the unit itself (msprobe) replace what the cache held for that (rank, graph)."""
-    if cache is None:
-        cache = _GraphCache(index, warn)
-    cache.index = index
-    for key in index.graphs:
-        cache.cache.pop(key, None)
-    return cache
+def _graphs_of(caches: Dict[tuple, object], rank: int, walked, warn):
+    """The saved graphs of one side for this unit (analyze's _GraphCache): one cache per rank and set of graphs,
+    so a rank's .ir is parsed once for all its steps; graphs a reader built from the unit itself (msprobe) get a
+    cache of their own."""
+    if walked.graphs:
+        return _GraphCache(walked, warn)
+    key = (rank, tuple(sorted(walked.rank_roots.items())))    # steps that hold the same graphs share one
+    if key not in caches:
+        caches[key] = _GraphCache(walked, warn)
+    return caches[key]
 
 
 def _sample(items: list, limit: int) -> list:

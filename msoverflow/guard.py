@@ -154,8 +154,8 @@ def GuardedTrainOneStepCell(network, optimizer, sens=None, count_input: int = -1
 
 def guard_state(step_cell) -> Dict[str, object]:
     """What the guard decided (reads its Parameters: one host synchronisation, only when asked)."""
-    steps = int(step_cell.guard_steps.asnumpy())
-    count = int(step_cell.guard_skipped_count.asnumpy())
+    steps = int(step_cell.guard_steps.asnumpy().reshape(-1)[0])
+    count = int(step_cell.guard_skipped_count.asnumpy().reshape(-1)[0])
     recorded = step_cell.guard_skipped_steps.asnumpy().tolist()[:min(count, SKIP_CAPACITY)]
     return {"steps": steps, "skipped": sorted(int(s) for s in recorded), "skipped_count": count,
             "status": STATUS_NAMES.get(int(step_cell.guard_status.asnumpy()), "?"),
@@ -210,12 +210,15 @@ def _guarded_class():
             self.count_all_reduce = ops.AllReduce(group=topology.dp_group) if topology.dp_group else ops.AllReduce()
             if source is not None:
                 self.count_broadcast = ops.Broadcast(source, group=topology.pp_group)
-            self.guard_steps = Parameter(Tensor(0, mstype.int32), name="msoverflow_guard_steps", requires_grad=False)
+            # shape (1,) counters: the skip branch then needs no Reshape (MindSpore leaves such no-op kernels out
+            # of the dump, and a step would look incomplete)
+            self.guard_steps = Parameter(Tensor(np.zeros(1, np.int32)), name="msoverflow_guard_steps",
+                                         requires_grad=False)
             self.guard_status = Parameter(Tensor(0, mstype.int32), name="msoverflow_guard_status",
                                           requires_grad=False)
             self.guard_grad_norm = Parameter(Tensor(0.0, mstype.float32), name="msoverflow_guard_grad_norm",
                                              requires_grad=False)
-            self.guard_skipped_count = Parameter(Tensor(0, mstype.int32), name="msoverflow_guard_skipped_count",
+            self.guard_skipped_count = Parameter(Tensor(np.zeros(1, np.int32)), name="msoverflow_guard_skipped_count",
                                                  requires_grad=False)
             self.guard_skipped_steps = Parameter(Tensor(np.full(SKIP_CAPACITY, -1, np.int32)),
                                                  name="msoverflow_guard_skipped_steps", requires_grad=False)
@@ -251,8 +254,7 @@ def _guarded_class():
             else:
                 if ops.abs(loss).sum() > 0:     # NaN compares false: 0/0 is the no-signal case, not a mismatch
                     raise ValueError(MISMATCH)
-                slot = (self.guard_skipped_count % SKIP_CAPACITY).reshape((1,))
-                ops.scatter_update(self.guard_skipped_steps, slot, step.reshape((1,)))
+                ops.scatter_update(self.guard_skipped_steps, self.guard_skipped_count % SKIP_CAPACITY, step)
                 self.guard_skipped_count += 1
                 self.guard_status = SKIPPED
                 self.guard_grad_norm = 0.0

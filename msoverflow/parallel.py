@@ -209,6 +209,7 @@ def _reduce(summaries: List[UnitSummary], chains, access, warn, scanned_all: boo
         walked.has_statistics |= s.has_statistics
         if s.executions:
             walked.runs[s.rank] = walked.runs.get(s.rank, 0) + s.executions
+        if s.executions or s.records:      # a step of hardware records only is a step seen too
             walked.iterations.setdefault(s.rank, []).append(s.iteration)
         if s.span is not None:
             walked.spans[(s.rank, s.iteration)] = s.span

@@ -23,12 +23,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from importlib import metadata
 from pathlib import Path
 from typing import Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gen_real_dumps  # noqa: E402  (its runner, lock and case records)
+from gen_msprobe_dumps import _version  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent
@@ -112,13 +112,6 @@ PAIRS: List[Pair] = [
               dtype="float16")),
 ]
 PAIRS_BY_NAME = {p.name: p for p in PAIRS}
-
-
-def _version(dist: str) -> Optional[str]:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def available(msprobe: bool = False) -> bool:

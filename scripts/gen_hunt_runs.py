@@ -40,7 +40,7 @@ class Case:
     msoverflow: tuple          # the msoverflow command and its options (before `--`)
     script: tuple              # normhead_train.py's arguments
     expected: dict
-    launcher: tuple = ()       # e.g. msrun's arguments, before `python normhead_train.py`
+    workers: int = 1           # > 1: under msrun (CPU workers, MCCL), data parallel; the last rank overflows
 
 
 _SQRT_BACKWARD = dict(verdict="anomaly", op_type="SqrtGrad", forward_op="Sqrt", kind="overflow",
@@ -56,6 +56,10 @@ CASES: List[Case] = [
          "overflows there", ("run", "--two-pass", "--device", "cpu", "--dump-dir", "dump"),
          ("--mode", "graph", "--steps", "30", "--overflow-at", "25", "--scale", "65536"),
          dict(_SQRT_BACKWARD, iteration=25, rank=0)),
+    Case("hunt_msrun_dp2", "2 ranks under msrun, data parallel in PyNative: rank 1 overflows at step 2, rank 0 "
+         "receives it through the gradient AllReduce", ("hunt", "--out-dir", "hunt"),
+         ("--mode", "pynative", "--steps", "3", "--overflow-at", "2", "--distributed"),
+         dict(_SQRT_BACKWARD, iteration=2, rank=1, direction="backward"), workers=2),
     Case("two_pass_not_reproduced", "graph mode: only the first run overflows (at step 1), so pass 2 cannot see "
          "what pass 1 saw", ("run", "--two-pass", "--device", "cpu", "--dump-dir", "dump"),
          ("--mode", "graph", "--steps", "3", "--overflow-at", "1", "--scale", "65536", "--first-run-only",
@@ -85,6 +89,13 @@ def cache_key() -> str:
     return h.hexdigest()[:16]
 
 
+def _free_port() -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def run_case(case: Case, out_root: Path, python: str = sys.executable) -> Path:
     """Run one case into out_root/<case>/ (report.json, run.log, case.json and what the command wrote)."""
     target = out_root / case.name
@@ -93,10 +104,18 @@ def run_case(case: Case, out_root: Path, python: str = sys.executable) -> Path:
     work = Path(tempfile.mkdtemp(prefix=f"msoverflow_{case.name}_"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), GLOG_v="3",
                MSOVERFLOW_REPORT_JSON="")
+    launcher = [python]
+    if case.workers > 1:   # msrun starts `python` from PATH: the venv's first
+        env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])
+        launcher = [str(Path(python).parent / "msrun"), f"--worker_num={case.workers}",
+                    f"--local_worker_num={case.workers}", f"--master_port={_free_port()}", "--join=True",
+                    f"--log_dir={work / 'logs'}"]         # msrun runs the script with `python` itself
     cmd = [python, "-m", "msoverflow", *case.msoverflow, "--format", "json", "-o", "report.json", "--",
-           *case.launcher, python, str(CASE_SCRIPT), *case.script]
+           *launcher, str(CASE_SCRIPT), *case.script]
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=CASE_TIMEOUT_S)
-    (work / "run.log").write_text(proc.stdout + proc.stderr)
+    logs = "".join(p.read_text(errors="replace")[-20000:] for p in sorted((work / "logs").glob("worker_*.log"))) \
+        if (work / "logs").is_dir() else ""
+    (work / "run.log").write_text(proc.stdout + proc.stderr + logs)
     record = {"name": case.name, "shows": case.shows, "made_by": f"real mindspore {_version('mindspore')} on CPU",
               "command": ["msoverflow", *cmd[3:]], "exit": proc.returncode, "expected": case.expected}
     (work / "case.json").write_text(json.dumps(record, indent=2))   # last: a case without it is run again

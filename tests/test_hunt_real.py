@@ -29,6 +29,13 @@ def _case(hunt_runs, name):
     return root, case, json.loads((root / "report.json").read_text()), log
 
 
+def _valid(report):
+    import jsonschema
+    from importlib import resources
+    schema = json.loads(resources.files("msoverflow").joinpath("schema/report.schema.json").read_text())
+    jsonschema.validate(report, schema)
+
+
 def _env():
     import gen_hunt_runs
     return dict(os.environ, PYTHONPATH=str(gen_hunt_runs.REPO), GLOG_v="3", MSOVERFLOW_REPORT_JSON="")
@@ -57,9 +64,23 @@ def test_hunt_names_sqrt_backward_at_a_later_step(hunt_runs):
     assert report["first"]["inputs"][0]["dtype"] == "float16"
     assert [r["status"] for r in report["ranks"]] == ["origin"]
     assert "first bad value at step 2" in log
+    _valid(report)
+    assert report["provenance"]["command"][:3] == ["msoverflow", "hunt", "--"]
     # One step of tensors saved (the origin's), nothing from the clean steps.
     steps = {p.name for p in (root / "hunt" / "rank_0" / "hunt" / "0").iterdir()}
     assert steps == {"2"}
+
+
+def test_hunt_under_msrun_watches_each_rank(hunt_runs):
+    """2 CPU workers, data parallel: rank 1 makes the overflow, rank 0 gets it through the gradient AllReduce
+    (inside DistributedGradReducer's @jit construct: named by its collective, so it is received, not made)."""
+    _, case, report, log = _case(hunt_runs, "hunt_msrun_dp2")
+    assert case["exit"] == 1, log[-3000:]
+    _assert_names(report, case["expected"])
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    assert ranks[1]["status"] == "origin" and ranks[1]["op_type"] == "SqrtGrad"
+    assert ranks[0]["status"] == "received" and ranks[0]["op_type"] == "AllReduce" and ranks[0]["iteration"] == 2
+    assert "rank 0: 3 optimizer updates" in log and "rank 1: 3 optimizer updates" in log
 
 
 def test_hunt_of_a_finite_run_is_clean_and_says_what_it_watched(hunt_runs):
@@ -69,6 +90,7 @@ def test_hunt_of_a_finite_run_is_clean_and_says_what_it_watched(hunt_runs):
     assert [(r["rank"], r["status"], r["iteration"], r["note"]) for r in report["ranks"]] == \
         [(0, "clean", None, "watched 2 steps")]
     assert any("counted as optimizer updates" in c for c in report["coverage"])
+    _valid(report)
     assert "2 optimizer updates" in log
 
 
@@ -92,6 +114,9 @@ def test_two_pass_names_a_late_step_in_graph_mode(hunt_runs):
     assert case["exit"] == 1, log[-3000:]
     _assert_names(report, case["expected"])
     assert "first bad step 25 on rank(s) 0" in log
+    _valid(report)
+    passes = report["provenance"]["two_pass"]["passes"]
+    assert [p["pass"] for p in passes] == ["pass1", "pass2"] and all(p["bytes"] > 0 for p in passes)
     assert "pass 1 wrote" in log and "pass 2 wrote" in log and "sizes: pass1" in log
     pass1 = root / "dump" / "pass1" / "rank_0" / "Net"
     pass2 = root / "dump" / "pass2" / "rank_0" / "Net"

@@ -177,7 +177,9 @@ def run(args) -> int:
             wrote_any = True
         converted += wrote_any
     for directory, rows in long_names.items():
-        with _writing(out_root), open(os.path.join(directory, "mapping.csv"), "a", newline="") as fh:
+        # the original names byte for byte (a name that is not UTF-8 keeps its bytes, as the file system has them)
+        with _writing(out_root), open(os.path.join(directory, "mapping.csv"), "a", newline="", encoding="utf-8",
+                                      errors="surrogateescape") as fh:
             csv.writer(fh, lineterminator="\n").writerows(rows)
     for reason in skipped:
         print(f"skipped: {reason}", file=sys.stderr)

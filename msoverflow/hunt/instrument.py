@@ -42,6 +42,9 @@ _TENSOR_METHODS = {
     "astype": "Cast", "to": "Cast", "softmax": "Softmax", "norm": "Norm", "prod": "ReduceProd",
 }
 FORWARD, BACKWARD = "forward", "backward"
+# Cells that run a collective inside @jit (not watched op by op): named by the collective, so the dump rules see a
+# value that arrived from another rank, not one this rank made.
+_COLLECTIVE_CELLS = {"DistributedGradReducer": "AllReduce", "PipelineGradReducer": "AllReduce"}
 
 
 class OpRecord:
@@ -238,7 +241,7 @@ class Hunt:
     def save(self, execution, kind):
         record = execution["record"]
         rank = self.rank()
-        forward = record.op_type
+        forward = _COLLECTIVE_CELLS.get(record.op_type, record.op_type) if record.is_cell else record.op_type
         op_type = forward + "Grad" if execution["direction"] == BACKWARD and not record.is_cell else forward
         attrs = record.cell.split(".") if record.cell and not execution.get("parameter") else []
         cells = [(a, self.path_classes.get(".".join(attrs[:i + 1]), "Cell")) for i, a in enumerate(attrs)]

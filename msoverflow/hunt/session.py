@@ -69,7 +69,7 @@ def hunt(command: Sequence[str], out_dir: Optional[str] = None, steps: Optional[
     if completed.returncode == EXIT_GRAPH_MODE:
         raise UserError(GRAPH_MODE_LINE)
     records = load_records(out)
-    report = build_report(out, records, completed.returncode)
+    report = build_report(out, records, completed.returncode, command)
     return HuntOutcome(report, completed.returncode, out, records, seconds)
 
 
@@ -79,7 +79,7 @@ def load_records(out_dir: str) -> List[dict]:
     return sorted((load_json(path) for path in glob.glob(pattern)), key=lambda r: (r.get("rank", 0), r.get("pid")))
 
 
-def build_report(out_dir: str, records: List[dict], command_exit: int) -> Report:
+def build_report(out_dir: str, records: List[dict], command_exit: int, command: Sequence[str] = ()) -> Report:
     found = sorted((r["found"] for r in records if r.get("found")), key=lambda f: (f["step"], f["rank"]))
     ranks = sorted({int(r["rank"]) for r in records})
     if found:
@@ -100,11 +100,11 @@ def build_report(out_dir: str, records: List[dict], command_exit: int) -> Report
         elif command_exit != 0:
             report.inconclusive.append(f"the command exited with {command_exit} before the run finished: later "
                                        "steps were not watched")
-    report.scanned_steps = {int(r["rank"]): sorted(set(r.get("steps_checked") or []) & set(_steps_run(r))
-                                                   if r.get("steps_checked") else _steps_run(r)) for r in records}
+    report.scanned_steps = {int(r["rank"]): _steps_checked(r) for r in records}
     report.rank_status = _rank_table(report, records)
-    report.provenance.update({"tool": "msoverflow hunt", "steps": STEPS_NOTE,
-                              "watched": {str(r["rank"]): r.get("counts") for r in records}})
+    from .. import __version__
+    report.provenance.setdefault("msoverflow_version", __version__)
+    report.provenance.update({"command": ["msoverflow", "hunt", "--", *command], "steps": STEPS_NOTE})
     report.extra["hunt"] = {"records": records, "steps": STEPS_NOTE}
     return report
 
@@ -112,6 +112,15 @@ def build_report(out_dir: str, records: List[dict], command_exit: int) -> Report
 def _steps_run(record: dict) -> List[int]:
     """Steps 0..N-1 after N optimizer updates (a run that never called an optimizer is one step, 0)."""
     return list(range(max(1, int(record.get("steps_seen") or 0))))
+
+
+def _steps_checked(record: dict) -> List[int]:
+    """The steps whose values were checked: up to the first find (the watch stops there), within --steps."""
+    run = _steps_run(record)
+    if record.get("found"):
+        run = [s for s in run if s <= int(record["found"]["step"])]
+    chosen = record.get("steps_checked")
+    return [s for s in run if s in set(chosen)] if chosen else run
 
 
 def _enrich(report: Report, found: List[dict]) -> None:

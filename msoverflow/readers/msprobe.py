@@ -426,7 +426,7 @@ def _read_dir(content, _files) -> None:
     content.files += files
     content.events.extend(events)
     content.nodes.extend(nodes)
-    if unread:     # a step whose dump.json cannot be read: never a clean verdict
+    if unread:     # dump.json unreadable, or records in it not understood: never a clean verdict
         content.unreadable.append(os.path.join(d.path, DUMP_JSON))
 
 
