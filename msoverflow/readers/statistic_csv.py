@@ -427,11 +427,16 @@ class StatTable:
 
     def first_row_named_like(self, pattern: str) -> Optional[int]:
         """The first row whose op name matches the regex `pattern`, without turning names into Python strings."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
         column = self.columns["op_name"]
-        names = column.dictionary if isinstance(column, _ArrowText) else pa.array(column.values, pa.string())
-        matches = np.asarray(pc.match_substring_regex(names, pattern).to_numpy(zero_copy_only=False), dtype=bool)
+        if pyarrow_problem():      # the fallback parser's columns: the distinct names are Python strings already
+            regex = re.compile(pattern)
+            matches = np.fromiter((regex.search(name or "") is not None for name in column.values), dtype=bool,
+                                  count=len(column.values))
+        else:
+            import pyarrow as pa
+            import pyarrow.compute as pc
+            names = column.dictionary if isinstance(column, _ArrowText) else pa.array(column.values, pa.string())
+            matches = np.asarray(pc.match_substring_regex(names, pattern).to_numpy(zero_copy_only=False), dtype=bool)
         if not matches.any():
             return None
         rows = np.flatnonzero(matches[column.codes])
