@@ -6,7 +6,6 @@ and with the Report; the HTML timeline must draw every arrival."""
 import html as htmllib
 import json
 import re
-import sys
 
 import pytest
 
@@ -178,14 +177,6 @@ def test_four_rank_timeline_shows_rank_3_arriving_at_step_1(multirank_dumps):
     assert (row.status, row.iteration) == ("origin", 2)
     # rank 1's walk stopped after its origin's step: step 2 is present but not claimed as scanned
     assert 2 in report.iterations[1] and report.scanned_steps[1] == [0, 1]
-
-
-@pytest.fixture(scope="module")
-def msprobe_dumps():
-    if not gen_msprobe_dumps.available():
-        pytest.skip("mindspore and mindstudio-probe are not installed")
-    return gen_msprobe_dumps.ensure_cases(
-        progress=lambda msg: print(f"[msprobe dumps] {msg}", file=sys.__stderr__, flush=True))
 
 
 @pytest.mark.mindspore
