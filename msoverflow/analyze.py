@@ -162,18 +162,20 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
                          lambda op_type: op_type in kn.state_updates, kn.is_collective, note,
                          {(ex.rank, ex.iteration) for ex, _v in judged})
     scanned_units = [u for u in units if u.iteration in walked.scanned.get(u.rank, ())]
+    # msprobe's dump.json records the order of its entries, not when they ran: no step span, no time into a step.
+    clocked = LAYOUT_MSPROBE not in walked.layouts
     return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(walked.runs), iterations=iterations_seen,
                   files=walked.files, tensors_read=access.tensors_read, layout=",".join(walked.layouts),
                   tail_clean=walked.scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
-                  inconclusive=reasons, flagged=flagged, step_times=_step_times(walked),
-                  overflow_records=list(walked.records), arrivals=_arrivals(walked),
+                  inconclusive=reasons, flagged=flagged, step_times=_step_times(walked) if clocked else {},
+                  overflow_records=list(walked.records), arrivals=_arrivals(walked, clocked),
                   scanned_steps={rank: steps for rank, steps in scanned_steps.items() if steps},
                   edges=_edges(first, propagation), completeness=incomplete, likely_origin=likely,
                   scanned_units=scanned_units, parallel=layout, parameters=hit)
 
 
-def _arrivals(walked) -> List[Arrival]:
+def _arrivals(walked, clocked: bool = True) -> List[Arrival]:
     """The bad value a collective delivered to each rank in each scanned step (the first one of that step), timed
     from that rank's own step start (clock offsets between ranks cancel)."""
     first: Dict[Tuple[int, int], OpExecution] = {}
@@ -182,7 +184,7 @@ def _arrivals(walked) -> List[Arrival]:
         if key not in first or RankTable.position(ex) < RankTable.position(first[key]):
             first[key] = ex
     return [Arrival(rank, step, ex.op_type, ex.op_name, offset_us=ex.time - walked.step_start(rank, step)
-                    if (rank, step) in walked.spans else None)
+                    if clocked and (rank, step) in walked.spans else None)
             for (rank, step), ex in sorted(first.items())]
 
 

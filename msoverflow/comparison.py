@@ -2,7 +2,7 @@
 lazy `msoverflow.compare` function): the first operator where a TARGET dump parts from a BASELINE dump.
 
 Both dumps are read by the same walk and readers as `analyze` (layout.discover -> walk.plan_units -> one
-(rank, step) unit at a time -> walk.read_unit, through the reader registry).
+(rank, step) unit at a time -> walk.read_unit_runs, through the reader registry).
 Ops are matched per (rank, step) by graph, op type, scope path
 without the `-opN` number, and occurrence in execution order: task ids, op numbers and timestamps change between
 compilations, the scope path and the order do not (a backward op's scope is its forward op's Cell and
@@ -27,7 +27,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from .errors import UserError, reading
-from .evaluate import TensorAccess
+from .evaluate import TensorAccess, _take_header
 from .layout import discover
 from .model import OpExecution, Source, TensorEvent
 from .rules.knowledge import knowledge
@@ -156,11 +156,10 @@ def _units(path: str, ranks, steps, warn) -> Dict[Tuple[int, int], list]:
                                                               selection.parse(steps, "--steps"))}
 
 
-def _unit_executions(dirs, warn):
-    """One unit's op runs in execution order, and where their graphs are (walk.UnitRead)."""
-    from .walk import Unit, read_unit
-    read = read_unit(Unit(dirs[0].rank, dirs[0].iteration, dirs), warn)
-    return read.executions, read
+def _unit_runs(dirs, warn):
+    """One unit's op runs (walk.OpRun) in execution order, and where their graphs are (walk.UnitRead)."""
+    from .walk import Unit, read_unit_runs
+    return read_unit_runs(Unit(dirs[0].rank, dirs[0].iteration, dirs), warn)
 
 
 # ---- matching ----------------------------------------------------------------------------------------------------
@@ -387,73 +386,80 @@ class _Comparer:
         self.tolerance = tolerance
         self.compared = 0
         self.statistics_only = 0
-        self.known: Dict[int, dict] = {}     # id(baseline output event) -> metrics found by prefetch()
+        self.known: Dict[tuple, tuple] = {}  # (id(baseline OpRun), slot) -> (metrics, headers) found by prefetch()
 
-    def prefetch(self, pairs: List[Tuple[TensorEvent, TensorEvent]]) -> None:
-        """Compare the small npy tensors of many output pairs together: each file read with one os.read, the
-        pairs of one dtype and size stacked as two matrices and compared row by row (the same kernel as one
-        tensor at a time). Anything unusual (large, Fortran order, unreadable) is left to tensor()."""
-        from .evaluate import _take_header
+    def prefetch(self, pairs) -> None:
+        """Compare the small npy outputs of many matched op runs (walk.OpRun pairs) together: each file read with
+        one os.read, the pairs of one dtype and size stacked as two matrices and compared row by row (the same
+        kernel as one tensor at a time). Anything unusual (large, Fortran order, unreadable) is left to tensor()."""
+        from .dtypes import canonical
         from .readers import npy
         groups: Dict[tuple, list] = {}
 
         def flush(key):
             members = groups.pop(key)
-            a = np.stack([np.frombuffer(blob, key[0], key[2], ha.offset) for _b, _t, blob, _tb, ha, _ht in members])
-            b = np.stack([np.frombuffer(tb, key[1], key[2], ht.offset) for _b, _t, _blob, tb, _ha, ht in members])
-            for (base, _tgt, *_rest), found in zip(members, compare_matrices(a, b, key[3], self.tolerance)):
-                self.known[id(base)] = found
+            a = np.stack([np.frombuffer(m[1], key[0], key[2], m[3].offset) for m in members])
+            b = np.stack([np.frombuffer(m[2], key[1], key[2], m[4].offset) for m in members])
+            for (token, _a, _b, ha, ht), found in zip(members, compare_matrices(a, b, key[3], self.tolerance)):
+                self.known[token] = (found, ha, ht)
 
-        for base, tgt in pairs:
-            if base.loader or tgt.loader or base.stats is not None or tgt.stats is not None or not (
-                    base.source.endswith(".npy") and tgt.source.endswith(".npy")):
-                continue
-            try:
-                blob, whole = npy.read_start(base.source)
-                target_blob, target_whole = npy.read_start(tgt.source) if whole else (b"", False)
-                if not (whole and target_whole):
+        for run, target_run in pairs:
+            target_outputs = {slot: (path, dtype) for slot, path, dtype in target_run.npy_outputs}
+            for slot, path, dtype in run.npy_outputs:
+                if slot not in target_outputs:
                     continue
-                ha, ht = npy.header_of_bytes(base.source, blob), npy.header_of_bytes(tgt.source, target_blob)
-            except (npy.NpyError, OSError, ValueError):
-                continue          # tensor() reads it again and says what is wrong
-            if blob == target_blob:      # the same file content (a re-run's tensors mostly are): no arithmetic
-                _take_header(base, ha)
-                _take_header(tgt, ht)
-                self.known[id(base)] = dict(max_abs_error=0.0, max_rel_error=0.0, cosine=1.0, error_ulps=0.0,
-                                            agree=True, note="")
-                continue
-            count = math.prod(ha.shape) if ha.shape else 1
-            if ha.fortran or ht.fortran or count != (math.prod(ht.shape) if ht.shape else 1) or count == 0 or \
-                    ha.payload_dtype.kind not in "fiub" or ht.payload_dtype.kind not in "fiub":
-                continue
-            _take_header(base, ha)
-            _take_header(tgt, ht)
-            key = (ha.payload_dtype, ht.payload_dtype, count, _ulp_dtype(base.dtype, tgt.dtype, True))
-            groups.setdefault(key, []).append((base, tgt, blob, target_blob, ha, ht))
-            if len(groups[key]) * count * 8 >= BATCH_BYTES:
-                flush(key)
+                target_path, target_dtype = target_outputs[slot]
+                token = (id(run), slot)
+                try:
+                    blob, whole = npy.read_start(path)
+                    target_blob, target_whole = npy.read_start(target_path) if whole else (b"", False)
+                    if not (whole and target_whole):
+                        continue
+                    ha, ht = npy.header_of_bytes(path, blob), npy.header_of_bytes(target_path, target_blob)
+                except (npy.NpyError, OSError, ValueError):
+                    continue          # tensor() reads it again and says what is wrong
+                if blob == target_blob:      # the same file content (a re-run's tensors mostly are): no arithmetic
+                    self.known[token] = (dict(max_abs_error=0.0, max_rel_error=0.0, cosine=1.0, error_ulps=0.0,
+                                              agree=True, note=""), ha, ht)
+                    continue
+                count = math.prod(ha.shape) if ha.shape else 1
+                if ha.fortran or ht.fortran or count != (math.prod(ht.shape) if ht.shape else 1) or count == 0 or \
+                        ha.payload_dtype.kind not in "fiub" or ht.payload_dtype.kind not in "fiub":
+                    continue
+                declared = dtype or canonical(ha.header_dtype.name)
+                target_declared = target_dtype or canonical(ht.header_dtype.name)
+                key = (ha.payload_dtype, ht.payload_dtype, count, _ulp_dtype(declared, target_declared, True))
+                groups.setdefault(key, []).append((token, blob, target_blob, ha, ht))
+                if len(groups[key]) * count * 8 >= BATCH_BYTES:
+                    flush(key)
         for key in list(groups):
             flush(key)
 
-    def settled(self, ex: OpExecution, tx: OpExecution) -> Optional[float]:
+    def settled(self, run, target_run) -> Optional[float]:
         """When prefetch() found every output of this op run to agree (and the target has no other output):
         the largest error in ulps, the results taken (counted as compared); else None."""
-        if not ex.outputs or len(ex.outputs) != len(tx.outputs):
+        if not run.n_outputs or run.n_outputs != target_run.n_outputs or len(run.npy_outputs) != run.n_outputs:
             return None
-        found = [self.known.get(id(e)) for e in ex.outputs]
-        if not all(f is not None and f["agree"] for f in found):
+        tokens = [(id(run), slot) for slot, _path, _dtype in run.npy_outputs]
+        found = [self.known.get(token) for token in tokens]
+        if not all(f is not None and f[0]["agree"] for f in found):
             return None
-        for e in ex.outputs:
-            del self.known[id(e)]
+        for token in tokens:
+            del self.known[token]
         self.compared += len(found)
-        return max(f["error_ulps"] for f in found)
+        return max(f[0]["error_ulps"] for f in found)
 
-    def tensor(self, base: TensorEvent, tgt: TensorEvent, finer: bool) -> TensorDiff:
+    def tensor(self, base: TensorEvent, tgt: TensorEvent, finer: bool, token=None) -> TensorDiff:
+        """token: (id of the baseline's OpRun, slot) of an output prefetch() may have compared."""
+        found = self.known.pop(token, None) if finer and token is not None else None
+        if found is not None:
+            known, ha, ht = found
+            _take_header(base, ha)
+            _take_header(tgt, ht)
         diff = TensorDiff(io=base.io, slot=base.slot, baseline_dtype=base.dtype, target_dtype=tgt.dtype,
                           shape=base.shape, target_shape=tgt.shape, baseline_file=base.source,
                           target_file=tgt.source, tolerance_ulps=self.tolerance)
-        known = self.known.pop(id(base), None) if finer else None
-        if known is not None:
+        if found is not None:
             self.compared += 1
             diff.ulp_dtype = _ulp_dtype(base.dtype, tgt.dtype, True)
             for key, value in known.items():
@@ -525,8 +531,8 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
     base_caches: Dict[tuple, object] = {}
     target_caches: Dict[tuple, object] = {}
     for rank, step in units:
-        base_runs, base_index = _unit_executions(base_units[(rank, step)], note)
-        target_runs, target_index = _unit_executions(target_units[(rank, step)], note)
+        base_runs, base_index = _unit_runs(base_units[(rank, step)], note)
+        target_runs, target_index = _unit_runs(target_units[(rank, step)], note)
         baseline_ops += len(base_runs)
         target_ops += len(target_runs)
         orders[(rank, step)] = max(1, len(base_runs))
@@ -543,22 +549,21 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
                 if len(unmatched) < MAX_UNMATCHED_LISTED:
                     unmatched.append(UnmatchedOp(side, rank, step, ex.op_type, ex.op_name))
         graphs = base_graphs
-        position_of = {id(ex): i for i, ex in enumerate(base_runs)}
-        target_outputs = [{t.slot: t for t in tx.outputs} for _ex, tx in pairs]
-        comparer.prefetch([(e, slots[e.slot]) for (ex, _tx), slots in zip(pairs, target_outputs)
-                           for e in ex.outputs if e.slot in slots])
-        for ex, tx in pairs:
-            settled = comparer.settled(ex, tx)
+        comparer.prefetch(pairs)
+        position_of = {id(run): i for i, run in enumerate(base_runs)}
+        for run, target_run in pairs:
+            settled = comparer.settled(run, target_run)
             if settled is not None:      # every output already found to agree: nothing more to ask
                 error, role, cell = settled, None, None
             else:
-                op = _compare_op(ex, tx, position_of[id(ex)], comparer, graphs)
+                ex = run.execution()
+                op = _compare_op(ex, target_run.execution(), position_of[id(run)], comparer, graphs, id(run))
                 if op.role is not None:
                     _describe(op, ex, graphs)
                     diverged.append(op)
                 error, role, cell = op.error_ulps, op.role, op.cell
             if len(series) < 50 * MAX_SERIES:
-                series.append((rank, step, position_of[id(ex)], cell or _cell_name(ex.op_name), error, role))
+                series.append((rank, step, position_of[id(run)], cell or _cell_name(run.op_name), error, role))
     diverged_ops = len(diverged)
     first = _first(diverged, orders)
     if first is not None and first.role == ROLE_PROPAGATOR:
@@ -616,11 +621,12 @@ def _sample(items: list, limit: int) -> list:
     return [items[round(i * step)] for i in range(limit)]
 
 
-def _compare_op(ex: OpExecution, tx: OpExecution, position: int, comparer: _Comparer, graphs) -> OpDiff:
+def _compare_op(ex: OpExecution, tx: OpExecution, position: int, comparer: _Comparer, graphs,
+                run_id: int) -> OpDiff:
     op = OpDiff(rank=ex.rank, iteration=ex.iteration, graph=ex.graph, position=position, op_type=ex.op_type,
                 op_name=ex.op_name, target_op_name=tx.op_name, target_op_type=tx.op_type)
     target_outputs = {t.slot: t for t in tx.outputs}
-    op.outputs = [comparer.tensor(e, target_outputs[e.slot], finer=True) for e in ex.outputs
+    op.outputs = [comparer.tensor(e, target_outputs[e.slot], finer=True, token=(run_id, e.slot)) for e in ex.outputs
                   if e.slot in target_outputs]
     if all(t.agree is not False for t in op.outputs):
         return op

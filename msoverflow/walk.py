@@ -17,10 +17,12 @@ counts (op runs, files), what was dumped (DumpedFacts), every collective that de
 executions with their verdicts, the records and the files it could not read.
 
 For other tools (compare two runs, repro): `units(path, ranks, steps)` plans the units of a dump and
-`unit_events(unit, warn)` / `unit_executions(unit, warn)` give every tensor event of one unit as objects.
+`unit_events(unit, warn)` / `unit_executions(unit, warn)` give every tensor event of one unit as objects;
+`read_unit_runs(unit, warn)` gives its op runs, a plain npy unit kept as columns (objects made per run on demand).
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -199,11 +201,15 @@ class UnitRead:
 
 
 def read_unit(unit: Unit, warn: Warn = lambda message: None) -> UnitRead:
+    return _unit_read(unit, [read_dir(d, warn) for d in unit.dirs], warn)
+
+
+def _unit_read(unit: Unit, contents: List[DirContent], warn: Warn) -> UnitRead:
     events: List[TensorEvent] = []
     records: List[OverflowRecord] = []
     nodes: Dict[Tuple[int, str], list] = {}
-    for d in unit.dirs:
-        content = read_dir(d, warn)
+    for content in contents:
+        d = content.d
         events.extend(_content_events(content, all_rows=True))
         records.extend(content.records)
         if content.nodes:
@@ -214,6 +220,101 @@ def read_unit(unit: Unit, warn: Warn = lambda message: None) -> UnitRead:
         _match_records(records, executions)
     return UnitRead(executions, records, msprobe_graphs(nodes),
                     {(d.rank, d.graph): d.rank_root for d in unit.dirs})
+
+
+class OpRun:
+    """One op run as a tool that matches runs needs it (compare): names, first time, graph order and its npy
+    output files as (slot, path, dtype); execution() gives it as an OpExecution with its tensors as objects,
+    made only when asked for a unit read as columns."""
+    __slots__ = ("rank", "graph", "iteration", "op_type", "op_name", "time", "order", "npy_outputs", "n_outputs",
+                 "_make", "_execution")
+
+    def __init__(self, rank, graph, iteration, op_type, op_name, time, order, npy_outputs, n_outputs, make):
+        self.rank, self.graph, self.iteration, self.op_type, self.op_name = rank, graph, iteration, op_type, op_name
+        self.time, self.order, self.npy_outputs, self.n_outputs = time, order, npy_outputs, n_outputs
+        self._make, self._execution = make, None
+
+    @classmethod
+    def of(cls, ex: OpExecution) -> "OpRun":
+        plain = [(e.slot, e.source, e.dtype) for e in ex.outputs
+                 if not e.loader and e.stats is None and e.source.endswith(".npy")]
+        run = cls(ex.rank, ex.graph, ex.iteration, ex.op_type, ex.op_name, ex.time, ex.order, plain,
+                  len(ex.outputs), None)
+        run._execution = ex
+        return run
+
+    @property
+    def is_parameter(self) -> bool:
+        return self.op_type == "Parameter"
+
+    def execution(self) -> OpExecution:
+        if self._execution is None:
+            self._execution = self._make()
+            self._execution.order = self.order
+        return self._execution
+
+
+def read_unit_runs(unit: Unit, warn: Warn = lambda message: None) -> Tuple[List[OpRun], UnitRead]:
+    """A unit's op runs in time order (graph order breaks ties), as read_unit() orders its executions. A unit of
+    plain npy files (one directory per graph, no statistics, no repeated run, no odd name) stays columns, as in
+    analyze's scan: its names parsed in bulk, tensors made objects only when a run's execution() is asked for;
+    any other unit is read whole as objects."""
+    contents = [read_dir(d, warn) for d in unit.dirs]
+    roots = {(d.rank, d.graph): d.rank_root for d in unit.dirs}
+    runs = _column_runs(contents, roots)
+    if runs is not None:
+        return runs, UnitRead([], [], {}, roots)
+    read = _unit_read(unit, contents, warn)
+    return [OpRun.of(ex) for ex in read.executions], read
+
+
+def _column_runs(contents: List[DirContent], roots) -> Optional[List[OpRun]]:
+    import numpy as np
+
+    if len({c.d.graph for c in contents}) != len(contents) or any(
+            c.npy is None or c.table is not None or c.events or c.records or c.nodes or c.npy.odd
+            for c in contents):
+        return None
+    runs: List[OpRun] = []
+    for content in contents:
+        d, parsed = content.d, content.npy
+        if not parsed.rows:
+            continue
+        codes_of: Dict[str, int] = {}
+        codes = [codes_of.setdefault(p, len(codes_of)) for p in parsed.prefix]
+        code_array = np.asarray(codes, dtype=np.int64)
+        stamp_array = np.asarray(parsed.timestamp, dtype=np.int64)
+        is_output = [x == OUTPUT for x in parsed.io]
+        grouped = _group_runs(code_array, stamp_array, np.asarray(is_output, dtype=bool),
+                              np.asarray(parsed.slot, dtype=np.int64), len(codes_of))
+        if grouped is None or grouped[1].any():     # a repeated tensor or run: the object path says which
+            return None
+        first = _group_first_times(code_array, stamp_array, len(codes_of)).tolist()
+        members: List[List[int]] = [[] for _ in codes_of]
+        for k, code in enumerate(codes):
+            members[code].append(k)
+        root = roots.get((d.rank, d.graph))
+        order = _order(root, d.graph) if root else {}
+        prefix = d.path + os.sep
+        for code, op in enumerate(codes_of):
+            split = names.split_prefix(op)
+            if split is None:
+                return None
+            op_type, op_name = split[0], split[1]
+            rows = members[code]
+            outputs = [(parsed.slot[k], prefix + content.npy_files[parsed.rows[k]], parsed.dtype[k])
+                       for k in rows if is_output[k]]
+            if len(outputs) > 1:
+                outputs.sort()
+            runs.append(OpRun(d.rank, d.graph, d.iteration, op_type, op_name, first[code], order.get(op_name),
+                              outputs, len(outputs),
+                              functools.partial(_one_execution, content, rows)))
+    runs.sort(key=lambda run: (run.time, run.order if run.order is not None else 1 << 30))
+    return runs
+
+
+def _one_execution(content: DirContent, rows: List[int]) -> OpExecution:
+    return group_executions(_npy_events(content, rows))[0]
 
 
 def msprobe_graphs(nodes: Dict[Tuple[int, str], list]) -> Dict[Tuple[int, str], object]:
@@ -330,9 +431,12 @@ def group_executions(events: Iterable[TensorEvent]) -> List[OpExecution]:
 
 def _attach_order(executions: List[OpExecution], unit: Unit) -> None:
     roots = {(d.rank, d.graph): d.rank_root for d in unit.dirs}
+    orders: Dict[Tuple[int, str], Dict[str, int]] = {}     # the csv stat'ed once per graph, not once per op
     for ex in executions:
         root = roots.get((ex.rank, ex.graph))
-        ex.order = _order(root, ex.graph).get(ex.op_name) if root else None
+        if root and (ex.rank, ex.graph) not in orders:
+            orders[(ex.rank, ex.graph)] = _order(root, ex.graph)
+        ex.order = orders[(ex.rank, ex.graph)].get(ex.op_name) if root else None
     executions.sort(key=lambda ex: (ex.time, ex.order if ex.order is not None else 1 << 30))
 
 

@@ -226,3 +226,34 @@ def test_names_from_the_dump_never_render_as_markup_or_terminal_codes(tmp_path, 
         if fmt == "markdown":       # raw HTML only inside code spans, where it is shown, not rendered
             import re
             assert "<img" in out and "<img" not in re.sub(r"(`+).*?\1", "", out)
+
+
+def _run_view(ex):
+    tensors = [(e.io, e.slot, e.source, e.dtype) for e in ex.inputs + ex.outputs]
+    return ex.op_type, ex.op_name, ex.time, ex.order, tensors
+
+
+def test_columnar_unit_read_gives_the_object_read_runs_and_tensors(tmp_path):
+    """walk.read_unit_runs keeps a plain npy unit as columns and a unit with a repeated run as objects; both give
+    the runs, order and tensors read_unit() gives."""
+    from msoverflow import walk
+    root = _net(tmp_path / "a", steps=(0, 1))
+    d = SynthDump(root, clock=1_900_000_000_000_000)
+    d.op(1, "Mul", "Default_net-Net_Mul-op0", [X, X], [X * X])      # Mul runs again in step 1: objects
+    for unit in walk.units(root):
+        runs, _read = walk.read_unit_runs(unit)
+        assert all(run._execution is None for run in runs) == (unit.iteration == 0)   # columns until asked
+        executions = walk.read_unit(unit).executions
+        assert [_run_view(run.execution()) for run in runs] == [_run_view(ex) for ex in executions]
+        assert [(r.op_name, r.time, r.n_outputs, [p for _s, p, _d in r.npy_outputs]) for r in runs] == \
+            [(ex.op_name, ex.time, len(ex.outputs), [e.source for e in ex.outputs]) for ex in executions]
+
+
+def test_repeated_run_that_differs_is_found_through_the_object_read(tmp_path):
+    a, b = _net(tmp_path / "a"), _net(tmp_path / "b")
+    for root, bump in ((a, 0), (b, 1)):
+        SynthDump(root, clock=1_900_000_000_000_000).op(0, "Mul", "Default_net-Net_Mul-op0", [X, X],
+                                                           [X * X + np.float32(bump)])
+    result = compare(a, b)
+    assert result.verdict == "diverged"
+    assert (result.first_divergence.op_type, result.first_divergence.position) == ("Mul", 3)

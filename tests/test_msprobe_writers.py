@@ -185,3 +185,20 @@ def test_counts_from_msprobe_statistics_are_lower_bounds_in_every_report(tmp_pat
     tensor = doc["first"]["outputs"][0]
     assert (tensor["posinf"], tensor["neginf"], tensor["nan"]) == (None, None, None)
     assert (tensor["posinf_at_least"], tensor["neginf_at_least"], tensor["counts_exact"]) == (1, 1, False)
+
+
+def test_msprobe_order_is_not_a_clock(tmp_path):
+    """dump.json keeps the order of its entries, not when they ran: an arrival on a msprobe dump has no time into
+    its step, and the HTML timeline draws no step span (markers say the time was not recorded)."""
+    for rank, bad_here in ((0, True), (1, False)):
+        data = {"Torch.sqrt.0.backward": {"input": [_tensor("torch.float16", [4], 47580.0, 1.0)],
+                                          "output": [_tensor("torch.float16", [4], INF if bad_here else 60.0, 1.0)]},
+                "Distributed.all_reduce.0.forward": {
+                    "input_args": [_tensor("torch.float16", [4], INF if bad_here else 1.0, -1.0)],
+                    "input_kwargs": {}, "output": [_tensor("torch.float16", [4], INF, -1.0)]}}
+        _write(str(tmp_path / "dump" / "step0" / f"rank{rank}"), data, level="L1")
+    report = analyze(str(tmp_path / "dump"), progress=False)
+    assert [(a.rank, a.iteration, a.offset_us) for a in report.arrivals] == [(1, 0, None)]
+    assert report.step_times == {}
+    assert "ms into" not in render(report, "text")
+    assert "time not recorded" in render(report, "html")

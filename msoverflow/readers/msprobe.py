@@ -282,8 +282,6 @@ def _event(record: dict, *, entry: str, io: str, slot: int, order: int, d, tenso
         if high is not None and low is not None:
             stats = stats_from_numbers(math.prod(shape) if shape is not None else 0, None, None, None, high, low,
                                        None, shape, dtype)
-            # msprobe records Max/Min, never counts: "Max = inf" says at least one +inf, not how many.
-            stats.counts_exact = False
         elif not empty and not (dtype == "bool" and isinstance(record.get("Max"), bool)):
             # A tensor whose extremes are not both numbers could hold the bad value: not understood.
             missing.append("Max/Min")

@@ -166,3 +166,24 @@ def test_inconclusive_real_dump(real_dumps, browser, artifacts, tmp_path):
     assert page.locator("#warnings li").count() == min(len(report.warnings), 300) > 0
     _plot(page, "timeline-svg")
     _check_links(page)
+
+
+@pytest.mark.mindspore
+def test_four_rank_timeline_shows_every_arrival(multirank_dumps, browser, artifacts, tmp_path):
+    """The real dp4 run: rank 3 receives NaN gradients through the AllReduce at step 1, then creates its own at
+    step 2. Its rank row says `origin 2`; its arrival at step 1 is a marker on the timeline (hover text), an entry
+    in the arrivals list, and the marker links there."""
+    report = analyze(str(multirank_dumps["dp4_two_origins"]), progress=False)
+    assert (3, 1) in {(a.rank, a.iteration) for a in report.arrivals}
+    page = _open(browser, _write(report, tmp_path, "dp4"), artifacts, "dp4_two_origins")
+    titles = page.eval_on_selector_all("#timeline-svg a title", "els => els.map(e => e.textContent)")
+    for a in report.arrivals:
+        assert any(t.startswith("arrived via") and f"(rank {a.rank}, step {a.iteration}" in t for t in titles), a
+    assert page.locator("#arrival-3-1").count() == 1
+    marker = page.locator("#timeline-svg a[*|href='#arrival-3-1']")
+    assert marker.count() == 1
+    marker.click()
+    assert page.evaluate("() => location.hash") == "#arrival-3-1"
+    assert "rank 1: 0,1 (not scanned: 2)" in page.locator("#scanned-steps").inner_text()
+    _rank_rows(page, report)
+    _check_links(page)
