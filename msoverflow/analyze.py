@@ -56,6 +56,8 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
         return _not_understood(path, warnings, unknown=others, unknown_count=len(others))
     ranks, iterations = selection.parse(ranks, "--ranks"), selection.parse(iterations, "--steps")
     units = plan_units(dirs, ranks, iterations)
+    if not units and (ranks or iterations):
+        raise not_in_dump(path, ranks, iterations, dirs)
     # (rank, step)s whose files stop short (job killed, dump still being written): listings and headers only
     incomplete = check_completeness(dirs, ranks=ranks, iterations=iterations, warn=note, finished=finished)
     access = TensorAccess(note)

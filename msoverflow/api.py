@@ -10,7 +10,7 @@ Library code (patch --verify, config/run) calls these, never `cli.main([...])`.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional, Union
+from typing import Callable, Iterable, Optional, Sequence, Union
 
 from .model import Report
 
@@ -18,17 +18,26 @@ from .model import Report
 def analyze(path: str, *, ranks: Union[None, str, Iterable[int]] = None,
             steps: Union[None, str, Iterable[int]] = None,
             scan_all: bool = False, warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = 1,
-            scheduler: Optional[str] = None, finished: bool = False, parallel: Optional[str] = None) -> Report:
+            scheduler: Optional[str] = None, finished: bool = False, parallel=None,
+            progress: Optional[bool] = False, command: Union[None, str, Sequence[str]] = None) -> Report:
     """Analyse a dump directory (any layout `msoverflow analyze` reads) and return the Report.
     ranks/steps: only these (None: all), as ints or in the command line's grammar ("0-3", "0|5-8"). Warnings go
     to `warn` (default: kept in report.warnings only). finished: the job that wrote the dump has ended (files
     written seconds ago are complete). parallel: the layout as `--parallel` takes it ("dp=4,tp=2,pp=2" or a
-    MindFormers YAML / rank table)."""
+    MindFormers YAML / rank table; or the ParallelSpec `--parallel` parsed). command: the command line that asked (the CLI passes its argv), recorded in
+    report.provenance."""
     from .analyze import analyze as _analyze
     from .parallel_layout import parse_spec
-    return _analyze(path, ranks=ranks, iterations=steps, scan_all=scan_all, progress=False, warn=warn, jobs=jobs,
-                    scheduler=scheduler, finished=finished,
-                    parallel=parse_spec(parallel) if parallel is not None else None)
+    from .provenance import collect
+    import sys
+    # Importing the pipeline module msoverflow.analyze rebinds the package's `analyze` to that module: keep
+    # `msoverflow.analyze(...)` this function for the next call.
+    sys.modules[__package__].analyze = analyze
+    report = _analyze(path, ranks=ranks, iterations=steps, scan_all=scan_all, progress=progress, warn=warn,
+                      jobs=jobs, scheduler=scheduler, finished=finished,
+                      parallel=parse_spec(parallel) if isinstance(parallel, str) else parallel)
+    report.provenance = collect(report, command)
+    return report
 
 
 def compare(baseline: str, target: str, *, ranks: Optional[Iterable[int]] = None,

@@ -86,6 +86,7 @@ def main(argv=None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
+    args.command_line = argv     # reports record what produced them (msoverflow.provenance)
     try:
         from .logs import session as logging_session
         with logging_session(args, argv):

@@ -145,5 +145,30 @@ def argument(what: str):
 def not_in_dump(path: str, ranks: Optional[Selection], steps: Optional[Selection], dirs) -> UserError:
     """The error for a selection that matches nothing in the dump (`dirs`: every leaf directory discovered,
     layout.DumpDir, to say what the dump has)."""
-    chosen = " and ".join(f"{name} {sel}" for name, sel in (("ranks", ranks), ("steps", steps)) if sel is not None)
-    return UserError(f"{path}: no tensor files for the selected {chosen or 'rank/iteration'}")
+    chosen = " ".join(f"--{name} {_spans(sel.ranges)}" for name, sel in (("ranks", ranks), ("steps", steps))
+                      if sel is not None)
+    held: dict = {}
+    for d in dirs:
+        held.setdefault(d.rank, set()).add(d.iteration)
+    if not held:
+        return UserError(f"{path}: no tensor files for the selected {chosen or 'rank/iteration'}")
+    per_rank = "; ".join(f"rank {rank}: steps {_spans(_ranges_of(s))}" for rank, s in sorted(held.items())[:16])
+    more = f" (and {len(held) - 16} more ranks)" if len(held) > 16 else ""
+    # what the dump holds, in the same grammar, so the answer can be pasted back
+    return UserError(f"{path}: the dump has no files for {chosen}; it holds ranks {_spans(_ranges_of(held))} "
+                     f"({per_rank}{more})")
+
+
+def _ranges_of(values) -> List[Tuple[int, int]]:
+    spans: List[List[int]] = []
+    for value in sorted(values):
+        if spans and value == spans[-1][1] + 1:
+            spans[-1][1] = value
+        else:
+            spans.append([value, value])
+    return [(low, high) for low, high in spans]
+
+
+def _spans(ranges) -> str:
+    """[(0, 2), (5, 5)] -> "0-2,5" (--steps/--ranks as typed)."""
+    return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in ranges)

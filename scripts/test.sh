@@ -1,6 +1,20 @@
 #!/usr/bin/env bash
-# The README's test command: sets up .venv, then runs the whole suite (real MindSpore dumps included).
+# The README's test command: sets up .venv, installs the browser the HTML tests drive (Debian's chromium, when
+# running as root with apt-get and it is missing), then runs the whole suite (real MindSpore dumps included).
+# Without a browser the browser tests skip with the reason; under CI (CI=true) they fail instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+if [ -z "${MSOVERFLOW_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing chromium for the browser tests (apt-get)" >&2
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; then
+      echo "scripts/test.sh: WARNING: apt-get could not install chromium: the browser tests will be skipped" \
+           "(under CI=true they fail)" >&2
+    fi
+  else
+    echo "scripts/test.sh: no /usr/bin/chromium and not root with apt-get: the browser tests will be skipped" \
+         "(install it with 'apt-get install -y chromium'; under CI=true they fail)" >&2
+  fi
+fi
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

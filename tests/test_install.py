@@ -42,6 +42,9 @@ def wheel(tmp_path_factory):
         assert bad not in log, f"setuptools warns: {bad}"
     wheels = list(out.glob("msoverflow-*.whl"))
     assert len(wheels) == 1
+    import zipfile
+    with zipfile.ZipFile(wheels[0]) as whl:      # the top-level configs/ is the repository's data, not installed
+        assert not [n for n in whl.namelist() if n.startswith("configs/")]
     return wheels[0]
 
 
@@ -134,3 +137,69 @@ def test_pip_install_target_dir(tmp_path, wheel, mindformers_wheel, dump):
     python = base if base.exists() else Path(sys.executable)
     _check_commands(python, dump, tmp_path, env=env)
     _dev_env_intact(tmp_path)
+
+
+# ---- the install a MindSpore user does: pip picks a pyarrow that imports beside NumPy 1.x ----------------------
+
+STAT_HEADER = ("Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,Max Value,Min Value,"
+               "Avg Value,Count,Negative Zero Count,Positive Zero Count,NaN Count,Negative Inf Count,"
+               "Positive Inf Count,Zero Count")
+
+
+def _statistic_dump(root: Path) -> Path:
+    step = root / "rank_0" / "Net" / "0" / "0"
+    step.mkdir(parents=True)
+    rows = [STAT_HEADER,
+            "Square,Default_network-Net_Square-op1,1,0,100,input,0,4,float16,2,60000,1,30000,2,0,0,0,0,0,0",
+            "Square,Default_network-Net_Square-op1,1,0,100,output,0,4,float16,2,inf,1,inf,2,0,0,0,0,1,0"]
+    (step / "statistic.csv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+_PROBE = ("import numpy, pyarrow, msoverflow; from msoverflow.readers import statistic_csv as s; "
+          "print(numpy.__version__, pyarrow.__version__, s.fast_parser(), msoverflow.__file__)")
+
+
+def test_wheel_beside_mindspore_and_numpy1_keeps_the_fast_parser(tmp_path, wheel):
+    """What a MindSpore user runs: `pip install msoverflow` into an environment with mindspore==2.10.0 and
+    numpy<2, letting pip resolve msoverflow's own requirements. The pyarrow pip picks must import there, so
+    statistic.csv goes through pyarrow (pyarrow 26 refuses NumPy 1.x and silently cost 14x before the bound)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    # pip from this environment resolves into the fresh venv; --ignore-installed: nothing is taken from here.
+    got = _pip(sys.executable, "install", "--no-compile", "--ignore-installed", "--prefix", str(venv),
+               str(wheel), "mindspore==2.10.0", "numpy<2")
+    if got.returncode != 0 and "No matching distribution" in got.stderr:
+        pytest.skip(f"the package index is not reachable: {got.stderr.strip()[-300:]}")
+    assert got.returncode == 0, got.stderr[-2000:]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MSOVERFLOW_CONFIGS_DIR")}
+    probe = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert probe.returncode == 0, probe.stderr[-1500:]
+    numpy_version, pyarrow_version, parser, module_file = probe.stdout.split()
+    assert numpy_version.startswith("1."), numpy_version
+    assert parser == "pyarrow", (pyarrow_version, probe.stderr)
+    assert not module_file.startswith(str(REPO)), module_file
+    dump = _statistic_dump(tmp_path / "dump")
+    analyzed = _run(python, ["analyze", str(dump), "--no-progress", "--no-save"], env=env, cwd=tmp_path)
+    assert analyzed.returncode == 1, analyzed.stdout + analyzed.stderr
+    assert "Square" in analyzed.stdout and "pyarrow cannot be imported" not in analyzed.stderr
+
+
+def test_a_pyarrow_that_cannot_import_is_said_once_with_the_fix(tmp_path):
+    """Where pyarrow is broken anyway (installed with --no-deps, or pinned by something else), the fallback
+    parser still answers, and msoverflow says once why it is slower and what to install."""
+    dump = _statistic_dump(tmp_path / "dump")
+    for step in (1, 2):     # two statistic.csv files: still one warning
+        copy = dump / "rank_0" / "Net" / "0" / str(step)
+        copy.mkdir()
+        (copy / "statistic.csv").write_text((dump / "rank_0" / "Net" / "0" / "0" / "statistic.csv").read_text()
+                                            .replace(",inf,1,inf,2,0,0,0,0,1,0", ",4,1,2,2,0,0,0,0,0,0"))
+    code = ("import sys; sys.modules['pyarrow'] = None; from msoverflow.cli import main; "
+            f"sys.exit(main(['analyze', {str(dump)!r}, '--no-progress', '--no-save', '--all']))")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Square" in proc.stdout
+    assert proc.stderr.count("pyarrow cannot be imported") == 1, proc.stderr
+    assert "pip install 'pyarrow>=14,<26'" in proc.stderr

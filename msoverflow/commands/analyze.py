@@ -63,8 +63,23 @@ def register(sub):
     return p
 
 
+def parse(argv) -> argparse.Namespace:
+    """analyze's own options from a list (`run --analyze-arg ...`), checked by the same parser; a bad one is a
+    UserError (one line, exit 2), never argparse's exit."""
+    from ..errors import UserError
+    options = " ".join(map(str, list(argv)[1:]))
+
+    class Refusing(argparse.ArgumentParser):
+        def error(self, message):
+            raise UserError(f"analyze options '{options}': {message}")
+
+    parser = Refusing(prog="msoverflow", add_help=False)
+    register(parser.add_subparsers())
+    return parser.parse_args(["analyze", *argv])
+
+
 def run(args) -> int:
-    from ..analyze import analyze
+    from ..api import analyze
     from ..errors import UserError
 
     if args.jobs is not None and args.jobs < 1:
@@ -77,11 +92,11 @@ def run(args) -> int:
     if args.output:   # resolved through symlinks, judged against the dump's root, not only DUMP_DIR
         refuse_output_inside(args.output, args.dump_dir)
     started = time.monotonic()
-    report = analyze(args.dump_dir, ranks=args.rank, iterations=args.iteration, scan_all=args.scan_all,
+    report = analyze(args.dump_dir, ranks=args.rank, steps=args.iteration, scan_all=args.scan_all,
                      progress=False if (args.no_progress or getattr(args, "quiet", False)) else None,
                      warn=lambda message: log.debug("warning: %s", message), jobs=args.jobs,
-                     scheduler=args.scheduler, parallel=args.parallel,
-                     finished=args.finished)
+                     scheduler=args.scheduler, parallel=args.parallel, finished=args.finished,
+                     command=getattr(args, "command_line", None))
     log.debug("analyzed %s in %.1f s: %s, %d files, %d tensors read", args.dump_dir, time.monotonic() - started,
               report.verdict, report.files, report.tensors_read)
     return deliver(args, report)

@@ -21,6 +21,8 @@ def register(subparsers):
     add_config_options(parser)
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="where to write the JSON (default ./dump_config.json; '-' prints it instead)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the -o file when it exists (without it an existing config is never overwritten)")
     parser.add_argument("--format", choices=["text", "json"], default="text",
                         help="json: print the whole result (config, env, summary, or --check's problems) as JSON")
     parser.add_argument("--json", dest="format", action="store_const", const="json",
@@ -67,6 +69,7 @@ def _generate(args) -> int:
 
     from ..config.generator import DEFAULT_CONFIG_NAME, build
     from ..config.options import options_from_args
+    from ..errors import UserError
 
     purpose, options = options_from_args(args)
     to_stdout = args.output == "-"
@@ -75,6 +78,9 @@ def _generate(args) -> int:
         from ..safeio import refuse_output_inside   # the config never lands inside the dump it configures
         refuse_output_inside(config_path, options["path"])
     result = build(purpose, config_path=config_path, **options)
+    replaced = bool(config_path) and os.path.lexists(config_path)
+    if replaced and not args.force:   # a hand-edited config is never lost silently
+        raise UserError(f"{config_path}: exists; not overwriting it (pass --force to replace it, or -o another file)")
     if config_path:
         result.write(config_path)
     if args.format == "json":
@@ -85,7 +91,7 @@ def _generate(args) -> int:
         out = sys.stderr  # keep stdout pure JSON for redirection
     else:
         out = sys.stdout
-        print(f"wrote {config_path}", file=out)
+        print(f"wrote {config_path}" + (" (replaced the file that was there: --force)" if replaced else ""), file=out)
     print("", file=out)
     out.write(result.shell_snippet())
     print("", file=out)

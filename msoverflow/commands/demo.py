@@ -26,7 +26,7 @@ def _title(n: int, text: str):
 def run(args) -> int:
     from ..errors import UserError, require_mindspore
     require_mindspore("msoverflow demo")
-    from ..analyze import analyze
+    from ..api import analyze
     from ..config.runner import run_and_analyze
     from ..patch import source_patch
     from ..patch.verify import verify
@@ -45,7 +45,7 @@ def run(args) -> int:
         raise UserError(f"the demo training run failed (exit {outcome.command_exit}); see its output above")
 
     _title(2, "analyze the dump (msoverflow analyze)")
-    report = analyze(str(outcome.dump_dir), progress=False)
+    report = analyze(str(outcome.dump_dir), command=getattr(args, "command_line", None))
     print(render(report, "text"), end="")
     report_path = os.path.join(workdir, "report.json")
     html_path = os.path.join(workdir, "report.html")

@@ -129,8 +129,10 @@ def run(args: argparse.Namespace) -> int:
     elif how == "runtime" and not args.verify:
         _runtime_hint(args, target)
     elif how is None:
-        if target.source:
+        if target.source and (args.source or os.path.lexists(target.source.file)):
             code = _source(args, target, result)
+        elif target.source:
+            print(_not_here(target.source.file))
         print()
         _runtime_hint(args, target)
     if args.verify:
@@ -164,12 +166,26 @@ def _is_masked_division(target) -> bool:
     return origin.get("kind") == "invalid" and bool({origin.get("op_type"), origin.get("forward_op")} & _DIVISION_OPS)
 
 
+def _not_here(path: str) -> str:
+    return (f"{path}: the report's source file is not on this machine (the report was made where the job ran): "
+            f"give --source FILE (your copy of {os.path.basename(path)}), or --how runtime to patch the running "
+            "model without editing a file")
+
+
+def _report_source_here(args, path: str) -> None:
+    """A source path taken from the report must exist here; otherwise say what to give instead."""
+    from ..errors import UserError
+    if not args.source and path and not os.path.lexists(path):
+        raise UserError(_not_here(path))
+
+
 def _guard(args, target, result: dict) -> int:
     from ..errors import UserError
     from ..patch import guard_patch
     path, line, code = args.source, args.line, ""
     if target.source and not line:
         path, line, code = path or target.source.file, target.source.line, target.source.code
+    _report_source_here(args, path)
     if not path or not line:
         raise UserError("the zero-token guard needs the division's source line: give --source FILE --line N")
     patch = guard_patch.plan(path, line, code=code, count_input=args.count_input)
@@ -208,6 +224,7 @@ def _source(args, target, result: dict) -> int:
         code = target.source.code
     if not path:
         raise UserError("no source location: the report has none; give --source FILE --line N")
+    _report_source_here(args, path)
     if not line:
         raise UserError(f"{path}: which line? give --line N (the culprit's line)")
     patch = source_patch.plan(path, line, args.dtype, code=code)

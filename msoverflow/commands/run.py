@@ -16,7 +16,7 @@ def register(subparsers):
                     "failed command with a clean dump gives 2), or the command's own when the analysis is skipped.")
     parser.add_argument("--purpose", choices=["overflow", "statistics", "tensors", "exception"],
                         help=PURPOSE_HELP + " (default: overflow)")
-    add_config_options(parser)
+    add_config_options(parser, dump_path=False)
     parser.add_argument("--dump-dir", metavar="DIR",
                         help="fresh (absent or empty) directory for the dump; default ./msoverflow_runs/run_<time>")
     parser.add_argument("--no-analyze", action="store_true", help="only run and dump")
@@ -42,10 +42,6 @@ def run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     purpose, options = options_from_args(args)
-    if options.get("path") is not None:
-        from ..errors import UserError
-
-        raise UserError("msoverflow run writes the dump into --dump-dir; use --dump-dir instead of --path")
     import time
 
     from ..logs import log
@@ -55,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     args.analyze_args += _report_args(args)
     log.debug("run: %s (purpose %s)", " ".join(command), purpose)
     outcome = run_and_analyze(command, args.dump_dir, purpose=purpose, analyze=not args.no_analyze,
-                              analyze_args=args.analyze_args, **options)
+                              analyze_args=args.analyze_args,
+                              invoked_as=getattr(args, "command_line", None), **options)
     log.debug("run: command exit %s, %d dump files in %s, analysis exit %s, %.1f s", outcome.command_exit,
               outcome.files_written, outcome.dump_dir, outcome.analysis_exit, time.monotonic() - started)
     return outcome.exit_code

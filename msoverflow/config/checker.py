@@ -3,77 +3,17 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
 from typing import Mapping, Optional, Union
 
 from ..errors import UserError
-from . import detect
-from .rules import (DEVICES, JIT_LEVELS, Situation, bad_items, get_dotted, load_rules, normalise_version,
-                    render, select_mechanism, version_label, version_matches, when_matches)
+from . import msprobe
+from .model import SEVERITIES, Problem, Target, resolve_target, shown as _shown
+from .rules import (Situation, bad_items, get_dotted, load_rules, render, select_mechanism, version_matches,
+                    when_matches)
 
-SEVERITIES = ("error", "warning", "info")
+__all__ = ["Problem", "Target", "resolve_target", "load_config", "check", "check_for_target", "has_errors"]
+
 MAX_CONFIG_BYTES = 16 << 20
-
-
-@dataclass
-class Problem:
-    id: str
-    severity: str  # error: MindSpore refuses or dumps nothing; warning: silently changed/ignored; info
-    message: str
-    key: Optional[str] = None
-    mindspore_says: Optional[str] = None
-    fix: Optional[str] = None
-
-    def __str__(self) -> str:
-        text = f"{self.severity}: {self.key + ': ' if self.key else ''}{self.message}"
-        if self.mindspore_says:
-            text += f" (MindSpore: \"{self.mindspore_says}\")"
-        if self.fix:
-            text += f" Fix: {self.fix}."
-        return text
-
-    def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
-
-
-@dataclass
-class Target:
-    """The platform a config is meant for, after defaults and detection."""
-    version: tuple[int, int]
-    device: str
-    jit_level: Optional[str]
-    notes: list  # what was assumed, and why
-
-    @property
-    def version_label(self) -> str:
-        return version_label(self.version)
-
-
-def resolve_target(ms_version: Optional[str], device: Optional[str], jit_level: Optional[str],
-                   *, newest_if_unknown: bool = False) -> Target:
-    notes = []
-    if ms_version is None:
-        ms_version = detect.detect_ms_version()
-        if ms_version:
-            notes.append(f"MindSpore {ms_version} detected (installed package)")
-        elif newest_if_unknown:
-            ms_version = load_rules()["versions"][-1]
-            notes.append(f"no MindSpore installed and no --ms-version: checked against the {ms_version} rules")
-        else:
-            raise UserError("no MindSpore installed here to take the version from: pass --ms-version (e.g. 2.4)")
-    version, warnings = normalise_version(ms_version)
-    notes.extend(warnings)
-    if device is None:
-        device, why = detect.detect_device()
-        notes.append(f"device {device} assumed ({why}); pass --device to choose")
-    device = device.lower()
-    if device not in DEVICES:
-        raise UserError(f"device '{device}' is not one of {', '.join(DEVICES)}")
-    if jit_level is not None:
-        jit_level = jit_level.upper()
-        if jit_level not in JIT_LEVELS:
-            raise UserError(f"jit level '{jit_level}' is not one of {', '.join(JIT_LEVELS)}")
-    return Target(version, device, jit_level, notes)
 
 
 def load_config(source: Union[str, os.PathLike, Mapping]) -> dict:
@@ -138,12 +78,6 @@ _TYPES = {
     "bool": lambda v: isinstance(v, bool),
 }
 _TYPE_WORDS = {"uint": "an unsigned integer", "string": "a string", "list": "a list", "bool": "true or false"}
-
-
-def _shown(value, limit: int = 200) -> str:
-    """A config value as JSON for a message, cut to `limit` characters (a config may hold huge values)."""
-    text = json.dumps(value)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _key_problems(config: Mapping, target: Target, mechanism: str) -> list[Problem]:
@@ -215,9 +149,9 @@ def _rule_problems(config: Mapping, target: Target, mechanism: str) -> list[Prob
                       device=target.device.upper() if target.device != "ascend" else "Ascend",
                       version=target.version_label, jit_level=target.jit_level,
                       bad_items=", ".join(map(str, bad_items(value, predicate))) or None)
-        problems.append(Problem(rule["id"], rule["severity"], render(rule["message"], **values), key=rule.get("key"),
+        problems.append(Problem(rule["id"], rule["severity"], render(rule["message"], values), key=rule.get("key"),
                                 mindspore_says=rule.get("mindspore_says"),
-                                fix=render(rule["fix"], **values) if rule.get("fix") else None))
+                                fix=render(rule["fix"], values) if rule.get("fix") else None))
     return problems
 
 
@@ -227,9 +161,8 @@ def check(config: Union[str, os.PathLike, Mapping], ms_version: Optional[str] = 
     file cannot be read. Version and device default to the installed MindSpore / this machine."""
     data = load_config(config)
     target = resolve_target(ms_version, device, jit_level, newest_if_unknown=True)
-    from .msprobe import check_msprobe, is_msprobe_config
-    if is_msprobe_config(data):       # msprobe's config.json (PrecisionDebugger), not MINDSPORE_DUMP_CONFIG
-        return [Problem("assumed", "info", note) for note in target.notes] + check_msprobe(data, target=target)
+    if msprobe.is_msprobe_config(data):       # msprobe's config.json (PrecisionDebugger), not MINDSPORE_DUMP_CONFIG
+        return [Problem("assumed", "info", note) for note in target.notes] + msprobe.check_msprobe(data, target=target)
     return check_for_target(data, target)
 
 

@@ -4,86 +4,20 @@ gets to refuse it hours into a run."""
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
-import shlex
-from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence, Union
 
 from .. import selection
 from ..errors import UserError
-from .checker import Problem, Target, check_for_target, resolve_target
+from . import msprobe
+from .checker import check_for_target
+from .model import ConfigRefused, DumpConfigResult, Target, resolve_target
 from .rules import PURPOSES, Situation, load_rules, render, select_mechanism, when_matches
 
 DEFAULT_CONFIG_NAME = "dump_config.json"
 
-
-class ConfigRefused(UserError):
-    """The requested config cannot work on this platform; `problems` says why."""
-
-    def __init__(self, message: str, problems: Sequence[Problem] = ()):
-        super().__init__(message)
-        self.problems = list(problems)
-
-
-@dataclass
-class DumpConfigResult:
-    purpose: str
-    ms_version: str
-    device: str
-    jit_level: Optional[str]
-    mechanism: str
-    config: dict
-    env: dict                      # variables to export (values are final strings)
-    unset: list                    # variables to unset
-    summary: list                  # plain lines: what the dump will and will not capture
-    warnings: list = field(default_factory=list)
-    problems: list = field(default_factory=list)  # non-error Problems the checker found (warnings, info)
-    env_why: dict = field(default_factory=dict)
-    hints: list = field(default_factory=list)     # commented shell lines
-    config_path: Optional[str] = None
-
-    @property
-    def dump_path(self) -> str:
-        return self.config["common_dump_settings"].get("path", "")
-
-    def to_json(self) -> str:
-        return json.dumps(self.config, indent=4) + "\n"
-
-    def write(self, config_path: Union[str, os.PathLike]) -> str:
-        """Write the JSON config; returns its absolute path and points MINDSPORE_DUMP_CONFIG at it."""
-        config_path = os.path.abspath(os.fspath(config_path))
-        os.makedirs(os.path.dirname(config_path), exist_ok=True)
-        with open(config_path, "w", encoding="utf-8") as fh:
-            fh.write(self.to_json())
-        self.set_config_path(config_path)
-        return config_path
-
-    def set_config_path(self, config_path: str) -> None:
-        self.config_path = config_path
-        self.env["MINDSPORE_DUMP_CONFIG"] = config_path
-
-    def shell_snippet(self) -> str:
-        lines = [f"# msoverflow: {self.purpose} dump, MindSpore {self.ms_version}, {self.device}"
-                 + (f", jit_level {self.jit_level}" if self.jit_level else "")]
-        for name, value in self.env.items():
-            why = self.env_why.get(name)
-            lines.append(f"export {name}={shlex.quote(value)}" + (f"   # {why}" if why else ""))
-        for name in self.unset:
-            why = self.env_why.get(name)
-            lines.append(f"unset {name}" + (f"   # {why}" if why else ""))
-        lines.extend(f"# {hint}" for hint in self.hints)
-        return "\n".join(lines) + "\n"
-
-    def summary_text(self) -> str:
-        return "\n".join(self.summary) + "\n"
-
-    def to_dict(self) -> dict:
-        return {"purpose": self.purpose, "ms_version": self.ms_version, "device": self.device,
-                "jit_level": self.jit_level, "mechanism": self.mechanism, "config": self.config,
-                "config_path": self.config_path, "env": self.env, "unset": self.unset, "summary": self.summary,
-                "warnings": self.warnings, "problems": [p.to_dict() for p in self.problems], "hints": self.hints}
+__all__ = ["build", "ConfigRefused", "DumpConfigResult", "parse_steps", "parse_ranks", "DEFAULT_CONFIG_NAME"]
 
 
 # ---- option parsing -------------------------------------------------------------------------------------------
@@ -147,8 +81,7 @@ def build(purpose: str, *, ms_version: Optional[str] = None, device: Optional[st
     mechanism_entry = None if mode == "pynative" else select_mechanism(situation)
     if mode == "pynative" or mechanism_entry.get("writer") == "msprobe":
         # MindSpore's own dump does not cover these runs: msprobe's PrecisionDebugger does.
-        from .msprobe import build_msprobe
-        return build_msprobe(purpose, target, mode=mode or "graph", path=path, steps=steps, ranks=ranks,
+        return msprobe.build_msprobe(purpose, target, mode=mode or "graph", path=path, steps=steps, ranks=ranks,
                              kernels=kernels, level=msprobe_level, config_path=config_path,
                              multi_rank=bool(multi_rank))
     if mechanism_entry.get("unsupported"):
@@ -206,7 +139,7 @@ def build(purpose: str, *, ms_version: Optional[str] = None, device: Optional[st
         if entry.get("note"):
             hints.append(entry["note"])
 
-    summary = _summary(purpose, target, mechanism_entry, config, will, wont, rules)
+    summary = _summary(purpose, target, mechanism_entry, config, will, wont, rules, problems)
     result = DumpConfigResult(purpose=purpose, ms_version=target.version_label, device=target.device,
                               jit_level=target.jit_level, mechanism=mechanism, config=config, env=env, unset=unset,
                               summary=summary, warnings=list(target.notes) + [str(p) for p in problems],
@@ -216,7 +149,7 @@ def build(purpose: str, *, ms_version: Optional[str] = None, device: Optional[st
     return result
 
 
-def _summary(purpose, target, mechanism_entry, config, will, wont, rules) -> list:
+def _summary(purpose, target, mechanism_entry, config, will, wont, rules, problems) -> list:
     common = config["common_dump_settings"]
     platform = {"cpu": "CPU", "gpu": "GPU", "ascend": "Ascend"}[target.device]
     lines = [f"{rules['purposes'][purpose]['title'].capitalize()} for MindSpore {target.version_label}, {platform}"
@@ -224,8 +157,15 @@ def _summary(purpose, target, mechanism_entry, config, will, wont, rules) -> lis
     lines += [f"Will capture: {line}." for line in will]
     lines += [f"Will not capture: {line}." for line in wont]
     iteration = common["iteration"]
-    if iteration == "all":
-        lines.append("Steps: every step (iteration \"all\"): watch the disk.")
+    overflow_only = common.get("op_debug_mode") in (3, 4) and target.device == "ascend"
+    ignored = [p for p in problems if p.key == "common_dump_settings.iteration"]
+    if ignored:     # the steps written are not the steps MindSpore will dump: say both, never one of them
+        lines.append(f"Steps: iteration \"{iteration}\" is written, but MindSpore does not follow it here: "
+                     f"{ignored[0].message}")
+    elif iteration == "all":
+        lines.append("Steps: every step (iteration \"all\")" + (
+            ": only ops that overflow are written, so this stays small until something breaks." if overflow_only
+            else ": watch the disk."))
     else:
         lines.append(f"Steps: iteration \"{iteration}\". MindSpore counts graph runs, not your loop: a step that "
                      "runs two graphs (e.g. an all_finite check) advances the count twice.")

@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import List, Mapping, Optional, Sequence
 
 from .. import selection
 from ..errors import UserError
-from .checker import Problem, Target
-from .generator import DumpConfigResult
-from .rules import Situation, load_rules, when_matches
+from .model import ConfigRefused, DumpConfigResult, Problem, Target, shown as _shown
+from .rules import Situation, load_rules, version_matches, when_matches
 
 MODES = ("graph", "pynative")
 # `msoverflow config`/`run` point this at the config.json, so a script can read it instead of hard-coding a path.
@@ -30,6 +28,46 @@ def installed_msprobe() -> Optional[str]:
         return metadata.version("mindstudio-probe")
     except metadata.PackageNotFoundError:
         return None
+
+
+def kernel_dump_extension() -> Optional[str]:
+    """The adump extension of the installed msprobe (found by file, without importing msprobe or MindSpore), or
+    None when msprobe is not installed or was installed without it (the wheel on PyPI)."""
+    import glob
+    from importlib.util import find_spec
+    try:
+        spec = find_spec("msprobe")
+    except (ImportError, ValueError):
+        return None
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        found = sorted(glob.glob(os.path.join(base, rules()["kernel_dump_extension"]["glob"])))
+        if found:
+            return found[0]
+    return None
+
+
+def needs_kernel_dump_extension(level, target: Optional[Target]) -> bool:
+    """L2 on a static graph at O2 from MindSpore 2.6 (an unknown jit level on Ascend counts as O2 there)."""
+    need = rules()["kernel_dump_extension"]["needed"]
+    return (level == need["level"] and target is not None and target.device == "ascend"
+            and target.jit_level in (None, need["jit_level"]) and version_matches(need["versions"], target.version))
+
+
+def kernel_dump_problem(level, target: Optional[Target]) -> Optional[Problem]:
+    """What stops a kernel-level dump on this machine (checked here, where the training runs), with the fix."""
+    if not needs_kernel_dump_extension(level, target):
+        return None
+    ext = rules()["kernel_dump_extension"]
+    where = f"level L2 at jit_level O2 on MindSpore {target.version_label}"
+    if installed_msprobe() is None:
+        return Problem("msprobe-adump", "info", f"{where} needs mindstudio-probe with its adump module; msprobe "
+                       "is not installed here, so this machine cannot be checked.", key="level",
+                       fix=f"{ext['install']}; {ext['instead']}")
+    if kernel_dump_extension() is None:
+        return Problem("msprobe-adump", "warning", f"{where} needs mindstudio-probe's adump module, and the "
+                       f"mindstudio-probe {installed_msprobe()} installed here has none (msprobe/lib/_msprobe_c*): "
+                       "it would dump no kernels.", key="level", fix=f"{ext['install']}; {ext['instead']}")
+    return None
 
 
 def _version_tuple(text: str) -> tuple:
@@ -64,13 +102,8 @@ class MsprobeConfigResult(DumpConfigResult):
     def shell_snippet(self) -> str:
         lines = [f"# msoverflow: {self.purpose} dump through msprobe (level {self.level}), MindSpore "
                  f"{self.ms_version}, {self.device}" + (f", jit_level {self.jit_level}" if self.jit_level else "")]
-        for name, value in self.env.items():
-            why = self.env_why.get(name)
-            lines.append(f"export {name}={shlex.quote(value)}" + (f"   # {why}" if why else ""))
-        for name in self.unset:
-            why = self.env_why.get(name)
-            lines.append(f"unset {name}" + (f"   # {why}" if why else ""))
-        lines.append("# in the training script (pip install mindstudio-probe):")
+        lines += self.environment_lines()
+        lines.append("# in the training script (" + install_hint(self) + "):")
         lines.extend(f"#   {line}" for line in (self.python or snippet(self.config_path or "<config.json>")))
         lines.extend(f"# {hint}" for hint in self.hints)
         return "\n".join(lines) + "\n"
@@ -79,6 +112,13 @@ class MsprobeConfigResult(DumpConfigResult):
         data = super().to_dict()
         data.update(level=self.level, python=self.python, tool="msprobe")
         return data
+
+
+def install_hint(result: "MsprobeConfigResult") -> str:
+    target = Target(tuple(int(x) for x in result.ms_version.split(".")), result.device, result.jit_level, [])
+    if needs_kernel_dump_extension(result.level, target):
+        return "mindstudio-probe built with its adump module, see the note below"
+    return "pip install mindstudio-probe"
 
 
 def snippet(config_path: str) -> List[str]:
@@ -133,7 +173,11 @@ def build_msprobe(purpose: str, target: Target, *, mode: str, path: Optional[str
                f"Where: {where}."]
     warnings = list(target.notes)
     version = installed_msprobe()
-    if version is None:
+    if needs_kernel_dump_extension(level, target):
+        ext = r["kernel_dump_extension"]
+        summary.append(f"Needs: mindstudio-probe with its adump module for kernel-level (L2) dumps at O2: "
+                       f"{ext['install']}; {ext['instead']}.")
+    elif version is None:
         warnings.append("mindstudio-probe is not installed here: pip install mindstudio-probe (26.2.0 tested)")
     result = MsprobeConfigResult(purpose=purpose, ms_version=target.version_label, device=target.device,
                                  jit_level=target.jit_level, mechanism="msprobe", config=config, env=env,
@@ -144,7 +188,6 @@ def build_msprobe(purpose: str, target: Target, *, mode: str, path: Optional[str
     problems = check_msprobe(config, target=target, mode=mode, msprobe_version=version)
     errors = [p for p in problems if p.severity == "error"]
     if errors:
-        from .generator import ConfigRefused
         raise ConfigRefused("refusing this msprobe config: " + " ".join(str(p) for p in errors), errors)
     result.problems = problems
     result.warnings += [str(p) for p in problems]
@@ -175,7 +218,12 @@ def check_msprobe(data: Mapping, *, target: Optional[Target] = None, mode: Optio
     task = data.get("task", "statistics")
     level = data.get("level", "L1")
     if task not in r["tasks"]:
-        add("msprobe-task", "error", f"task {json.dumps(task)} is not one of {', '.join(r['tasks'])}", key="task")
+        add("msprobe-task", "error", f"task {_shown(task)} is not one of {', '.join(r['tasks'])}", key="task")
+        task = None            # a wrong task (a list or an object too) names no section and no removal rule
+    if level not in r["levels"]:
+        add("msprobe-level", "error", f"level {_shown(level)} is not one of {', '.join(r['levels'])}",
+            key="level")
+        level = None
     refused_from = r.get("tasks_refused_from", {}).get(task)
     if refused_from:
         version = msprobe_version or installed_msprobe()
@@ -187,19 +235,16 @@ def check_msprobe(data: Mapping, *, target: Optional[Target] = None, mode: Optio
         if level != "L2":
             add("msprobe-overflow-level", "error", "overflow_check works at level L2 (static graph, O2) only",
                 key="level")
-    if level not in r["levels"]:
-        add("msprobe-level", "error", f"level {json.dumps(level)} is not one of {', '.join(r['levels'])}",
-            key="level")
     if not isinstance(data.get("dump_path"), str) or not data.get("dump_path"):
         add("msprobe-dump-path", "error", "dump_path is required (a directory path string)", key="dump_path")
     for key in ("rank", "step"):
         if key in data and not _ids_ok(data[key]):
             add(f"msprobe-{key}", "error", f"{key} must be a list of ids (0, \"4\" or \"4-6\"), not "
-                f"{json.dumps(data[key])}", key=key)
+                f"{_shown(data[key])}", key=key)
     for key in data:
         if key not in r["common_keys"] and key not in r["task_keys"] and key not in ("acc_check",):
             add("msprobe-unknown-key", "warning", f"msprobe does not read '{key}' (a typo?)", key=key)
-    section = data.get(task)
+    section = data.get(task) if task else None
     if section is not None and not isinstance(section, Mapping):
         add("msprobe-section", "error", f"the {task} section must be a JSON object", key=task)
     elif isinstance(section, Mapping):
@@ -225,6 +270,9 @@ def check_msprobe(data: Mapping, *, target: Optional[Target] = None, mode: Optio
                 len(section["scope"]) not in (0, 2):
             add("msprobe-scope", "error", "scope names a range: exactly two entries (first and last)",
                 key=f"{task}.scope")
+    kernel = kernel_dump_problem(level, target)
+    if kernel is not None:
+        problems.append(kernel)
     if mode == "pynative" and level == "L2":
         add("msprobe-level-mode", "warning", "level L2 dumps kernels of jit/static graphs; a PyNative run needs "
             "L0, L1 or mix", key="level")

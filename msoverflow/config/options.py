@@ -7,7 +7,8 @@ PURPOSE_HELP = ("overflow: first-overflow hunt; statistics: per-tensor stats wit
                 "tensors: full tensors of chosen kernels; exception: inputs of the op that raised (Ascend)")
 
 
-def add_config_options(parser: argparse.ArgumentParser) -> None:
+def add_config_options(parser: argparse.ArgumentParser, *, dump_path: bool = True) -> None:
+    """dump_path=False: the command chooses the dump directory itself (`run --dump-dir`), so --path is not offered."""
     group = parser.add_argument_group("dump config options")
     group.add_argument("--preset", metavar="NAME|FILE",
                        help="start from a preset in msoverflow/data/presets/ (or a copied YAML file); flags override it")
@@ -21,7 +22,8 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
                             "config; Ascend O2 from MindSpore 2.6 gets msprobe's too")
     group.add_argument("--msprobe-level", choices=["L0", "L1", "mix", "L2"],
                        help="msprobe dump level: L0 Cells, L1 APIs (PyNative default), mix both, L2 kernels (graph)")
-    group.add_argument("--path", metavar="DIR", help="absolute dump directory (MindSpore refuses relative paths)")
+    if dump_path:
+        group.add_argument("--path", metavar="DIR", help="absolute dump directory (MindSpore refuses relative paths)")
     group.add_argument("--net-name", metavar="NAME", help="dump sub-directory name (default Net)")
     group.add_argument("--steps", "--step", "--iteration", "--iterations", dest="steps", metavar="STEPS", help="steps to dump: \"all\" or like 0|5-8 (default 0; "
                                                         "Ascend overflow: all)")

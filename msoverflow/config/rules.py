@@ -35,10 +35,11 @@ def load_rules(path: Optional[str] = None) -> dict:
 # ---- versions -------------------------------------------------------------------------------------------------
 
 def parse_version(text: str) -> tuple[int, int]:
-    """'2.10.0', '2.3.0rc1', '2.4' -> (major, minor)."""
-    match = re.match(r"^\s*(\d+)\.(\d+)", str(text))
+    """'2.10.0', '2.3.0rc1', '2.4' -> (major, minor). Each number has at most 6 digits (user input)."""
+    match = re.match(r"^\s*([0-9]{1,6})\.([0-9]{1,6})(?![0-9])", str(text))
     if not match:
-        raise UserError(f"MindSpore version '{text}' is not a version like 2.4 or 2.10.0")
+        shown = str(text) if len(str(text)) <= 40 else str(text)[:40] + "..."
+        raise UserError(f"MindSpore version '{shown}' is not a version like 2.4 or 2.10.0")
     return int(match.group(1)), int(match.group(2))
 
 
@@ -198,10 +199,11 @@ class _Lenient(dict):
         return "{" + key + "}"
 
 
-def render(template: str, **values) -> str:
-    """str.format that leaves unknown {names} alone (messages quote JSON braces)."""
+def render(template: str, values: Optional[Mapping] = None, /, **named) -> str:
+    """str.format that leaves unknown {names} alone (messages quote JSON braces). `values` may hold any key a
+    user's config holds (a key named `template` too)."""
     formatter = string.Formatter()
-    mapping = _Lenient({k: v for k, v in values.items() if v is not None})
+    mapping = _Lenient({k: v for k, v in {**(values or {}), **named}.items() if v is not None})
     out = []
     for literal, name, spec, conv in formatter.parse(template):
         out.append(literal)

@@ -71,20 +71,27 @@ def run_env(result: DumpConfigResult, base: Optional[dict] = None) -> dict:
 
 def run_and_analyze(command: Sequence[str], dump_dir: Union[None, str, os.PathLike] = None, *,
                     purpose: str = "overflow", analyze: bool = True, analyze_args: Sequence[str] = (),
-                    log=None, **config_options) -> RunOutcome:
+                    log=None, invoked_as=None, **config_options) -> RunOutcome:
     """Run `command` with a `purpose` dump into a fresh `dump_dir`, then `msoverflow analyze` it.
 
     config_options are msoverflow.config.build's keyword arguments (device, ms_version, steps, ...); `path` is
-    always the dump directory. The command's stdout/stderr pass straight through.
+    always the dump directory. The command's stdout/stderr pass straight through. invoked_as: the msoverflow
+    command line, recorded in the report's provenance.
     """
     log = log or sys.stderr
     if not command:
         raise UserError("msoverflow run needs a command after '--', e.g. msoverflow run -- python train.py")
     if config_options.pop("path", None) is not None:
         raise UserError("msoverflow run writes the dump into --dump-dir; do not pass --path")
+    if analyze:   # a wrong --analyze-arg is said before hours of training, not after
+        from ..commands import analyze as analyze_command
+        analyze_command.parse(["DUMP", *analyze_args])
     # Build before creating anything: a refused config must leave no directory behind.
     probe_dir = Path(dump_dir).absolute() if dump_dir is not None else None
     result = build(purpose, path=str(probe_dir) if probe_dir else None, **config_options)
+    missing = [p for p in result.problems if p.id == "msprobe-adump" and p.severity != "info"]
+    if missing:    # hours of training that would dump no kernel: refuse before the run, with what works
+        raise UserError(f"not running: {missing[0].message} Fix: {missing[0].fix}")
     directory = fresh_dump_dir(dump_dir)
     if probe_dir is None:
         result = build(purpose, path=str(directory), **config_options)
@@ -123,17 +130,28 @@ def run_and_analyze(command: Sequence[str], dump_dir: Union[None, str, os.PathLi
                   "MINDSPORE_DUMP_CONFIG before starting?)", file=log)
         analysis_exit = 2
     else:
-        analysis_exit = _analyze(directory, analyze_args, log)
+        analysis_exit = _analyze(directory, analyze_args, log, invoked_as)
     log.flush()
     return RunOutcome(command_exit, analysis_exit, directory, result, files)
 
 
-def _analyze(directory: Path, analyze_args: Sequence[str], log) -> Optional[int]:
-    from .. import cli
+def _analyze(directory: Path, analyze_args: Sequence[str], log, command=None) -> Optional[int]:
+    """The Python API on the dump, delivered as `msoverflow analyze` would (with run's --analyze-arg options)."""
+    from ..api import analyze
+    from ..commands import analyze as analyze_command
+    from ..logs import log as logger
 
+    args = analyze_command.parse([str(directory), *analyze_args])
     print(f"msoverflow run: analyzing {directory}", file=log)
     log.flush()
-    return cli.main(["analyze", str(directory), "--finished", *analyze_args])   # the job has exited
+    try:     # finished: the job has exited, so files written seconds ago are complete
+        report = analyze(str(directory), ranks=args.rank, steps=args.iteration, scan_all=args.scan_all,
+                         warn=lambda message: logger.debug("warning: %s", message), jobs=args.jobs,
+                         scheduler=args.scheduler, finished=True, command=command)
+        return analyze_command.deliver(args, report)
+    except UserError as exc:
+        print(f"msoverflow run: analyze: error: {' '.join(str(exc).split())}", file=log)
+        return 2
 
 
 def run_with_dump(command: Sequence[str], dump_dir: Union[None, str, os.PathLike] = None, **config_options) -> int:

@@ -8,6 +8,7 @@ Reading a row never reads a tensor.
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import os
 import re
@@ -426,11 +427,16 @@ class StatTable:
 
     def first_row_named_like(self, pattern: str) -> Optional[int]:
         """The first row whose op name matches the regex `pattern`, without turning names into Python strings."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
         column = self.columns["op_name"]
-        names = column.dictionary if isinstance(column, _ArrowText) else pa.array(column.values, pa.string())
-        matches = np.asarray(pc.match_substring_regex(names, pattern).to_numpy(zero_copy_only=False), dtype=bool)
+        if pyarrow_problem():      # the fallback parser's columns: the distinct names are Python strings already
+            regex = re.compile(pattern)
+            matches = np.fromiter((regex.search(name or "") is not None for name in column.values), dtype=bool,
+                                  count=len(column.values))
+        else:
+            import pyarrow as pa
+            import pyarrow.compute as pc
+            names = column.dictionary if isinstance(column, _ArrowText) else pa.array(column.values, pa.string())
+            matches = np.asarray(pc.match_substring_regex(names, pattern).to_numpy(zero_copy_only=False), dtype=bool)
         if not matches.any():
             return None
         rows = np.flatnonzero(matches[column.codes])
@@ -481,6 +487,34 @@ def _cached(cache: Dict[int, str], column: "_Text", row: int, convert) -> str:
     return cache[code]
 
 
+# pyarrow 26+ refuses to import beside NumPy 1.x (every MindSpore wheel needs NumPy < 2); 14 to 25 import with both.
+PYARROW_FIX = "pip install 'pyarrow>=14,<26'"
+
+
+@functools.lru_cache(maxsize=1)
+def pyarrow_problem() -> Optional[str]:
+    """None when the fast statistic.csv parser (pyarrow) can run here; otherwise why not, with the fix. The first
+    call says it once on the `msoverflow` log (a large dump is then read about 10x slower, never silently)."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyarrow.compute  # noqa: F401
+        from pyarrow import csv as _pa_csv  # noqa: F401
+    except Exception as exc:    # noqa: BLE001 - ImportError, or what a broken binary build raises on import
+        import numpy
+        why = " ".join(str(exc).split())[:200] or type(exc).__name__
+        problem = (f"pyarrow cannot be imported here ({why}; NumPy {numpy.__version__}): statistic.csv files are "
+                   f"read by the slower fallback parser (about 10x slower on large dumps). Fix: {PYARROW_FIX}")
+        from ..logs import log
+        log.warning(problem)
+        return problem
+    return None
+
+
+def fast_parser() -> str:
+    """Which statistic.csv parser runs here: "pyarrow" (the fast path) or "fallback"."""
+    return "fallback" if pyarrow_problem() else "pyarrow"
+
+
 def _table_of_values(path: str, values: Dict[str, list], note: str) -> StatTable:
     """The careful reader's rows (checked Python values, one list per field) as the same columns pyarrow gives."""
     size = len(values["io"])
@@ -500,13 +534,12 @@ def _table_of_values(path: str, values: Dict[str, list], note: str) -> StatTable
 
 def _arrow_table(path: str) -> Optional[StatTable]:
     """A well-formed statistic.csv as columns through pyarrow; None for anything unusual (the careful reader
-    then explains it row by row) or when pyarrow is not installed."""
-    try:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        from pyarrow import csv as pa_csv
-    except ImportError:
+    then explains it row by row) or when pyarrow cannot be imported (said once, see pyarrow_problem)."""
+    if pyarrow_problem():
         return None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyarrow import csv as pa_csv
     try:
         from .. import safeio
         with safeio.open_regular(path, "rb") as fh:      # a FIFO or device: the careful reader says why

@@ -1,8 +1,9 @@
 """A real headless chromium (Debian's package, driven by playwright) for the HTML report tests.
 
 playwright's own browser download cannot run here, so the tests launch /usr/bin/chromium (or
-$MSOVERFLOW_CHROMIUM). .ci/run installs it with apt when missing. Where chromium or playwright is missing, the
-tests skip with a loud message; under CI (CI=true) they fail instead, so a missing browser is never silent there.
+$MSOVERFLOW_CHROMIUM). scripts/test.sh (and so .ci/run) installs it with apt-get when it is missing and runs as
+root. Where chromium or playwright is missing, the tests skip with a loud message; under CI (CI=true) they fail
+instead, so a missing browser is never silent there.
 Screenshots go to test-artifacts/browser/ (gitignored).
 """
 import os
@@ -29,7 +30,7 @@ def _chromium_path():
 
 def _unavailable(reason: str):
     message = (f"BROWSER TESTS NOT RUN: {reason}. Install it with `apt-get update && apt-get install -y chromium` "
-               "(as root; .ci/run does this) and `pip install -e '.[test]'`.")
+               "(as root; scripts/test.sh and .ci/run do this) and `pip install -e '.[test]'`.")
     print(f"\n{'!' * 20} {message}", file=sys.__stderr__, flush=True)
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message, pytrace=False)

@@ -280,6 +280,20 @@ def test_million_digit_integers_in_config_and_report(tmp_path):
     contract(msoverflow("patch", "--from", tmp_path / "r2.json"), {2}, says="line number")
 
 
+@pytest.mark.parametrize("version", ["2." + "1" * 5000, "1" * 5000 + ".4", "2" + "0" * 5000])
+@pytest.mark.parametrize("command", ["config", "check", "run"])
+def test_five_thousand_digit_ms_version(tmp_path, version, command):
+    """Issue 21 (a first-round class still failing): a 5000-digit --ms-version was a ValueError in version parsing."""
+    (tmp_path / "cfg.json").write_text('{"common_dump_settings": {}}')
+    argv = {"config": ["config", "overflow", "--device", "cpu", "-o", "-"],
+            "check": ["config", "--check", tmp_path / "cfg.json", "--device", "cpu"],
+            "run": ["run", "--device", "cpu", "--dump-dir", tmp_path / "d"]}[command]
+    after = ["--", "true"] if command == "run" else []
+    _, err = contract(msoverflow(*argv, "--ms-version", version, *after), {2}, says="not a version like 2.4")
+    assert len(err.strip().splitlines()) == 1 and len(err) < 400, err[:400]
+    assert not (tmp_path / "d").exists()
+
+
 def test_nan_version_and_values_never_break_json(tmp_path):
     overflow_dump(tmp_path / "dump")
     meta = tmp_path / "dump" / "rank_0" / ".dump_metadata"

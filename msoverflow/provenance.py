@@ -1,0 +1,33 @@
+"""What produced a report, so a report attached to an issue weeks later can be traced: msoverflow's version, the
+command line, when, on which host, and the MindSpore version that wrote the dump (its .dump_metadata, when present).
+Filled in one place, by msoverflow.api.analyze; the renderers only show Report.provenance."""
+from __future__ import annotations
+
+import datetime
+import shlex
+import socket
+from typing import Optional, Sequence, Union
+
+from . import __version__
+from .model import Report
+
+
+def command_line(argv: Union[None, str, Sequence[str]]) -> Optional[str]:
+    """The command as a user could paste it again (`msoverflow analyze dump --steps 2`)."""
+    if argv is None or isinstance(argv, str):
+        return argv
+    return " ".join(shlex.quote(str(word)) for word in ["msoverflow", *argv])
+
+
+def collect(report: Report, command: Union[None, str, Sequence[str]] = None) -> dict:
+    meta = report.extra.get("mindspore") if isinstance(report.extra.get("mindspore"), dict) else {}
+    version = meta.get("version")
+    return {
+        "msoverflow_version": __version__,
+        "command": command_line(command),
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        # None when the dump holds no .dump_metadata (msprobe, ACL, hand-copied files): never guessed
+        "mindspore_version": str(version) if isinstance(version, (str, int, float)) and version == version else None,
+    }
+
