@@ -60,7 +60,8 @@ def pass1_plan(device: str, kernels: Optional[Sequence[str]]):
             "every step")
 
 
-def run_two_pass(command: Sequence[str], dump_dir=None, *, log, **config_options) -> TwoPassOutcome:
+def run_two_pass(command: Sequence[str], dump_dir=None, *, log, invoked_as=None, **config_options) -> TwoPassOutcome:
+    """invoked_as: the msoverflow command line (argv after `msoverflow`), for the report's provenance."""
     from ..api import analyze
     from .detect import detect_device
     from .runner import fresh_dump_dir, run_and_analyze
@@ -94,7 +95,7 @@ def run_two_pass(command: Sequence[str], dump_dir=None, *, log, **config_options
     if first.report is None or first.report.first is None:
         report = first.report or _empty(first)
         print("msoverflow run --two-pass: pass 1 saw no bad value; no second pass", file=log)
-        return _finish(TwoPassOutcome(report, passes), command, log)
+        return _finish(TwoPassOutcome(report, passes), invoked_as, log)
     step = first.report.first.iteration
     ranks = sorted({f.rank for f in first.report.anomalies if f.iteration == step})
     print(f"msoverflow run --two-pass: first bad step {step} on rank(s) {', '.join(map(str, ranks))}; pass 2: "
@@ -111,13 +112,12 @@ def run_two_pass(command: Sequence[str], dump_dir=None, *, log, **config_options
         report.inconclusive.insert(0, f"{NOT_REPRODUCED}: pass 1 saw a bad value at step {step} on rank(s) "
                                       f"{', '.join(map(str, missing))}, pass 2's full dump of that step holds none there")
         report.first, report.anomalies, report.propagation = None, [], []
-    return _finish(TwoPassOutcome(report, passes, step, ranks), command, log)
+    return _finish(TwoPassOutcome(report, passes, step, ranks), invoked_as, log)
 
 
-def _finish(outcome: TwoPassOutcome, command, log) -> TwoPassOutcome:
-    from .. import __version__
-    outcome.report.provenance.setdefault("msoverflow_version", __version__)
-    outcome.report.provenance["command"] = ["msoverflow", "run", "--two-pass", "--", *command]
+def _finish(outcome: TwoPassOutcome, invoked_as, log) -> TwoPassOutcome:
+    from ..provenance import collect
+    outcome.report.provenance = collect(outcome.report, invoked_as)
     outcome.report.provenance["two_pass"] = {
         "step": outcome.step, "ranks": outcome.ranks,
         "passes": [{"pass": p.label, "dump_dir": str(p.dump_dir), "files": p.files, "bytes": p.bytes,
