@@ -166,8 +166,13 @@ def _unit_runs(dirs, warn):
 
 def match_key(ex: OpExecution) -> Tuple[str, str, str]:
     """What stays the same across compilations: graph, op type and the scope path without op numbers."""
-    name = _OP_NUMBER_INNER.sub("", _OP_NUMBER.sub("", ex.op_name))
-    return ex.graph, ex.op_type, name
+    return ex.graph, ex.op_type, _without_op_numbers(ex.op_name)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _without_op_numbers(op_name: str) -> str:
+    """The same names recur on every rank and step."""
+    return _OP_NUMBER_INNER.sub("", _OP_NUMBER.sub("", op_name))
 
 
 def _keys(runs: List[OpExecution], graphs) -> List[tuple]:
@@ -440,14 +445,16 @@ class _Comparer:
         the largest error in ulps, the results taken (counted as compared); else None."""
         if not run.n_outputs or run.n_outputs != target_run.n_outputs or len(run.npy_outputs) != run.n_outputs:
             return None
-        tokens = [(id(run), slot) for slot, _path, _dtype in run.npy_outputs]
-        found = [self.known.get(token) for token in tokens]
-        if not all(f is not None and f[0]["agree"] for f in found):
-            return None
-        for token in tokens:
-            del self.known[token]
-        self.compared += len(found)
-        return max(f[0]["error_ulps"] for f in found)
+        run_id, errors = id(run), []
+        for slot, _path, _dtype in run.npy_outputs:
+            found = self.known.get((run_id, slot))
+            if found is None or not found[0]["agree"]:
+                return None
+            errors.append(found[0]["error_ulps"])
+        for slot, _path, _dtype in run.npy_outputs:
+            del self.known[(run_id, slot)]
+        self.compared += len(errors)
+        return max(errors)
 
     def tensor(self, base: TensorEvent, tgt: TensorEvent, finer: bool, token=None) -> TensorDiff:
         """token: (id of the baseline's OpRun, slot) of an output prefetch() may have compared."""

@@ -297,7 +297,7 @@ def _column_runs(contents: List[DirContent], roots) -> Optional[List[OpRun]]:
         order = _order(root, d.graph) if root else {}
         prefix = d.path + os.sep
         for code, op in enumerate(codes_of):
-            split = names.split_prefix(op)
+            split = _split_prefix(op)
             if split is None:
                 return None
             op_type, op_name = split[0], split[1]
@@ -311,6 +311,9 @@ def _column_runs(contents: List[DirContent], roots) -> Optional[List[OpRun]]:
                               functools.partial(_one_execution, content, rows)))
     runs.sort(key=lambda run: (run.time, run.order if run.order is not None else 1 << 30))
     return runs
+
+
+_split_prefix = lru_cache(maxsize=1 << 16)(names.split_prefix)    # the same ops recur on every rank and step
 
 
 def _one_execution(content: DirContent, rows: List[int]) -> OpExecution:

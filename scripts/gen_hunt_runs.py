@@ -130,8 +130,11 @@ def ensure_cases(out_dir: Optional[str] = None, names: Optional[List[str]] = Non
     """{case: its directory}, running the missing ones one after the other (about 15-40 s each)."""
     root = Path(out_dir) if out_dir else DEFAULT_CACHE_ROOT / cache_key()
     if not out_dir and DEFAULT_CACHE_ROOT.exists():
+        # The key covers all of msoverflow, so worktrees sharing this cache hold different keys at the same
+        # time: only keys written over a day ago are removed.
+        import time
         for stale in DEFAULT_CACHE_ROOT.iterdir():
-            if stale != root:
+            if stale != root and time.time() - stale.stat().st_mtime > 86400:
                 shutil.rmtree(stale, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
     wanted = [CASES_BY_NAME[n] for n in (names or CASES_BY_NAME)]

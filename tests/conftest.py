@@ -86,3 +86,14 @@ def compare_pairs():
         pytest.skip("mindstudio-probe is not installed (pip install 'msoverflow[msprobe]')")
     return gen_compare_pairs.ensure_pairs(
         progress=lambda msg: print(f"[compare pairs] {msg}", file=sys.__stderr__, flush=True))
+
+
+@pytest.fixture(scope="session")
+def msprobe_dumps():
+    """Mapping case name -> Path of a real msprobe case (scripts/gen_msprobe_dumps.py: mindstudio-probe's
+    PrecisionDebugger over MindSpore PyNative on CPU), generated once and cached like `real_dumps`."""
+    import gen_msprobe_dumps
+    if not gen_msprobe_dumps.available():
+        pytest.skip("mindspore and mindstudio-probe are not installed (pip install 'msoverflow[mindspore,msprobe]')")
+    return gen_msprobe_dumps.ensure_cases(
+        progress=lambda msg: print(f"[msprobe dumps] {msg}", file=sys.__stderr__, flush=True))

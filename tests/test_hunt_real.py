@@ -182,3 +182,14 @@ def test_hunt_leaves_jit_functions_compilable(tmp_path):
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["verdict"] == "clean"
     assert "2 optimizer updates" in proc.stderr
+
+
+def test_run_takes_format_and_output_as_analyze_does(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "msoverflow", "run", "--device", "cpu", "--dump-dir",
+                           str(tmp_path / "dump"), "--format", "markdown", "-o", str(tmp_path / "r.md"), "--",
+                           sys.executable, "-m", "msoverflow.demo.train"],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    text = (tmp_path / "r.md").read_text()
+    assert "SqrtGrad" in text and "NormHead" in text and text.lstrip().startswith("#")
+    assert "SqrtGrad" not in proc.stdout          # the report went to the file

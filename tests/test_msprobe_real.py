@@ -10,15 +10,6 @@ from msoverflow.analyze import analyze
 pytestmark = pytest.mark.mindspore
 
 
-@pytest.fixture(scope="session")
-def msprobe_dumps():
-    import gen_msprobe_dumps
-    if not gen_msprobe_dumps.available():
-        pytest.skip("mindspore and mindstudio-probe are not installed (pip install 'msoverflow[mindspore,msprobe]')")
-    return gen_msprobe_dumps.ensure_cases(
-        progress=lambda msg: print(f"[msprobe dumps] {msg}", file=sys.__stderr__, flush=True))
-
-
 def _case(msprobe_dumps, name):
     root = msprobe_dumps[name]
     return root, json.loads((root / "case.json").read_text())["expected"]

@@ -11,7 +11,7 @@ from msoverflow.analyze import analyze
 from msoverflow.render.json_report import report_dict
 from msoverflow.walk import Unit, UnitSummary
 
-from test_scan_equivalence import _rules_dump, _statistic_dump
+from test_one_walk import _rules_dump, _statistic_dump
 
 # CI installs the `dask` extra (scripts/bootstrap.sh): there a missing dask.distributed fails; elsewhere it skips.
 if os.environ.get("CI"):

@@ -1,16 +1,15 @@
 """One truth for every report: each fixture (real MindSpore CPU runs, real `msrun` multi-rank runs, real msprobe
 dumps, and the spec-built Ascend fixtures of scripts/ascend_fixtures.py) is rendered as text, markdown, JSON and
 HTML, and the same facts are PARSED BACK from each output: the origin (rank, step, op), every rank's status and
-step, every arrival (rank, step, collective), and the steps scanned per rank. The four must agree with each other
+step, every arrival (rank, step, collective), the steps scanned per rank, and who made the report (provenance). The four must agree with each other
 and with the Report; the HTML timeline must draw every arrival."""
 import html as htmllib
 import json
 import re
-import sys
 
 import pytest
 
-from msoverflow.analyze import analyze
+from msoverflow.api import analyze       # the public API: it also records the report's provenance
 from msoverflow.render import render
 
 import gen_msprobe_dumps
@@ -146,6 +145,13 @@ def check_agreement(report):
     for line in (s_text, s_md, s_html):
         assert parse_scanned(line, sorted(scanned)) == scanned, line
     assert s_json == scanned
+    # who made it: a footer in text, a line in markdown, a block in HTML, `provenance` in JSON
+    version = report.provenance.get("msoverflow_version")
+    assert version
+    assert f"-- msoverflow {version}" in outputs["text"]
+    assert f"Made by msoverflow {version}" in outputs["markdown"]
+    assert re.search(rf'<footer id="provenance"[^>]*><p>Made by msoverflow {re.escape(version)}', outputs["html"])
+    assert json.loads(outputs["json"])["provenance"]["msoverflow_version"] == version
     # never claims a step that was skipped: what is scanned is a subset of what is present
     for rank, steps in scanned.items():
         if rank in report.iterations:        # (a rank holding only Opdebug records has no op-run steps)
@@ -178,14 +184,6 @@ def test_four_rank_timeline_shows_rank_3_arriving_at_step_1(multirank_dumps):
     assert (row.status, row.iteration) == ("origin", 2)
     # rank 1's walk stopped after its origin's step: step 2 is present but not claimed as scanned
     assert 2 in report.iterations[1] and report.scanned_steps[1] == [0, 1]
-
-
-@pytest.fixture(scope="module")
-def msprobe_dumps():
-    if not gen_msprobe_dumps.available():
-        pytest.skip("mindspore and mindstudio-probe are not installed")
-    return gen_msprobe_dumps.ensure_cases(
-        progress=lambda msg: print(f"[msprobe dumps] {msg}", file=sys.__stderr__, flush=True))
 
 
 @pytest.mark.mindspore

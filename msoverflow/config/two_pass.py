@@ -84,7 +84,7 @@ def run_two_pass(command: Sequence[str], dump_dir=None, *, log, invoked_as=None,
         result = PassResult(label, outcome.dump_dir, outcome.command_exit, outcome.files_written,
                             dump_bytes(outcome.dump_dir), seconds)
         if outcome.files_written:
-            result.report = analyze(str(outcome.dump_dir), finished=True, command=invoked_as)
+            result.report = analyze(str(outcome.dump_dir), finished=True, command=invoked_as)   # the command has exited
         return result
 
     print(f"msoverflow run --two-pass: pass 1: {what}", file=log)

@@ -84,7 +84,7 @@ def build_report(out_dir: str, records: List[dict], command_exit: int, command: 
     ranks = sorted({int(r["rank"]) for r in records})
     if found:
         from ..api import analyze
-        report = analyze(out_dir)
+        report = analyze(out_dir, finished=True)   # the training has exited
         if report.first is not None:
             _enrich(report, found)
     else:
