@@ -65,7 +65,7 @@ def test_hunt_names_sqrt_backward_at_a_later_step(hunt_runs):
     assert [r["status"] for r in report["ranks"]] == ["origin"]
     assert "first bad value at step 2" in log
     _valid(report)
-    assert report["provenance"]["command"].startswith("msoverflow hunt ")
+    assert report["provenance"]["command"][:3] == ["msoverflow", "hunt", "--"]
     # One step of tensors saved (the origin's), nothing from the clean steps.
     steps = {p.name for p in (root / "hunt" / "rank_0" / "hunt" / "0").iterdir()}
     assert steps == {"2"}

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     # the watched processes get the steps as a list: bounded here (a selection is otherwise kept as ranges)
     steps = args.steps.values(MAX_WATCHED_STEPS, "--steps") if args.steps is not None else None
-    outcome = hunt(command, args.out_dir, steps, invoked_as=getattr(args, "command_line", None))
+    outcome = hunt(command, args.out_dir, steps)
     write_summary(outcome, sys.stderr)
     if args.parallel is not None:        # rank coordinates, as analyze gives them (msoverflow/parallel_layout.py)
         from ..parallel_layout import label_ranks

@@ -49,7 +49,7 @@ def default_out_dir() -> str:
 
 
 def hunt(command: Sequence[str], out_dir: Optional[str] = None, steps: Optional[Sequence[int]] = None,
-         invoked_as=None) -> HuntOutcome:
+         log=None) -> HuntOutcome:
     """Run `command` with every op and Cell watched; the Report of the first bad value (or of none)."""
     from ..config.runner import fresh_dump_dir
     from ..patch.hook import write_hook
@@ -69,7 +69,7 @@ def hunt(command: Sequence[str], out_dir: Optional[str] = None, steps: Optional[
     if completed.returncode == EXIT_GRAPH_MODE:
         raise UserError(GRAPH_MODE_LINE)
     records = load_records(out)
-    report = build_report(out, records, completed.returncode, invoked_as)
+    report = build_report(out, records, completed.returncode, command)
     return HuntOutcome(report, completed.returncode, out, records, seconds)
 
 
@@ -79,8 +79,7 @@ def load_records(out_dir: str) -> List[dict]:
     return sorted((load_json(path) for path in glob.glob(pattern)), key=lambda r: (r.get("rank", 0), r.get("pid")))
 
 
-def build_report(out_dir: str, records: List[dict], command_exit: int, invoked_as=None) -> Report:
-    """invoked_as: the msoverflow command line (argv after `msoverflow`), for the report's provenance."""
+def build_report(out_dir: str, records: List[dict], command_exit: int, command: Sequence[str] = ()) -> Report:
     found = sorted((r["found"] for r in records if r.get("found")), key=lambda f: (f["step"], f["rank"]))
     ranks = sorted({int(r["rank"]) for r in records})
     if found:
@@ -104,7 +103,8 @@ def build_report(out_dir: str, records: List[dict], command_exit: int, invoked_a
     report.scanned_steps = {int(r["rank"]): _steps_checked(r) for r in records}
     report.rank_status = _rank_table(report, records)
     from ..provenance import collect
-    report.provenance = {**collect(report, invoked_as), "steps": STEPS_NOTE}
+    report.provenance = {**collect(report), **report.provenance}
+    report.provenance.update({"command": ["msoverflow", "hunt", "--", *command], "steps": STEPS_NOTE})
     report.extra["hunt"] = {"records": records, "steps": STEPS_NOTE}
     return report
 
