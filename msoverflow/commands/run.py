@@ -69,7 +69,8 @@ def _two_pass(args, command, options) -> int:
 
     from ..config.two_pass import run_two_pass
     from .analyze import deliver
-    outcome = run_two_pass(command, args.dump_dir, log=sys.stderr, **options)
+    outcome = run_two_pass(command, args.dump_dir, log=sys.stderr, invoked_as=getattr(args, "command_line", None),
+                           **options)
     args.dump_dir = str(outcome.passes[-1].dump_dir)
     code = deliver(args, outcome.report)
     return 2 if code == 0 and outcome.command_exit else code

@@ -60,7 +60,8 @@ def pass1_plan(device: str, kernels: Optional[Sequence[str]]):
             "every step")
 
 
-def run_two_pass(command: Sequence[str], dump_dir=None, *, log, **config_options) -> TwoPassOutcome:
+def run_two_pass(command: Sequence[str], dump_dir=None, *, log, invoked_as=None, **config_options) -> TwoPassOutcome:
+    """invoked_as: the msoverflow command line, recorded in the reports' provenance."""
     from ..api import analyze
     from .detect import detect_device
     from .runner import fresh_dump_dir, run_and_analyze
@@ -83,7 +84,7 @@ def run_two_pass(command: Sequence[str], dump_dir=None, *, log, **config_options
         result = PassResult(label, outcome.dump_dir, outcome.command_exit, outcome.files_written,
                             dump_bytes(outcome.dump_dir), seconds)
         if outcome.files_written:
-            result.report = analyze(str(outcome.dump_dir), finished=True)   # the command has exited
+            result.report = analyze(str(outcome.dump_dir), finished=True, command=invoked_as)   # the command has exited
         return result
 
     print(f"msoverflow run --two-pass: pass 1: {what}", file=log)
@@ -94,7 +95,7 @@ def run_two_pass(command: Sequence[str], dump_dir=None, *, log, **config_options
     if first.report is None or first.report.first is None:
         report = first.report or _empty(first)
         print("msoverflow run --two-pass: pass 1 saw no bad value; no second pass", file=log)
-        return _finish(TwoPassOutcome(report, passes), command, log)
+        return _finish(TwoPassOutcome(report, passes), command, log, invoked_as)
     step = first.report.first.iteration
     ranks = sorted({f.rank for f in first.report.anomalies if f.iteration == step})
     print(f"msoverflow run --two-pass: first bad step {step} on rank(s) {', '.join(map(str, ranks))}; pass 2: "
@@ -111,13 +112,15 @@ def run_two_pass(command: Sequence[str], dump_dir=None, *, log, **config_options
         report.inconclusive.insert(0, f"{NOT_REPRODUCED}: pass 1 saw a bad value at step {step} on rank(s) "
                                       f"{', '.join(map(str, missing))}, pass 2's full dump of that step holds none there")
         report.first, report.anomalies, report.propagation = None, [], []
-    return _finish(TwoPassOutcome(report, passes, step, ranks), command, log)
+    return _finish(TwoPassOutcome(report, passes, step, ranks), command, log, invoked_as)
 
 
-def _finish(outcome: TwoPassOutcome, command, log) -> TwoPassOutcome:
-    from .. import __version__
-    outcome.report.provenance.setdefault("msoverflow_version", __version__)
-    outcome.report.provenance["command"] = ["msoverflow", "run", "--two-pass", "--", *command]
+def _finish(outcome: TwoPassOutcome, command, log, invoked_as=None) -> TwoPassOutcome:
+    from ..provenance import collect, command_line
+    if not outcome.report.provenance:       # a report made here, not by the API (nothing was dumped)
+        outcome.report.provenance = collect(outcome.report, invoked_as)
+    if outcome.report.provenance.get("command") is None:
+        outcome.report.provenance["command"] = command_line(["run", "--two-pass", "--", *command])
     outcome.report.provenance["two_pass"] = {
         "step": outcome.step, "ranks": outcome.ranks,
         "passes": [{"pass": p.label, "dump_dir": str(p.dump_dir), "files": p.files, "bytes": p.bytes,

@@ -102,8 +102,8 @@ def build_report(out_dir: str, records: List[dict], command_exit: int, command: 
                                        "steps were not watched")
     report.scanned_steps = {int(r["rank"]): _steps_checked(r) for r in records}
     report.rank_status = _rank_table(report, records)
-    from .. import __version__
-    report.provenance.setdefault("msoverflow_version", __version__)
+    from ..provenance import collect
+    report.provenance = {**collect(report), **report.provenance}
     report.provenance.update({"command": ["msoverflow", "hunt", "--", *command], "steps": STEPS_NOTE})
     report.extra["hunt"] = {"records": records, "steps": STEPS_NOTE}
     return report
