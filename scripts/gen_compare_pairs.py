@@ -28,7 +28,7 @@ from typing import Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gen_real_dumps  # noqa: E402  (its runner, lock and case records)
-from gen_msprobe_dumps import _version  # noqa: E402
+from fixture_runs import version  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent
@@ -115,7 +115,7 @@ PAIRS_BY_NAME = {p.name: p for p in PAIRS}
 
 
 def available(msprobe: bool = False) -> bool:
-    return _version("mindspore") is not None and (not msprobe or _version("mindstudio-probe") is not None)
+    return version("mindspore") is not None and (not msprobe or version("mindstudio-probe") is not None)
 
 
 def cache_key() -> str:
@@ -124,7 +124,7 @@ def cache_key() -> str:
     digest = hashlib.sha256(repr(RUNS).encode())
     for path in [*sorted(CASES_DIR.glob("*.py")), *sorted((REPO / "msoverflow" / "demo").glob("*.py"))]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    digest.update(f"mindspore={_version('mindspore')}|msprobe={_version('mindstudio-probe')}".encode())
+    digest.update(f"mindspore={version('mindspore')}|msprobe={version('mindstudio-probe')}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -149,7 +149,7 @@ def _run_msprobe(run: Run, out_dir: Path, python: str) -> dict:
             shutil.move(str(dump), str(target / "dump"))
             shutil.copy(config_path, target / "msprobe_config.json")
     record = {"name": run.name, "description": run.description, "command": cmd[1:], "exit_code": proc.returncode,
-              "made_by": f"mindstudio-probe {_version('mindstudio-probe')} + mindspore {_version('mindspore')} "
+              "made_by": f"mindstudio-probe {version('mindstudio-probe')} + mindspore {version('mindspore')} "
                          "on CPU (PyNative)", "ok": ok, "problems": [] if ok else [f"exit {proc.returncode}"]}
     (target / "case.json").write_text(json.dumps(record, indent=2))
     return record

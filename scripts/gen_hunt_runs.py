@@ -22,9 +22,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from importlib import metadata
 from pathlib import Path
 from typing import Dict, List, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixture_runs import msrun_prefix, prune_stale, version, worker_logs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CASE_SCRIPT = Path(__file__).resolve().parent / "hunt_cases" / "normhead_train.py"
@@ -68,15 +70,8 @@ CASES: List[Case] = [
 CASES_BY_NAME = {c.name: c for c in CASES}
 
 
-def _version(dist: str) -> Optional[str]:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def available() -> bool:
-    return _version("mindspore") is not None
+    return version("mindspore") is not None
 
 
 def cache_key() -> str:
@@ -85,15 +80,8 @@ def cache_key() -> str:
                  *sorted((REPO / "msoverflow" / "data").glob("*.yaml"))]:
         h.update(str(path.relative_to(REPO)).encode())
         h.update(path.read_bytes())
-    h.update(f"{_version('mindspore')}".encode())
+    h.update(f"{version('mindspore')}".encode())
     return h.hexdigest()[:16]
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_case(case: Case, out_root: Path, python: str = sys.executable) -> Path:
@@ -107,16 +95,13 @@ def run_case(case: Case, out_root: Path, python: str = sys.executable) -> Path:
     launcher = [python]
     if case.workers > 1:   # msrun starts `python` from PATH: the venv's first
         env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])
-        launcher = [str(Path(python).parent / "msrun"), f"--worker_num={case.workers}",
-                    f"--local_worker_num={case.workers}", f"--master_port={_free_port()}", "--join=True",
-                    f"--log_dir={work / 'logs'}"]         # msrun runs the script with `python` itself
+        launcher = msrun_prefix(python, case.workers, work / "logs")   # msrun runs the script with `python` itself
     cmd = [python, "-m", "msoverflow", *case.msoverflow, "--format", "json", "-o", "report.json", "--",
            *launcher, str(CASE_SCRIPT), *case.script]
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=CASE_TIMEOUT_S)
-    logs = "".join(p.read_text(errors="replace")[-20000:] for p in sorted((work / "logs").glob("worker_*.log"))) \
-        if (work / "logs").is_dir() else ""
+    logs = worker_logs(work / "logs")
     (work / "run.log").write_text(proc.stdout + proc.stderr + logs)
-    record = {"name": case.name, "shows": case.shows, "made_by": f"real mindspore {_version('mindspore')} on CPU",
+    record = {"name": case.name, "shows": case.shows, "made_by": f"real mindspore {version('mindspore')} on CPU",
               "command": ["msoverflow", *cmd[3:]], "exit": proc.returncode, "expected": case.expected}
     (work / "case.json").write_text(json.dumps(record, indent=2))   # last: a case without it is run again
     if target.exists():
@@ -129,13 +114,8 @@ def ensure_cases(out_dir: Optional[str] = None, names: Optional[List[str]] = Non
                  progress=lambda message: None) -> Dict[str, Path]:
     """{case: its directory}, running the missing ones one after the other (about 15-40 s each)."""
     root = Path(out_dir) if out_dir else DEFAULT_CACHE_ROOT / cache_key()
-    if not out_dir and DEFAULT_CACHE_ROOT.exists():
-        # The key covers all of msoverflow, so worktrees sharing this cache hold different keys at the same
-        # time: only keys written over a day ago are removed.
-        import time
-        for stale in DEFAULT_CACHE_ROOT.iterdir():
-            if stale != root and time.time() - stale.stat().st_mtime > 86400:
-                shutil.rmtree(stale, ignore_errors=True)
+    if not out_dir:
+        prune_stale(DEFAULT_CACHE_ROOT, root)
     root.mkdir(parents=True, exist_ok=True)
     wanted = [CASES_BY_NAME[n] for n in (names or CASES_BY_NAME)]
     import fcntl

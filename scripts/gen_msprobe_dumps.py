@@ -22,9 +22,11 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from importlib import metadata
 from pathlib import Path
 from typing import Dict, List, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixture_runs import msrun_prefix, prune_stale, version, worker_logs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CASE_SCRIPT = Path(__file__).resolve().parent / "msprobe_cases" / "normhead_msprobe.py"
@@ -78,30 +80,16 @@ CASES: List[Case] = [
 CASES_BY_NAME = {c.name: c for c in CASES}
 
 
-def _version(dist: str) -> Optional[str]:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def available() -> bool:
-    return _version("mindspore") is not None and _version("mindstudio-probe") is not None
+    return version("mindspore") is not None and version("mindstudio-probe") is not None
 
 
 def cache_key() -> str:
     h = hashlib.sha1()
     for path in [Path(__file__), CASE_SCRIPT, *sorted((REPO / "msoverflow" / "demo").glob("*.py"))]:
         h.update(path.read_bytes())
-    h.update(f"{_version('mindspore')}|{_version('mindstudio-probe')}".encode())
+    h.update(f"{version('mindspore')}|{version('mindstudio-probe')}".encode())
     return h.hexdigest()[:16]
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_case(case: Case, out_root: Path, python: str = sys.executable) -> Path:
@@ -119,22 +107,19 @@ def run_case(case: Case, out_root: Path, python: str = sys.executable) -> Path:
         if case.workers > 1:
             # msrun starts `python` from PATH: the venv's first
             env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])
-            cmd = [str(Path(python).parent / "msrun"), f"--worker_num={case.workers}",
-                   f"--local_worker_num={case.workers}", f"--master_port={_free_port()}", "--join=True",
-                   f"--log_dir={work / 'logs'}", *cmd[1:], "--distributed"]
+            cmd = [*msrun_prefix(python, case.workers, work / "logs"), *cmd[1:], "--distributed"]
         proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=CASE_TIMEOUT_S)
         if target.exists():
             shutil.rmtree(target)
         target.mkdir(parents=True)
-        logs = "".join(p.read_text(errors="replace")[-20000:] for p in sorted((work / "logs").glob("worker_*.log"))) \
-            if (work / "logs").is_dir() else ""
+        logs = worker_logs(work / "logs")
         (target / "run.log").write_text(proc.stdout + proc.stderr + logs)
         if proc.returncode != 0:
             raise RuntimeError(f"{case.name}: exit {proc.returncode}; see {target / 'run.log'}")
         shutil.move(str(dump), str(target / "dump"))
         shutil.copy(config_path, target / "config.json")
     record = {"name": case.name, "shows": case.shows, "made_by": "real mindstudio-probe "
-              f"{_version('mindstudio-probe')} + mindspore {_version('mindspore')} on CPU (PyNative)",
+              f"{version('mindstudio-probe')} + mindspore {version('mindspore')} on CPU (PyNative)",
               "command": cmd[1:], "expected": case.expected}
     (target / "case.json").write_text(json.dumps(record, indent=2))
     return target
@@ -144,10 +129,8 @@ def ensure_cases(out_dir: Optional[str] = None, names: Optional[List[str]] = Non
                  jobs: int = 2, progress=lambda message: None) -> Dict[str, Path]:
     """{case: its directory}, generating the missing ones (about 10 s each)."""
     root = Path(out_dir) if out_dir else DEFAULT_CACHE_ROOT / cache_key()
-    if not out_dir and DEFAULT_CACHE_ROOT.exists():
-        for stale in DEFAULT_CACHE_ROOT.iterdir():
-            if stale != root:
-                shutil.rmtree(stale, ignore_errors=True)
+    if not out_dir:
+        prune_stale(DEFAULT_CACHE_ROOT, root)
     root.mkdir(parents=True, exist_ok=True)
     wanted = [CASES_BY_NAME[n] for n in (names or CASES_BY_NAME)]
     todo = [c for c in wanted if force or not (root / c.name / "case.json").exists()]
