@@ -42,9 +42,10 @@ def analyze(path: str, *, ranks: Union[None, str, Iterable[int]] = None,
 
 def compare(baseline: str, target: str, *, ranks: Optional[Iterable[int]] = None,
             steps: Optional[Iterable[int]] = None, tolerance_ulps: Optional[float] = None, top: int = 10,
-            warn: Optional[Callable[[str], None]] = None):
+            warn: Optional[Callable[[str], None]] = None, parallel=None):
     """Compare two dumps of the same model and return the Comparison `msoverflow compare` renders:
-    .verdict (diverged | equivalent | inconclusive), .first_divergence, .worst, .unmatched, .to_dict()."""
+    .verdict (diverged | equivalent | inconclusive), .first_divergence, .worst, .unmatched, .to_dict().
+    parallel: the layout as analyze() takes it; ranks then carry their coordinates (.coords, .parallel)."""
     from .comparison import DEFAULT_ULPS, compare as _compare
-    return _compare(baseline, target, ranks=ranks, steps=steps, top=top, warn=warn,
+    return _compare(baseline, target, ranks=ranks, steps=steps, top=top, warn=warn, parallel=parallel,
                     tolerance_ulps=DEFAULT_ULPS if tolerance_ulps is None else tolerance_ulps)

@@ -96,6 +96,7 @@ class OpDiff:
     source: Optional[Source] = None
     dtype_change: str = ""        # "target computed Softmax in float16 (baseline float32)"
     note: str = ""
+    coords: Optional[Dict[str, int]] = None   # the rank's parallel coordinates when the layout is known
 
     @property
     def error_ulps(self) -> Optional[float]:
@@ -110,6 +111,7 @@ class UnmatchedOp:
     iteration: int
     op_type: str
     op_name: str
+    coords: Optional[Dict[str, int]] = None
 
 
 @dataclass
@@ -135,6 +137,8 @@ class Comparison:
     # (rank, step, position, cell, max output error in ulps or None, role) along each unit's order, for plots
     series: List[Tuple[int, int, int, str, Optional[float], Optional[str]]] = field(default_factory=list)
     diverged_ops: int = 0
+    parallel: Optional[Dict[str, object]] = None          # the layout (parallel_layout.ParallelLayout.to_dict())
+    coords: Dict[int, Dict[str, int]] = field(default_factory=dict)   # rank -> its coordinates (known layout)
 
     def to_dict(self) -> dict:
         """The JSON answer (schema msoverflow/schema/compare.schema.json) as a dict."""
@@ -144,16 +148,21 @@ class Comparison:
 
 # ---- reading: the one place that turns a dump into (rank, step) -> ordered op runs -----------------------------
 
-def _units(path: str, ranks, steps, warn) -> Dict[Tuple[int, int], list]:
-    """(rank, step) -> the dump directories of that unit, through analyze's walk."""
+def _units(path: str, ranks, steps, warn) -> Tuple[Dict[Tuple[int, int], list], Dict[int, str]]:
+    """(rank, step) -> the dump directories of that unit, through analyze's walk; and every rank of the dump
+    (selected or not) -> its rank_N directory or "" (the world and the graphs the parallel layout is read from)."""
     from . import selection
     from .walk import plan_units
     dirs = discover(path, warn)
     if not dirs:
         raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
                         "binary dump, statistic.csv or msprobe dump.json files)")
+    roots: Dict[int, str] = {}
+    for d in sorted(dirs, key=lambda d: (d.rank, str(d.graph))):
+        if not roots.get(d.rank):
+            roots[d.rank] = d.rank_root or ""
     return {(u.rank, u.iteration): u.dirs for u in plan_units(dirs, selection.parse(ranks, "--ranks"),
-                                                              selection.parse(steps, "--steps"))}
+                                                              selection.parse(steps, "--steps"))}, roots
 
 
 def _unit_runs(dirs, warn):
@@ -506,8 +515,10 @@ class _Comparer:
 # ---- the walk ----------------------------------------------------------------------------------------------------
 
 def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulps: float = DEFAULT_ULPS,
-            top: int = 10, warn: Optional[Callable[[str], None]] = None) -> Comparison:
-    """Compare two dumps; see the module docstring. ranks/steps: only these (None: all)."""
+            top: int = 10, warn: Optional[Callable[[str], None]] = None, parallel=None) -> Comparison:
+    """Compare two dumps; see the module docstring. ranks/steps: only these (None: all). parallel: the layout
+    as `--parallel` takes it (text or a parallel_layout.ParallelSpec; None: a YAML beside the baseline, else
+    inferred pipeline stages, else unknown)."""
     warnings: List[str] = []
 
     def note(message: str):
@@ -519,10 +530,12 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
         note("baseline and target are the same directory")
     ranks = sorted(set(ranks)) if ranks is not None else None
     steps = sorted(set(steps)) if steps is not None else None
-    base_units = _units(baseline, ranks, steps, note)
-    target_units = _units(target, ranks, steps, note)
+    base_units, base_roots = _units(baseline, ranks, steps, note)
+    target_units, target_roots = _units(target, ranks, steps, note)
     if (ranks is not None or steps is not None) and not base_units:
         raise UserError(f"{baseline}: no dump files for the selected rank/step")
+    layout = _layout(parallel, baseline, base_roots, target_roots, note)
+    coords_of = (lambda rank: layout.coords(rank)) if layout is not None else (lambda rank: None)
     comparer = _Comparer(TensorAccess(note), TensorAccess(note), tolerance_ulps)
     reasons: List[str] = []
     unmatched: List[UnmatchedOp] = []
@@ -554,7 +567,7 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
             counts[side] += len(runs)
             for ex in runs:
                 if len(unmatched) < MAX_UNMATCHED_LISTED:
-                    unmatched.append(UnmatchedOp(side, rank, step, ex.op_type, ex.op_name))
+                    unmatched.append(UnmatchedOp(side, rank, step, ex.op_type, ex.op_name, coords_of(rank)))
         graphs = base_graphs
         comparer.prefetch(pairs)
         position_of = {id(run): i for i, run in enumerate(base_runs)}
@@ -567,6 +580,7 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
                 op = _compare_op(ex, target_run.execution(), position_of[id(run)], comparer, graphs, id(run))
                 if op.role is not None:
                     _describe(op, ex, graphs)
+                    op.coords = coords_of(rank)
                     diverged.append(op)
                 error, role, cell = op.error_ulps, op.role, op.cell
             if len(series) < 50 * MAX_SERIES:
@@ -606,7 +620,18 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
                       tensors_compared=comparer.compared, units=units, reasons=reasons, caveats=caveats,
                       warnings=warnings, tolerance_ulps=tolerance_ulps,
                       statistics_only=bool(comparer.compared) and comparer.statistics_only == comparer.compared,
-                      series=_sample(series, MAX_SERIES), diverged_ops=diverged_ops)
+                      series=_sample(series, MAX_SERIES), diverged_ops=diverged_ops,
+                      parallel=layout.to_dict() if layout is not None else None,
+                      coords={rank: coords_of(rank) for rank in sorted({r for r, _s in units}) if coords_of(rank)})
+
+
+def _layout(parallel, baseline: str, base_roots: Dict[int, str], target_roots: Dict[int, str], warn):
+    """The parallel layout of the compared ranks (parallel_layout.resolve, as analyze labels its ranks): the two
+    runs are the same job, so the baseline's files and graphs place them; the world size counts both sides."""
+    from .parallel_layout import parse_spec, resolve
+    spec = parse_spec(parallel) if isinstance(parallel, str) else parallel
+    return resolve(spec, baseline, sorted(set(base_roots) | set(target_roots)),
+                   {rank: root for rank, root in base_roots.items() if root}, warn)
 
 
 def _graphs_of(caches: Dict[tuple, object], rank: int, walked, warn):

@@ -137,3 +137,59 @@ def test_backward_ops_pair_through_their_forward_op(compare_pairs, tmp_path):
     for d in (plain_base, plain_target):
         shutil.rmtree(d / "rank_0" / "graphs")
     assert msoverflow.compare(str(plain_base), str(plain_target), steps=[0]).verdict == "diverged"
+
+
+@pytest.fixture(scope="module")
+def dp2_answers(compare_pairs, tmp_path_factory):
+    """The 2-rank msrun pair compared with `--parallel dp=2`: format -> (exit code, output)."""
+    folder = tmp_path_factory.mktemp("compare_parallel")
+    out = {}
+    for fmt, ext in (("json", "json"), ("text", "txt"), ("markdown", "md"), ("html", "html")):
+        path = folder / f"dp2.{ext}"
+        code = main(["compare", *map(str, compare_pairs["dp2_softmax_fp16"]), "--parallel", "dp=2",
+                     "--format", fmt, "-o", str(path)])
+        out[fmt] = (code, path.read_text())
+    return out
+
+
+def test_parallel_layout_places_every_rank_the_report_lists(dp2_answers):
+    code, text = dp2_answers["json"]
+    answer = json.loads(text)
+    jsonschema = pytest.importorskip("jsonschema")
+    from importlib import resources
+    jsonschema.validate(answer, json.loads(resources.files("msoverflow.schema").joinpath("compare.schema.json")
+                                           .read_text()))
+    assert code == 1
+    assert (answer["parallel"]["dp"], answer["parallel"]["tp"], answer["parallel"]["pp"]) == (2, 1, 1)
+    assert answer["parallel"]["source"] == "--parallel dp=2"
+    first = answer["first_divergence"]
+    assert first["rank"] == 1 and first["coords"] == {"dp": 1, "tp": 0, "pp": 0}
+    listed = answer["worst"] + answer["unmatched"]["ops"] + answer["summary"]["units"]
+    assert {row["rank"] for row in listed} == {0, 1}
+    assert all(row["coords"] == {"dp": row["rank"], "tp": 0, "pp": 0} for row in listed)
+    for fmt in ("text", "markdown", "html"):
+        fmt_code, body = dp2_answers[fmt]
+        body = html.unescape(body)
+        assert fmt_code == code
+        assert "rank 1 (pipeline stage 0, tp 0, dp 1)" in body and "rank 0 (pipeline stage 0, tp 0, dp 0)" in body
+        assert "dp=2, tp=1, pp=1 (--parallel dp=2)" in body
+
+
+def test_without_a_layout_compare_lists_bare_ranks(answers):
+    answer = json.loads(answers["dp2_softmax_fp16"]["json"][1])
+    assert answer["parallel"] is None and answer["first_divergence"]["coords"] is None
+    assert "pipeline stage" not in answers["dp2_softmax_fp16"]["text"][1]
+
+
+@pytest.mark.parametrize("spec", ["dp=x", "dq=2", "tp=3"])
+def test_bad_parallel_spec_is_a_one_line_usage_error(compare_pairs, spec, capsys):
+    """A malformed spec is refused by the option; one that does not fit the job's 2 ranks (dp = 2 / 3) by the
+    layout: both exit 2 with one line naming --parallel and the problem."""
+    try:
+        code = main(["compare", *map(str, compare_pairs["dp2_softmax_fp16"]), "--parallel", spec])
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith((" ", "usage:"))]
+    assert len(lines) == 1 and spec in lines[0], err

@@ -29,6 +29,8 @@ def register(sub):
     p.add_argument("--format", choices=["text", "json", "markdown", "html"],
                    help="default: from -o's extension (.html, .json, .md), else text")
     p.add_argument("-o", "--output", metavar="FILE", help="write the answer here instead of stdout")
+    from ..parallel_layout import add_parallel_option
+    add_parallel_option(p)
     p.set_defaults(run=run)
     return p
 
@@ -47,7 +49,7 @@ def run(args) -> int:
         refuse_output_inside(args.output, args.baseline)
         refuse_output_inside(args.output, args.target)
     result = compare(args.baseline, args.target, ranks=args.rank, steps=args.iteration, tolerance_ulps=tolerance,
-                     top=args.top, warn=lambda message: log.debug("warning: %s", message))
+                     top=args.top, warn=lambda message: log.debug("warning: %s", message), parallel=args.parallel)
     fmt = args.format or _format_of(args.output)
     text = render_comparison(result, fmt)
     if args.output:

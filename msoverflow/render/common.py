@@ -93,11 +93,16 @@ def coords_phrase(coords: Optional[Dict[str, int]]) -> str:
     return ", ".join(parts + [f"{key} {coords[key]}" for key in ("tp", "dp") if key in coords])
 
 
-def rank_where(rank: int, report: Report) -> str:
-    """"rank 5 (pipeline stage 1, tp 1, dp 0)" when the report carries the rank's coordinates."""
-    row = next((r for r in report.rank_status if r.rank == rank), None)
-    where = coords_phrase(row.coords if row is not None else None)
+def rank_phrase(rank: int, coords: Optional[Dict[str, int]]) -> str:
+    """"rank 5 (pipeline stage 1, tp 1, dp 0)"; "rank 5" without coordinates."""
+    where = coords_phrase(coords)
     return f"rank {rank} ({where})" if where else f"rank {rank}"
+
+
+def rank_where(rank: int, report: Report) -> str:
+    """rank_phrase() of a rank of the report (with its coordinates when the report carries them)."""
+    row = next((r for r in report.rank_status if r.rank == rank), None)
+    return rank_phrase(rank, row.coords if row is not None else None)
 
 
 def parallel_text(parallel: Dict[str, object]) -> str:

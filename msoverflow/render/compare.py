@@ -11,6 +11,7 @@ import os
 from typing import List, Optional
 
 from ..comparison import Comparison, OpDiff, TensorDiff
+from .common import parallel_text, rank_phrase
 from .safe import md, md_code, plain, plot_label
 
 SCHEMA_VERSION = 1
@@ -38,7 +39,8 @@ def _tensor_dict(t: TensorDiff) -> dict:
 
 def op_dict(op: OpDiff) -> dict:
     from .json_report import graph_id
-    return {"rank": op.rank, "iteration": op.iteration, "graph": graph_id(op.graph), "position": op.position,
+    return {"rank": op.rank, "coords": op.coords, "iteration": op.iteration, "graph": graph_id(op.graph),
+            "position": op.position,
             "op_type": op.op_type, "op_name": op.op_name, "target_op_name": op.target_op_name,
             "full_name": op.full_name, "role": op.role, "cell": op.cell, "cell_type": op.cell_type,
             "source": ({"file": op.source.file, "line": op.source.line, "code": op.source.code}
@@ -56,12 +58,13 @@ def comparison_dict(c: Comparison) -> dict:
         "first_divergence": op_dict(c.first_divergence) if c.first_divergence else None,
         "worst": [op_dict(op) for op in c.worst],
         "unmatched": {"baseline": c.unmatched_counts.get("baseline", 0), "target": c.unmatched_counts.get("target", 0),
-                      "ops": [{"side": u.side, "rank": u.rank, "iteration": u.iteration, "op_type": u.op_type,
-                               "op_name": u.op_name} for u in c.unmatched]},
+                      "ops": [{"side": u.side, "rank": u.rank, "coords": u.coords, "iteration": u.iteration,
+                               "op_type": u.op_type, "op_name": u.op_name} for u in c.unmatched]},
         "summary": {"matched_ops": c.matched_ops, "baseline_ops": c.baseline_ops, "target_ops": c.target_ops,
                     "diverged_ops": c.diverged_ops, "tensors_compared": c.tensors_compared,
-                    "units": [{"rank": r, "iteration": s} for r, s in c.units],
+                    "units": [{"rank": r, "coords": c.coords.get(r), "iteration": s} for r, s in c.units],
                     "tolerance_ulps": c.tolerance_ulps, "statistics_only": c.statistics_only},
+        "parallel": c.parallel,
         "inconclusive": c.reasons,
         "caveats": c.caveats,
         "warnings": c.warnings,
@@ -86,7 +89,7 @@ def _g(x: Optional[float], digits: int = 4) -> str:
 def headline(c: Comparison) -> str:
     if c.verdict == "diverged":
         f = c.first_divergence
-        return f"DIVERGED: first at {f.op_type} (rank {f.rank}, step {f.iteration})"
+        return f"DIVERGED: first at {f.op_type}, {rank_phrase(f.rank, f.coords)}, step {f.iteration}"
     if c.verdict == "equivalent":
         return (f"EQUIVALENT: {c.matched_ops} matched op runs agree within {_g(c.tolerance_ulps)} ulps "
                 f"({c.tensors_compared} tensors compared)")
@@ -128,8 +131,8 @@ def render_compare_text(c: Comparison) -> str:
     f = c.first_divergence
     if f is not None:
         out.append(f"First divergence: {f.op_type} {f.op_name}")
-        out.append(f"  rank {f.rank}, step {f.iteration}, graph {f.graph}, op {f.position + 1} of the step in the "
-                   "baseline's order")
+        out.append(f"  {rank_phrase(f.rank, f.coords)}, step {f.iteration}, graph {f.graph}, op {f.position + 1} "
+                   "of the step in the baseline's order")
         if f.cell or f.cell_type:
             out.append(f"  Cell: {f.cell or '?'} ({f.cell_type or '?'})")
         if f.source:
@@ -147,7 +150,8 @@ def render_compare_text(c: Comparison) -> str:
     if c.worst:
         out.append(f"Largest differences ({len(c.worst)} of {c.diverged_ops} op runs that differ):")
         for op in c.worst:
-            out.append(f"  {_g(op.error_ulps):>10} ulps  {op.role:<10} rank {op.rank} step {op.iteration}  "
+            out.append(f"  {_g(op.error_ulps):>10} ulps  {op.role:<10} {rank_phrase(op.rank, op.coords)} "
+                       f"step {op.iteration}  "
                        f"{op.op_type} {op.op_name}")
         out.append("")
     unmatched = _unmatched_lines(c)
@@ -158,6 +162,8 @@ def render_compare_text(c: Comparison) -> str:
     out.append(f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs ({c.target_ops} in the target) in "
                f"{len(c.units)} (rank, step) unit(s); {c.tensors_compared} tensors compared; tolerance "
                f"{_g(c.tolerance_ulps)} ulps.")
+    if c.parallel:
+        out.append(f"layout: {parallel_text(c.parallel)}")
     for line in c.caveats:
         out.append(f"caveat: {line}")
     for line in c.reasons:
@@ -173,7 +179,8 @@ def render_compare_markdown(c: Comparison) -> str:
     f = c.first_divergence
     if f is not None:
         out += ["## First divergence", "", "| | |", "|---|---|",
-                f"| op | {md_code(f.op_type, True)} {md_code(f.op_name, True)} |", f"| rank, step | {f.rank}, {f.iteration} |",
+                f"| op | {md_code(f.op_type, True)} {md_code(f.op_name, True)} |",
+                f"| rank, step | {md(rank_phrase(f.rank, f.coords))}, {f.iteration} |",
                 f"| Cell | {md(f.cell)} ({md(f.cell_type)}) |"]
         if f.source:
             out.append(f"| source | {md_code(f'{f.source.file}:{f.source.line}', True)} {md_code(f.source.code, True)} |")
@@ -192,7 +199,8 @@ def render_compare_markdown(c: Comparison) -> str:
     if c.worst:
         out += [f"## Largest differences ({len(c.worst)} of {c.diverged_ops})", "",
                 "| ulps | role | rank | step | op |", "|---|---|---|---|---|"]
-        out += [f"| {_g(op.error_ulps)} | {op.role} | {op.rank} | {op.iteration} | {md_code(op.op_type, True)} "
+        out += [f"| {_g(op.error_ulps)} | {op.role} | {md(rank_phrase(op.rank, op.coords))} | {op.iteration} | "
+                f"{md_code(op.op_type, True)} "
                 f"{md_code(op.op_name, True)} |" for op in c.worst]
         out.append("")
     unmatched = _unmatched_lines(c)
@@ -200,6 +208,8 @@ def render_compare_markdown(c: Comparison) -> str:
         out += ["## Present on one side only", ""] + [f"- {md(line)}" for line in unmatched] + [""]
     out += ["## Scope", "", f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs ({c.target_ops} in the "
             f"target); {c.tensors_compared} tensors compared; tolerance {_g(c.tolerance_ulps)} ulps.", ""]
+    if c.parallel:
+        out += [f"Layout: {md(parallel_text(c.parallel))}.", ""]
     out += [f"- caveat: {md(x)}" for x in c.caveats] + [f"- inconclusive: {md(x)}" for x in c.reasons]
     return "\n".join(out) + "\n"
 
@@ -247,7 +257,7 @@ def _error_svg(c: Comparison, _figure, _svg):
         ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_ylabel("error (ulps)")
-        ax.set_title(f"rank {unit[0]}, step {unit[1]}", fontsize=9)
+        ax.set_title(plot_label(f"{rank_phrase(unit[0], c.coords.get(unit[0]))}, step {unit[1]}"), fontsize=9)
         if i == len(chosen) - 1:
             ax.set_xlabel("op run in the baseline's execution order")
     fig.subplots_adjust(hspace=0.45)
@@ -267,7 +277,7 @@ def render_compare_html(c: Comparison) -> str:
              f"<dt>target</dt><dd>{_file_link(c.target, c.target)}</dd>"]
     if f is not None:
         parts.append(f"<dt>op</dt><dd><code>{_e(f.op_type)}</code> <code>{_e(f.op_name)}</code></dd>"
-                     f"<dt>rank, step</dt><dd>{f.rank}, {f.iteration}</dd>"
+                     f"<dt>rank, step</dt><dd>{_e(rank_phrase(f.rank, f.coords))}, {f.iteration}</dd>"
                      f"<dt>Cell</dt><dd>{_e(f.cell)} ({_e(f.cell_type)})</dd>")
         if f.source:
             parts.append(f"<dt>source</dt><dd>{_file_link(f.source.file, None, f.source.line)} "
@@ -290,7 +300,8 @@ def render_compare_html(c: Comparison) -> str:
     parts.append('<section id="errors"><h2>Error along execution order, per Cell</h2>'
                  + (f'<div class="plot">{svg}</div>' if svg else "") + f'<p class="note">{_e(note)}</p></section>')
     if c.worst:
-        rows = "".join(f"<tr><td class=num>{_g(op.error_ulps)}</td><td>{_e(op.role)}</td><td>{op.rank}</td>"
+        rows = "".join(f"<tr><td class=num>{_g(op.error_ulps)}</td><td>{_e(op.role)}</td>"
+                       f"<td>{_e(rank_phrase(op.rank, op.coords))}</td>"
                        f"<td>{op.iteration}</td><td><code>{_e(op.op_type)}</code> {_e(op.op_name)}</td></tr>"
                        for op in c.worst)
         parts.append(f'<section id="worst"><h2>Largest differences ({len(c.worst)} of {c.diverged_ops})</h2>'
@@ -301,12 +312,14 @@ def render_compare_html(c: Comparison) -> str:
     parts.append('<section id="unmatched"><h2>Present on one side only</h2>'
                  + ("".join(f"<p>{_e(line)}</p>" for line in unmatched) or '<p class="note">none</p>')
                  + ("<table><tr><th>side</th><th>rank</th><th>step</th><th>op</th></tr>" + "".join(
-                     f"<tr><td>{_e(u.side)}</td><td>{u.rank}</td><td>{u.iteration}</td><td><code>{_e(u.op_type)}"
+                     f"<tr><td>{_e(u.side)}</td><td>{_e(rank_phrase(u.rank, u.coords))}</td><td>{u.iteration}</td>"
+                     f"<td><code>{_e(u.op_type)}"
                      f"</code> {_e(u.op_name)}</td></tr>" for u in shown) + "</table>" if shown else "")
                  + "</section>")
     scope = (f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs ({c.target_ops} in the target); "
              f"{c.tensors_compared} tensors compared; tolerance {_g(c.tolerance_ulps)} ulps.")
     parts.append(f'<section id="scope"><h2>Scope</h2><p>{_e(scope)}</p>'
+                 + (f"<p>layout: {_e(parallel_text(c.parallel))}</p>" if c.parallel else "")
                  + "".join(f"<p class=note>caveat: {_e(x)}</p>" for x in c.caveats)
                  + "".join(f"<p class=note>inconclusive: {_e(x)}</p>" for x in c.reasons)
                  + ("<ul class=warn>" + "".join(f"<li>{_e(w)}</li>" for w in c.warnings[:300]) + "</ul>"
