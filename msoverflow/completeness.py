@@ -204,7 +204,15 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
         if cut:
             problems[step].append((item.files - len(cut), item.files, f"{len(cut)} of {item.files} files "
                                    "truncated or empty"))
-        recent[step].extend(path for path, (_size, mtime) in stats.items() if mtime > young)
+        fresh = [path for path, (_size, mtime) in stats.items() if mtime > young]
+        if fresh and not cut and _matched_by_settled_step(item, of_graph, young):
+            # a job that ended seconds ago looks like this too: what would show a writer at work (fewer files
+            # or rows than an earlier step, a file shorter than its header) is absent
+            warn(f"{item.d.path}: {len(fresh)} file(s) written in the last {RECENT_SECONDS:.0f} s, but the step holds "
+                 "as many files as an earlier one and none is cut short: taken as complete (if the job is still "
+                 "running, analyse again when it has finished)")
+            fresh = []
+        recent[step].extend(fresh)
         oldest = min([oldest] + [mtime for _size, mtime in stats.values()])
     if oldest > young or finished:
         recent.clear()     # every file is that young: written at once (a copy, a short run), not a writer still at work
@@ -231,6 +239,13 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
                                       expected=expected, reasons=reasons, truncated=sorted(truncated.get(step, [])),
                                       recent=bool(recent.get(step))))
     return found
+
+
+def _matched_by_settled_step(item: _Listing, of_graph, young: float) -> bool:
+    """An earlier step of the same graph on this rank, settled before the last seconds, holds as many files (and
+    statistic.csv rows) as this fresh one."""
+    return any(other.d.iteration < item.d.iteration and other.mtime <= young and other.files == item.files
+               and other.rows() == item.rows() for other in of_graph[(item.d.rank, item.d.graph)])
 
 
 def _reference(item: _Listing, at_step, of_graph) -> List[_Listing]:
