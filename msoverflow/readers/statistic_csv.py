@@ -92,12 +92,18 @@ def _int(text: Optional[str]) -> Optional[int]:
     if len(text) > safeio.MAX_INT_DIGITS:
         raise ValueError(f"{text[:20]}... has {len(text)} characters, not a count or id")
     try:
-        return int(text)
+        number = int(text)
     except ValueError:
         value = float(text)  # "12.0", "1e3"
         if not value.is_integer():
             raise ValueError(f"{text!r} is not an integer") from None
-        return int(value)
+        number = int(value)
+    if not _INT64_MIN <= number <= _INT64_MAX:      # the columns are int64 (as pyarrow reads them)
+        raise ValueError(f"{text[:20]} is out of range for a count or id")
+    return number
+
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _rejoin_shape(row: List[str], shape_index: Optional[int], width: int) -> List[str]:
