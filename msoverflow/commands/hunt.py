@@ -5,6 +5,7 @@ import argparse
 
 from ..errors import EXIT_CODES_HELP
 from ..selection import argument
+from . import training_command
 from .analyze import add_report_options
 
 
@@ -42,9 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..hunt.session import hunt, write_summary
     from .analyze import deliver
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = training_command(args)
     # the watched processes get the steps as a list: bounded here (a selection is otherwise kept as ranges)
     steps = args.steps.values(MAX_WATCHED_STEPS, "--steps") if args.steps is not None else None
     outcome = hunt(command, args.out_dir, steps)

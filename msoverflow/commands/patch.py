@@ -9,6 +9,7 @@ import sys
 import tempfile
 
 from ..errors import EXIT_INCONCLUSIVE
+from . import training_command
 
 # `patch` made no change that reaches the culprit: already patched, or nothing it knows how to change reaches it.
 EXIT_NO_CHANGE = EXIT_INCONCLUSIVE
@@ -84,9 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import UserError
     from ..patch.targets import load_report, target_from_args, target_from_report
 
-    command = list(args.command or [])
-    if command and command[0] == "--":
-        command = command[1:]
+    command = training_command(args)
     if command and not args.verify:
         raise UserError("a command after '--' is only used with --verify")
     if args.verify and not command:

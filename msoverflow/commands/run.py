@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..config.options import PURPOSE_HELP, add_config_options
+from . import training_command
 
 
 def register(subparsers):
@@ -38,9 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from ..config.options import options_from_args
     from ..config.runner import run_and_analyze
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = training_command(args)
     purpose, options = options_from_args(args)
     import time
 
