@@ -13,9 +13,13 @@ dimension. So with dp=2, tp=2, pp=2 rank 5 is pipeline stage 1, dp 0, tp 1.
 
 Where the layout comes from, first found wins:
   1. `--parallel "dp=4,tp=2,pp=2"` (a missing size is the world size over the others), or `--parallel FILE`: a
-     MindFormers YAML (`parallel_config: data_parallel, model_parallel, pipeline_stage`) or an HCCL rank table;
+     MindFormers YAML (`parallel_config: data_parallel, model_parallel, pipeline_stage`), an HCCL rank table, or
+     MindSpore strategy checkpoint(s) (a file, or a folder of `*strategy*.ckpt|json`; pipeline stages only,
+     msoverflow/strategy_checkpoint.py);
   2. a MindFormers YAML beside the dump (the dump directory or its parent);
-  3. nothing: pipeline stages are inferred from the saved execution orders (ranks whose graphs hold the same
+  3. strategy checkpoints beside the dump (those folders and their `strategy/` subfolders, where MindFormers
+     saves `ckpt_strategy_rank_N.ckpt`);
+  4. nothing: pipeline stages are inferred from the saved execution orders (ranks whose graphs hold the same
      kernels form a stage; the stage whose first point-to-point op is a Send comes first), or the layout is
      said to be unknown.
 The world size is the largest of: the ranks the dump expects, an HCCL rank table's devices, msrun's worker logs
@@ -31,6 +35,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import safeio
 from .errors import UserError
+from .strategy_checkpoint import (StrategyError, StrategyFacts, looks_like_json_strategy, rank_stages,
+                                  read_strategy, strategy_files)
 
 MAX_SIZE = 1 << 16
 _SPEC_KEYS = {"dp": "dp", "data_parallel": "dp", "tp": "tp", "mp": "tp", "model_parallel": "tp", "pp": "pp",
@@ -47,6 +53,7 @@ class ParallelSpec:
     tp: Optional[int] = None
     pp: Optional[int] = None
     source: str = "--parallel"
+    strategies: List[StrategyFacts] = field(default_factory=list)   # strategy checkpoints: stages, no dp/tp
 
 
 @dataclass
@@ -57,6 +64,7 @@ class ParallelLayout:
     source: str
     stages: Dict[int, List[int]] = field(default_factory=dict)   # inferred: stage -> ranks (no dp/tp then)
     notes: List[str] = field(default_factory=list)
+    _stage_of: Optional[Dict[int, int]] = field(default=None, repr=False, compare=False)
 
     @property
     def inferred(self) -> bool:
@@ -64,7 +72,9 @@ class ParallelLayout:
 
     def coords(self, rank: int) -> Optional[Dict[str, int]]:
         if self.inferred:
-            stage = next((s for s, ranks in self.stages.items() if rank in ranks), None)
+            if self._stage_of is None:
+                self._stage_of = {r: s for s, ranks in self.stages.items() for r in ranks}
+            stage = self._stage_of.get(rank)
             return None if stage is None else {"pp": stage}
         if rank < 0 or rank >= self.dp * self.tp * self.pp:
             return None
@@ -86,8 +96,8 @@ def parse_spec(text: str) -> ParallelSpec:
     text = text.strip()
     if "=" not in text:
         if not text or not os.path.exists(text):
-            raise UserError(f"--parallel {text!r}: expected sizes like dp=4,tp=2,pp=2 or a MindFormers YAML / rank "
-                            "table file")
+            raise UserError(f"--parallel {text!r}: expected sizes like dp=4,tp=2,pp=2, a MindFormers YAML, a rank "
+                            "table or MindSpore strategy checkpoint(s)")
         return spec_from_file(text)
     spec = ParallelSpec(source=f"--parallel {text}")
     for part in text.split(","):
@@ -118,28 +128,67 @@ def add_parallel_option(parser) -> None:
     """The one `--parallel` option (analyze, compare, hunt): the value is a ParallelSpec (args.parallel)."""
     parser.add_argument("--parallel", type=_argparse_spec, metavar="LAYOUT",
                         help="parallel layout, e.g. dp=4,tp=2,pp=2 (mp= is tp; a size left out is the world size "
-                             "over the others), or a MindFormers YAML (parallel_config) / HCCL rank table; rank "
+                             "over the others), or a MindFormers YAML (parallel_config) / HCCL rank table / "
+                             "MindSpore strategy checkpoint file or folder (pipeline stages only); rank "
                              "rows then carry their coordinates (default: a MindFormers YAML beside the dump, "
-                             "else pipeline stages inferred from the saved execution orders). Rank order: "
-                             "pipeline-major, tp fastest, as MindSpore numbers ranks")
+                             "else strategy checkpoints beside it, else pipeline stages inferred from the saved "
+                             "execution orders). Rank order: pipeline-major, tp fastest, as MindSpore numbers ranks")
 
 
 # ---- files --------------------------------------------------------------------------------------------------
 
 def spec_from_file(path: str) -> ParallelSpec:
     lower = path.lower()
+    if os.path.isdir(path):
+        files = strategy_files(path)
+        if not files:
+            raise UserError(f"{path}: a folder, but no strategy checkpoint (*strategy*.ckpt or .json) in it")
+        return _strategy_spec(files, path, fail=True)
     if lower.endswith((".yaml", ".yml")):
         spec = _yaml_spec(path)
         if spec is None:
             raise UserError(f"{path}: no parallel_config (data_parallel, model_parallel, pipeline_stage) in it")
         return spec
+    if lower.endswith(".ckpt"):
+        return _strategy_spec([path], path, fail=True)
     if lower.endswith(".json"):
         count = rank_table_size(path)
         if count is None:
-            raise UserError(f"{path}: not an HCCL rank table (server_list[].device[].rank_id)")
+            if _json_strategy(path):
+                return _strategy_spec([path], path, fail=True)
+            raise UserError(f"{path}: neither an HCCL rank table (server_list[].device[].rank_id) nor a strategy "
+                            "checkpoint (parallel_strategy_item, parallel_layout_item)")
         return ParallelSpec(dp=count, tp=1, pp=1, source=f"rank table {os.path.basename(path)} ({count} devices, "
                                                           "data parallel)")
-    raise UserError(f"{path}: --parallel reads a MindFormers YAML (.yaml) or an HCCL rank table (.json)")
+    raise UserError(f"{path}: --parallel reads a MindFormers YAML (.yaml), an HCCL rank table (.json) or MindSpore "
+                    "strategy checkpoint(s) (.ckpt, .json, or their folder)")
+
+
+def _json_strategy(path: str) -> bool:
+    try:
+        return looks_like_json_strategy(safeio.load_json(path, limit=1 << 28))
+    except (OSError, ValueError, RecursionError):
+        return False
+
+
+def _strategy_spec(files: List[str], where: str, fail: bool, warn=None) -> Optional[ParallelSpec]:
+    """A spec from strategy checkpoints; an unreadable one is a usage error when named (fail), else a warning."""
+    facts: List[StrategyFacts] = []
+    refused: List[str] = []
+    for path in files:
+        try:
+            facts.append(read_strategy(path))
+        except (StrategyError, OSError) as exc:
+            reason = f"{path}: not a readable MindSpore strategy checkpoint ({getattr(exc, 'strerror', None) or exc})"
+            if fail:
+                raise UserError(reason)
+            refused.append(reason)
+    if refused and warn is not None:
+        warn(refused[0] + (f" (and {len(refused) - 1} more strategy files)" if len(refused) > 1 else ""))
+    if not facts:
+        return None
+    name = os.path.basename(files[0]) if len(files) == 1 else f"{len(facts)} files in {where}"
+    return ParallelSpec(source=f"strategy checkpoint {name}", strategies=facts)
 
 
 def _yaml_spec(path: str) -> Optional[ParallelSpec]:
@@ -208,6 +257,17 @@ def world_size(path: str, expected_ranks: Sequence[int]) -> Tuple[int, str]:
     return size, why
 
 
+def _strategy_beside(path: str, warn) -> Optional[ParallelSpec]:
+    """Strategy checkpoints in the dump directory, its parent, and their `strategy/` folders."""
+    here = os.path.abspath(path)
+    for folder in (here, os.path.dirname(here)):
+        for place in (folder, os.path.join(folder, "strategy")):
+            files = strategy_files(place)
+            if files:
+                return _strategy_spec(files, place, fail=False, warn=warn)
+    return None
+
+
 def _yaml_beside(path: str, warn) -> Optional[ParallelSpec]:
     for f in _beside(path):
         if f.lower().endswith((".yaml", ".yml")):
@@ -226,10 +286,16 @@ def _yaml_beside(path: str, warn) -> Optional[ParallelSpec]:
 def resolve(spec: Optional[ParallelSpec], path: str, expected_ranks: Sequence[int], rank_roots: Dict[int, str],
             warn: Callable[[str], None]) -> Optional[ParallelLayout]:
     """The layout to label ranks with (None: unknown). rank_roots: rank -> its rank_N directory."""
-    spec = spec or _yaml_beside(path, warn)
+    spec = spec or _yaml_beside(path, warn) or _strategy_beside(path, warn)
     world, world_why = world_size(path, expected_ranks)
     if spec is None:
         return infer_stages(rank_roots)
+    if spec.strategies:
+        layout = _strategy_layout(spec, world, world_why, sorted(rank_roots), warn)
+        if layout is None:
+            return infer_stages(rank_roots)
+        _check_against_graphs(layout, rank_roots, warn)
+        return layout
     sizes = {"dp": spec.dp, "tp": spec.tp, "pp": spec.pp}
     notes: List[str] = []
     for name in ("tp", "pp"):          # a model/pipeline size left out is 1
@@ -249,16 +315,62 @@ def resolve(spec: Optional[ParallelSpec], path: str, expected_ranks: Sequence[in
                    f"{spec.source}: dp*tp*pp = {total}, but the job has {world} ranks ({world_why})")
         warn(message)
         notes.append(message)
-    inferred = infer_stages(rank_roots)
-    if inferred is not None and layout.pp > 1:
-        disagree = [min(ranks) for ranks in inferred.stages.values()
-                    if len({(layout.coords(r) or {}).get("pp") for r in ranks}) > 1]
-        if disagree:
-            message = (f"the layout splits ranks that run the same kernels (those of rank(s) "
-                       f"{', '.join(map(str, disagree[:8]))}) over several pipeline stages: check --parallel")
-            warn(message)
-            notes.append(message)
+    _check_against_graphs(layout, rank_roots, warn)
     return layout
+
+
+def _check_against_graphs(layout: ParallelLayout, rank_roots: Dict[int, str], warn) -> None:
+    inferred = infer_stages(rank_roots)
+    if inferred is None or layout.pp <= 1:
+        return
+    disagree = [min(ranks) for ranks in inferred.stages.values()
+                if len({(layout.coords(r) or {}).get("pp") for r in ranks}) > 1]
+    if disagree:
+        message = (f"the layout splits ranks that run the same kernels (those of rank(s) "
+                   f"{', '.join(map(str, disagree[:8]))}) over several pipeline stages: check --parallel")
+        warn(message)
+        layout.notes.append(message)
+
+
+def _strategy_layout(spec: ParallelSpec, world: int, world_why: str, dumped_ranks: List[int],
+                     warn) -> Optional[ParallelLayout]:
+    """Pipeline stages from strategy checkpoints: a file that names its rank and holds one stage's ops gives that
+    rank's stage; otherwise MindSpore's own rule, stage = rank // (devices in a stage)."""
+    facts = spec.strategies
+    per_stage = max((f.stage_devices for f in facts if f.stage_devices), default=None)
+    own = {rank: stage for rank, stage in rank_stages(facts).items() if 0 <= rank < MAX_SIZE}
+    ranks = set(range(world)) if world else set(dumped_ranks) | set(own)
+    notes = [f"pipeline stages from {spec.source}: a rank's own file gives its stage, else stage = rank // "
+             f"{per_stage or '?'} (the devices of one stage, from the parameter layouts' device matrix, as MindSpore "
+             "computes it); a strategy checkpoint does not record dp and tp (give --parallel dp=..,tp=..,pp=..)"]
+    if len({f.stage_devices for f in facts if f.stage_devices}) > 1 or any(len(f.device_counts) > 1 for f in facts):
+        notes.append("the parameter layouts' device matrices differ in size; the largest is taken as one stage")
+    stage_of: Dict[int, int] = {}
+    for rank in sorted(ranks):
+        if rank in own:
+            stage_of[rank] = own[rank]
+        elif per_stage:
+            stage_of[rank] = rank // per_stage
+    if not stage_of:
+        warn(f"{spec.source}: names no rank and holds no parameter layout, so no rank's pipeline stage is known")
+        return None
+    wrong = [r for r, s in own.items() if per_stage and r // per_stage != s]
+    if wrong:
+        message = (f"{spec.source}: rank(s) {', '.join(map(str, sorted(wrong)[:8]))} hold the ops of another stage "
+                   f"than rank // {per_stage}; each rank's own file is taken")
+        warn(message)
+        notes.append(message)
+    if per_stage and world and world % per_stage:
+        message = (f"{spec.source}: the world size {world} ({world_why}) is not a multiple of {per_stage} "
+                   "devices per stage")
+        warn(message)
+        notes.append(message)
+    stages: Dict[int, List[int]] = {}
+    for rank, stage in sorted(stage_of.items()):
+        stages.setdefault(stage, []).append(rank)
+    stages = dict(sorted(stages.items()))
+    pp = max(max(stages) + 1, max((max(f.stages) + 1 for f in facts if f.stages), default=1))
+    return ParallelLayout(dp=0, tp=0, pp=pp, source=spec.source, stages=stages, notes=notes)
 
 
 def label_ranks(spec: Optional[ParallelSpec], path: str, rank_status, rank_roots: Dict[Tuple[int, str], str],

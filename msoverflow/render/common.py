@@ -105,11 +105,16 @@ def rank_where(rank: int, report: Report) -> str:
     return rank_phrase(rank, row.coords if row is not None else None)
 
 
+MAX_STAGES_SHOWN = 16
+
+
 def parallel_text(parallel: Dict[str, object]) -> str:
     """The layout the coordinates come from: sizes (or inferred stages), and where they came from."""
     if "stages" in parallel:
-        stages = "; ".join(f"stage {k}: ranks {steps_text(int(r) for r in v)}"
-                           for k, v in dict(parallel["stages"]).items())
+        items = list(dict(parallel["stages"]).items())
+        stages = "; ".join(f"stage {k}: ranks {steps_text(int(r) for r in v)}" for k, v in items[:MAX_STAGES_SHOWN])
+        if len(items) > MAX_STAGES_SHOWN:
+            stages += f"; {len(items) - MAX_STAGES_SHOWN} more stages (--format json lists all)"
         return f"{stages} ({parallel.get('source')}; dp and tp unknown: give --parallel)"
     return f"dp={parallel.get('dp')}, tp={parallel.get('tp')}, pp={parallel.get('pp')} ({parallel.get('source')})"
 

@@ -140,7 +140,33 @@ def _seeds() -> Dict[str, bytes]:
         "guard_source": GUARD_SOURCE,
         "options": b"0-3,5 1,2-4 2",
         "convert_name": f"MatMul.{OP}.1.0.100".encode(),
+        "strategy_ckpt": _strategy_protobuf(),
+        "strategy_json": json.dumps({"current_stage": 1, "parallel_strategy_item": {
+            "Default/MatMul-op0": {"stage": 1, "parallel_strategy": [[2, 1], [1, 1]]}},
+            "parallel_layout_item": {"w": {"dev_matrix": [2, 2], "tensor_map": [-1, 0], "tensor_shape": [4, 4],
+                                           "field": 0, "opt_weight_shard_step": 0,
+                                           "opt_weight_shard_size": 0}}}).encode(),
     }
+
+
+def _strategy_protobuf() -> bytes:
+    """A ParallelStrategyMap in protobuf wire format (node_strategy.proto): one op of stage 1, one layout [2, 2]."""
+    def varint(n: int) -> bytes:
+        out = bytearray()
+        while True:
+            out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+            n >>= 7
+            if not n:
+                return bytes(out)
+
+    def field(number: int, body: bytes) -> bytes:
+        return varint(number << 3 | 2) + varint(len(body)) + body
+
+    strategy = field(2, field(1, b"Default/MatMul-op0") + field(2, varint(1 << 3) + varint(1)
+                                                                + field(2, varint(8) + varint(2) + varint(8) + varint(1))))
+    layout = field(3, field(1, b"w") + field(2, field(1, varint(8) + varint(2) + varint(8) + varint(2))
+                                            + field(2, varint(8) + varint(1))))
+    return varint(1 << 3) + varint(1) + strategy + layout
 
 
 # ---- mutations ---------------------------------------------------------------------------------------------
@@ -650,6 +676,8 @@ TARGETS: Dict[str, tuple] = {
     "ir": ("ir", _read_ir),
     "dump_metadata": ("dump_metadata", _read_metadata),
     "exec_order": ("exec_order", _read_exec_order),
+    "strategy_ckpt": ("strategy_ckpt", lambda p, w: _read_strategy(p, w, "ckpt_strategy_rank_1.ckpt")),
+    "strategy_json": ("strategy_json", lambda p, w: _read_strategy(p, w, "strategy.json")),
     "cli_analyze": ("statistic_csv", _cli_analyze),
     "cli_analyze_npy": ("npy", lambda p, w: _cli_analyze(
         p, w, f"MatMul.{OP}.1.0.101.output.1.DefaultFormat.Float16.npy")),
@@ -670,6 +698,15 @@ TARGETS: Dict[str, tuple] = {
 }
 READER_TARGETS = [k for k in TARGETS if not k.startswith(("cli_", "config_", "patch_"))]
 CLI_TARGETS = [k for k in TARGETS if k not in READER_TARGETS]
+
+def _read_strategy(path: str, work: str, name: str):
+    """A strategy checkpoint found beside a dump, as analyze finds MindFormers' output/strategy/ files."""
+    from msoverflow import parallel_layout
+    folder = os.path.join(work, "strategy")
+    os.makedirs(folder, exist_ok=True)
+    shutil.copyfile(path, os.path.join(folder, name))
+    parallel_layout.resolve(None, os.path.join(work, "dump"), [0, 1, 2, 3], {}, _warnings().append)
+
 
 SEEDS = seeds()
 

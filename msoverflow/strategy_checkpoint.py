@@ -1,0 +1,203 @@
+"""MindSpore strategy checkpoints: which pipeline stage a rank's graph belongs to, and how many devices a stage has.
+
+MindSpore writes one when `strategy_ckpt_config={"save_file": ...}` (or the older `strategy_ckpt_save_file`) is
+set; MindFormers saves them as `output/strategy/ckpt_strategy_rank_N.ckpt`. Two encodings, the same content
+(mindspore/ccsrc/frontend/parallel/strategy_checkpoint/strategy_checkpoint_info.cc, node_strategy.proto):
+
+- protobuf `ParallelStrategyMap` (proto2): 1 current_stage (a save counter, not a pipeline stage),
+  2 parallel_strategy_item {1 node_name, 2 parallel_strategys {1 stage, 2 parallel_strategy {1 dim}}},
+  3 parallel_layout_item {1 param_name, 2 parallel_layouts {1 dev_matrix {1 dim}, 2 tensor_map {1 dim}, ...}};
+- JSON (a `.json` save file): {"current_stage", "parallel_strategy_item": {node: {"stage", "parallel_strategy"}},
+  "parallel_layout_item": {param: {"dev_matrix", "tensor_map", "tensor_shape", ...}}}.
+
+What the layout needs from it: the pipeline stage of each op (`stage`) and the devices of one stage (the product of
+a parameter layout's device matrix; MindSpore computes a rank's stage as `rank // stage_device_num`). Data and
+tensor parallel sizes are not recorded as such (each op has its own device matrix), so they are not guessed.
+The protobuf is decoded here by its wire format, without MindSpore or protobuf installed.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
+
+from . import safeio
+
+MAX_FILE_BYTES = 256 << 20      # a large model's strategy file is a few MB
+MAX_STAGE = 1 << 16
+MAX_DEVICES = 1 << 20
+_RANK_IN_NAME = re.compile(r"rank_?([0-9]{1,6})(?![0-9])")
+
+
+class StrategyError(ValueError):
+    """Not a strategy checkpoint, or a broken one."""
+
+
+@dataclass
+class StrategyFacts:
+    path: str
+    stages: FrozenSet[int]                   # pipeline stages of the ops this file lists
+    stage_devices: Optional[int]             # devices in one stage (largest device-matrix product); None: no layouts
+    rank: Optional[int] = None               # the rank in the file's name (ckpt_strategy_rank_3.ckpt), if any
+    device_counts: FrozenSet[int] = field(default_factory=frozenset)   # every device-matrix product seen
+
+
+# ---- protobuf wire format -------------------------------------------------------------------------------------
+
+def _varint(buf: bytes, pos: int) -> Tuple[int, int]:
+    value = shift = 0
+    for _ in range(10):
+        if pos >= len(buf):
+            raise StrategyError("a number runs past the end of the file")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+    raise StrategyError("a number longer than 10 bytes")
+
+
+def _fields(buf: bytes) -> Iterator[Tuple[int, int, object]]:
+    """(field number, wire type, value): an int for varints, bytes for length-delimited, None for fixed widths."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise StrategyError("field number 0")
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+            yield number, wire, value
+        elif wire == 2:
+            size, pos = _varint(buf, pos)
+            if size > len(buf) - pos:
+                raise StrategyError("a field runs past the end of the file")
+            yield number, wire, buf[pos:pos + size]
+            pos += size
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+            if pos > len(buf):
+                raise StrategyError("a field runs past the end of the file")
+            yield number, wire, None
+        else:
+            raise StrategyError(f"wire type {wire} (groups or garbage)")
+
+
+def _uints(buf: bytes) -> List[int]:
+    """A repeated uint32 `dim` (field 1), packed or not."""
+    dims: List[int] = []
+    for number, wire, value in _fields(buf):
+        if number != 1:
+            continue
+        if wire == 0:
+            dims.append(value)
+        elif wire == 2:
+            pos = 0
+            while pos < len(value):
+                item, pos = _varint(value, pos)
+                dims.append(item)
+    return dims
+
+
+def _product(dims: List[int]) -> Optional[int]:
+    total = 1
+    for dim in dims:
+        if not 1 <= dim <= MAX_DEVICES:
+            return None
+        total *= dim
+        if total > MAX_DEVICES:
+            return None
+    return total if dims else None
+
+
+def _from_protobuf(data: bytes) -> Tuple[set, set]:
+    stages, devices = set(), set()
+    for number, wire, value in _fields(data):
+        if wire != 2:
+            continue
+        if number == 2:                                   # ParallelStrategyItem
+            for n, w, strategys in _fields(value):
+                if n == 2 and w == 2:                     # ParallelStrategys
+                    for n2, w2, stage in _fields(strategys):
+                        if n2 == 1 and w2 == 0:
+                            stages.add(stage)
+        elif number == 3:                                 # ParallelLayoutItem
+            for n, w, layouts in _fields(value):
+                if n == 2 and w == 2:                     # ParallelLayouts
+                    for n2, w2, matrix in _fields(layouts):
+                        if n2 == 1 and w2 == 2:           # DevMatrix
+                            count = _product(_uints(matrix))
+                            if count:
+                                devices.add(count)
+    return stages, devices
+
+
+def _from_json(doc: object) -> Tuple[set, set]:
+    if not isinstance(doc, dict) or not ({"parallel_strategy_item", "parallel_layout_item"} & set(doc)):
+        raise StrategyError("no parallel_strategy_item or parallel_layout_item: not a strategy checkpoint")
+    stages, devices = set(), set()
+    items = doc.get("parallel_strategy_item") or {}
+    layouts = doc.get("parallel_layout_item") or {}
+    if not isinstance(items, dict) or not isinstance(layouts, dict):
+        raise StrategyError("parallel_strategy_item and parallel_layout_item must be objects")
+    for entry in items.values():
+        stage = entry.get("stage") if isinstance(entry, dict) else None
+        if isinstance(stage, int) and not isinstance(stage, bool):
+            stages.add(stage)
+    for entry in layouts.values():
+        matrix = entry.get("dev_matrix") if isinstance(entry, dict) else None
+        if isinstance(matrix, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in matrix):
+            count = _product(matrix)
+            if count:
+                devices.add(count)
+    return stages, devices
+
+
+def looks_like_json_strategy(doc: object) -> bool:
+    return isinstance(doc, dict) and bool({"parallel_strategy_item", "parallel_layout_item"} & set(doc))
+
+
+def read_strategy(path: str) -> StrategyFacts:
+    """The facts of one strategy checkpoint; StrategyError (or OSError) when it cannot be read as one."""
+    data = safeio.read_bytes(path, MAX_FILE_BYTES)
+    if path.lower().endswith(".json"):
+        try:
+            doc = safeio.loads_json(data.decode("utf-8", errors="replace"))
+        except (ValueError, RecursionError) as exc:
+            raise StrategyError(f"not valid JSON ({type(exc).__name__})") from None
+        stages, devices = _from_json(doc)
+    else:
+        stages, devices = _from_protobuf(data)
+    if not stages and not devices:
+        raise StrategyError("no operator strategies and no parameter layouts in it")
+    if any(s > MAX_STAGE for s in stages):
+        raise StrategyError(f"a pipeline stage beyond {MAX_STAGE}")
+    match = _RANK_IN_NAME.search(os.path.basename(path))
+    return StrategyFacts(path=path, stages=frozenset(stages), stage_devices=max(devices) if devices else None,
+                         rank=int(match.group(1)) if match else None, device_counts=frozenset(devices))
+
+
+def is_strategy_name(name: str) -> bool:
+    """`ckpt_strategy_rank_3.ckpt`, `strategy.json`: the name says strategy (a model's weights are .ckpt too)."""
+    lower = name.lower()
+    return "strateg" in lower and lower.endswith((".ckpt", ".json"))
+
+
+def strategy_files(folder: str, limit: int = 4096) -> List[str]:
+    """The strategy checkpoints in a folder, by name, sorted."""
+    try:
+        names = sorted(n for n in os.listdir(folder) if is_strategy_name(n))[:limit]
+    except OSError:
+        return []
+    return [p for p in (os.path.join(folder, n) for n in names) if safeio.is_regular(p)]
+
+
+def rank_stages(facts: List[StrategyFacts]) -> Dict[int, int]:
+    """rank -> its pipeline stage, from files that name their rank and hold the ops of one stage."""
+    return {f.rank: next(iter(f.stages)) for f in facts if f.rank is not None and len(f.stages) == 1}
+
+
+__all__ = ["StrategyFacts", "StrategyError", "read_strategy", "strategy_files", "rank_stages",
+           "looks_like_json_strategy", "is_strategy_name"]
