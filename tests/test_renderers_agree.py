@@ -78,7 +78,7 @@ def facts_from_text(text):
 
 
 def _unmd(text):
-    return re.sub(r"\\([\\`*\[\]<>&|])", r"\1", text).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    return re.sub(r"\\([\\`*_\[\]<>&|])", r"\1", text).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
 def facts_from_markdown(md):

@@ -25,7 +25,7 @@ def plain(text) -> str:
     return _UNSAFE.sub(_escape, "" if text is None else str(text))
 
 
-_MD_SPECIAL = re.compile(r"([\\`*\[\]<>&|])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>&|])")
 _MD_ENTITY = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
 
 
