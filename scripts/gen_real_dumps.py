@@ -185,6 +185,19 @@ CASES: List[Case] = [
                          expected_first_op_scope_contains="LogFeatures"),
     ),
     Case(
+        name="sgd_update_overflow",
+        description="fp32 regressor, SGD with learning rate 3e38 and gradients of about 50, two steps.",
+        shows="The optimizer update itself overflows: SGD writes -inf into the weights in place from finite inputs. "
+              "The dump reads SGD's inputs after it ran, so the first bad tensor in the files is SGD's input 0 (the "
+              "weight it wrote), equal to its output.",
+        argv=("sgd_update_overflow.py",),
+        expected=_expect("anomaly", op_type="SGD", iteration=0, kind="overflow", forward_op="SGD", cell="SGD",
+                         source_contains="hyper_map", layout={0: [0, 1]},
+                         expected_first_op_scope_contains="optimizer-SGD",
+                         expected_first_bad_tensor={"op_type": "SGD", "io": "input", "slot": 0,
+                                                    "scope_contains": "optimizer-SGD"}),
+    ),
+    Case(
         name="jit_value_and_grad_three_graphs",
         description="PyNative TinyBaichuan (fp16 NormHead) with a @ms.jit forward/backward from ms.value_and_grad, "
                     "amp.all_finite on the grads and an SGD update skipped when they are not finite; loss scale "

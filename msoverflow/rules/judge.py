@@ -66,7 +66,7 @@ def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: b
                        advice="nonfinite_input")
 
     if not ex.outputs:
-        return _judge_inputs_only(ex, access, earlier_bad)
+        return _judge_inputs_only(ex, access, kn, earlier_bad)
 
     if not bad_outs:
         if ex.flags:
@@ -87,6 +87,13 @@ def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: b
 
     ins = _floats(ex.inputs)
     bad_ins = [e for e in ins if access.bad(e)]
+    written = _written_by_the_op(ex, bad_ins, kn, earlier_bad)
+    if written:
+        verdict = _fault_kind(ex, bad_outs, access, kn)
+        if verdict.advice in ("overflow", "invalid") and _updates_weights(ex.op_type):
+            verdict.advice = "optimizer_update"
+        verdict.evidence.append(written)
+        return verdict
     if bad_ins:
         return Verdict(PROPAGATOR, _nonfinite_kind(access, bad_outs), f"input {bad_ins[0].slot} already bad",
                        bad_input=bad_ins[0])
@@ -159,10 +166,33 @@ def _nonfinite_kind(access: TensorAccess, bad: List[TensorEvent]) -> str:
     return OVERFLOW
 
 
-def _judge_inputs_only(ex: OpExecution, access: TensorAccess, earlier_bad: bool) -> Verdict:
+def _written_by_the_op(ex: OpExecution, bad_ins: List[TensorEvent], kn: OpKnowledge, earlier_bad: bool) -> str:
+    """Why the op's only bad inputs are its own results: they are inputs it writes in place (a dump holds their
+    values after it ran), and nothing earlier in the step was bad, so they were finite when it started (the forward
+    pass read the weights). Empty when that does not hold."""
+    written = kn.written_inputs(ex.op_type)
+    if earlier_bad or not bad_ins or not written or any(e.slot not in written for e in bad_ins):
+        return ""
+    slots = ", ".join(str(e.slot) for e in bad_ins)
+    return (f"input {slots} is written in place by {ex.op_type}: the dump holds its value after {ex.op_type} ran; "
+            "nothing earlier in this step was bad, so it was finite before")
+
+
+def _updates_weights(op_type: str) -> bool:
+    """An optimizer update (SGD, Adam, Apply*), not a plain Assign or Scatter, which have no learning rate."""
+    return not op_type.startswith(("Assign", "Scatter"))
+
+
+def _judge_inputs_only(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: bool) -> Verdict:
     bad_ins = [e for e in _floats(ex.inputs) if access.bad(e)]
     if not bad_ins:
         return Verdict(CLEAN)
+    written = _written_by_the_op(ex, bad_ins, kn, earlier_bad)
+    if written:
+        kind = _nonfinite_kind(access, bad_ins)
+        return Verdict(ORIGIN, kind, f"{ex.op_type} wrote a non-finite value into input {bad_ins[0].slot} from "
+                       "finite inputs (inputs-only dump)", advice="optimizer_update" if _updates_weights(ex.op_type)
+                       else "overflow", evidence=[written], bad_input=bad_ins[0])
     if earlier_bad:
         return Verdict(PROPAGATOR, _nonfinite_kind(access, bad_ins), f"input {bad_ins[0].slot} already bad",
                        bad_input=bad_ins[0])

@@ -15,6 +15,7 @@ class OpKnowledge:
         self.division_calls = frozenset(table.get("division_calls") or [])
         self.domain = dict(table.get("domain") or {})
         self.state_updates = set(table.get("state_updates") or [])
+        self.writes_inputs = {op: frozenset(slots) for op, slots in (table.get("writes_inputs") or {}).items()}
         self.recommendations = dict(table.get("recommendations") or {})
         consumers = table.get("consumers") or {}
         self.consumer_types = set(consumers.get("op_types") or [])
@@ -27,6 +28,10 @@ class OpKnowledge:
             if op_type.endswith(suffix) and len(op_type) > len(suffix):
                 return op_type[: -len(suffix)]
         return None
+
+    def written_inputs(self, op_type: str) -> frozenset:
+        """The input slots the op writes in place (their dumped values are the op's own results)."""
+        return self.writes_inputs.get(op_type, frozenset())
 
     def is_collective(self, op_type: str) -> bool:
         return op_type in self.collectives
