@@ -17,7 +17,8 @@ pytestmark = pytest.mark.mindspore
 
 CASES = ["clean_fp32", "normhead_fp16_overflow", "normhead_fp32_clean", "overflow_last_of_three_steps",
          "zero_token_loss_division", "zero_token_mask_weights", "sqrt_negative", "log_nonpositive",
-         "jit_value_and_grad_three_graphs", "normhead_kernels_filtered", "normhead_inputs_only"]
+         "jit_value_and_grad_three_graphs", "normhead_kernels_filtered", "normhead_inputs_only",
+         "sgd_update_overflow"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -115,3 +116,25 @@ def test_text_report_leads_with_a_five_second_verdict(real_dumps, capsys):
     assert "NormHead" in head[0] and "step 0" in head[1] and "model.py:" in head[3]
     assert main(["analyze", str(real_dumps["normhead_fp32_clean"]), "--no-progress"]) == 0
     assert capsys.readouterr().out.startswith("CLEAN")
+
+
+def test_an_update_written_in_place_is_made_by_the_optimizer_not_received(real_dumps):
+    """SGD's input 0 is the weight it writes; the dump reads it after SGD ran, so it holds SGD's own inf. The
+    origin is SGD (from finite gradient and learning rate), with the optimizer advice, not "input 0 already bad"
+    and "the origin was not dumped"; step 1's forward, which reads the inf weights, is not a second origin."""
+    case = real_dumps["sgd_update_overflow"]
+    report = analyze(str(case), progress=False)
+    f = report.first
+    assert (f.op_type, f.role, f.iteration) == ("SGD", "origin", 0)
+    assert any(e.startswith("input 0 is written in place by SGD") for e in f.evidence)
+    assert "learning rate" in f.recommendation and "whole region" not in f.recommendation
+    assert [a.iteration for a in report.anomalies] == [0]
+    assert report.rank_status[0].status == "origin"
+    weights = {t.slot: t for t in f.inputs}
+    # MindSpore 2.x names the parameter in every graph reference (`SGD(%para1_fc.bias, ...)`, dots included)
+    assert (weights[0].producer, weights[2].producer) == ("param:fc.bias", "param:learning_rate")
+    assert weights[0].stats.posinf + weights[0].stats.neginf > 0       # the written weight, as dumped
+    assert all(t.stats.nonfinite == 0 for t in f.inputs if t.slot not in (0, 3, 5))
+    # Without the rule's reason (nothing bad earlier in the step), a written input still counts as given: the
+    # step-1 SGD, whose weights came in already inf from step 0, is a propagator.
+    assert all(a.op_type != "SGD" or a.iteration == 0 for a in report.anomalies)

@@ -15,7 +15,10 @@ from ..names import scope_to_file_name
 
 _NODE = re.compile(r"^\s+%(\w+)\([^)]*\) = ([\w.]+)\(")
 _PARAM = re.compile(r"^%(para\d+)_(\S+?):")
-_REF = re.compile(r"%(\w+)")
+# `%12`, `%para3` (older dialects) or `%para3_fc.bias` (MindSpore 2.x names the parameter in every reference; its
+# name may hold dots)
+_REF = re.compile(r"%([\w.]+)")
+_PARAM_REF = re.compile(r"(para\d+)(?:_|$)")
 _DTYPE_OUT = re.compile(r"->\s*\(<(?:Ref\[)?Tensor\[(\w+)\]")
 _KERNEL_OUT = re.compile(r"->\s*\(<(\w+?)x\w+")
 _FULLNAME_PREFIX = "# Fullname with scope: "
@@ -181,9 +184,18 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             current = None
     finish()
 
+    def resolved(ref: str) -> str:
+        if ref == "const":
+            return ref
+        if ref in ids:
+            return ids[ref]
+        m = _PARAM_REF.match(ref)
+        if m and m.group(1) in params and ref in (m.group(1), f"{m.group(1)}_{params[m.group(1)]}"):
+            return f"param:{params[m.group(1)]}"
+        return f"%{ref}"
+
     for node in nodes:
-        node.inputs = [i if i == "const" else ids.get(i) or (f"param:{params[i]}" if i in params else f"%{i}")
-                       for i in node.inputs]
+        node.inputs = [resolved(i) for i in node.inputs]
     for index, (fwd_name, fwd_unique) in pending_forward.items():
         node = nodes[index]
         node.forward_name = unique.get(fwd_unique or "") or fwd_name

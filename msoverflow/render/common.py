@@ -105,6 +105,15 @@ def rank_where(rank: int, report: Report) -> str:
     return rank_phrase(rank, row.coords if row is not None else None)
 
 
+def producer_text(t: TensorSummary) -> str:
+    """Who made a tensor, short: the last two scopes of the producing op, or `parameter NAME`."""
+    if not t.producer:
+        return ""
+    if t.producer.startswith("param:"):
+        return "parameter " + t.producer[len("param:"):]
+    return "/".join(t.producer.rsplit("/", 2)[-2:])
+
+
 MAX_STAGES_SHOWN = 16
 
 

@@ -24,7 +24,8 @@ from ..dtypes import dtype_max
 from ..model import (RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED,
                      Finding, Report, TensorSummary)
 from .common import (arrival_text, coords_phrase, coords_text, count_cell, counts_note, parallel_text,
-                     provenance_text, rank_where, ranks_shown, scanned_text, steps_text, tensors_shown)
+                     producer_text, provenance_text, rank_where, ranks_shown, scanned_text, steps_text,
+                     tensors_shown)
 from .safe import plain, plot_label
 from .text import max_abs_text, op_label, range_used_text, shape_text
 
@@ -555,7 +556,7 @@ def _tensor_table(title: str, tensors: List[TensorSummary]) -> str:
         s = t.stats
         dtype = (t.dtype or "?") + (f" ({t.payload_dtype} bytes)" if t.payload_dtype else "")
         bad = s is not None and s.bad
-        producer = "/".join((t.producer or "").rsplit("/", 2)[-2:])
+        producer = producer_text(t)
         rows.append(f'<tr><td class="num">{t.slot}</td><td>{_e(dtype)}</td><td>{_e(shape_text(t.shape))}</td>'
                     f'<td class="num{" bad" if bad else ""}">{_e(max_abs_text(s))}</td>'
                     f'<td class="num">{_e(range_used_text(t, 1))}</td>'

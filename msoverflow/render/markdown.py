@@ -8,7 +8,7 @@ from typing import List
 from ..model import SUSPECT, Report, TensorSummary
 from .common import (arrival_text, arrivals_shown, coords_phrase, coords_text, count_cell, counts_note,
                      parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown, scanned_text,
-                     tensors_shown)
+                     producer_text, tensors_shown)
 from .safe import md, md_code
 from .text import chain_label, max_abs_text, op_label, range_used_text, rank_text, scan_summary, shape_text
 
@@ -19,7 +19,7 @@ _TENSOR_HEADER = ["| slot | dtype | shape | max \\|x\\| | range used | nan | +in
 def _row(t: TensorSummary) -> str:
     s = t.stats
     dtype = (t.dtype or "?") + (f" ({t.payload_dtype} bytes)" if t.payload_dtype else "")
-    producer = "/".join((t.producer or "").rsplit("/", 2)[-2:])
+    producer = producer_text(t)
     return (f"| {t.slot} | {md(dtype)} | {md(shape_text(t.shape))} | {max_abs_text(s)} | {range_used_text(t)} | "
             f"{count_cell(s, 'nan')} | {count_cell(s, 'posinf')} | {count_cell(s, 'neginf')} | "
             f"{md_code(producer, table=True) if producer else ''} |")

@@ -7,7 +7,7 @@ from typing import List, Optional
 from ..model import SUSPECT, Finding, RankStatus, Report, TensorSummary
 from .common import (arrival_text, arrivals_shown, coords_phrase, coords_text, count_cell, counts_note,
                      parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown, scanned_text,
-                     steps_text, tensors_shown)
+                     producer_text, steps_text, tensors_shown)
 from .safe import plain
 
 
@@ -79,10 +79,9 @@ def tensor_table(title: str, tensors: List[TensorSummary]) -> str:
         dtype = t.dtype or "?"
         if t.payload_dtype:
             dtype += f" ({t.payload_dtype} bytes)"
-        producer = (t.producer or "").rsplit("/", 2)
         table.add_row(*_cells(t.slot, dtype, shape_text(t.shape), max_abs_text(s), range_used_text(t),
                               count_cell(s, "nan"), count_cell(s, "posinf"), count_cell(s, "neginf"),
-                              "/".join(producer[-2:]) if t.producer else ""))
+                              producer_text(t)))
     lines = [_print(table)]
     if left_out:
         lines.append(f"    ... {left_out}")
