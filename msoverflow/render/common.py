@@ -150,6 +150,14 @@ def arrivals_shown(report: Report, limit: int = MAX_ARRIVALS) -> Tuple[List[Arri
     return shown, (f"{left} more arrival(s); --format json lists all" if left > 0 else "")
 
 
+def clean_text(report: Report) -> str:
+    """What a clean verdict covers, in its headline: the files, ranks and steps read (a dump of step 0 alone is
+    clean in step 0, not in the run)."""
+    steps = {step for scanned in report.scanned_steps.values() for step in scanned}
+    return (f"no inf, NaN or out-of-range value in {report.files} files (ranks {steps_text(report.ranks)}; "
+            f"steps {steps_text(steps)})")
+
+
 def scanned_text(report: Report) -> str:
     """The steps actually scanned per rank, and the ones skipped (a rank's walk stops after its first origin's
     step): `steps scanned: 0-2 on every rank` or `steps scanned: rank 0: 0-2; rank 1: 0,1 (not scanned: 2)`."""

@@ -23,7 +23,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from ..dtypes import dtype_max
 from ..model import (RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED,
                      Finding, Report, TensorSummary)
-from .common import (arrival_text, coords_phrase, coords_text, count_cell, counts_note, parallel_text,
+from .common import (arrival_text, clean_text, coords_phrase, coords_text, count_cell, counts_note, parallel_text,
                      producer_text, provenance_text, rank_where, ranks_shown, scanned_text, steps_text,
                      tensors_shown)
 from .safe import plain, plot_label
@@ -471,7 +471,7 @@ def _verdict_card(report: Report) -> str:
     elif verdict == "inconclusive":
         items = [("why", "<ul>" + "".join(f"<li>{_e(r)}</li>" for r in report.inconclusive) + "</ul>")]
     else:
-        items = [("result", f"no inf, NaN or out-of-range value in {report.files} files")]
+        items = [("result", _e(clean_text(report)))]
     out.append("<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in items) + "</dl>")
     if f is not None and report.inconclusive:
         out.append('<p class="note">Also not understood: ' + "; ".join(_e(r) for r in report.inconclusive) + "</p>")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import List
 
 from ..model import SUSPECT, Report, TensorSummary
-from .common import (arrival_text, arrivals_shown, coords_phrase, coords_text, count_cell, counts_note,
+from .common import (arrival_text, arrivals_shown, clean_text, coords_phrase, coords_text, count_cell, counts_note,
                      parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown, scanned_text,
                      producer_text, tensors_shown)
 from .safe import md, md_code
@@ -41,7 +41,7 @@ def render_markdown(report: Report, top: int = 10) -> str:
         out.append(f"**Inconclusive**: {seen}{md(report.inconclusive[0])}")
         out += [f"- also: {md(reason)}" for reason in report.inconclusive[1:]]
     elif f is None:
-        out.append(f"**Clean**: no inf, NaN or out-of-range value in {report.files} files.")
+        out.append(f"**Clean**: {md(clean_text(report))}.")
     elif f.role == SUSPECT:
         out.append(f"**Anomaly** (flagged): the hardware flagged **{md(op_label(f))}** on "
                    f"{md(rank_where(f.rank, report))}, step "

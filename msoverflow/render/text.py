@@ -5,7 +5,7 @@ import io
 from typing import List, Optional
 
 from ..model import SUSPECT, Finding, RankStatus, Report, TensorSummary
-from .common import (arrival_text, arrivals_shown, coords_phrase, coords_text, count_cell, counts_note,
+from .common import (arrival_text, arrivals_shown, clean_text, coords_phrase, coords_text, count_cell, counts_note,
                      parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown, scanned_text,
                      producer_text, steps_text, tensors_shown)
 from .safe import plain
@@ -100,8 +100,7 @@ def render_text(report: Report, top: int = 10) -> str:
         lines += [f"  also: {reason}" for reason in report.inconclusive[1:]]
         lines += [f"  caveat: {limit}" for limit in report.coverage]
     elif f is None:
-        lines.append(f"CLEAN: no inf, NaN or out-of-range value in {report.files} files "
-                     f"(ranks {', '.join(map(str, report.ranks)) or '-'}).")
+        lines.append(f"CLEAN: {clean_text(report)}.")
         lines += [f"  caveat: {limit}" for limit in report.coverage]
     else:
         if f.role == SUSPECT:
