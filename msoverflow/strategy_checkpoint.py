@@ -13,7 +13,8 @@ set; MindFormers saves them as `output/strategy/ckpt_strategy_rank_N.ckpt`. Two 
 What the layout needs from it: the pipeline stage of each op (`stage`) and the devices of one stage (the product of
 a parameter layout's device matrix; MindSpore computes a rank's stage as `rank // stage_device_num`). Data and
 tensor parallel sizes are not recorded as such (each op has its own device matrix), so they are not guessed.
-The protobuf is decoded here by its wire format, without MindSpore or protobuf installed.
+The protobuf is decoded by the project's one wire-format decoder (readers/_protobuf.py, also DumpData's), without
+MindSpore or protobuf installed.
 """
 from __future__ import annotations
 
@@ -23,10 +24,12 @@ from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from . import safeio
+from .readers import _protobuf as pb
 
 MAX_FILE_BYTES = 256 << 20      # a large model's strategy file is a few MB
 MAX_STAGE = 1 << 16
 MAX_DEVICES = 1 << 20
+MAX_DIMS = 64                   # a device matrix or tensor map has a handful of dimensions
 _RANK_IN_NAME = re.compile(r"rank_?([0-9]{1,6})(?![0-9])")
 
 
@@ -43,61 +46,18 @@ class StrategyFacts:
     device_counts: FrozenSet[int] = field(default_factory=frozenset)   # every device-matrix product seen
 
 
-# ---- protobuf wire format -------------------------------------------------------------------------------------
+# ---- protobuf (the project's one wire-format decoder: readers/_protobuf.py) ----------------------------------
 
-def _varint(buf: bytes, pos: int) -> Tuple[int, int]:
-    value = shift = 0
-    for _ in range(10):
-        if pos >= len(buf):
-            raise StrategyError("a number runs past the end of the file")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-    raise StrategyError("a number longer than 10 bytes")
-
-
-def _fields(buf: bytes) -> Iterator[Tuple[int, int, object]]:
-    """(field number, wire type, value): an int for varints, bytes for length-delimited, None for fixed widths."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise StrategyError("field number 0")
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-            yield number, wire, value
-        elif wire == 2:
-            size, pos = _varint(buf, pos)
-            if size > len(buf) - pos:
-                raise StrategyError("a field runs past the end of the file")
-            yield number, wire, buf[pos:pos + size]
-            pos += size
-        elif wire in (1, 5):
-            pos += 8 if wire == 1 else 4
-            if pos > len(buf):
-                raise StrategyError("a field runs past the end of the file")
-            yield number, wire, None
-        else:
-            raise StrategyError(f"wire type {wire} (groups or garbage)")
-
-
-def _uints(buf: bytes) -> List[int]:
+def _dims(buf: bytes, span: Tuple[int, int]) -> List[int]:
     """A repeated uint32 `dim` (field 1), packed or not."""
     dims: List[int] = []
-    for number, wire, value in _fields(buf):
+    for number, wire, value in pb.iter_fields(buf, *span, max_fields=MAX_DIMS):
         if number != 1:
             continue
-        if wire == 0:
+        if wire == pb.VARINT:
             dims.append(value)
-        elif wire == 2:
-            pos = 0
-            while pos < len(value):
-                item, pos = _varint(value, pos)
-                dims.append(item)
+        elif wire == pb.LEN:
+            dims += pb.packed_varints(buf, value, limit=MAX_DIMS)
     return dims
 
 
@@ -112,25 +72,28 @@ def _product(dims: List[int]) -> Optional[int]:
     return total if dims else None
 
 
+def _messages(buf: bytes, span: Tuple[int, int], number: int) -> Iterator[Tuple[int, int]]:
+    """The spans of the length-delimited fields `number` of the message at `span`."""
+    for n, wire, value in pb.iter_fields(buf, *span):
+        if n == number and wire == pb.LEN:
+            yield value
+
+
 def _from_protobuf(data: bytes) -> Tuple[set, set]:
     stages, devices = set(), set()
-    for number, wire, value in _fields(data):
-        if wire != 2:
-            continue
-        if number == 2:                                   # ParallelStrategyItem
-            for n, w, strategys in _fields(value):
-                if n == 2 and w == 2:                     # ParallelStrategys
-                    for n2, w2, stage in _fields(strategys):
-                        if n2 == 1 and w2 == 0:
-                            stages.add(stage)
-        elif number == 3:                                 # ParallelLayoutItem
-            for n, w, layouts in _fields(value):
-                if n == 2 and w == 2:                     # ParallelLayouts
-                    for n2, w2, matrix in _fields(layouts):
-                        if n2 == 1 and w2 == 2:           # DevMatrix
-                            count = _product(_uints(matrix))
-                            if count:
-                                devices.add(count)
+    whole = (0, len(data))
+    try:
+        for item in _messages(data, whole, 2):                       # ParallelStrategyItem
+            for strategys in _messages(data, item, 2):               # ParallelStrategys
+                stages.update(v for n, w, v in pb.iter_fields(data, *strategys) if n == 1 and w == pb.VARINT)
+        for item in _messages(data, whole, 3):                       # ParallelLayoutItem
+            for layouts in _messages(data, item, 2):                 # ParallelLayouts
+                for matrix in _messages(data, layouts, 1):           # DevMatrix
+                    count = _product(_dims(data, matrix))
+                    if count:
+                        devices.add(count)
+    except pb.ProtobufError as exc:
+        raise StrategyError(str(exc)) from None
     return stages, devices
 
 

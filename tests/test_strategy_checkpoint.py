@@ -15,6 +15,7 @@ from msoverflow.api import analyze
 from msoverflow.cli import main
 from msoverflow.errors import UserError
 from msoverflow.parallel_layout import parse_spec
+from msoverflow.readers import _protobuf as pb
 from msoverflow.render import render
 from msoverflow.strategy_checkpoint import StrategyError, read_strategy
 
@@ -114,21 +115,10 @@ def test_one_json_strategy_file_stage_from_the_device_matrix(tmp_path):
 
 def test_packed_and_unknown_fields_are_read_like_the_writers(tmp_path):
     """Hand-encoded wire format: packed dims, a fixed32 field the reader does not know, field order reversed."""
-    def varint(n):
-        out = bytearray()
-        while True:
-            out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-            n >>= 7
-            if not n:
-                return bytes(out)
-
-    def ld(number, body):
-        return varint(number << 3 | 2) + varint(len(body)) + body
-
-    dev = ld(1, ld(1, varint(2) + varint(4)))                       # DevMatrix, packed dims [2, 4]
-    layout = ld(3, ld(1, b"w") + ld(2, dev + varint(5 << 3) + varint(0)))
-    strategy = ld(2, ld(2, varint(1 << 3) + varint(3)) + ld(1, b"Default/Add-op1"))
-    data = varint(9 << 3 | 5) + b"\0\0\0\0" + layout + strategy + varint(1 << 3) + varint(7)
+    dev = pb.field_bytes(1, pb.field_packed_varints(1, [2, 4]))        # DevMatrix, packed dims [2, 4]
+    layout = pb.field_bytes(3, pb.field_bytes(1, "w") + pb.field_bytes(2, dev + pb.field_varint(5, 0)))
+    strategy = pb.field_bytes(2, pb.field_bytes(2, pb.field_varint(1, 3)) + pb.field_bytes(1, "Default/Add-op1"))
+    data = pb.encode_varint(9 << 3 | 5) + b"\0\0\0\0" + layout + strategy + pb.field_varint(1, 7)
     path = tmp_path / "ckpt_strategy_rank_12.ckpt"
     path.write_bytes(data)
     facts = read_strategy(str(path))

@@ -151,22 +151,13 @@ def _seeds() -> Dict[str, bytes]:
 
 def _strategy_protobuf() -> bytes:
     """A ParallelStrategyMap in protobuf wire format (node_strategy.proto): one op of stage 1, one layout [2, 2]."""
-    def varint(n: int) -> bytes:
-        out = bytearray()
-        while True:
-            out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-            n >>= 7
-            if not n:
-                return bytes(out)
-
-    def field(number: int, body: bytes) -> bytes:
-        return varint(number << 3 | 2) + varint(len(body)) + body
-
-    strategy = field(2, field(1, b"Default/MatMul-op0") + field(2, varint(1 << 3) + varint(1)
-                                                                + field(2, varint(8) + varint(2) + varint(8) + varint(1))))
-    layout = field(3, field(1, b"w") + field(2, field(1, varint(8) + varint(2) + varint(8) + varint(2))
-                                            + field(2, varint(8) + varint(1))))
-    return varint(1 << 3) + varint(1) + strategy + layout
+    from msoverflow.readers import _protobuf as pb
+    strategys = pb.field_varint(1, 1) + pb.field_bytes(2, pb.field_varint(1, 2) + pb.field_varint(1, 1))
+    strategy = pb.field_bytes(2, pb.field_bytes(1, "Default/MatMul-op0") + pb.field_bytes(2, strategys))
+    layouts = (pb.field_bytes(1, pb.field_varint(1, 2) + pb.field_varint(1, 2))        # DevMatrix [2, 2]
+               + pb.field_bytes(2, pb.field_varint(1, 1)))                                # TensorMap
+    layout = pb.field_bytes(3, pb.field_bytes(1, "w") + pb.field_bytes(2, layouts))
+    return pb.field_varint(1, 1) + strategy + layout
 
 
 # ---- mutations ---------------------------------------------------------------------------------------------
