@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import atexit
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 SKIP_LINE = "msoverflow guard: step {step} skipped on rank {rank}: global token count is 0 (no optimizer update)"

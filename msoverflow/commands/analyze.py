@@ -104,8 +104,6 @@ def run(args) -> int:
 
 def deliver(args, report) -> int:
     """Print or write the report in the chosen form, save report.json; the exit code of its verdict."""
-    from ..errors import UserError
-    from ..logs import log
     from ..render import render
     from ..safeio import refuse_output_inside
     fmt = args.format or _format_of(args.output)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 from typing import Iterable, Optional, Sequence, Union
 
 from .. import selection

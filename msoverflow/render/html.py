@@ -18,7 +18,7 @@ import io
 import os
 import pathlib
 import re
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..dtypes import dtype_max
 from ..model import (RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED,

@@ -84,9 +84,6 @@ def report_dict(report: Report) -> dict:
                                    for step, span in sorted(steps.items())}
                        for rank, steps in sorted(report.step_times.items())},
         "edges": [{"producer": producer, "consumer": consumer} for producer, consumer in report.edges],
-        "step_spans": {str(rank): {str(step): {"first_us": span[0], "last_us": span[1]}
-                                   for step, span in sorted(steps.items())}
-                       for rank, steps in sorted(report.step_times.items())},
         "likely_origin": finding_dict(report.likely_origin) if report.likely_origin else None,
         "completeness": [{"rank": c.rank, "iteration": c.iteration, "present": c.present, "expected": c.expected,
                           "reasons": c.reasons, "truncated": c.truncated, "recent": c.recent}
