@@ -5,7 +5,7 @@ import argparse
 
 from ..errors import EXIT_CODES_HELP
 from ..selection import argument
-from . import training_command
+from . import add_training_command, training_command
 from .analyze import add_report_options
 
 
@@ -33,7 +33,7 @@ def register(subparsers):
     add_report_options(parser)
     from ..parallel_layout import add_parallel_option
     add_parallel_option(parser)
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after '--'")
+    add_training_command(parser)
     parser.set_defaults(run=run, top=10)
     return parser
 

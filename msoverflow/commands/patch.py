@@ -9,7 +9,7 @@ import sys
 import tempfile
 
 from ..errors import EXIT_INCONCLUSIVE
-from . import training_command
+from . import add_training_command, training_command
 
 # `patch` made no change that reaches the culprit: already patched, or nothing it knows how to change reaches it.
 EXIT_NO_CHANGE = EXIT_INCONCLUSIVE
@@ -63,7 +63,7 @@ def register(subparsers):
                        help="verify: do not widen an op-only patch to its Cell when it falls short")
     parser.add_argument("-o", "--output", "--json", dest="json_out", metavar="FILE",
                         help="also write the result (target, patch, verification) as JSON here (--json: old spelling)")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after '--'")
+    add_training_command(parser)
     parser.set_defaults(run=run)
     return parser
 

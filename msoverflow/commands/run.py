@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ..config.options import PURPOSE_HELP, add_config_options
-from . import training_command
+from . import add_training_command, training_command
 
 
 def register(subparsers):
@@ -30,7 +30,7 @@ def register(subparsers):
                              "(msoverflow/config/two_pass.py)")
     from .analyze import add_report_options
     add_report_options(parser)
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after '--'")
+    add_training_command(parser)
     parser.set_defaults(run=run, top=10)
     return parser
 
