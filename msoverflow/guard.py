@@ -12,12 +12,23 @@ Two parts, as in Megatron-style trainers:
         source by its GLOBAL rank (the group's last member), not by its stage index;
       * with pipeline size 1 every rank is a last stage: no broadcast (that group may not even exist).
 
-The decision runs INSIDE the compiled step (`GuardedTrainOneStepCell.construct`): the count's all-reduce (and
-broadcast), the branch that calls the optimizer or not, and the skip bookkeeping are graph ops, so no host
-synchronisation is added per step (no `.asnumpy()`). A skipped step returns a zero loss, records status
-`skipped` (not "updated") and a grad norm of 0.0 in graph Parameters; `guard_state(step)` reads them on demand,
-and each skipped step is printed once when the process exits. A zero count with a non-zero loss (the loss
-divides by another count than the guard's: a reducer mismatch) raises inside the step, never a silent skip.
+`guard(step)` turns the train step, in place, into a guarded subclass of its own class. The decision runs INSIDE
+the compiled step (graph ops, no `.asnumpy()`, no host round trip per step), where it costs least. A rank has
+tokens when its mask has a non-zero entry: max |mask| > 0, summed over the ranks as the "signal".
+  * nn.TrainOneStepCell: the signal is agreed on BEFORE the step, and one branch then runs the unchanged step
+    (forward, backward, gradient all-reduce, optimizer) or, without tokens, the forward alone. The step stays
+    one piece: a branch after the gradients, around the optimizer alone, split the compiled step there and cost
+    ~8 ms a step on the 2-rank CPU benchmark (scripts/bench_guard.py).
+  * nn.TrainOneStepWithLossScaleCell already all-reduces an overflow flag and branches around the optimizer: the
+    signal joins the flag in that one all-reduce, and a step without tokens takes that branch's skip side. No
+    second branch, no second collective; the loss scale sees only real overflows. (The signal reaches the
+    branch as a value of the step: handing it over through a Parameter to the cell's own get_overflow_status
+    cost 30-40 ms a step on the 1M-parameter benchmark model.) Its get_overflow_status and process_loss_scale
+    may be the user's own; a construct of its own is refused, as for TrainOneStepCell.
+A skipped step returns a zero loss; each step's signal goes into a ring of Parameters that `guard_state(step)`
+reads on demand (status `skipped`, not "updated", grad norm 0.0), and each skipped step is printed once when
+the process exits. A zero signal with a non-zero loss (the loss divides by another count than the guard's mask:
+a reducer mismatch) raises inside the step, never a silent skip.
 Pipeline topology comes from MindSpore's auto-parallel context (`pipeline_stages`, rank, group size).
 MindSpore is imported only inside the functions that need it.
 """
@@ -31,9 +42,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 SKIP_LINE = "msoverflow guard: step {step} skipped on rank {rank}: global token count is 0 (no optimizer update)"
 MISMATCH = ("msoverflow guard: the global token count is 0 but the loss is not: the loss divides by another "
             "count than the guard's mask input (reducer mismatch); check count_input")
-UPDATED, SKIPPED = 1, 2
-STATUS_NAMES = {0: "not run", UPDATED: "updated", SKIPPED: "skipped"}
-SKIP_CAPACITY = 4096        # skipped steps remembered (their step numbers) for the exit summary
+HISTORY = 65536     # steps whose decision is kept (a ring: step s at s % HISTORY), for guard_state and the exit lines
 
 
 @dataclass
@@ -133,36 +142,47 @@ def topology_from_context(context_value: Optional[Callable[[str], object]] = Non
     return derive_topology(rank, size, int(context_value("pipeline_stages") or 1))
 
 
-def guard(train_step, count_input: int = -1, topology: Optional[Topology] = None, grad_norm: bool = True):
-    """The in-graph guarded form of `train_step` (an nn.TrainOneStepCell): a new Cell with the same network,
-    optimizer and sens whose compiled step skips the optimizer update, the same way on every rank, when the
-    global token count is 0. The count is the number of non-zero entries of input `count_input` (the mask)."""
+def guard(train_step, count_input: int = -1, topology: Optional[Topology] = None):
+    """Guard `train_step` in place and return it: its class becomes a guarded subclass of its own, whose compiled
+    step skips the optimizer update, the same way on every rank, when the global token count is 0. The count is
+    the number of non-zero entries of input `count_input` (the loss mask). Raises TypeError for a cell the guard
+    cannot fold into (see the module docstring)."""
     if getattr(train_step, "_msoverflow_guarded", False):
         return train_step
-    sens = train_step.sens if getattr(train_step, "sense_flag", True) else None
-    return GuardedTrainOneStepCell(train_step.network, train_step.optimizer, sens, count_input=count_input,
-                                   topology=topology, grad_norm=grad_norm)
-
-
-def GuardedTrainOneStepCell(network, optimizer, sens=None, count_input: int = -1,  # noqa: N802
-                            topology: Optional[Topology] = None, grad_norm: bool = True):
-    """nn.TrainOneStepCell(network, optimizer, sens) with the zero-token decision inside its graph."""
-    cell = _guarded_class()(network, optimizer, sens, count_input, topology or topology_from_context(), grad_norm)
-    _LIVE.append(cell)
-    return cell
+    from mindspore import nn
+    cls = type(train_step)
+    kind = ("fold" if isinstance(train_step, nn.TrainOneStepWithLossScaleCell) else
+            "branch" if isinstance(train_step, nn.TrainOneStepCell) else None)
+    if kind == "fold" and cls.construct is not nn.TrainOneStepWithLossScaleCell.construct or \
+            kind == "branch" and cls.construct is not nn.TrainOneStepCell.construct:
+        raise TypeError(f"msoverflow guard: {cls.__name__} has its own construct; the guard replaces MindSpore's "
+                        "TrainOneStepCell / TrainOneStepWithLossScaleCell step (get_overflow_status and the other "
+                        "methods may be your own), so fold the token signal into your step's own overflow branch "
+                        "instead")
+    if kind is None:
+        raise TypeError(f"msoverflow guard: {cls.__name__} is not a train step (nn.TrainOneStepCell or a subclass)")
+    if cls not in _GUARDED:
+        _GUARDED[cls] = _guarded_class(cls, kind)
+    train_step.__class__ = _GUARDED[cls]
+    train_step.guard_setup(count_input, topology or topology_from_context())
+    _LIVE.append(train_step)
+    return train_step
 
 
 def guard_state(step_cell) -> Dict[str, object]:
-    """What the guard decided (reads its Parameters: one host synchronisation, only when asked)."""
+    """What the guard decided over the last HISTORY steps (reads its Parameters: one host synchronisation, only
+    when asked). A step is skipped when the global token signal (the all-reduced max |mask|) is 0; a skipped
+    step's grad norm is 0.0 (the guard does not measure it on other steps: None)."""
     steps = int(step_cell.guard_steps.asnumpy().reshape(-1)[0])
-    count = int(step_cell.guard_skipped_count.asnumpy().reshape(-1)[0])
-    recorded = step_cell.guard_skipped_steps.asnumpy().tolist()[:min(count, SKIP_CAPACITY)]
-    return {"steps": steps, "skipped": sorted(int(s) for s in recorded), "skipped_count": count,
-            "status": STATUS_NAMES.get(int(step_cell.guard_status.asnumpy()), "?"),
-            "grad_norm": float(step_cell.guard_grad_norm.asnumpy())}
+    signals = step_cell.guard_signals.asnumpy()
+    skipped = [s for s in range(max(0, steps - HISTORY), steps) if signals[s % HISTORY] <= 0]
+    last_skipped = bool(skipped) and skipped[-1] == steps - 1
+    return {"steps": steps, "skipped": skipped, "grad_norm": 0.0 if last_skipped else None,
+            "status": "not run" if not steps else "skipped" if last_skipped else "updated"}
 
 
 _LIVE: List[object] = []
+_GUARDED: Dict[type, type] = {}
 
 
 @atexit.register
@@ -185,82 +205,115 @@ def _rank() -> int:
         return 0
 
 
-_CLASS = []
-
-
-def _guarded_class():
-    """The Cell class, built on first use (MindSpore is imported only then)."""
-    if _CLASS:
-        return _CLASS[0]
+def _guarded_class(cls, kind: str):
+    """The guarded subclass of `cls`, built on first use (MindSpore is imported only then). MindSpore's compiler
+    reads `super()` as the parent of the object's own class, so the methods that call it are defined here, in the
+    class the object gets; what both forms share comes from a base placed before `cls`."""
     import numpy as np
-    from mindspore import Parameter, Tensor, nn, ops
+    from mindspore import Parameter, Tensor, ops
     from mindspore import dtype as mstype
 
-    class _GuardedTrainOneStepCell(nn.TrainOneStepCell):
+    class _Guarded:
         _msoverflow_guarded = True
 
-        def __init__(self, network, optimizer, sens, count_input, topology, grad_norm):
-            super().__init__(network, optimizer, sens)
-            self.count_input = count_input
+        def guard_setup(self, count_input, topology):
+            self.guard_count_input = count_input
             self.guard_rank = _rank()
-            self.with_norm = grad_norm
-            reduce, zero_first, source = collective_plan(topology)
-            self.reduce_count, self.zero_first, self.broadcast_count = reduce, zero_first, source is not None
-            self._make_groups(topology)
-            self.count_all_reduce = ops.AllReduce(group=topology.dp_group) if topology.dp_group else ops.AllReduce()
-            if source is not None:
-                self.count_broadcast = ops.Broadcast(source, group=topology.pp_group)
-            # shape (1,) counters: the skip branch then needs no Reshape (MindSpore leaves such no-op kernels out
-            # of the dump, and a step would look incomplete)
+            # shape (1,): no Reshape kernel around it (MindSpore leaves such no-op kernels out of the dump, and a
+            # step would look incomplete)
             self.guard_steps = Parameter(Tensor(np.zeros(1, np.int32)), name="msoverflow_guard_steps",
                                          requires_grad=False)
-            self.guard_status = Parameter(Tensor(0, mstype.int32), name="msoverflow_guard_status",
-                                          requires_grad=False)
-            self.guard_grad_norm = Parameter(Tensor(0.0, mstype.float32), name="msoverflow_guard_grad_norm",
-                                             requires_grad=False)
-            self.guard_skipped_count = Parameter(Tensor(np.zeros(1, np.int32)), name="msoverflow_guard_skipped_count",
-                                                 requires_grad=False)
-            self.guard_skipped_steps = Parameter(Tensor(np.full(SKIP_CAPACITY, -1, np.int32)),
-                                                 name="msoverflow_guard_skipped_steps", requires_grad=False)
+            self.guard_signals = Parameter(Tensor(np.ones(HISTORY, np.float32)), name="msoverflow_guard_signals",
+                                           requires_grad=False)
+            self.guard_topology(topology)
 
-        @staticmethod
-        def _make_groups(topology):
-            if topology.pp_size <= 1:
-                return
-            from mindspore.communication import create_group
-            create_group(topology.dp_group, list(topology.dp_ranks))
-            create_group(topology.pp_group, list(topology.pp_ranks))
+        def guard_signal(self, inputs):
+            """Whether this rank's loss mask holds a token: max |mask| (> 0 iff some entry is not 0), shape ().
+            A non-last pipeline stage has none of its own (the last stage, which holds the loss, decides)."""
+            mask = inputs[self.guard_count_input]
+            if mask.dtype != mstype.float32:
+                mask = ops.cast(mask, mstype.float32)
+            if self.guard_zero_first:
+                return ops.zeros((), mstype.float32)
+            return ops.reduce_max(ops.abs(mask))
 
-        def construct(self, *inputs):
-            loss = self.network(*inputs)
-            sens = ops.fill(loss.dtype, loss.shape, self.sens)
-            grads = self.grad(self.network, self.weights)(*inputs, sens)
-            grads = self.grad_reducer(grads)
-            mask = inputs[self.count_input]
-            count = ops.cast(ops.not_equal(mask, 0), mstype.float32).sum().reshape((1,))
-            if self.zero_first:
-                count = ops.zeros_like(count)
-            if self.reduce_count:
-                count = self.count_all_reduce(count)
-            if self.broadcast_count:
-                count = self.count_broadcast((count,))[0]
-            step = self.guard_steps + 0
-            if count[0] > 0:
-                loss = ops.depend(loss, self.optimizer(grads))
-                self.guard_status = UPDATED
-                if self.with_norm:
-                    self.guard_grad_norm = ops.sqrt(ops.addn([ops.reduce_sum(ops.square(
-                        ops.cast(g, mstype.float32))) for g in grads]))
-            else:
-                if ops.abs(loss).sum() > 0:     # NaN compares false: 0/0 is the no-signal case, not a mismatch
-                    raise ValueError(MISMATCH)
-                ops.scatter_update(self.guard_skipped_steps, self.guard_skipped_count % SKIP_CAPACITY, step)
-                self.guard_skipped_count += 1
-                self.guard_status = SKIPPED
-                self.guard_grad_norm = 0.0
-                loss = ops.zeros_like(loss)
+        def guard_record(self, signal):
+            """The decision of this step into the ring (two kernels and the step count)."""
+            index = self.guard_steps % HISTORY
+            ops.scatter_update(self.guard_signals, index, signal.reshape((1,)))
             self.guard_steps += 1
-            return loss
+            return index
 
-    _CLASS.append(_GuardedTrainOneStepCell)
-    return _GuardedTrainOneStepCell
+    if kind == "branch":
+        class Guarded(_Guarded, cls):
+            """nn.TrainOneStepCell: decide first, then run the whole step or the forward alone."""
+
+            def guard_topology(self, topology):
+                reduce, zero_first, source = collective_plan(topology)
+                self.guard_reduce, self.guard_zero_first = reduce, zero_first
+                self.guard_broadcast = source is not None
+                if topology.pp_size > 1:
+                    from mindspore.communication import create_group
+                    create_group(topology.dp_group, list(topology.dp_ranks))
+                    create_group(topology.pp_group, list(topology.pp_ranks))
+                self.guard_all_reduce = ops.AllReduce(group=topology.dp_group) if topology.dp_group else ops.AllReduce()
+                if source is not None:
+                    self.guard_broadcast_op = ops.Broadcast(source, group=topology.pp_group)
+
+            def construct(self, *inputs):
+                signal = self.guard_signal(inputs)
+                if self.guard_reduce:
+                    signal = self.guard_all_reduce(signal)
+                if self.guard_broadcast:
+                    signal = self.guard_broadcast_op((signal,))[0]
+                if signal > 0:
+                    loss = super().construct(*inputs)
+                else:
+                    loss = self.network(*inputs)
+                    if ops.abs(loss).sum() > 0:     # NaN compares false: 0/0 is the no-signal case, not a mismatch
+                        raise ValueError(MISMATCH)
+                    loss = ops.zeros_like(loss)
+                self.guard_record(signal)
+                return loss
+    else:
+        from mindspore.nn.wrap.loss_scale import _grad_scale
+
+        class Guarded(_Guarded, cls):
+            """nn.TrainOneStepWithLossScaleCell's step with the signal joined to its overflow flag: one all-reduce
+            carries both, and its one branch skips the update on an overflow or on a step without tokens."""
+
+            def guard_topology(self, topology):
+                self.guard_zero_first = not topology.is_last_stage
+                # the cell's own overflow all-reduce (world group) carries the signal too; its check stays local
+                self.guard_reduce = bool(self.is_distributed)
+                self.is_distributed = False
+                self.guard_all_reduce = ops.AllReduce()
+
+            def construct(self, *inputs):
+                signal = self.guard_signal(inputs)
+                loss = self.network(*inputs)
+                scaling_sens = self.scale_sense
+                status = Tensor([0] * 8, mstype.int32)
+                scaling_sens_filled = ops.ones_like(loss) * ops.cast(scaling_sens, ops.dtype(loss))
+                grads = self.grad(self.network, self.weights)(*inputs, scaling_sens_filled)
+                grads = self.hyper_map(ops.partial(_grad_scale, scaling_sens), grads)
+                grads = self.grad_reducer(grads)
+                flag_and_signal = ops.stack((ops.cast(self.get_overflow_status(status, grads), mstype.float32)
+                                             .reshape(()), signal))
+                if self.guard_reduce:
+                    flag_and_signal = self.guard_all_reduce(flag_and_signal)
+                cond = flag_and_signal[0] > 0
+                signal = flag_and_signal[1]
+                overflow = self.process_loss_scale(cond)      # the loss scale sees real overflows only
+                if ops.logical_or(overflow, signal <= 0):
+                    if ops.logical_and(signal <= 0, ops.abs(loss) > 0):   # NaN compares false: 0/0 is no signal
+                        raise ValueError(MISMATCH)
+                    loss = ops.select(signal <= 0, ops.zeros_like(loss), loss)
+                else:
+                    loss = ops.depend(loss, self.optimizer(grads))
+                self.guard_record(signal)
+                return loss, cond, scaling_sens
+
+    Guarded.__name__ = Guarded.__qualname__ = f"Guarded{cls.__name__}"
+    Guarded.__module__ = cls.__module__
+    return Guarded

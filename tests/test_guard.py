@@ -83,13 +83,19 @@ def test_pipeline_topology_comes_from_the_auto_parallel_context():
 
 
 def test_the_decision_is_inside_the_compiled_step():
-    """No host synchronisation per step: construct reads no tensor on the host (no asnumpy, no float(), no
-    item()); the count's collectives and the optimizer branch are graph ops."""
+    """No host synchronisation per step: the guarded steps read no tensor on the host (no asnumpy, no float(), no
+    item()); the signal's collective and the branch are graph ops. The plain step decides before running the
+    whole step (`super().construct` in the branch); the loss-scale step has one all-reduce and one branch around
+    the optimizer, its own."""
     import inspect
     source = inspect.getsource(guard_module._guarded_class)
-    construct = source[source.index("def construct"):]
-    assert not any(word in construct for word in (".asnumpy(", "float(", ".item(", "print("))
-    assert "self.count_all_reduce(count)" in construct and "self.optimizer(grads)" in construct
+    plain = source[source.index("def construct"):source.index("    else:\n        from mindspore.nn.wrap")]
+    folded = source[source.rindex("def construct"):]
+    for construct in (plain, folded):
+        assert not any(word in construct for word in (".asnumpy(", "float(", ".item(", "print("))
+        assert construct.count("self.guard_all_reduce(") == 1
+    assert plain.index("if signal > 0:") < plain.index("super().construct(*inputs)")
+    assert folded.count("self.optimizer(grads)") == 1 and "allreduce(" not in folded
 
 
 def _ingraph_runs(out_dir: Path):
@@ -100,20 +106,28 @@ def _ingraph_runs(out_dir: Path):
     return rows
 
 
-@pytest.mark.mindspore
-def test_ingraph_guard_on_a_real_two_rank_msrun(tmp_path):
-    """Rank 1's mask is empty at step 1 (the global count is still > 0: an ordinary update everywhere); every
-    rank's at step 2 (skipped): weights, global_step and the next LR stay as they were on both ranks, the status is
-    `skipped` (not updated), the grad norm 0.0, the loss 0; step 3 updates again. Each skip is printed at exit."""
+def _msrun_case(tmp_path, *args, env_extra=None):
     if shutil.which("msrun", path=os.path.dirname(sys.executable)) is None:
         pytest.skip("msrun is not installed next to this Python")
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env_extra or {}))
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     proc = subprocess.run(["msrun", "--worker_num=2", "--local_worker_num=2", f"--master_port={_free_port()}",
-                           "--join=True", f"--log_dir={tmp_path}/logs", str(INGRAPH_CASE)],
+                           "--join=True", f"--log_dir={tmp_path}/logs", str(INGRAPH_CASE), *args],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     logs = "".join(p.read_text(errors="replace") for p in sorted((tmp_path / "logs").glob("worker_*.log")))
     assert proc.returncode == 0, (proc.stdout + logs)[-3000:]
+    return logs
+
+
+@pytest.mark.mindspore
+@pytest.mark.parametrize("form", ["plain", "loss-scale"])
+def test_ingraph_guard_on_a_real_two_rank_msrun(tmp_path, form):
+    """Rank 1's mask is empty at step 1 (the global count is still > 0: an ordinary update everywhere); every
+    rank's at step 2 (skipped): weights, global_step and the next LR stay as they were on both ranks, the status is
+    `skipped` (not updated), the grad norm 0.0, the loss 0; step 3 updates again. Each skip is printed at exit.
+    loss-scale: the same through TrainOneStepWithLossScaleCell's own branch; the skip is not an overflow and
+    leaves the loss scale alone."""
+    logs = _msrun_case(tmp_path, *(["--loss-scale"] if form == "loss-scale" else []))
     rows = {(r["rank"], r["step"]): r for r in _ingraph_runs(tmp_path / "logs")}
     assert sorted(rows) == [(r, s) for r in (0, 1) for s in range(4)], logs[-2000:]
     for rank in (0, 1):
@@ -125,21 +139,42 @@ def test_ingraph_guard_on_a_real_two_rank_msrun(tmp_path):
         assert (during["weights"], during["global_step"], during["next_lr"]) == (
             before["weights"], before["global_step"], before["next_lr"])
         assert after["status"] == "updated" and after["global_step"] == 3 and after["weights"] != during["weights"]
-        assert after["grad_norm"] > 0
+        assert after["grad_norm"] is None, "the guard measures no grad norm on an update"
         assert f"msoverflow guard: step 2 skipped on rank {rank}" in logs
+        if form == "loss-scale":
+            assert [rows[(rank, s)]["overflow"] for s in range(4)] == [False] * 4
+            assert {rows[(rank, s)]["scale"] for s in range(4)} == {1024.0}
     assert rows[(1, 1)]["tokens"] == 0 and rows[(1, 1)]["status"] == "updated"
     assert all(rows[(0, s)]["status"] == rows[(1, s)]["status"] for s in range(4)), "every rank decides alike"
 
 
 @pytest.mark.mindspore
-def test_a_reducer_mismatch_fails_fast_in_the_compiled_step(tmp_path):
+@pytest.mark.parametrize("form", ["plain", "loss-scale"])
+def test_a_reducer_mismatch_fails_fast_in_the_compiled_step(tmp_path, form):
     """The guard counts an empty mask while the loss averages over its own non-empty one: a zero denominator with
-    a non-zero numerator is an error raised inside the step, never a silent skip."""
+    a non-zero numerator is an error raised inside the step, never a silent skip (for the loss-scale cell, on its
+    branch's skip side)."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, str(INGRAPH_CASE), "--mismatch", "--steps", "1"], cwd=tmp_path, env=env,
+    proc = subprocess.run([sys.executable, str(INGRAPH_CASE), "--mismatch", "--steps", "1",
+                           *(["--loss-scale"] if form == "loss-scale" else [])], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and guard_module.MISMATCH in proc.stderr, proc.stderr[-2000:]
-    assert '"status"' not in proc.stdout
+    assert '"status"' not in proc.stdout and "skipped on rank" not in proc.stderr
+
+
+@pytest.mark.mindspore
+def test_the_guard_refuses_a_train_step_with_its_own_construct(tmp_path):
+    """A TrainOneStepCell subclass with its own construct: the guard cannot know what its skipped step returns,
+    and says so (the step is left as it was)."""
+    code = ("import mindspore as ms\nfrom mindspore import nn\nfrom msoverflow.guard import guard\n"
+            "class Mine(nn.TrainOneStepCell):\n    def construct(self, *inputs):\n        return self.network(*inputs)\n"
+            "net = nn.Dense(2, 2)\nstep = Mine(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params()))\n"
+            "try:\n    guard(step)\nexcept TypeError as exc:\n    print('refused:', exc, type(step).__name__)\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert "refused: msoverflow guard: Mine has its own construct" in proc.stdout, proc.stderr[-2000:]
+    assert proc.stdout.strip().endswith(" Mine")
 
 
 def test_source_form_guards_the_division_and_the_train_step(tmp_path):
