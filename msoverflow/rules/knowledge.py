@@ -33,6 +33,11 @@ class OpKnowledge:
         """The input slots the op writes in place (their dumped values are the op's own results)."""
         return self.writes_inputs.get(op_type, frozenset())
 
+    def updates_weights(self, op_type: str) -> bool:
+        """An optimizer's update kernel (SGD, Adam, Apply*): it writes inputs in place and is not a plain Assign or
+        Scatter, which have no learning rate."""
+        return bool(self.written_inputs(op_type)) and not op_type.startswith(("Assign", "Scatter"))
+
     def is_collective(self, op_type: str) -> bool:
         return op_type in self.collectives
 
