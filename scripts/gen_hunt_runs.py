@@ -43,6 +43,7 @@ class Case:
     script: tuple              # normhead_train.py's arguments
     expected: dict
     workers: int = 1           # > 1: under msrun (CPU workers, MCCL), data parallel; the last rank overflows
+    glog: str = "3"            # MindSpore's log level (GLOG_v) in the run: 2 keeps its warnings in run.log
 
 
 _SQRT_BACKWARD = dict(verdict="anomaly", op_type="SqrtGrad", forward_op="Sqrt", kind="overflow",
@@ -57,15 +58,16 @@ CASES: List[Case] = [
     Case("two_pass_graph_step25", "graph mode, 30 steps: the loss scale jumps at step 25 and Sqrt's backward "
          "overflows there", ("run", "--two-pass", "--device", "cpu", "--dump-dir", "dump"),
          ("--mode", "graph", "--steps", "30", "--overflow-at", "25", "--scale", "65536"),
-         dict(_SQRT_BACKWARD, iteration=25, rank=0)),
+         dict(_SQRT_BACKWARD, iteration=25, rank=0), glog="2"),
     Case("hunt_msrun_dp2", "2 ranks under msrun, data parallel in PyNative: rank 1 overflows at step 2, rank 0 "
          "receives it through the gradient AllReduce", ("hunt", "--out-dir", "hunt"),
          ("--mode", "pynative", "--steps", "3", "--overflow-at", "2", "--distributed"),
          dict(_SQRT_BACKWARD, iteration=2, rank=1, direction="backward"), workers=2),
-    Case("two_pass_not_reproduced", "graph mode: only the first run overflows (at step 1), so pass 2 cannot see "
-         "what pass 1 saw", ("run", "--two-pass", "--device", "cpu", "--dump-dir", "dump"),
-         ("--mode", "graph", "--steps", "3", "--overflow-at", "1", "--scale", "65536", "--first-run-only",
-          "first_run_done"), dict(verdict="inconclusive", iteration=1)),
+    Case("two_pass_not_reproduced", "graph mode: only the second run (pass 1, after the graph probe) overflows "
+         "(at step 1), so pass 2 cannot see what pass 1 saw", ("run", "--two-pass", "--device", "cpu", "--dump-dir",
+                                                               "dump"),
+         ("--mode", "graph", "--steps", "3", "--overflow-at", "1", "--scale", "65536", "--overflow-on-run", "2",
+          "runs_counted"), dict(verdict="inconclusive", iteration=1)),
 ]
 CASES_BY_NAME = {c.name: c for c in CASES}
 
@@ -90,8 +92,8 @@ def run_case(case: Case, out_root: Path, python: str = sys.executable) -> Path:
     # MindSpore refuses dump paths with a '.' (.fixture-cache): run in a temporary directory, then move it here
     # (the report's absolute paths then name the temporary directory: give `repro --dump` the moved one).
     work = Path(tempfile.mkdtemp(prefix=f"msoverflow_{case.name}_"))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), GLOG_v="3",
-               MSOVERFLOW_REPORT_JSON="")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+               GLOG_v=case.glog, MSOVERFLOW_REPORT_JSON="")
     launcher = [python]
     if case.workers > 1:   # msrun starts `python` from PATH: the venv's first
         env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])
@@ -102,7 +104,8 @@ def run_case(case: Case, out_root: Path, python: str = sys.executable) -> Path:
     logs = worker_logs(work / "logs")
     (work / "run.log").write_text(proc.stdout + proc.stderr + logs)
     record = {"name": case.name, "shows": case.shows, "made_by": f"real mindspore {version('mindspore')} on CPU",
-              "command": ["msoverflow", *cmd[3:]], "exit": proc.returncode, "expected": case.expected}
+              "command": ["msoverflow", *cmd[3:]], "exit": proc.returncode, "expected": case.expected,
+              "glog": case.glog}
     (work / "case.json").write_text(json.dumps(record, indent=2))   # last: a case without it is run again
     if target.exists():
         shutil.rmtree(target)

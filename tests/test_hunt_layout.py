@@ -5,7 +5,7 @@ import json
 import numpy as np
 
 from msoverflow import names, scope
-from msoverflow.config.two_pass import OPTIMIZER_KERNELS, pass1_plan
+from msoverflow.config.two_pass import pass1_plan
 from msoverflow.hunt.layout import npy_name, scoped_name, step_dir
 from msoverflow.hunt.session import build_report
 
@@ -70,9 +70,12 @@ def test_report_of_an_origin_is_judged_by_the_dump_rules(tmp_path):
 
 
 def test_two_pass_first_pass_is_cheap_on_every_device():
-    purpose, options, _ = pass1_plan("ascend", None)
+    """Ascend: the overflow-only dump. CPU/GPU: the outputs of exactly the kernels it is given (the probe's update
+    and loss kernels, or --kernels), no list of guesses."""
+    purpose, options, _ = pass1_plan("ascend", [])
     assert purpose == "overflow" and options == {"steps": "all"}
-    purpose, options, what = pass1_plan("cpu", None)
-    assert purpose == "tensors" and options["kernels"] == list(OPTIMIZER_KERNELS) and options["inputs"]
-    assert "SGD" in what
+    purpose, options, what = pass1_plan("cpu", ["SGD", "Default/network-Loss/Mul-op0"])
+    assert purpose == "tensors" and options["kernels"] == ["SGD", "Default/network-Loss/Mul-op0"]
+    assert options["outputs"] and "inputs" not in options
+    assert what == "outputs of SGD, Default/network-Loss/Mul-op0, every step"
     assert pass1_plan("gpu", ["MyAdam"])[1]["kernels"] == ["MyAdam"]

@@ -123,9 +123,24 @@ def test_two_pass_names_a_late_step_in_graph_mode(hunt_runs):
     steps1 = {p.name for g in pass1.iterdir() for p in g.iterdir()}
     steps2 = {p.name for g in pass2.iterdir() for p in g.iterdir()}
     assert steps1 == {str(s) for s in range(30)} and steps2 == {"25"}
-    # Pass 1 holds only the optimizer's kernel; pass 2 every op of the one step.
-    assert {f.name.split(".")[0] for f in (pass1 / "0" / "3").iterdir()} == {"SGD"}
+    # Pass 1 watches what the probe read from the compiled graph: the update kernels it has (SGD) and the loss
+    # kernel, their outputs only; MindSpore was asked for no kernel the graph lacks: this case runs with GLOG_v=2,
+    # at which MindSpore prints "[WARNING] ... [DataDump] Unused Kernel in json: Adam" for a listed kernel the graph
+    # does not have (seen with the former list of likely optimizer kernels). Pass 2 dumps every op of the one
+    # step, and its summary says so, once.
+    probe = report["provenance"]["two_pass"]["probe"]
+    assert probe["update_kernels"] == ["SGD"] and probe["stopped"]
+    assert probe["loss_kernel"] == "Default/network-CausalLMLoss/Mul-op0"
+    assert f"probe: 1 compiled graph(s) read" in log and "update kernels SGD; loss Default/network-CausalLMLoss/Mul-op0" in log
+    assert "pass 1: outputs of SGD, Default/network-CausalLMLoss/Mul-op0, every step" in log
+    assert case["glog"] == "2" and "Unused Kernel" not in log
+    files = list((pass1 / "0" / "3").iterdir())
+    assert {f.name.split(".")[0] for f in files} == {"SGD", "Mul"} and all(".output." in f.name for f in files)
+    assert [f.name.split(".")[1] for f in files if f.name.startswith("Mul.")] == ["Default_network-CausalLMLoss_Mul-op0"]
+    assert not (root / "dump" / "probe").exists(), "the probe's graphs are removed once read"
     assert len({f.name.split(".")[0] for f in (pass2 / "0" / "25").iterdir()}) > 10
+    pass2_summary = log[log.index("pass 2: every op"):log.index("pass 2 wrote")]
+    assert "every op is dumped" in pass2_summary and "listed kernels" not in pass2_summary
 
 
 def test_two_pass_that_does_not_reproduce_is_inconclusive(hunt_runs):

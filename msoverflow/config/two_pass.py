@@ -1,12 +1,13 @@
 """`msoverflow run --two-pass`: find the step cheaply, then dump only that step in full.
 
 Pass 1 runs the command with a dump that watches every step at little cost: on Ascend the overflow-only dump
-(op_debug_mode 3, only ops that overflowed are written); on CPU/GPU, which have no overflow flag, the inputs of the
-optimizer's update kernels (SGD, ApplyMomentum, Adam, ...: every gradient, once a step). Its analysis gives the first
-bad step and the ranks that had it. Pass 2 runs the command again with every op's tensors dumped for that step only
-(and, where the dump config can say so, for those ranks only), and is analysed in full. The answer counts only if
-pass 2 saw a bad value at the same step on the same ranks; otherwise the run is not deterministic and the verdict
-is inconclusive.
+(op_debug_mode 3, only ops that overflowed are written); on CPU/GPU, which have no overflow flag, the outputs of the
+loss kernel and of the update kernels the compiled graph holds (SGD, ApplyMomentum, ...: a bad gradient makes a bad
+weight in the same step), read first from a short probe run that stops once the graph is compiled
+(config/graph_probe.py). Its analysis gives the first bad step and the ranks that had it. Pass 2 runs the command
+again with every op's tensors dumped for that step only (and, where the dump config can say so, for those ranks
+only), and is analysed in full. The answer counts only if pass 2 saw a bad value at the same step on the same
+ranks; otherwise the run is not deterministic and the verdict is inconclusive.
 """
 from __future__ import annotations
 
@@ -17,9 +18,6 @@ from typing import List, Optional, Sequence
 
 from ..model import Report
 
-# Op-type names (matched as case-insensitive substrings of kernel names) of optimizer update kernels.
-OPTIMIZER_KERNELS = ("SGD", "ApplyMomentum", "Adam", "Lamb", "ApplyAdagrad", "ApplyRMSProp", "ApplyCenteredRMSProp",
-                     "ApplyFtrl", "ApplyProximal", "ApplyAddSign", "ApplyPowerSign", "LARSUpdate")
 NOT_REPRODUCED = "not reproduced: the run is not deterministic"
 
 
@@ -40,6 +38,7 @@ class TwoPassOutcome:
     passes: List[PassResult] = field(default_factory=list)
     step: Optional[int] = None
     ranks: List[int] = field(default_factory=list)
+    probe: Optional[dict] = None       # what the graph probe found (CPU/GPU without --kernels)
 
     @property
     def command_exit(self) -> int:
@@ -50,14 +49,38 @@ def dump_bytes(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
 
 
-def pass1_plan(device: str, kernels: Optional[Sequence[str]]):
-    """(purpose, build options, what it watches) of the cheap every-step pass."""
+def pass1_plan(device: str, kernels: Sequence[str]):
+    """(purpose, build options, what it watches) of the cheap every-step pass; `kernels`: what it watches on
+    CPU/GPU (the probe's update and loss kernels, or the user's --kernels)."""
     if device == "ascend":
         return "overflow", {"steps": "all"}, "overflow-only dump (op_debug_mode 3), every step"
-    chosen = list(kernels or OPTIMIZER_KERNELS)
-    return ("tensors", {"steps": "all", "kernels": chosen, "inputs": True},
-            f"inputs of the optimizer update kernels ({', '.join(chosen[:4])}{', ...' if len(chosen) > 4 else ''}), "
-            "every step")
+    return ("tensors", {"steps": "all", "kernels": list(kernels), "outputs": True},
+            f"outputs of {', '.join(kernels)}, every step")
+
+
+def watch_from_probe(command, directory: Path, log, **config_options):
+    """(kernels for pass 1, the probe's record, a reason when there is nothing to watch) from a graph probe; the
+    probe's files are removed once read (pass 1 saves the same graphs)."""
+    import shutil
+    from .graph_probe import log_tail, probe
+    found = probe(command, directory, log=log, **config_options)
+    record = {"update_kernels": found.update_kernels, "loss_kernel": found.loss_kernel, "graphs": len(found.graphs),
+              "seconds": round(found.seconds, 2), "bytes": found.bytes, "stopped": found.stopped,
+              "command_exit": found.command_exit}
+    how = "stopped once compiled" if found.stopped else f"the command exited with {found.command_exit}"
+    print(f"msoverflow run --two-pass: probe: {len(found.graphs)} compiled graph(s) read in {found.seconds:.1f} s "
+          f"({how}): update kernels {', '.join(found.update_kernels) or 'none'}; loss "
+          f"{found.loss_kernel or 'not found (the step has no network-* forward beside its backward)'}", file=log)
+    reason = None
+    if not found.graphs:
+        print("msoverflow run --two-pass: probe: the command's last output:\n" + log_tail(directory), file=log)
+        reason = ("the probe run saved no compiled graph: --two-pass needs graph mode (a PyNative run: msoverflow "
+                  "hunt)")
+    elif not found.update_kernels:
+        reason = ("the compiled graph holds no optimizer update kernel to watch: name the kernels with --kernels "
+                  "(op types or full names)")
+    shutil.rmtree(directory, ignore_errors=True)
+    return found.kernels(), record, reason
 
 
 def run_two_pass(command: Sequence[str], dump_dir=None, *, log, invoked_as=None, **config_options) -> TwoPassOutcome:
@@ -74,7 +97,15 @@ def run_two_pass(command: Sequence[str], dump_dir=None, *, log, invoked_as=None,
     for option in ("inputs", "outputs"):
         config_options.pop(option, None)
     base = fresh_dump_dir(dump_dir)
-    purpose, options, what = pass1_plan(device, user_kernels)
+    watch, probed = user_kernels, None
+    if device != "ascend" and not user_kernels:
+        watch, probed, reason = watch_from_probe(command, base / "probe", log, **config_options)
+        if reason:
+            report = Report(dump_dir=str(base), first=None, anomalies=[], propagation=[], warnings=[], ranks=[],
+                            iterations={})
+            report.inconclusive.append(reason)
+            return _finish(TwoPassOutcome(report, probe=probed), command, log, invoked_as)
+    purpose, options, what = pass1_plan(device, watch)
 
     def one_pass(label: str, purpose: str, **options) -> PassResult:
         started = time.monotonic()
@@ -95,7 +126,7 @@ def run_two_pass(command: Sequence[str], dump_dir=None, *, log, invoked_as=None,
     if first.report is None or first.report.first is None:
         report = first.report or _empty(first)
         print("msoverflow run --two-pass: pass 1 saw no bad value; no second pass", file=log)
-        return _finish(TwoPassOutcome(report, passes), command, log, invoked_as)
+        return _finish(TwoPassOutcome(report, passes, probe=probed), command, log, invoked_as)
     step = first.report.first.iteration
     ranks = sorted({f.rank for f in first.report.anomalies if f.iteration == step})
     print(f"msoverflow run --two-pass: first bad step {step} on rank(s) {', '.join(map(str, ranks))}; pass 2: "
@@ -112,7 +143,7 @@ def run_two_pass(command: Sequence[str], dump_dir=None, *, log, invoked_as=None,
         report.inconclusive.insert(0, f"{NOT_REPRODUCED}: pass 1 saw a bad value at step {step} on rank(s) "
                                       f"{', '.join(map(str, missing))}, pass 2's full dump of that step holds none there")
         report.first, report.anomalies, report.propagation = None, [], []
-    return _finish(TwoPassOutcome(report, passes, step, ranks), command, log, invoked_as)
+    return _finish(TwoPassOutcome(report, passes, step, ranks, probe=probed), command, log, invoked_as)
 
 
 def _finish(outcome: TwoPassOutcome, command, log, invoked_as=None) -> TwoPassOutcome:
@@ -125,6 +156,8 @@ def _finish(outcome: TwoPassOutcome, command, log, invoked_as=None) -> TwoPassOu
         "step": outcome.step, "ranks": outcome.ranks,
         "passes": [{"pass": p.label, "dump_dir": str(p.dump_dir), "files": p.files, "bytes": p.bytes,
                     "seconds": round(p.seconds, 2), "command_exit": p.command_exit} for p in outcome.passes]}
+    if outcome.probe is not None:
+        outcome.report.provenance["two_pass"]["probe"] = outcome.probe
     total = sum(p.bytes for p in outcome.passes)
     print("msoverflow run --two-pass: sizes: " + ", ".join(f"{p.label} {_size(p.bytes)}" for p in outcome.passes)
           + f"; total {_size(total)}", file=log)

@@ -22,18 +22,21 @@ def main(argv=None):
     parser.add_argument("--seq", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=16)
     parser.add_argument("--layers", type=int, default=1)
-    parser.add_argument("--first-run-only", metavar="MARKER",
-                        help="overflow only when MARKER does not exist yet (and create it): a run that is not "
-                             "deterministic, for `run --two-pass`'s reproduction check")
+    parser.add_argument("--overflow-on-run", nargs=2, metavar=("N", "COUNTER"),
+                        help="count this run in the file COUNTER and overflow only in run N (1 = the first): a job "
+                             "that is not deterministic, for `run --two-pass`'s reproduction check (its graph "
+                             "probe is run 1, pass 1 run 2, pass 2 run 3)")
     parser.add_argument("--distributed", action="store_true",
                         help="data parallel under msrun: only the last rank's loss scale jumps at --overflow-at")
     args = parser.parse_args(argv)
 
-    if args.first_run_only:
-        if os.path.exists(args.first_run_only):
+    if args.overflow_on_run:
+        wanted, counter = int(args.overflow_on_run[0]), args.overflow_on_run[1]
+        run = (int(open(counter).read()) if os.path.exists(counter) else 0) + 1
+        with open(counter, "w") as fh:
+            fh.write(str(run))
+        if run != wanted:
             args.overflow_at = None
-        else:
-            open(args.first_run_only, "w").close()
 
     import numpy as np
     import mindspore as ms
