@@ -107,6 +107,7 @@ def _ingraph_runs(out_dir: Path):
 
 
 def _msrun_case(tmp_path, *args, env_extra=None):
+    """Run the in-graph case under msrun (2 CPU workers); the workers' logs, joined."""
     if shutil.which("msrun", path=os.path.dirname(sys.executable)) is None:
         pytest.skip("msrun is not installed next to this Python")
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env_extra or {}))
@@ -146,6 +147,35 @@ def test_ingraph_guard_on_a_real_two_rank_msrun(tmp_path, form):
             assert {rows[(rank, s)]["scale"] for s in range(4)} == {1024.0}
     assert rows[(1, 1)]["tokens"] == 0 and rows[(1, 1)]["status"] == "updated"
     assert all(rows[(0, s)]["status"] == rows[(1, s)]["status"] for s in range(4)), "every rank decides alike"
+
+
+def _update_step(tmp_path, *args):
+    """What rank 0 ran in step 0 (an update: every mask full) of a real 2-rank run, from a dump of that step:
+    (the kernel graphs that ran, the AllReduce kernels among their files)."""
+    from msoverflow.config import build
+    tmp_path.mkdir()
+    config = build("tensors", device="cpu", path=str(tmp_path / "dump"), steps="0")
+    config.write(tmp_path / "dump_config.json")
+    _msrun_case(tmp_path, *args, "--steps", "1", env_extra=config.env)
+    ran = [g for g in sorted((tmp_path / "dump" / "rank_0" / "Net").iterdir()) if any((g / "0").glob("*"))]
+    all_reduces = {f.name.split(".")[1] for g in ran for f in (g / "0").glob("AllReduce.*")}
+    return len(ran), len(all_reduces)
+
+
+@pytest.mark.mindspore
+def test_the_guard_adds_no_collective_and_no_branch_to_a_loss_scale_cell(tmp_path):
+    """An update step of a real 2-rank run, dumped unguarded and guarded: with the loss-scale cell it runs the
+    same kernel graphs (the cell's branch, no other) and the same all-reduces (the gradients' and the overflow
+    flag's, which now carries the signal); the plain step gains the signal's one all-reduce and the branch in
+    front of the step. (The guarded loss-scale step compiles more graphs: the mismatch check on its skip side,
+    which runs only when a step is skipped.)"""
+    plain_graphs, plain_reduces = _update_step(tmp_path / "plain", "--unguarded")
+    guarded_graphs, guarded_reduces = _update_step(tmp_path / "plain_guarded")
+    scaled_graphs, scaled_reduces = _update_step(tmp_path / "scaled", "--loss-scale", "--unguarded")
+    folded_graphs, folded_reduces = _update_step(tmp_path / "scaled_guarded", "--loss-scale")
+    assert plain_reduces == 5 and scaled_reduces == 6          # 5 weights' gradients; the overflow flag
+    assert (folded_graphs, folded_reduces) == (scaled_graphs, scaled_reduces) and scaled_graphs > 1
+    assert guarded_reduces == plain_reduces + 1 and guarded_graphs > plain_graphs == 1
 
 
 @pytest.mark.mindspore
