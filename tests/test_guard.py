@@ -212,9 +212,12 @@ def test_source_form_guards_the_division_and_the_train_step(tmp_path):
     shutil.copy(CASE, path)
     line = next(i + 1 for i, l in enumerate(path.read_text().splitlines()) if "/ token_count" in l)
     patch = guard_patch.plan(str(path), line, count_input=2)
-    assert "/ mindspore.ops.maximum(token_count, 1)" in patch.patched
+    # the script's own names (`from mindspore import nn, ops, Tensor`): no second import of mindspore
+    assert "/ ops.maximum(token_count, 1)" in patch.patched and "import mindspore added" not in patch.changes
+    assert patch.patched.count("import mindspore") == CASE.read_text().count("import mindspore")
     assert "_msoverflow_guard(nn.TrainOneStepCell(" in patch.patched and "count_input=2)" in patch.patched
-    assert patch.patched.index("def _msoverflow_guard(") < patch.patched.index("_msoverflow_guard(nn.")
+    imports_end = patch.patched.index("from mindspore.communication import")
+    assert imports_end < patch.patched.index("def _msoverflow_guard(") < patch.patched.index("_msoverflow_guard(nn.")
     changed = [l for l in patch.diff().splitlines() if l.startswith("+ ") or l.startswith("+    ")]
     edited = [l for l in changed if ("=" in l or "return" in l) and l[1:] not in guard_patch._HELPER_SOURCE]
     assert edited and all("# msoverflow: zero-token guard" in l for l in edited)
@@ -222,6 +225,50 @@ def test_source_form_guards_the_division_and_the_train_step(tmp_path):
     assert guard_patch.plan(str(path), line).already
     with pytest.raises(guard_patch.UserError, match="no division"):
         guard_patch.plan(str(CASE), 1)
+
+
+ALIAS_SCRIPT = '''"""A training script that imports mindspore as ms and names nothing else of it (issue 27)."""
+import sys
+
+import mindspore as ms
+from mindspore import nn
+
+
+def masked_mean(total, token_count):
+    return total / token_count
+
+
+step = nn.TrainOneStepWithLossScaleCell("network", "optimizer", scale_sense=1024)
+print("mean of an empty mask:", masked_mean(0.0, 0), "step:", step, file=sys.stdout)
+'''
+
+STUB_MINDSPORE = ("import runpy, sys, types; sys.modules['msoverflow'] = None; "
+                  "ms = sys.modules['mindspore'] = types.ModuleType('mindspore'); "
+                  "ms.ops = types.SimpleNamespace(maximum=max); "
+                  "ms.nn = sys.modules['mindspore.nn'] = types.ModuleType('mindspore.nn'); "
+                  "ms.nn.TrainOneStepWithLossScaleCell = lambda *args, **kwargs: 'loss-scale cell'; "
+                  "runpy.run_path(sys.argv[1], run_name='__main__')")
+
+
+def test_guard_patch_uses_the_scripts_own_mindspore_name_and_goes_after_its_imports(tmp_path):
+    """`import mindspore as ms`: the division uses `ms.ops.maximum`, no `import mindspore` is added beside it,
+    the helper goes below the script's imports (not above its MindSpore import), and a loss-scale cell is
+    wrapped too (the guard folds into its overflow branch). The patched script runs (a stub MindSpore that has
+    ops.maximum; msoverflow not installed: the helper says the guard is off)."""
+    path = tmp_path / "train.py"
+    path.write_text(ALIAS_SCRIPT)
+    line = next(i + 1 for i, l in enumerate(ALIAS_SCRIPT.splitlines()) if "/ token_count" in l)
+    text = guard_patch.plan(str(path), line, count_input=2).patched
+    assert "return total / ms.ops.maximum(token_count, 1)" in text
+    assert text.count("import mindspore") == 1 and "\nimport mindspore\n" not in text
+    assert text.index("from mindspore import nn") < text.index("def _msoverflow_guard(")
+    assert "step = _msoverflow_guard(nn.TrainOneStepWithLossScaleCell(" in text
+    path.write_text(text)
+    ran = subprocess.run([sys.executable, "-c", STUB_MINDSPORE, str(path)], capture_output=True, text=True,
+                         timeout=60)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "mean of an empty mask: 0.0 step: loss-scale cell" in ran.stdout
+    assert "msoverflow is not installed: the zero-token guard is off" in ran.stderr
 
 
 LATE_IMPORT_SCRIPT = '''"""A training script whose imports do not all come first (issue 21)."""
@@ -352,8 +399,9 @@ def test_source_form_on_the_real_mindformers_masked_mean(tmp_path):
     code = "loss = self.divide1(loss_sum, mask_sum)"
     line = next(i + 1 for i, l in enumerate(original.splitlines()) if l.strip() == code)
     patch = guard_patch.plan(str(path), line, code=code)
-    assert "loss = self.divide1(loss_sum, mindspore.ops.maximum(mask_sum, 1))  # msoverflow: zero-token guard" \
-        in patch.patched
+    # the file's own name for mindspore.ops (`from mindspore import ops as P`), no import added
+    assert "loss = self.divide1(loss_sum, P.maximum(mask_sum, 1))  # msoverflow: zero-token guard" in patch.patched
+    assert patch.changes == [f"line {line}: divides by max(mask_sum, 1)"]
     removed = [l for l in patch.diff().splitlines() if l.startswith("-") and not l.startswith("---")]
     assert [l.strip("- ") for l in removed] == [code]
     assert "return self.div2(numerator, denominator)" in patch.patched      # the eps-guarded CE loss: untouched

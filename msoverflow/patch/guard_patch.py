@@ -1,20 +1,23 @@
 """Source form of the zero-signal guard (see msoverflow/guard.py): for an `invalid` origin at a masked mean.
 
 In the file holding the culprit line:
-  - the division on that line divides by max(count, 1): `a / count` -> `a / mindspore.ops.maximum(count, 1)`
-    (also `ops.div(a, count)`, `RealDiv()(a, count)`, `self.div(a, count)`): an empty mask now gives 0, not NaN;
-  - every `TrainOneStepCell(...)` built in that file is wrapped by `_msoverflow_guard(..., count_input=N)`, a
-    helper written into the file: it builds msoverflow's in-graph guarded step (the optimizer update is skipped,
-    the same way on every rank, when the global token count is 0) and, when msoverflow is not installed, says
-    so once and returns the step unguarded, so the script keeps running.
-The helper and any import go above their first use. The source is read and parsed through the same safe-I/O
+  - the division on that line divides by max(count, 1): `a / count` -> `a / ops.maximum(count, 1)`, with the
+    script's own name for mindspore.ops (`ops`, `ms.ops`, `mindspore.ops`; `import mindspore` is added only when
+    the script has none) (also `ops.div(a, count)`, `RealDiv()(a, count)`, `self.div(a, count)`): an empty mask
+    now gives 0, not NaN;
+  - every `TrainOneStepCell(...)` or `TrainOneStepWithLossScaleCell(...)` built in that file is wrapped by
+    `_msoverflow_guard(..., count_input=N)`, a helper written into the file: it builds msoverflow's in-graph
+    guarded step (the optimizer update is skipped, the same way on every rank, when the global token count is 0)
+    and, when msoverflow is not installed, says so once and returns the step unguarded, so the script keeps
+    running.
+The helper (and an added import) go after the script's own imports, and above their first use. The source is read and parsed through the same safe-I/O
 contract as the source patch (regular file, bounded size, nesting measured, forked probe parse).
 Each changed line carries a comment saying why; a marker makes it idempotent. Nothing is written here.
 """
 from __future__ import annotations
 
 import re
-from typing import List
+from typing import List, Optional
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -37,14 +40,40 @@ _HELPER_SOURCE = f'''def {HELPER}(train_step, **options):
         return train_step
     return guard(train_step, **options)
 '''
-_IMPORTS_MINDSPORE = re.compile(r"^import mindspore\s*(#.*)?$", re.MULTILINE)
+TRAIN_STEPS = ("TrainOneStepCell", "TrainOneStepWithLossScaleCell")
+
+
+def ops_name(module: cst.Module) -> Optional[str]:
+    """How the script names mindspore.ops at module level (`from mindspore import ops`, `import mindspore.ops
+    as P`, `import mindspore as ms`, `import mindspore`), or None when it imports none of them."""
+    direct, package = None, None
+    for statement in module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for item in statement.body:
+            if isinstance(item, cst.ImportFrom) and not item.relative and item.module is not None \
+                    and _dotted(item.module) == "mindspore" and not isinstance(item.names, cst.ImportStar):
+                for alias in item.names:
+                    if _dotted(alias.name) == "ops":
+                        direct = direct or (_dotted(alias.asname.name) if alias.asname else "ops")
+            elif isinstance(item, cst.Import):
+                for alias in item.names:
+                    name = _dotted(alias.name)
+                    if name == "mindspore.ops" and alias.asname:
+                        direct = direct or _dotted(alias.asname.name)
+                    elif name == "mindspore" or name.startswith("mindspore.") and not alias.asname:
+                        package = package or (f"{_dotted(alias.asname.name)}.ops" if alias.asname else "mindspore.ops")
+    return direct or package
 
 
 class _Guard(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
-    def __init__(self, line: int, count_input: int, changes: List[str], division_attrs=frozenset()):
+    def __init__(self, line: int, count_input: int, changes: List[str], division_attrs=frozenset(),
+                 ops: str = "mindspore.ops"):
         self.line = line
+        self.ops = ops                            # the script's name for mindspore.ops
+        self.wrapped = False
         self.division_attrs = division_attrs      # `self.divide1 = P.RealDiv()` -> "divide1"
         self.count_input = count_input
         self.changes = changes
@@ -61,8 +90,7 @@ class _Guard(cst.CSTTransformer):
         if self.in_culprit and not self.divided and isinstance(original.operator, cst.Divide):
             self.divided = True
             self.changes.append(f"line {self.statement_line}: divides by max({_code(original.right)}, 1)")
-            return updated.with_changes(right=cst.parse_expression(
-                f"mindspore.ops.maximum({_code(updated.right)}, 1)"))
+            return updated.with_changes(right=cst.parse_expression(f"{self.ops}.maximum({_code(updated.right)}, 1)"))
         return updated
 
     def leave_Call(self, original, updated):
@@ -74,10 +102,10 @@ class _Guard(cst.CSTTransformer):
             self.divided = True
             args = list(updated.args)
             self.changes.append(f"line {self.statement_line}: divides by max({_code(args[1].value)}, 1)")
-            args[1] = args[1].with_changes(value=cst.parse_expression(
-                f"mindspore.ops.maximum({_code(args[1].value)}, 1)"))
+            args[1] = args[1].with_changes(value=cst.parse_expression(f"{self.ops}.maximum({_code(args[1].value)}, 1)"))
             return updated.with_changes(args=args)
-        if callee == "TrainOneStepCell":
+        if callee in TRAIN_STEPS:
+            self.wrapped = True
             self.changes.append(f"line {self.statement_line}: {_code(original.func)}(...) skips the optimizer "
                                 f"update when the global token count is 0 (input {self.count_input} is the mask)")
             return cst.parse_expression(f"{HELPER}({_code(updated)}, count_input={self.count_input})")
@@ -104,14 +132,14 @@ def plan(path: str, line: int, code: str = "", count_input: int = -1) -> SourceP
     changes: List[str] = []
     primitives = "|".join(sorted(c for c in knowledge().division_calls if c[:1].isupper()))
     division_attrs = frozenset(re.findall(rf"self\.(\w+)\s*=\s*(?:[\w.]+\.)?(?:{primitives})\(", original))
-    transformer = _Guard(line, count_input, changes, division_attrs)
+    ops = ops_name(module)
+    need_import = ops is None
+    transformer = _Guard(line, count_input, changes, division_attrs, ops=ops or "mindspore.ops")
     patched = MetadataWrapper(module).visit(transformer)
     if not transformer.divided:
         raise UserError(f"{path}:{line} holds no division to guard (`{code.strip() or 'this line'}`); the zero-token "
                         f"guard fixes a masked mean, x / count")
-    need_import = not _IMPORTS_MINDSPORE.search(original)
-    helpers = [_HELPER_SOURCE] if any("TrainOneStepCell" in c for c in changes) and \
-        f"def {HELPER}(" not in original else []
+    helpers = [_HELPER_SOURCE] if transformer.wrapped and f"def {HELPER}(" not in original else []
     patched = _insert_module_parts(patched, need_import, helpers,
                                    uses=(["mindspore"] if need_import else []) + [HELPER])
     changes += ["import mindspore added"] * need_import
