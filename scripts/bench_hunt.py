@@ -7,10 +7,13 @@ small model. The training loop's own time (printed by the script) is shown too: 
 is the same in both and dilutes the wall-time ratio.
 
 two-pass: the demo trained in graph mode for 30 steps, overflowing at step 25: a plain run, a run with a full
-every-step dump (every op's tensors, every step: what one would otherwise do), and `run --two-pass`. Targets:
-two-pass bytes <= 15% of the full dump's, wall time <= 3x the full-dump run's.
+every-step dump (every op's tensors, every step: what one would otherwise do), and `run --two-pass` (its graph
+probe, pass 1 and pass 2, analyses included), in paired rounds: each round runs the three, the order of the
+full-dump run and two-pass flipping every round, and the wall-time ratios are the medians of the per-round ratios.
+Bytes are what each run leaves on disk (two-pass removes its probe's graphs once read; they are shown apart).
+Targets: two-pass bytes <= 12% of the full dump's, wall time <= 3x the full-dump run's.
 
-    python scripts/bench_hunt.py [--markdown] [--only hunt|two-pass] [--keep DIR]
+    python scripts/bench_hunt.py [--markdown] [--only hunt|two-pass] [--rounds 3] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,31 +71,47 @@ def bench_hunt(work: Path, rows: list) -> None:
                      + (" (target <= 3x)" if args is SMALL else "")))
 
 
-def bench_two_pass(work: Path, rows: list) -> None:
+def bench_two_pass(work: Path, rows: list, rounds: int = 3) -> None:
     py = sys.executable
     cmd = [py, str(SCRIPT), *GRAPH_RUN]
-    plain, _, proc = timed(cmd, work)
-    assert proc.returncode == 0, proc.stderr[-2000:]
     label = "graph mode, 30 steps, overflow at step 25"
-    rows.append(("two-pass", label, "plain run, no dump", f"{plain:.1f}", "", "", ""))
-    full_dir = work / "full"
-    full, _, proc = timed([py, "-m", "msoverflow", "run", "--device", "cpu", "--purpose", "tensors", "--steps", "all",
-                           "--dump-dir", str(full_dir), "--no-analyze", "--", *cmd], work)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    full_bytes = size(full_dir)
-    rows.append(("two-pass", label, "full dump, every op, every step (run --purpose tensors --steps all)",
-                 f"{full:.1f}", "", f"{full_bytes / 1e6:.1f}", ""))
-    two_dir = work / "two"
-    two, _, proc = timed([py, "-m", "msoverflow", "run", "--two-pass", "--device", "cpu", "--dump-dir", str(two_dir),
-                          "--no-save", "--", *cmd], work)
-    assert proc.returncode == 1, proc.stderr[-2000:]
+    plain_s, full_s, two_s, full_bytes, two = [], [], [], 0, None
+    for i in range(rounds):
+        seconds, _, proc = timed(cmd, work)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        plain_s.append(seconds)
+        for method in (("full", "two") if i % 2 == 0 else ("two", "full")):
+            out = work / f"{method}_{i}"
+            if method == "full":
+                seconds, _, proc = timed([py, "-m", "msoverflow", "run", "--device", "cpu", "--purpose", "tensors",
+                                          "--steps", "all", "--dump-dir", str(out), "--no-analyze", "--", *cmd], work)
+                assert proc.returncode == 0, proc.stderr[-2000:]
+                full_s.append(seconds)
+                full_bytes = size(out)
+            else:
+                seconds, _, proc = timed([py, "-m", "msoverflow", "run", "--two-pass", "--device", "cpu",
+                                          "--dump-dir", str(out), "--no-save", "--", *cmd], work)
+                assert proc.returncode == 1, proc.stderr[-2000:]
+                two_s.append(seconds)
+                two = (out, proc)
+    out, proc = two
     found = re.search(r"ANOMALY: .*", proc.stdout)
-    sizes = [(p.name, size(p)) for p in sorted(two_dir.iterdir()) if p.is_dir()]
+    probe = re.search(r"probe: .* read in ([0-9.]+) s \(([0-9.]+ [KM]B), .*\): update kernels (.*)", proc.stderr)
+    sizes = [(p.name, size(p)) for p in sorted(out.iterdir()) if p.is_dir()]
     two_bytes = sum(b for _, b in sizes)
-    rows.append(("two-pass", label, "run --two-pass (" + ", ".join(f"{n} {b / 1e6:.1f} MB" for n, b in sizes)
-                 + "; analyses included)", f"{two:.1f}", "", f"{two_bytes / 1e6:.1f}",
-                 f"{two_bytes / full_bytes:.1%} of the full dump's bytes (target <= 15%), {two / full:.2f}x its wall "
-                 f"time (target <= 3x), {two / plain:.2f}x the plain run; "
+    ratio = statistics.median(t / f for t, f in zip(two_s, full_s))
+    plain_ratio = statistics.median(t / p for t, p in zip(two_s, plain_s))
+    rounds_text = f"medians of {rounds} paired rounds"
+    rows.append(("two-pass", label, "plain run, no dump", f"{statistics.median(plain_s):.1f}", "", "", ""))
+    rows.append(("two-pass", label, "full dump, every op, every step (run --purpose tensors --steps all)",
+                 f"{statistics.median(full_s):.1f}", "", f"{full_bytes / 1e6:.1f}", ""))
+    probe_text = (f"probe {float(probe.group(1)):.1f} s, {probe.group(2)} removed once read, watched "
+                  f"{probe.group(3)}" if probe else "probe ?")
+    rows.append(("two-pass", label, f"run --two-pass ({probe_text}; "
+                 + ", ".join(f"{n} {b / 1e6:.1f} MB" for n, b in sizes) + "; analyses included)",
+                 f"{statistics.median(two_s):.1f}", "", f"{two_bytes / 1e6:.2f}",
+                 f"{two_bytes / full_bytes:.1%} of the full dump's bytes (target <= 12%), {ratio:.2f}x its wall time "
+                 f"(target <= 3x), {plain_ratio:.2f}x the plain run ({rounds_text}); "
                  + (found.group(0)[len('ANOMALY: '):] if found else "no anomaly")))
 
 
@@ -100,6 +120,7 @@ def main(argv=None) -> int:
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--only", choices=["hunt", "two-pass"])
     parser.add_argument("--keep", metavar="DIR", help="keep the runs' outputs here (default: a temporary directory)")
+    parser.add_argument("--rounds", type=int, default=3, help="two-pass: paired rounds (default 3)")
     args = parser.parse_args(argv)
     work = Path(args.keep or tempfile.mkdtemp(prefix="bench_hunt_"))   # no '.' in it: MindSpore's dump path rule
     work.mkdir(parents=True, exist_ok=True)
@@ -108,7 +129,7 @@ def main(argv=None) -> int:
         if args.only in (None, "hunt"):
             bench_hunt(work, rows)
         if args.only in (None, "two-pass"):
-            bench_two_pass(work, rows)
+            bench_two_pass(work, rows, args.rounds)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

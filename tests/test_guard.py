@@ -197,7 +197,8 @@ def test_the_guard_refuses_a_train_step_with_its_own_construct(tmp_path):
     """A TrainOneStepCell subclass with its own construct: the guard cannot know what its skipped step returns,
     and says so (the step is left as it was)."""
     code = ("import mindspore as ms\nfrom mindspore import nn\nfrom msoverflow.guard import guard\n"
-            "class Mine(nn.TrainOneStepCell):\n    def construct(self, *inputs):\n        return self.network(*inputs)\n"
+            "class Mine(nn.TrainOneStepCell):\n    def construct(self, *inputs):\n"
+            "        return self.network(*inputs)\n"
             "net = nn.Dense(2, 2)\nstep = Mine(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params()))\n"
             "try:\n    guard(step)\nexcept TypeError as exc:\n    print('refused:', exc, type(step).__name__)\n")
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))

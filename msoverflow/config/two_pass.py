@@ -69,7 +69,8 @@ def watch_from_probe(command, directory: Path, log, **config_options):
               "command_exit": found.command_exit}
     how = "stopped once compiled" if found.stopped else f"the command exited with {found.command_exit}"
     print(f"msoverflow run --two-pass: probe: {len(found.graphs)} compiled graph(s) read in {found.seconds:.1f} s "
-          f"({how}): update kernels {', '.join(found.update_kernels) or 'none'}; loss "
+          f"({_size(found.bytes)}, removed once read; {how}): update kernels "
+          f"{', '.join(found.update_kernels) or 'none'}; loss "
           f"{found.loss_kernel or 'not found (the step has no network-* forward beside its backward)'}", file=log)
     reason = None
     if not found.graphs:

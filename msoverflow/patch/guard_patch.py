@@ -10,8 +10,9 @@ In the file holding the culprit line:
     guarded step (the optimizer update is skipped, the same way on every rank, when the global token count is 0)
     and, when msoverflow is not installed, says so once and returns the step unguarded, so the script keeps
     running.
-The helper (and an added import) go after the script's own imports, and above their first use. The source is read and parsed through the same safe-I/O
-contract as the source patch (regular file, bounded size, nesting measured, forked probe parse).
+The helper (and an added import) go after the script's own imports, and above their first use. The source is
+read and parsed through the same safe-I/O contract as the source patch (regular file, bounded size, nesting
+measured, forked probe parse).
 Each changed line carries a comment saying why; a marker makes it idempotent. Nothing is written here.
 """
 from __future__ import annotations
