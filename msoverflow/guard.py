@@ -144,21 +144,22 @@ def topology_from_context(context_value: Optional[Callable[[str], object]] = Non
 
 def guard(train_step, count_input: int = -1, topology: Optional[Topology] = None):
     """Guard `train_step` in place and return it: its class becomes a guarded subclass of its own, whose compiled
-    step skips the optimizer update, the same way on every rank, when the global token count is 0. The count is
-    the number of non-zero entries of input `count_input` (the loss mask). Raises TypeError for a cell the guard
-    cannot fold into (see the module docstring)."""
+    step skips the optimizer update, the same way on every rank, when no rank's input `count_input` (the loss
+    mask) has a non-zero entry. Raises TypeError for a step with a construct of its own (see the module
+    docstring)."""
     if getattr(train_step, "_msoverflow_guarded", False):
         return train_step
     from mindspore import nn
     cls = type(train_step)
     kind = ("fold" if isinstance(train_step, nn.TrainOneStepWithLossScaleCell) else
             "branch" if isinstance(train_step, nn.TrainOneStepCell) else None)
-    if kind == "fold" and cls.construct is not nn.TrainOneStepWithLossScaleCell.construct or \
-            kind == "branch" and cls.construct is not nn.TrainOneStepCell.construct:
-        raise TypeError(f"msoverflow guard: {cls.__name__} has its own construct; the guard replaces MindSpore's "
-                        "TrainOneStepCell / TrainOneStepWithLossScaleCell step (get_overflow_status and the other "
-                        "methods may be your own), so fold the token signal into your step's own overflow branch "
-                        "instead")
+    if kind == "fold" and cls.construct is not nn.TrainOneStepWithLossScaleCell.construct:
+        raise TypeError(f"msoverflow guard: {cls.__name__} has its own construct, which the guarded loss-scale step "
+                        "would replace (it keeps your get_overflow_status and process_loss_scale): fold the token "
+                        "signal into your step's own overflow branch instead")
+    if kind == "branch" and cls.construct is not nn.TrainOneStepCell.construct:
+        raise TypeError(f"msoverflow guard: {cls.__name__} has its own construct, so the guard cannot tell what a "
+                        "skipped step of it returns: fold the token signal into your step's own branch instead")
     if kind is None:
         raise TypeError(f"msoverflow guard: {cls.__name__} is not a train step (nn.TrainOneStepCell or a subclass)")
     if cls not in _GUARDED:

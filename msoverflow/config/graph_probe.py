@@ -25,8 +25,8 @@ from .generator import DumpConfigResult, build
 from .runner import CONFIG_FILE_NAME, run_env
 
 GRAPHS_ONLY_STEP = MAX_ID     # a step no run reaches: MindSpore saves its graphs and dumps no tensor
-POLL_S = 0.25
-SETTLED_S = 0.5               # a graph file is read once its size has not changed for this long
+POLL_S = 0.1
+SETTLED_S = 0.2               # a graph file is read once its size has not changed for this long
 OTHER_RANKS_S = 5.0           # after the first rank's update graph, how long the others get to write theirs
 STOP_WAIT_S = 15.0
 LOG_NAME = "probe.log"
