@@ -180,6 +180,30 @@ def test_a_step_killed_after_sqrtgrads_inputs_is_incomplete_not_clean(multirank_
 
 
 @pytest.mark.mindspore
+def test_a_step_without_files_only_for_in_place_views_is_complete(three_step_dumps, tmp_path):
+    """MindSpore may run a Reshape as a view of its input and write no file for it (seen: the zero-token guard's
+    skip branch, a graph that ran in one step only, had no files for the Reshapes of its inputs). The last step of
+    the 3-step fp32 NormHead run alone (as --steps 2 dumps it), its Reshape files removed: complete (clean); with
+    a MatMul's files removed too, cut short."""
+    dump = _copy(three_step_dumps["normhead_fp32_clean_3steps"], tmp_path)
+    for step in (0, 1):
+        shutil.rmtree(_step_dir(dump, 0, step))
+    last = _step_dir(dump, 0, 2)
+    removed = [name for name in os.listdir(last) if name.startswith("Reshape.")]
+    assert len(removed) >= 10
+    for name in removed:
+        os.remove(last / name)
+    report = analyze(str(dump), progress=False)
+    assert report.completeness == [] and report.verdict == "clean"
+    matmul = sorted(n for n in os.listdir(last) if n.startswith("MatMul."))[0].split(".")[1]
+    for name in os.listdir(last):
+        if name.split(".")[1] == matmul:
+            os.remove(last / name)
+    report = analyze(str(dump), progress=False)
+    assert [(cut.rank, cut.iteration) for cut in report.completeness] == [(0, 2)] and report.verdict == "inconclusive"
+
+
+@pytest.mark.mindspore
 def test_a_step_directory_missing_on_one_rank_is_incomplete(multirank_dumps, tmp_path):
     dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
     shutil.rmtree(_step_dir(dump, 1, LAST))

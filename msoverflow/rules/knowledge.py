@@ -15,6 +15,7 @@ class OpKnowledge:
         self.division_calls = frozenset(table.get("division_calls") or [])
         self.domain = dict(table.get("domain") or {})
         self.state_updates = set(table.get("state_updates") or [])
+        self.in_place_views = frozenset(table.get("in_place_views") or [])
         self.writes_inputs = {op: frozenset(slots) for op, slots in (table.get("writes_inputs") or {}).items()}
         self.recommendations = dict(table.get("recommendations") or {})
         consumers = table.get("consumers") or {}
