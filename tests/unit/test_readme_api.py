@@ -1,5 +1,6 @@
-"""The README's Python API example, run as written (the block between the api-example markers) in a directory
-whose ./dump is a two-rank dump: rank 1 overflows in Exp, rank 0 receives the bad value through AllReduce."""
+"""The Python API example of the README and of docs/api.md, run as written (the block between the api-example
+markers) in a directory whose ./dump is a two-rank dump: rank 1 overflows in Exp, rank 0 receives the bad value
+through AllReduce."""
 import contextlib
 import io
 import os
@@ -7,20 +8,23 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.support.synth_dump import SynthDump
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+PAGES = ["README.md", "docs/api.md"]
 
 
-def api_example() -> str:
-    block = re.search(r"<!-- api-example.*?-->\s*```python\n(.*?)```\s*<!-- /api-example -->", README.read_text(),
-                      re.S)
-    assert block, "README.md has no api-example block"
+def api_example(page: str) -> str:
+    block = re.search(r"<!-- api-example.*?-->\s*```python\n(.*?)```\s*<!-- /api-example -->",
+                      (REPO / page).read_text(), re.S)
+    assert block, f"{page} has no api-example block"
     return block.group(1)
 
 
-def test_readme_api_example_runs_as_written(tmp_path, monkeypatch):
+@pytest.mark.parametrize("page", PAGES)
+def test_readme_api_example_runs_as_written(page, tmp_path, monkeypatch):
     ones = np.ones(4, np.float32)
     rank0 = SynthDump(str(tmp_path / "dump"), rank=0)
     rank0.op(0, "MatMul", "Default_network-Net_MatMul-op1", [ones, ones], [ones])
@@ -31,7 +35,7 @@ def test_readme_api_example_runs_as_written(tmp_path, monkeypatch):
     out = io.StringIO()
     namespace = {}
     with contextlib.redirect_stdout(out):
-        exec(compile(api_example(), "README.md api-example", "exec"), namespace)
+        exec(compile(api_example(page), f"{page} api-example", "exec"), namespace)
     text = out.getvalue()
     assert text.splitlines()[0] == "anomaly Exp rank 1 step 0"
     assert "arrival: 0 0 AllReduce" in text and "scanned: {0: [0], 1: [0]}" in text
