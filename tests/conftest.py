@@ -1,4 +1,4 @@
-"""Shared pytest set-up: the `mindspore` marker and the session-scoped real-dump fixture.
+"""Shared pytest set-up: the `mindspore` marker (declared in setup.cfg) and the session-scoped real-run fixtures.
 
 Nothing heavy is imported here: MindSpore runs only in the generator's subprocesses, and only when a test asks
 for `real_dumps`.
@@ -21,11 +21,16 @@ def mindspore_available() -> bool:
     return importlib.util.find_spec("mindspore") is not None
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "mindspore: runs real MindSpore on CPU (skipped when mindspore is not installed)")
+# The session fixtures below run MindSpore (once per session): a test that asks for one is a `mindspore` test, so
+# `-m "not mindspore"` (./scripts/test.sh quick) never starts a real run.
+REAL_RUN_FIXTURES = frozenset({"real_dumps", "multirank_dumps", "compare_pairs", "msprobe_dumps"})
 
 
+@pytest.hookimpl(tryfirst=True)        # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if REAL_RUN_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.mindspore)
     if mindspore_available():
         return
     skip = pytest.mark.skip(reason="mindspore is not installed (pip install 'msoverflow[mindspore]')")
