@@ -1,4 +1,5 @@
-"""What the real-run fixture generators share (gen_msprobe_dumps.py, gen_hunt_runs.py, gen_compare_pairs.py):
+"""What the real-run fixture generators share (gen_real_dumps.py, gen_msprobe_dumps.py, gen_hunt_runs.py,
+gen_compare_pairs.py):
 installed versions, msrun launching on CPU, and pruning a cache that several checkouts share.
 
 Only the standard library: tests import the generators.
@@ -45,9 +46,17 @@ def worker_logs(log_dir: Path, tail: int = 20000) -> str:
 
 
 def prune_stale(cache_root: Path, current: Path) -> None:
-    """Remove other keys' directories under cache_root that nobody has used for STALE_AFTER_S."""
+    """Remove other keys' directories under cache_root that nobody has used for STALE_AFTER_S. A generator opens
+    its key's .lock on every use; a key without one counts from its directory's time."""
     if not cache_root.exists():
         return
-    for stale in cache_root.iterdir():
-        if stale != current and stale.is_dir() and time.time() - stale.stat().st_mtime > STALE_AFTER_S:
-            shutil.rmtree(stale, ignore_errors=True)
+    for other in cache_root.iterdir():
+        if other == current or not other.is_dir():
+            continue
+        lock = other / ".lock"
+        try:
+            last_used = (lock if lock.exists() else other).stat().st_mtime
+        except OSError:
+            continue
+        if time.time() - last_used > STALE_AFTER_S:
+            shutil.rmtree(other, ignore_errors=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from tests.support import gen_real_dumps  # its runner, lock and case records
-from tests.support.fixture_runs import version
+from tests.support.fixture_runs import prune_stale, version
 
 REPO = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent
@@ -160,25 +160,6 @@ def _run(run: Run, out_dir: Path, python: str) -> dict:
     return gen_real_dumps.run_case(run.case(), out_dir, python, timeout=RUN_TIMEOUT_S)
 
 
-STALE_AFTER_S = 6 * 3600
-
-
-def _prune_stale(current: Path) -> None:
-    """Pairs made under another key and not generated for hours: several checkouts (worktrees) of different
-    versions share the cache, so a key another checkout may be using right now is left alone."""
-    import time
-    if not DEFAULT_CACHE_ROOT.is_dir():
-        return
-    for other in DEFAULT_CACHE_ROOT.iterdir():
-        lock = other / ".lock"
-        try:
-            stale = other.is_dir() and other != current and time.time() - lock.stat().st_mtime > STALE_AFTER_S
-        except OSError:
-            continue
-        if stale:
-            shutil.rmtree(other, ignore_errors=True)
-
-
 class ComparePairs:
     """pair name -> (baseline dump, target dump); `.pair(name)` the Pair; `.record(run)` a run's case.json."""
 
@@ -205,7 +186,7 @@ def ensure_pairs(names: Optional[List[str]] = None, out_dir: Optional[Path] = No
     wanted = list(dict.fromkeys(r for p in pairs for r in (p.baseline, p.target)))
     if out_dir is None:
         out_dir = DEFAULT_CACHE_ROOT / cache_key()
-        _prune_stale(out_dir)
+        prune_stale(DEFAULT_CACHE_ROOT, out_dir)
     out_dir = Path(out_dir)
     records: Dict[str, dict] = {}
     with gen_real_dumps._locked(out_dir):
