@@ -41,7 +41,7 @@ from .strategy_checkpoint import (StrategyError, StrategyFacts, looks_like_json_
 MAX_SIZE = 1 << 16
 _SPEC_KEYS = {"dp": "dp", "data_parallel": "dp", "tp": "tp", "mp": "tp", "model_parallel": "tp", "pp": "pp",
               "pipeline_stage": "pp", "pipeline_stages": "pp"}
-_YAML_LIMIT = 1 << 20
+_YAML_LIMIT = 256 << 10     # MindFormers configs are a few KiB; pure-Python ruamel.yaml loads tens of KiB a second
 _MAX_FILES_LOOKED_AT = 200
 ORDER = "rank = pp * (dp_size * tp_size) + dp * tp_size + tp (MindSpore/MindFormers: pipeline-major, tp fastest)"
 
@@ -95,10 +95,13 @@ def parse_spec(text: str) -> ParallelSpec:
     """`dp=4,tp=2,pp=2` (also mp= for tp, any subset, any order) or a file holding the layout."""
     text = text.strip()
     if "=" not in text:
-        if not text or not os.path.exists(text):
-            raise UserError(f"--parallel {text!r}: expected sizes like dp=4,tp=2,pp=2, a MindFormers YAML, a rank "
-                            "table or MindSpore strategy checkpoint(s)")
-        return spec_from_file(text)
+        if text and os.path.lexists(text):
+            return spec_from_file(text)
+        files = "a MindFormers YAML, an HCCL rank table or MindSpore strategy checkpoint(s)"
+        if os.sep in text or text.lower().endswith((".yaml", ".yml", ".json", ".ckpt")):
+            raise UserError(f"{text}: no such file (a layout is sizes like dp=4,tp=2,pp=2, or {files})")
+        raise UserError(f"--parallel {text!r}: expected sizes like dp=4,tp=2,pp=2, or {files} (no file of that "
+                        "name)")
     spec = ParallelSpec(source=f"--parallel {text}")
     for part in text.split(","):
         key, _, value = part.partition("=")
@@ -192,20 +195,18 @@ def _strategy_spec(files: List[str], where: str, fail: bool, warn=None) -> Optio
 
 
 def _yaml_spec(path: str) -> Optional[ParallelSpec]:
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
     try:
         text = safeio.read_text(path, _YAML_LIMIT, errors="replace")
+    except safeio.TooLarge:
+        raise UserError(f"{path}: larger than {_YAML_LIMIT >> 10} KiB, not a MindFormers YAML (they are a few KiB)")
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror or exc})")
     if "parallel_config" not in text:
         return None
-    if safeio.source_nesting(text) > 64:
-        raise UserError(f"{path}: nested too deeply to be a MindFormers YAML")
-    try:
-        doc = YAML(typ="safe").load(text)
-    except (YAMLError, ValueError, RecursionError) as exc:
-        raise UserError(f"{path}: not valid YAML ({type(exc).__name__})")
+    try:       # nesting and alias expansion bounded before anything is built (an alias bomb is refused)
+        doc = safeio.loads_yaml(text)
+    except ValueError as exc:
+        raise UserError(f"{path}: not a readable YAML ({exc})")
     config = doc.get("parallel_config") if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         return None
@@ -215,7 +216,8 @@ def _yaml_spec(path: str) -> Optional[ParallelSpec]:
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
-            raise UserError(f"{path}: parallel_config.{key} is {str(value)[:40]!r}, not a size from 1 to {MAX_SIZE}")
+            raise UserError(f"{path}: parallel_config.{key} is {safeio.brief(value)}, not a size from 1 to "
+                            f"{MAX_SIZE}")
         sizes[name] = value
     return ParallelSpec(source=f"MindFormers YAML {os.path.basename(path)} (parallel_config)", **sizes)
 
