@@ -1,42 +1,65 @@
 """execution_order/ms_execution_order_graph_{g}.csv and .dump_metadata/ beside a rank's dump.
 
-The csv is the graph's kernel order; real CPU runs show it can differ from the run order, so it only breaks ties.
+The csv is the graph's kernel order; real CPU runs show it can differ from the run order, so it only breaks ties
+(the walk), counts the kernels a step should have (completeness) and tells ranks that run different graphs apart
+(the parallel layout). It is read once per version of the file, streamed and bounded: past MAX_KERNELS kernels or
+MAX_ORDER_CHARS characters of names it is not a real graph's order, and is not used (with a warning).
 """
 from __future__ import annotations
 
 import os
-from typing import Dict, List
+import stat
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Dict, Mapping, Optional, Tuple
 
 from .. import safeio
 from ..names import scope_to_file_name
 
+MAX_KERNELS = 1 << 19            # kernels of one graph (a large model's pipeline stage has ~10^5)
+MAX_NAME_CHARS = 4096            # one scoped kernel name (real ones are a few hundred characters)
+MAX_ORDER_CHARS = 64 << 20       # characters of names kept for one graph
+_EMPTY: Mapping[str, int] = MappingProxyType({})
 
-def execution_order(rank_root: str, graph: str, warn) -> Dict[str, int]:
-    """file-style op name -> position; empty when the csv is missing."""
-    path = os.path.join(rank_root, "execution_order", f"ms_execution_order_graph_{graph}.csv")
-    if not os.path.isfile(path):
-        return {}
-    order: Dict[str, int] = {}
+
+def order_path(rank_root: str, graph: str) -> str:
+    return os.path.join(rank_root, "execution_order", f"ms_execution_order_graph_{graph}.csv")
+
+
+def execution_order(rank_root: str, graph: str, warn) -> Mapping[str, int]:
+    """file-style op name -> position (read-only, shared by every caller); empty when the csv is missing,
+    unreadable or past the bounds (then `warn` says why, on every call)."""
+    path = order_path(rank_root, graph)
     try:
-        with safeio.open_regular(path, "r", encoding="utf-8", errors="replace") as fh:
-            for position, line in enumerate(safeio.bounded_lines(fh, 1 << 16)):
-                name = line.strip()
-                if not name or name.startswith("NodeExecutionOrder"):
-                    continue
-                order.setdefault(scope_to_file_name(name), position)
-    except OSError as exc:
-        warn(f"{path}: cannot read ({exc.strerror})")
+        info = os.stat(path)
+    except OSError:
+        return _EMPTY
+    if not stat.S_ISREG(info.st_mode):
+        return _EMPTY
+    order, problem = _read_order(path, (info.st_mtime_ns, info.st_size, info.st_ino))
+    if problem:
+        warn(problem)
     return order
 
 
-def graph_iterations(rank_root: str, graph: str) -> List[int]:
-    """The iterations a graph ran (ms_global_execution_order_graph_{g}.csv), when MindSpore wrote them."""
-    path = os.path.join(rank_root, "execution_order", f"ms_global_execution_order_graph_{graph}.csv")
+@lru_cache(maxsize=64)
+def _read_order(path: str, _version) -> Tuple[Mapping[str, int], Optional[str]]:
+    order: Dict[str, int] = {}
+    chars = 0
     try:
-        text = safeio.read_text(path, errors="replace")
-    except OSError:
-        return []
-    return [int(x) for x in text.replace("\n", ",").split(",") if x.strip().isdigit() and len(x.strip()) <= 18]
+        with safeio.open_regular(path, "r", encoding="utf-8", errors="replace") as fh:
+            for position, line in enumerate(safeio.bounded_lines(fh, MAX_NAME_CHARS)):
+                name = line.strip()
+                if not name or name.startswith("NodeExecutionOrder"):
+                    continue
+                chars += len(name)
+                if len(order) >= MAX_KERNELS or chars > MAX_ORDER_CHARS:
+                    return _EMPTY, (f"{path}: more than {MAX_KERNELS} kernels or {MAX_ORDER_CHARS >> 20} MiB of "
+                                    "names, not a graph's execution order; not used")
+                order.setdefault(scope_to_file_name(name), position)
+    except OSError as exc:
+        return _EMPTY, f"{path}: cannot read ({exc.strerror or exc})"
+    return MappingProxyType(order), None
 
 
 def dump_metadata(rank_root: str, warn) -> Dict[str, object]:

@@ -5,7 +5,7 @@ import io
 from typing import List, Optional
 
 from ..model import SUSPECT, Finding, RankStatus, Report, TensorSummary
-from .common import (arrival_text, arrivals_shown, clean_text, coords_phrase, coords_text, count_cell, counts_note,
+from .common import (arrival_text, arrivals_shown, clean_text, coords_phrase, count_cell, counts_note,
                      parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown, scanned_text,
                      producer_text, steps_text, tensors_shown)
 from .safe import plain
@@ -209,7 +209,7 @@ def rank_table(rows: List[RankStatus]) -> str:
     shown, left_out = ranks_shown(rows)
     for label, row in shown:
         table.add_row(*_cells(label, row.status, "-" if row.iteration is None else row.iteration,
-                              *((coords_text(row.coords),) if with_coords else ()), rank_text(row)))
+                              *((coords_phrase(row.coords),) if with_coords else ()), rank_text(row)))
     return _print(table) + (f"\n  ... {left_out}" if left_out else "")
 
 

@@ -375,9 +375,7 @@ def _read_exec_order(path: str, work: str):
     root = os.path.join(work, "rank_0")
     os.makedirs(os.path.join(root, "execution_order"), exist_ok=True)
     shutil.copyfile(path, os.path.join(root, "execution_order", "ms_execution_order_graph_0.csv"))
-    shutil.copyfile(path, os.path.join(root, "execution_order", "ms_global_execution_order_graph_0.csv"))
     exec_order.execution_order(root, "0", _warnings().append)
-    exec_order.graph_iterations(root, "0")
 
 
 def _read_file_name(path: str, work: str):

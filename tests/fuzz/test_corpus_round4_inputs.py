@@ -150,3 +150,140 @@ def test_preset_choices_in_any_case_become_the_flags_spelling(tmp_path):
                       "steps: [0, 1]\nms_version: 2\n")
     assert load_preset(preset) == {"purpose": "overflow", "device": "cpu", "jit_level": "O0", "msprobe_level": "L1",
                                    "kernels": ["SqrtGrad"], "steps": [0, 1], "ms_version": 2}
+
+
+# ---- strategy checkpoints: fields and stages bounded as they are decoded ---------------------------------------
+
+def _count_varints(monkeypatch):
+    """Count every varint the protobuf decoder reads (the work a strategy file costs)."""
+    from msoverflow.readers import _protobuf as pb
+    counted = {"varints": 0}
+    real = pb.read_varint
+
+    def counting(buf, pos, end):
+        counted["varints"] += 1
+        return real(buf, pos, end)
+
+    monkeypatch.setattr(pb, "read_varint", counting)
+    return counted
+
+
+def test_strategy_with_millions_of_stage_varints_is_refused_after_a_few_thousand(tmp_path, monkeypatch):
+    """Issue 28 C4: 20M stage varints took 20.7 s and 1.29 GB. One operator's strategy holds its stage and one
+    strategy per input: past MAX_INPUTS fields it is refused, and a stage past MAX_STAGE at once."""
+    from msoverflow.readers import _protobuf as pb
+    from msoverflow.strategy_checkpoint import MAX_INPUTS, StrategyError, read_strategy
+    path = tmp_path / "ckpt_strategy_rank_0.ckpt"
+    strategys = pb.field_varint(1, 1) * 2_000_000
+    path.write_bytes(pb.field_bytes(2, pb.field_bytes(1, "op") + pb.field_bytes(2, strategys)))
+    counted = _count_varints(monkeypatch)
+    with pytest.raises(StrategyError, match=f"more than {MAX_INPUTS} fields"):
+        read_strategy(str(path))
+    assert counted["varints"] < 4 * MAX_INPUTS, counted
+    distinct = b"".join(pb.field_varint(1, stage) for stage in range(1 << 16, (1 << 16) + 1000))
+    path.write_bytes(pb.field_bytes(2, pb.field_bytes(2, distinct)))
+    counted["varints"] = 0
+    with pytest.raises(StrategyError, match="a pipeline stage beyond"):
+        read_strategy(str(path))
+    assert counted["varints"] < 20, counted
+
+
+def test_strategy_with_millions_of_operators_is_refused(tmp_path, monkeypatch):
+    from msoverflow.readers import _protobuf as pb
+    from msoverflow.strategy_checkpoint import MAX_ITEMS, StrategyError, read_strategy
+    path = tmp_path / "strategy.ckpt"
+    items = 2_000_000        # 8 varints each
+    path.write_bytes(pb.field_bytes(2, pb.field_bytes(1, "o") + pb.field_bytes(2, pb.field_varint(1, 0))) * items)
+    counted = _count_varints(monkeypatch)
+    with pytest.raises(StrategyError, match="more than"):
+        read_strategy(str(path))
+    assert counted["varints"] < 10 * (2 * MAX_ITEMS + 16) < 8 * items, counted     # stopped at the bound
+    big = {"current_stage": 1, "parallel_strategy_item": {f"op{i}": {"stage": 0} for i in range(MAX_ITEMS + 1)}}
+    (tmp_path / "strategy.json").write_text(json.dumps(big))
+    with pytest.raises(StrategyError, match=f"more than {MAX_ITEMS} operators"):
+        read_strategy(str(tmp_path / "strategy.json"))
+
+
+def test_strategy_files_beside_the_dump_past_the_bounds_are_a_warning(tmp_path):
+    from msoverflow.readers import _protobuf as pb
+    clean_dump(tmp_path / "job" / "dump")
+    (tmp_path / "job" / "strategy").mkdir()
+    (tmp_path / "job" / "strategy" / "ckpt_strategy_rank_0.ckpt").write_bytes(
+        pb.field_bytes(2, pb.field_bytes(2, pb.field_varint(1, 1) * 20_000_000)))
+    contract(run_limited(1024, "analyze", tmp_path / "job" / "dump", "--no-progress", "--no-save"), {0},
+             says="not a readable MindSpore strategy checkpoint (more than")
+    contract(msoverflow("analyze", tmp_path / "job" / "dump", "--no-save", "--parallel",
+                        tmp_path / "job" / "strategy"), {2}, says="more than 4096 fields")
+
+
+# ---- the execution-order csv: streamed, bounded, read once per version ----------------------------------------
+
+def test_execution_order_past_its_bounds_is_not_used(tmp_path):
+    """Issue 28 C5: 6M kernel lines took 1.25 GB. Past MAX_KERNELS the csv is not a real graph's order: it is
+    dropped (a warning) instead of being kept whole."""
+    from msoverflow.readers import exec_order
+    folder = tmp_path / "rank_0" / "execution_order"
+    folder.mkdir(parents=True)
+    with open(folder / "ms_execution_order_graph_0.csv", "w") as fh:
+        fh.write("NodeExecutionOrder-FullNameWithScope\n")
+        fh.writelines(f"Default/network-Net/MatMul-op{i}\n" for i in range(exec_order.MAX_KERNELS + 1))
+    warnings = []
+    assert len(exec_order.execution_order(str(tmp_path / "rank_0"), "0", warnings.append)) == 0
+    assert len(warnings) == 1 and "not a graph's execution order" in warnings[0]
+    assert len(exec_order.execution_order(str(tmp_path / "rank_0"), "0", warnings.append)) == 0
+    assert len(warnings) == 2           # said again to the next reader, from the one cached read
+    with open(folder / "ms_execution_order_graph_0.csv", "w") as fh:      # 70 lines of 1 MiB: each name is cut
+        fh.write("NodeExecutionOrder-FullNameWithScope\n")
+        fh.writelines(f"D/{i}" + "x" * (1 << 20) + "\n" for i in range(70))
+    order = exec_order.execution_order(str(tmp_path / "rank_0"), "0", warnings.append)
+    assert len(order) == 70 and all(len(name) <= exec_order.MAX_NAME_CHARS for name in order)
+
+
+def test_execution_order_is_read_once_by_every_stage(tmp_path, monkeypatch):
+    """The walk, completeness and the layout check share one read of each version of the csv."""
+    from msoverflow.readers import exec_order
+    root = tmp_path / "dump"
+    step = clean_dump(root)
+    folder = root / "rank_0" / "execution_order"
+    folder.mkdir()
+    (folder / "ms_execution_order_graph_0.csv").write_text(
+        "NodeExecutionOrder-FullNameWithScope\nDefault/network-Net/fc-Dense/MatMul-op1\n")
+    assert step.exists()
+    opened = []
+    real = exec_order.safeio.open_regular
+
+    def counting(path, *args, **kw):
+        if str(path).endswith(".csv"):
+            opened.append(path)
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(exec_order.safeio, "open_regular", counting)
+    exec_order._read_order.cache_clear()
+    from msoverflow.api import analyze
+    analyze(str(root), parallel="dp=1")
+    analyze(str(root), parallel="dp=1")
+    assert len(opened) == 1, opened
+
+
+def test_execution_order_of_6m_lines_under_a_memory_limit(tmp_path):
+    folder = tmp_path / "dump" / "rank_0" / "execution_order"
+    clean_dump(tmp_path / "dump")
+    folder.mkdir()
+    with open(folder / "ms_execution_order_graph_0.csv", "w") as fh:
+        fh.write("NodeExecutionOrder-FullNameWithScope\n")
+        line = "Default/network-WithLossCell/_backbone-Net/layers-CellList/0-Block/attention-Attention/MatMul-op{}\n"
+        for block in range(60):
+            fh.writelines(line.format(block * 100_000 + i) for i in range(100_000))
+    proc = run_limited(768, "analyze", tmp_path / "dump", "--no-progress", "--no-save", "-v")
+    contract(proc, {0, 3}, says="not a graph's execution order")
+
+
+# ---- layouts that declare huge worlds stay a few rows -------------------------------------------------------
+
+def test_a_layout_of_4_billion_ranks_beside_a_one_rank_dump(tmp_path):
+    clean_dump(tmp_path / "dump")
+    out, _ = contract(run_limited(1024, "analyze", tmp_path / "dump", "--no-progress", "--no-save", "--format",
+                                  "json", "--parallel", "dp=65536,tp=65536"), {3})
+    doc = json.loads(out)
+    assert [(r["rank"], r.get("last_rank"), r["status"]) for r in doc["ranks"]] == [
+        (0, None, "clean"), (1, 65536 * 65536 - 1, "not dumped")]
