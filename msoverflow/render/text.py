@@ -213,22 +213,18 @@ def rank_table(rows: List[RankStatus]) -> str:
     return _print(table) + (f"\n  ... {left_out}" if left_out else "")
 
 
-def _middle(text: str, width: int) -> str:
-    """Long text cut in the middle: the start says what happened, the end names the op."""
-    return text if len(text) <= width else text[:width // 2 - 2] + "..." + text[-(width // 2 - 1):]
-
-
 def parameter_table(report: Report) -> str:
     """Per rank, the parameters whose gradient or value first went non-finite, and how."""
     from rich.table import Table
     table = Table(title=f"Parameters hit ({len(report.parameters)}: first non-finite gradient or value, per rank)",
                   title_justify="left", box=None, pad_edge=False, show_edge=False)
-    for column in ("rank", "coordinates", "step", "parameter", "shape", "how"):
+    for column in ("rank", "coordinates", "step", "parameter", "shape"):
         table.add_column(column, overflow="fold")
+    table.add_column("how", ratio=1, overflow="fold")     # whole sentences, wrapped between words
     shown, left_out = parameters_shown(report)
     for hit in shown:
         table.add_row(*_cells(hit.rank, coords_phrase(hit.coords) or "-", hit.iteration, _short(hit.name, 60),
-                              shape_text(hit.shape), _middle(hit.how, 72)))
+                              shape_text(hit.shape), hit.how))
     return _print(table) + (f"\n  ... {left_out}" if left_out else "")
 
 
