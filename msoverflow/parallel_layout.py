@@ -291,6 +291,7 @@ def resolve(spec: Optional[ParallelSpec], path: str, expected_ranks: Sequence[in
     """The layout to label ranks with (None: unknown). rank_roots: rank -> its rank_N directory. A layout whose
     pipeline stages the saved execution orders contradict is not used (a warning says why); the stages the
     graphs show, if any, are used instead."""
+    named = spec is not None           # the user's --parallel: what does not fit is a usage error
     spec = spec or _yaml_beside(path, warn) or _strategy_beside(path, warn)
     world, world_why = world_size(path, expected_ranks)
     groups = _graph_kernels(rank_roots, warn)
@@ -299,7 +300,13 @@ def resolve(spec: Optional[ParallelSpec], path: str, expected_ranks: Sequence[in
     if spec.strategies:
         layout = _strategy_layout(spec, world, world_why, sorted(rank_roots), warn)
     else:
-        layout = _sizes_layout(spec, world, world_why, warn)
+        try:
+            layout = _sizes_layout(spec, world, world_why, warn)
+        except UserError as exc:       # a file found beside the dump: not used, said
+            if named:
+                raise
+            warn(f"{exc}; not used")
+            layout = None
     if layout is None:
         return _inferred(groups, rank_roots)
     refused = _contradicted(layout, groups, rank_roots)

@@ -269,11 +269,14 @@ def loads_yaml(text: str, *, typ: str = "safe", max_depth: int = MAX_YAML_DEPTH,
                max_nodes: int = MAX_YAML_NODES) -> Any:
     """YAML text, bounded in nesting and in the nodes its aliases expand to (yaml_nodes), then loaded by
     ruamel.yaml (`typ` "safe", or "rt" to keep comments for a patch). YamlError (a ValueError) when refused."""
+    import warnings
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
     yaml_nodes(text, max_depth=max_depth, max_nodes=max_nodes)
     try:
-        return YAML(typ=typ).load(text)
+        with warnings.catch_warnings():     # e.g. one ReusedAnchorWarning per repeated anchor, on stderr
+            warnings.simplefilter("ignore")
+            return YAML(typ=typ).load(text)
     except YAMLError as exc:
         raise YamlError(_yaml_problem(exc)) from None
     except (ValueError, RecursionError) as exc:       # e.g. an integer of more digits than Python converts

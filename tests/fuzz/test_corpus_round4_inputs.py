@@ -287,3 +287,19 @@ def test_a_layout_of_4_billion_ranks_beside_a_one_rank_dump(tmp_path):
     doc = json.loads(out)
     assert [(r["rank"], r.get("last_rank"), r["status"]) for r in doc["ranks"]] == [
         (0, None, "clean"), (1, 65536 * 65536 - 1, "not dumped")]
+
+
+def test_repeated_anchors_print_no_warning_per_repeat(tmp_path):
+    """ruamel.yaml warns once per repeated anchor (1,700 ReusedAnchorWarnings, 400 KB on stderr, for the corpus
+    case layout_yaml-hang-reused-anchors.bin): msoverflow's loader keeps the document's own warnings quiet."""
+    import warnings
+    text = (Path(__file__).parent / "corpus" / "layout_yaml-hang-reused-anchors.bin").read_text()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(safeio.YamlError, match="duplicate key"):
+            safeio.loads_yaml(text)
+    assert caught == []
+    clean_dump(tmp_path / "job" / "dump")
+    (tmp_path / "job" / "run.yaml").write_text(text)
+    out, err = contract(msoverflow("analyze", tmp_path / "job" / "dump", "--no-progress", "--no-save"), {0})
+    assert "ReusedAnchorWarning" not in err and len(err) < 2000, err[-2000:]
