@@ -260,3 +260,15 @@ def test_parameter_table_keeps_whole_sentences():
     wanted = how.split()
     starts = [i for i in range(len(words)) if words[i:i + len(wanted)] == wanted]
     assert len(starts) == 3, table
+
+
+def test_a_yaml_beside_the_dump_that_does_not_fit_is_a_warning_not_exit_2(tmp_path):
+    """The user did not name it: model_parallel 3 on 8 ranks is said and the file not used; named, it is exit 2."""
+    root = tmp_path / "job" / "dump"
+    af.build_pp_seed_case(str(root))
+    (tmp_path / "job" / "run.yaml").write_text("parallel_config:\n  model_parallel: 3\n")
+    report = analyze(str(root))
+    assert any("not a multiple of tp*pp = 3; give dp too; not used" in w for w in report.warnings), report.warnings
+    assert report.parallel["source"] == "inferred from the graphs"
+    with pytest.raises(UserError, match="not a multiple of tp\\*pp = 3"):
+        analyze(str(root), parallel=str(tmp_path / "job" / "run.yaml"))
