@@ -1,4 +1,4 @@
-"""Real MindSpore CPU dumps for the incomplete-dump tests (tests/test_incomplete_dumps.py) that the main set
+"""Real MindSpore CPU dumps for the incomplete-dump tests (tests/real/test_incomplete_dumps.py) that the main set
 (tests/support/gen_real_dumps.py) lacks: a clean run of three steps. Same runner and case.json as gen_real_dumps (this
 module only adds cases), cached apart under `.fixture-cache/incomplete/<key>/`, the key hashing this file, the
 demo model and the MindSpore version, so adding a case here never regenerates the main set.

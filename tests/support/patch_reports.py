@@ -1,4 +1,4 @@
-"""Helpers shared by the tests/test_patch_*.py modules (no tests here).
+"""Helpers shared by the tests/*/test_patch_*.py modules (no tests here).
 
 hand_report() is HAND-WRITTEN in the shape of `msoverflow analyze --format json` (schema_version 1), for tests
 that must not depend on a MindSpore run; the end-to-end tests use reports from real `msoverflow analyze` runs.

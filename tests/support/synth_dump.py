@@ -1,7 +1,7 @@
 """Build synthetic MindSpore-layout dumps (rank_{r}/{net}/{graph}/{iteration}/*.npy) for tests and benchmarks.
 
 These are SYNTHETIC: the file names, layout and npy payload quirk follow what real MindSpore 2.10 CPU runs write
-(see tests/test_real_dumps_analyze.py for the real thing). Nothing here imports mindspore.
+(see tests/real/test_real_dumps_analyze.py for the real thing). Nothing here imports mindspore.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Rules through the whole pipeline on SYNTHETIC dumps (MindSpore-layout npy files written by tests/support/synth_dump.py).
-The real-MindSpore counterparts live in tests/test_real_dumps_analyze.py."""
+The real-MindSpore counterparts live in tests/real/test_real_dumps_analyze.py."""
 import json
 import os
 
