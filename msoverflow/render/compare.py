@@ -219,20 +219,22 @@ def render_compare_markdown(c: Comparison) -> str:
 def error_svg(c: Comparison):
     """Error (ulps, log scale) of each matched op run along the baseline's execution order, one panel per
     (rank, step), coloured by Cell; the first divergence marked."""
-    from .html import _figure, _plot_settings, _svg
-    with _plot_settings():
-        return _error_svg(c, _figure, _svg)
+    from .html.plots import plot_settings
+    with plot_settings():
+        return _error_svg(c)
 
 
-def _error_svg(c: Comparison, _figure, _svg):
+def _error_svg(c: Comparison):
     from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    from .html.plots import figure, inline_svg
     units = sorted({(r, s) for r, s, *_ in c.series})
     if not units:
         return None, "nothing was compared"
     first = c.first_divergence
     chosen = [u for u in units if first is not None and u == (first.rank, first.iteration)]
     chosen += [u for u in units if u not in chosen][:MAX_PLOT_PANELS - len(chosen)]
-    fig = _figure(10, 2.4 * len(chosen))
+    fig = figure(10, 2.4 * len(chosen))
     cells = {}
     for cell in (p[3] for p in c.series):
         cells[cell] = cells.get(cell, 0) + 1
@@ -264,45 +266,45 @@ def _error_svg(c: Comparison, _figure, _svg):
     fig.axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     note = (f"{len(units)} (rank, step) unit(s), {len(chosen)} drawn; dashed line: the tolerance; errors below "
             f"{floor} ulps drawn at {floor}")
-    return _svg(fig, "error-plot", "error along execution order"), note
+    return inline_svg(fig, "error-plot", "error along execution order"), note
 
 
 def render_compare_html(c: Comparison) -> str:
-    from .html import CSS, _e, _file_link
+    from .html.page import CSS, esc, file_link
     badge = {"diverged": "anomaly", "equivalent": "clean"}.get(c.verdict, "inconclusive")
     f = c.first_divergence
-    parts = [f'<section id="verdict"><div class="card {badge}"><span class="badge {badge}">{_e(c.verdict.upper())}'
-             f'</span> {_e(headline(c))}<dl>'
-             f"<dt>baseline</dt><dd>{_file_link(c.baseline, c.baseline)}</dd>"
-             f"<dt>target</dt><dd>{_file_link(c.target, c.target)}</dd>"]
+    parts = [f'<section id="verdict"><div class="card {badge}"><span class="badge {badge}">{esc(c.verdict.upper())}'
+             f'</span> {esc(headline(c))}<dl>'
+             f"<dt>baseline</dt><dd>{file_link(c.baseline, c.baseline)}</dd>"
+             f"<dt>target</dt><dd>{file_link(c.target, c.target)}</dd>"]
     if f is not None:
-        parts.append(f"<dt>op</dt><dd><code>{_e(f.op_type)}</code> <code>{_e(f.op_name)}</code></dd>"
-                     f"<dt>rank, step</dt><dd>{_e(rank_phrase(f.rank, f.coords))}, {f.iteration}</dd>"
-                     f"<dt>Cell</dt><dd>{_e(f.cell)} ({_e(f.cell_type)})</dd>")
+        parts.append(f"<dt>op</dt><dd><code>{esc(f.op_type)}</code> <code>{esc(f.op_name)}</code></dd>"
+                     f"<dt>rank, step</dt><dd>{esc(rank_phrase(f.rank, f.coords))}, {f.iteration}</dd>"
+                     f"<dt>Cell</dt><dd>{esc(f.cell)} ({esc(f.cell_type)})</dd>")
         if f.source:
-            parts.append(f"<dt>source</dt><dd>{_file_link(f.source.file, None, f.source.line)} "
-                         f"<code>{_e(f.source.code)}</code></dd>")
+            parts.append(f"<dt>source</dt><dd>{file_link(f.source.file, None, f.source.line)} "
+                         f"<code>{esc(f.source.code)}</code></dd>")
         if f.dtype_change:
-            parts.append(f"<dt>dtype</dt><dd>{_e(f.dtype_change)}</dd>")
-        parts.append(f"<dt>why</dt><dd>{_e(_role_text(f))} {_e(f.note)}</dd>")
+            parts.append(f"<dt>dtype</dt><dd>{esc(f.dtype_change)}</dd>")
+        parts.append(f"<dt>why</dt><dd>{esc(_role_text(f))} {esc(f.note)}</dd>")
     parts.append("</dl></div></section>")
     if f is not None:
         rows = "".join(
-            f"<tr><td>{_e(t.io)} {t.slot}</td><td>{_e(t.baseline_dtype)} / {_e(t.target_dtype)}</td>"
+            f"<tr><td>{esc(t.io)} {t.slot}</td><td>{esc(t.baseline_dtype)} / {esc(t.target_dtype)}</td>"
             f"<td class=\"{'bad' if t.agree is False else ''}\">{ {True: 'yes', False: 'no', None: '-'}[t.agree]}</td>"
             f"<td class=num>{_g(t.max_abs_error)}</td><td class=num>{_g(t.max_rel_error)}</td>"
-            f"<td class=num>{_g(t.cosine, 6)}</td><td class=num>{_g(t.error_ulps)} ({_e(t.ulp_dtype or 'exact')})</td>"
-            f"<td>{_file_link(t.baseline_file)}<br>{_file_link(t.target_file)}</td></tr>" for t in f.inputs + f.outputs)
+            f"<td class=num>{_g(t.cosine, 6)}</td><td class=num>{_g(t.error_ulps)} ({esc(t.ulp_dtype or 'exact')})</td>"
+            f"<td>{file_link(t.baseline_file)}<br>{file_link(t.target_file)}</td></tr>" for t in f.inputs + f.outputs)
         parts.append('<section id="tensors"><h2>Tensors of the first divergence</h2><table><tr><th>tensor</th>'
                      "<th>dtypes (baseline / target)</th><th>agrees</th><th>max abs err</th><th>max rel err</th>"
                      f"<th>cosine</th><th>error</th><th>files (baseline, target)</th></tr>{rows}</table></section>")
     svg, note = error_svg(c)
     parts.append('<section id="errors"><h2>Error along execution order, per Cell</h2>'
-                 + (f'<div class="plot">{svg}</div>' if svg else "") + f'<p class="note">{_e(note)}</p></section>')
+                 + (f'<div class="plot">{svg}</div>' if svg else "") + f'<p class="note">{esc(note)}</p></section>')
     if c.worst:
-        rows = "".join(f"<tr><td class=num>{_g(op.error_ulps)}</td><td>{_e(op.role)}</td>"
-                       f"<td>{_e(rank_phrase(op.rank, op.coords))}</td>"
-                       f"<td>{op.iteration}</td><td><code>{_e(op.op_type)}</code> {_e(op.op_name)}</td></tr>"
+        rows = "".join(f"<tr><td class=num>{_g(op.error_ulps)}</td><td>{esc(op.role)}</td>"
+                       f"<td>{esc(rank_phrase(op.rank, op.coords))}</td>"
+                       f"<td>{op.iteration}</td><td><code>{esc(op.op_type)}</code> {esc(op.op_name)}</td></tr>"
                        for op in c.worst)
         parts.append(f'<section id="worst"><h2>Largest differences ({len(c.worst)} of {c.diverged_ops})</h2>'
                      f"<table><tr><th>ulps</th><th>role</th><th>rank</th><th>step</th><th>op</th></tr>{rows}"
@@ -310,22 +312,22 @@ def render_compare_html(c: Comparison) -> str:
     unmatched = _unmatched_lines(c)
     shown = c.unmatched[:MAX_UNMATCHED_SHOWN]
     parts.append('<section id="unmatched"><h2>Present on one side only</h2>'
-                 + ("".join(f"<p>{_e(line)}</p>" for line in unmatched) or '<p class="note">none</p>')
+                 + ("".join(f"<p>{esc(line)}</p>" for line in unmatched) or '<p class="note">none</p>')
                  + ("<table><tr><th>side</th><th>rank</th><th>step</th><th>op</th></tr>" + "".join(
-                     f"<tr><td>{_e(u.side)}</td><td>{_e(rank_phrase(u.rank, u.coords))}</td><td>{u.iteration}</td>"
-                     f"<td><code>{_e(u.op_type)}"
-                     f"</code> {_e(u.op_name)}</td></tr>" for u in shown) + "</table>" if shown else "")
+                     f"<tr><td>{esc(u.side)}</td><td>{esc(rank_phrase(u.rank, u.coords))}</td><td>{u.iteration}</td>"
+                     f"<td><code>{esc(u.op_type)}"
+                     f"</code> {esc(u.op_name)}</td></tr>" for u in shown) + "</table>" if shown else "")
                  + "</section>")
     scope = (f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs ({c.target_ops} in the target); "
              f"{c.tensors_compared} tensors compared; tolerance {_g(c.tolerance_ulps)} ulps.")
-    parts.append(f'<section id="scope"><h2>Scope</h2><p>{_e(scope)}</p>'
-                 + (f"<p>layout: {_e(parallel_text(c.parallel))}</p>" if c.parallel else "")
-                 + "".join(f"<p class=note>caveat: {_e(x)}</p>" for x in c.caveats)
-                 + "".join(f"<p class=note>inconclusive: {_e(x)}</p>" for x in c.reasons)
-                 + ("<ul class=warn>" + "".join(f"<li>{_e(w)}</li>" for w in c.warnings[:300]) + "</ul>"
+    parts.append(f'<section id="scope"><h2>Scope</h2><p>{esc(scope)}</p>'
+                 + (f"<p>layout: {esc(parallel_text(c.parallel))}</p>" if c.parallel else "")
+                 + "".join(f"<p class=note>caveat: {esc(x)}</p>" for x in c.caveats)
+                 + "".join(f"<p class=note>inconclusive: {esc(x)}</p>" for x in c.reasons)
+                 + ("<ul class=warn>" + "".join(f"<li>{esc(w)}</li>" for w in c.warnings[:300]) + "</ul>"
                     if c.warnings else "") + "</section>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_e('msoverflow compare: ' + c.verdict)}</title><style>{CSS}</style></head><body><main>"
+            f"<title>{esc('msoverflow compare: ' + c.verdict)}</title><style>{CSS}</style></head><body><main>"
             f"<h1>msoverflow compare</h1>\n" + "\n".join(parts) + "\n</main></body></html>\n")
 
 
