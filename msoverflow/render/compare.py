@@ -225,8 +225,6 @@ def error_svg(c: Comparison):
 
 
 def _error_svg(c: Comparison):
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
     from .html.plots import figure, inline_svg
     units = sorted({(r, s) for r, s, *_ in c.series})
     if not units:
@@ -254,10 +252,7 @@ def _error_svg(c: Comparison):
             ax.annotate(plot_label(f"first divergence: {first.op_type}"),
                         (first.position, max(first.error_ulps or 1, 1)), color="#c62828", fontsize=8)
         ax.axhline(c.tolerance_ulps, color="#888", linestyle="--", linewidth=0.8)
-        ax.set_yscale("log")
-        # plain tick text: mathtext is off for every plot (names from a dump are never parsed as math)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_yscale("log")       # tick labels in plain text: html.plots.inline_svg
         ax.set_ylabel("error (ulps)")
         ax.set_title(plot_label(f"{rank_phrase(unit[0], c.coords.get(unit[0]))}, step {unit[1]}"), fontsize=9)
         if i == len(chosen) - 1:

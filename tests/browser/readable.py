@@ -12,7 +12,7 @@ import math
 import re
 from typing import Dict, List, Optional, Tuple
 
-# In the page: every <text> of the SVG with its box in CSS px, the tick group it belongs to (x/y) if any; every
+# In the page: every <text> of the SVG with its box in CSS px, the tick group (x/y) and axes it belongs to; every
 # stroked, unfilled path outside a text group (edges, grid lines, spines) sampled as a polyline in CSS px; the
 # legend's entries (label, marker shape, fill colour).
 _PROBE = r"""(svgId) => {
@@ -24,8 +24,9 @@ _PROBE = r"""(svgId) => {
     const group = t.closest('g[id*="text_"]');
     const legend = t.closest('g[id*="legend_"]');
     const patch = group ? group.querySelector('g[id*="patch_"] path') : null;
+    const axes = t.closest('g[id*="axes_"]');
     return {text: t.textContent, box: box(t), tick, legend: !!legend, group: group ? group.id : null,
-            frame: patch ? box(patch) : null};
+            axes: axes ? axes.id : null, frame: patch ? box(patch) : null};
   });
   const edges = [...svg.querySelectorAll('path')].filter(p => !p.closest('g[id*="text_"]') && !p.closest('defs')
       && !p.closest('g[id*="legend_"]') && getComputedStyle(p).fill === 'none'

@@ -49,8 +49,46 @@ def plot_settings():
     return matplotlib.rc_context({"text.parse_math": False, "text.usetex": False})
 
 
+_SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+
+
+def plain_number(x: float) -> str:
+    """A tick value as people write it, in plain text: 0.01, 250, 65504; 10³⁰ and 2×10⁻⁹ beyond that."""
+    if x == 0 or 1e-3 <= abs(x) < 1e5:
+        return f"{x:g}"
+    mantissa, exponent = f"{x:.0e}".split("e")
+    power = "10" + str(int(exponent)).translate(_SUPERSCRIPT)
+    return {"1": power, "-1": "-" + power}.get(mantissa, f"{mantissa}×{power}")
+
+
+def _plain_log_formatter(major: bool):
+    from matplotlib.ticker import LogFormatter
+
+    class PlainLogFormatter(LogFormatter):
+        def _num_to_string(self, x, vmin, vmax):
+            return plain_number(x)
+
+    return PlainLogFormatter(labelOnlyBase=major)
+
+
+def plain_ticks(fig) -> None:
+    """Every axis labels its ticks in plain text. matplotlib's log axes write `$\\mathdefault{10^{4}}$`, which
+    stays raw in an SVG whose text is kept as text (and mathtext is off for names from a dump): each log axis gets
+    the same labels (decades, and values between them on short axes) written by plain_number."""
+    from matplotlib.ticker import LogFormatterMathtext, ScalarFormatter
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if isinstance(axis.get_major_formatter(), LogFormatterMathtext):
+                axis.set_major_formatter(_plain_log_formatter(major=True))
+            if isinstance(axis.get_minor_formatter(), LogFormatterMathtext):
+                axis.set_minor_formatter(_plain_log_formatter(major=False))
+            if isinstance(axis.get_major_formatter(), ScalarFormatter):
+                axis.get_major_formatter().set_useMathText(False)
+
+
 def inline_svg(fig, element_id: str, label: str) -> str:
     import matplotlib
+    plain_ticks(fig)
     out = io.StringIO()
     # Text stays text (small, searchable); ids are salted per plot so several SVGs share one page without
     # clashing, and stable so the same report gives the same file. rc_context leaves a caller's settings alone.
