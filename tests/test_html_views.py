@@ -26,3 +26,67 @@ def test_log_axes_keep_no_mathtext_in_any_svg():
     ticks = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
     assert ticks and not [t for t in ticks if "$" in t or "mathdefault" in t]
     assert "10⁶" in ticks and "10⁻⁶" in ticks
+
+
+# ---- the propagation graph's layout (render/html/graph.py) ------------------------------------------------------
+
+def _columns_are_spaced(lay):
+    """Every slot of a column (nodes, and edges passing through) at least one row from the next."""
+    rows = {}
+    for v in lay.nodes:
+        rows.setdefault(v.layer, []).append(v.row)
+    for e in lay.edges:
+        first = lay.nodes[e.source].layer
+        for step, r in enumerate(e.rows[1:-1], start=1):
+            rows.setdefault(first + step, []).append(r)
+    for col in rows.values():
+        col.sort()
+        assert all(b - a >= 1 - 1e-9 for a, b in zip(col, col[1:])), col
+
+
+def test_a_chain_in_one_cell_becomes_one_node_and_the_origin_stays_alone():
+    from msoverflow.render.html.graph import layout
+    cells = ["loss", "loss", "loss", "loss", "head", "head"]
+    lay = layout(cells, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)])
+    assert [v.members for v in lay.nodes] == [[0], [1, 2, 3], [4], [5]]     # 4 -> 5: two ops, not a long chain
+    assert [v.kind for v in lay.nodes] == ["op", "chain", "op", "op"]
+    assert [v.layer for v in lay.nodes] == [0, 1, 2, 3] and lay.layers == 4
+    assert all(e.from_graph for e in lay.edges)
+
+
+def test_a_branch_that_would_cross_is_reordered_and_long_edges_pass_through_empty_slots():
+    from msoverflow.render.html.graph import layout
+    # 0 feeds 1 and 2; 1 feeds 4, 2 feeds 3 (3 comes first in time, so a naive order crosses); 0 also feeds 4
+    # directly, across a column
+    cells = ["a", "b", "c", "d", "e"]
+    lay = layout(cells, [(0, 1), (0, 2), (2, 3), (1, 4), (0, 4)])
+    assert lay.crossings() == 0
+    _columns_are_spaced(lay)
+    long = next(e for e in lay.edges if (e.source, e.target) == (0, 4))
+    assert len(long.rows) == 3                         # the origin's column, a slot in column 1, node 4's column
+    for e in lay.edges:
+        assert lay.nodes[e.target].layer > lay.nodes[e.source].layer
+        assert len(e.rows) == lay.nodes[e.target].layer - lay.nodes[e.source].layer + 1
+
+
+def test_ops_without_a_known_producer_follow_the_latest_op_that_has_one():
+    from msoverflow.render.html.graph import layout
+    # 0 -> 1 -> 2 known; 3 and 4 have no producer in the Report (e.g. parameters an optimizer wrote)
+    lay = layout(["x", "y", "z", None, None], [(0, 1), (1, 2)])
+    dashed = [(lay.nodes[e.source].members, lay.nodes[e.target].members) for e in lay.edges if not e.from_graph]
+    assert dashed == [([2], [3]), ([2], [4])]
+    assert lay.nodes[3].layer == lay.nodes[4].layer == 3
+
+
+def test_a_wide_column_folds_and_deep_columns_are_not_drawn():
+    from msoverflow.render.html import graph
+    fan = 20
+    lay = graph.layout(["o"] + [f"c{i}" for i in range(fan)], [(0, i) for i in range(1, fan + 1)])
+    assert sum(1 for v in lay.nodes if v.layer == 1) == graph.MAX_ROWS
+    more = [v for v in lay.nodes if v.kind == "more"]
+    assert len(more) == 1 and len(more[0].members) == lay.folded == fan - (graph.MAX_ROWS - 1)
+    assert sorted(m for v in lay.nodes for m in v.members) == list(range(fan + 1))    # every op in some node
+    _columns_are_spaced(lay)
+    deep = graph.MAX_LAYERS + 5
+    chain = graph.layout([f"c{i}" for i in range(deep)], [(i, i + 1) for i in range(deep - 1)])
+    assert chain.layers == graph.MAX_LAYERS and chain.not_drawn == list(range(graph.MAX_LAYERS, deep))

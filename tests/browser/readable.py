@@ -72,7 +72,7 @@ def raw_mathtext(found: dict) -> List[str]:
 
 
 def number(label: str) -> Optional[float]:
-    """A tick label as people write numbers: 0.5, 1e+04, 1e-30, 10⁴, 2×10⁴, 65504, −3 (U+2212), 1,000. None if not."""
+    """A tick label as people write numbers (0.5, 1e+04, 10⁴, 2×10⁴, 65504, −3 with U+2212, 1,000); else None."""
     text = label.strip().replace("\u2212", "-").replace(",", "")
     m = re.fullmatch(r"(?:([-+]?\d+(?:\.\d+)?)\s*[×x]\s*)?10([⁰¹²³⁴⁵⁶⁷⁸⁹⁻]+)", text)
     if m:
@@ -87,9 +87,29 @@ def _intersect(a, b, margin: float) -> bool:
     return (min(a[2], b[2]) - max(a[0], b[0]) > margin) and (min(a[3], b[3]) - max(a[1], b[1]) > margin)
 
 
+def labels(found: dict) -> List[dict]:
+    """One entry per label: the lines of one matplotlib Text (one `text_N` group) are one label, its box their union."""
+    merged: Dict[str, dict] = {}
+    out = []
+    for t in found["texts"]:
+        b = t["box"]
+        if b[2] <= b[0] or b[3] <= b[1]:
+            continue
+        if t["group"] is None:
+            out.append(dict(t))
+        elif t["group"] not in merged:
+            merged[t["group"]] = dict(t)
+            out.append(merged[t["group"]])
+        else:
+            m = merged[t["group"]]
+            m["text"] += "\n" + t["text"]
+            m["box"] = [min(m["box"][0], b[0]), min(m["box"][1], b[1]), max(m["box"][2], b[2]), max(m["box"][3], b[3])]
+    return out
+
+
 def overlapping_texts(found: dict, margin: float = 0.5) -> List[Tuple[str, str]]:
-    """Pairs of text elements whose boxes on screen intersect (by more than `margin` px each way)."""
-    boxes = [t for t in found["texts"] if t["box"][2] > t["box"][0] and t["box"][3] > t["box"][1]]
+    """Pairs of labels whose boxes on screen intersect (by more than `margin` px each way)."""
+    boxes = labels(found)
     return [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1:]
             if _intersect(a["box"], b["box"], margin)]
 

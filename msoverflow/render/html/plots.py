@@ -10,6 +10,7 @@ from ...model import RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, Finding, Report,
 from ..common import steps_text
 from ..safe import plot_label
 from ..text import op_label
+from .graph import MAX_LAYERS, MAX_ROWS, Node, layout
 from .page import COLORS, esc, finding_id, sample
 
 FP16_MAX = 65504.0
@@ -18,8 +19,14 @@ BF16_MAX = 3.3895313892515355e38
 MAX_TIMELINE_STEPS = 6        # steps drawn as timeline panels (the ones holding events first)
 MAX_TIMELINE_RANKS = 48       # ranks drawn as timeline rows (the ones holding events first)
 MAX_MARKERS_PER_KIND = 400    # per panel and marker kind: more are sampled evenly
-MAX_GRAPH_NODES = 32          # propagation graph: the origin and the first ops it reached
-GRAPH_WIDTH = 6               # columns per band of the propagation graph
+MAX_GRAPH_OPS = 200           # propagation graph: the first ops the origin reached that graph.py lays out
+GRAPH_FONT = 8                # points
+GRAPH_PAD = 0.35              # frame padding around a label, in font sizes
+GRAPH_ROW = 0.62              # inches from one row to the next
+GRAPH_GAP = 0.55              # inches between columns: where edges cross over
+GRAPH_MARGIN = 0.1
+GRAPH_CELL_COLORS = ("#e3f2fd", "#e8f5e9", "#fff3e0", "#f3e5f5", "#e0f7fa", "#fce4ec", "#f9fbe7", "#ede7f6",
+                     "#fffde7", "#e0f2f1", "#efebe9", "#e8eaf6")
 MAX_HEADROOM_BARS = 24
 MAX_TABLE_ROWS = 200          # links from markers point at table rows up to this many
 
@@ -86,7 +93,9 @@ def plain_ticks(fig) -> None:
                 axis.get_major_formatter().set_useMathText(False)
 
 
-def inline_svg(fig, element_id: str, label: str) -> str:
+def inline_svg(fig, element_id: str, label: str, min_scale: Optional[float] = None) -> str:
+    """The figure as an SVG element for the page. min_scale: the page may shrink it to fit, down to this share of
+    its drawn size (then it scrolls sideways), so that its labels stay readable."""
     import matplotlib
     plain_ticks(fig)
     out = io.StringIO()
@@ -105,7 +114,11 @@ def inline_svg(fig, element_id: str, label: str) -> str:
     own = set(re.findall(r'id="([^"]+)"', svg))     # links out of the plot (#finding-0 ...) stay as they are
     svg = re.sub(r'(id="|url\(#|href="#)([^"#)]+)',
                  lambda m: f"{m.group(1)}{element_id}-{m.group(2)}" if m.group(2) in own else m.group(0), svg)
-    return svg.replace("<svg ", f'<svg id="{element_id}" role="img" aria-label="{esc(label)}" ', 1)
+    style = ""
+    if min_scale is not None:
+        width = re.search(r'<svg [^>]*width="([0-9.]+)pt"', svg)
+        style = f' style="min-width:{float(width.group(1)) * min_scale:.0f}pt"' if width else ""
+    return svg.replace("<svg ", f'<svg id="{element_id}" role="img" aria-label="{esc(label)}"{style} ', 1)
 
 
 def _timeline_events(report: Report, top: int):
@@ -260,77 +273,162 @@ def _timeline_ranks(ranks: List[int], events) -> Tuple[List[int], int]:
     return chosen, len(ranks) - len(chosen)
 
 
-def _graph_nodes(report: Report) -> Tuple[List[Finding], List[Tuple[int, int, bool]], int]:
-    """Nodes (origin first, then propagation in time order, capped) and the Report's edges between them
-    (producer, consumer, from_graph); a node the Report gives no edge into follows the one before it in time,
-    drawn dashed."""
-    first = report.first
-    nodes = [first] + list(report.propagation[:MAX_GRAPH_NODES - 1])
-    left_out = max(0, len(report.propagation) - (MAX_GRAPH_NODES - 1))
-    index_of = {}
-    for i, f in enumerate(nodes):
+def _graph_input(report: Report) -> Tuple[List[Finding], List[Tuple[int, int]], int]:
+    """The origin and the first MAX_GRAPH_OPS ops it reached (time order), and the Report's producer -> consumer
+    edges between them as indices."""
+    ops = [report.first] + list(report.propagation[:MAX_GRAPH_OPS])
+    index_of: Dict[str, int] = {}
+    for i, f in enumerate(ops):
         index_of.setdefault(f.full_name or f.op_name, i)
-    edges = []
-    for producer, consumer in report.edges:
-        j, i = index_of.get(producer), index_of.get(consumer)
-        if j is not None and i is not None and j != i:
-            edges.append((j, i, True))
-    fed = {i for _, i, _ in edges}
-    edges += [(i - 1, i, False) for i in range(1, len(nodes)) if i not in fed]
-    return nodes, edges, left_out
+    edges = [(index_of[producer], index_of[consumer]) for producer, consumer in report.edges
+             if producer in index_of and consumer in index_of]
+    return ops, edges, max(0, len(report.propagation) - MAX_GRAPH_OPS)
+
+
+def _chain_text(ops: List[Finding]) -> str:
+    names = [plot_label(f.op_type, 24) for f in ops]
+    joined = " → ".join(names)
+    return joined if len(names) <= 3 and len(joined) <= 34 else f"{names[0]} → … → {names[-1]} ({len(ops)} ops)"
+
+
+def _graph_text(node: Node, ops: List[Finding]) -> Tuple[str, str]:
+    """(label, hover text) of a node of the propagation graph."""
+    members = [ops[m] for m in node.members]
+    if node.kind == "more":
+        types = sorted({f.op_type for f in members})
+        return (f"+{len(members)} more ops\n(the table lists them)",
+                f"{len(members)} more ops in this column: " + plot_label(", ".join(types), 200))
+    head = members[0]
+    cell = _short_cell(head.cell) or (head.cell_type or "")
+    if node.kind == "chain":
+        hover = " → ".join(plot_label(f.full_name or f.op_name, 80) for f in members)
+        return _chain_text(members) + (f"\n{plot_label(cell, 30)}" if cell else ""), plot_label(hover, 600)
+    where = f" in {plot_label(head.cell, 80)}" if head.cell else ""
+    return _node_label(head), f"{plot_label(head.op_type, 60)}{where}: {plot_label(head.full_name or head.op_name, 200)}"
+
+
+def _text_size(text: str, size: float, bold: bool) -> Tuple[float, float]:
+    """(width, height) in inches of a (multi-line) label as matplotlib lays it out (DejaVu Sans metrics)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+    prop = FontProperties(size=size, weight="bold" if bold else "normal")
+    lines = text.split("\n")
+    widths = [TextToPath().get_text_width_height_descent(line, prop, ismath=False)[0] for line in lines]
+    return max(widths) / 72.0, len(lines) * size * 1.2 / 72.0
+
+
+def _ports(lay, boxes) -> List[Tuple[float, float]]:
+    """Where each edge leaves its source and enters its target, as offsets from the frame's middle (inches): a node's
+    edges spread over its height in the order of the rows they come from or go to, so that edges fanning out of
+    (or into) one node neither overlap nor cross."""
+    out: Dict[int, List[int]] = {}
+    into: Dict[int, List[int]] = {}
+    for k, e in enumerate(lay.edges):
+        out.setdefault(e.source, []).append(k)
+        into.setdefault(e.target, []).append(k)
+    ports = [[0.0, 0.0] for _ in lay.edges]
+    for side, groups, next_row in ((0, out, 1), (1, into, -2)):
+        for node, edges in groups.items():
+            if len(edges) < 2:
+                continue
+            edges.sort(key=lambda k: (lay.edges[k].rows[next_row], k))
+            span = boxes[node][1] * 0.6
+            for i, k in enumerate(edges):
+                ports[k][side] = -span / 2 + span * i / (len(edges) - 1)
+    return [(a, b) for a, b in ports]
 
 
 def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
-    if report.first is None:
-        return None, "nothing to draw: no origin"
-    nodes, edges, left_out = _graph_nodes(report)
-    depth = {0: 0}
-    for j, i, _ in sorted(edges, key=lambda e: e[1]):
-        depth[i] = max(depth.get(i, 0), depth.get(j, 0) + 1)
-    columns: Dict[int, List[int]] = {}
-    for i in range(len(nodes)):
-        columns.setdefault(depth.get(i, 0), []).append(i)
-    # Long chains wrap into bands of GRAPH_WIDTH columns (read left to right, then the next band) so labels
-    # keep a readable size on a page.
-    width = min(len(columns), GRAPH_WIDTH)
-    nrows = max(len(v) for v in columns.values())
-    bands = (len(columns) + GRAPH_WIDTH - 1) // GRAPH_WIDTH
-    pos = {}
-    for col, members in columns.items():
-        band, x = divmod(col, GRAPH_WIDTH)
-        for row, i in enumerate(members):
-            pos[i] = (x, -band * (nrows + 0.8) - row)
-    ncols = width
-    fig = figure(1.0 + 2.1 * width, min(0.6 + 0.75 * ((bands - 1) * (nrows + 0.8) + nrows), 18))
-    ax = fig.add_subplot()
+    """A layered left-to-right graph (graph.py): the origin at the left, each op one column right of its latest
+    producer, one colour per Cell. Edges live in the gaps between columns and in empty slots of the columns they
+    pass, so they never run over a label."""
+    from matplotlib.patches import FancyArrowPatch, Patch
+    from matplotlib.path import Path
+    if report.first is None or not report.propagation:
+        return None, "the origin reached no other op in the dump"
+    ops, edges, beyond_cap = _graph_input(report)
+    lay = layout([f.cell for f in ops], edges)
+    texts = [_graph_text(v, ops) for v in lay.nodes]
+    is_origin = [0 in v.members for v in lay.nodes]
+    boxes = []          # (width, height) of each node's frame, inches
+    for (label, _), origin in zip(texts, is_origin):
+        w, h = _text_size(label, GRAPH_FONT + (1 if origin else 0), origin)
+        pad = 2 * GRAPH_PAD * (GRAPH_FONT + 1) / 72.0
+        boxes.append((w + pad, h + pad))
+    columns = [max((boxes[k][0] for k, v in enumerate(lay.nodes) if v.layer == c), default=0.2)
+               for c in range(lay.layers)]
+    left = [GRAPH_MARGIN + sum(columns[:c]) + c * GRAPH_GAP for c in range(lay.layers)]
+    right = [x + w for x, w in zip(left, columns)]
+    height = GRAPH_MARGIN * 2 + GRAPH_ROW * max((v.row for v in lay.nodes), default=0) + max(h for _, h in boxes)
+
+    def y_of(row: float) -> float:
+        return GRAPH_MARGIN + max(h for _, h in boxes) / 2 + GRAPH_ROW * row
+
+    def centre(k: int) -> Tuple[float, float]:
+        v = lay.nodes[k]
+        return (left[v.layer] + right[v.layer]) / 2, y_of(v.row)
+
+    width = right[-1] + GRAPH_MARGIN
+    fig = figure(width, height)
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, width)
+    ax.set_ylim(height, 0)
     ax.set_axis_off()
-    for j, i, from_graph in edges:
-        (x0, y0), (x1, y1) = pos[j], pos[i]
-        if x1 > x0:     # same band: side to side
-            start, end = (x0 + 0.42, y0), (x1 - 0.42, y1)
-        else:           # into the next band (or a lower row): bottom to top, clear of the boxes
-            start, end = (x0, y0 - 0.28), (x1, y1 + 0.28)
-        ax.annotate("", xy=end, xytext=start,
-                    arrowprops=dict(arrowstyle="-|>", color="#546e7a", lw=1.1,
-                                    linestyle="-" if from_graph else (0, (3, 3)), shrinkA=0, shrinkB=0))
-    for i, f in enumerate(nodes):
-        x, y = pos[i]
-        is_origin = i == 0
-        label = ax.text(x, y, _node_label(f), ha="center", va="center", fontsize=8 if not is_origin else 9,
-                        fontweight="bold" if is_origin else "normal", color="#b71c1c" if is_origin else "#263238",
-                        bbox=dict(boxstyle="round,pad=0.35", fc="#ffebee" if is_origin else "#eceff1",
-                                  ec=COLORS["origin"] if is_origin else "#90a4ae", lw=1.4 if is_origin else 0.8))
-        where = f" in {plot_label(f.cell, 80)}" if f.cell else ""
-        hover = f"{plot_label(f.op_type, 60)}{where}: {plot_label(f.full_name or f.op_name, 200)}"
-        label.set_url(f"#{finding_id(0)}|{hover}" if is_origin else f"#propagation-list|{hover}")
-    ax.set_xlim(-0.6, ncols - 0.4)
-    ax.set_ylim(min(y for _, y in pos.values()) - 0.6, 0.6)
-    dashed = sum(1 for e in edges if not e[2])
+    cells = [v.cell for v in lay.nodes if v.kind != "more" and v.cell]
+    palette = {cell: GRAPH_CELL_COLORS[i % len(GRAPH_CELL_COLORS)]
+               for i, cell in enumerate(dict.fromkeys(cells))}
+    ports = _ports(lay, boxes)
+    for k, e in enumerate(lay.edges):
+        a, b = lay.nodes[e.source], lay.nodes[e.target]
+        (xa, _), (xb, _) = centre(e.source), centre(e.target)
+        ys = [y_of(r) for r in e.rows]
+        ys[0] += ports[k][0]
+        ys[-1] += ports[k][1]
+        points, codes = [(xa + boxes[e.source][0] / 2, ys[0]), (right[a.layer], ys[0])], [Path.MOVETO, Path.LINETO]
+        for step in range(len(ys) - 1):
+            layer = a.layer + step
+            y0, y1 = ys[step], ys[step + 1]
+            last = layer + 1 == b.layer
+            # into the target's own frame (the arrowhead needs the curve's end), else across the next column
+            end = xb - boxes[e.target][0] / 2 - 0.01 if last else left[layer + 1]
+            half = (end - right[layer]) / 2
+            points += [(right[layer] + half, y0), (end - half, y1), (end, y1)]
+            codes += [Path.CURVE4] * 3
+            if not last:     # through an empty slot of the column between
+                points.append((right[layer + 1], y1))
+                codes.append(Path.LINETO)
+        ax.add_patch(FancyArrowPatch(path=Path(points, codes), arrowstyle="-|>", mutation_scale=9,
+                                     color="#546e7a", lw=1.0, linestyle="-" if e.from_graph else (0, (3, 2))))
+    for k, v in enumerate(lay.nodes):
+        (label, hover), origin = texts[k], is_origin[k]
+        face = "#ffebee" if origin else "#fafafa" if v.kind == "more" else palette.get(v.cell, "#eceff1")
+        x, y = centre(k)
+        text = ax.text(x, y, label, ha="center", va="center", fontsize=GRAPH_FONT + (1 if origin else 0),
+                       fontweight="bold" if origin else "normal", color="#b71c1c" if origin else "#263238",
+                       linespacing=1.2,
+                       bbox=dict(boxstyle=f"round,pad={GRAPH_PAD}", fc=face, ec=COLORS["origin"] if origin else
+                                 "#90a4ae", lw=1.4 if origin else 0.8, ls="--" if v.kind == "more" else "-"))
+        text.set_url(f"#{finding_id(0)}|{hover}" if origin else f"#propagation-list|{hover}")
+    if len(palette) > 1:
+        handles = [Patch(facecolor=color, edgecolor="#90a4ae", label=plot_label(cell, 60))
+                   for cell, color in palette.items()]
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, 0), ncol=min(3, len(handles)),
+                  fontsize=7, frameon=False, title="Cells", title_fontsize=7, alignment="left")
+    drawn = sum(len(v.members) for v in lay.nodes if v.kind != "more") - 1
+    dashed = sum(1 for e in lay.edges if not e.from_graph)
+    not_drawn = len(lay.not_drawn) + beyond_cap
     note = (f"rank {report.first.rank}, step {report.first.iteration}: {len(report.propagation)} ops reached after "
-            f"the origin. Arrows: producer -> consumer from the saved graph"
-            + (f"; {dashed} dashed arrow(s) only follow time order (no graph edge known)" if dashed else "")
-            + (f". {left_out} later op(s) not drawn (see the table below)." if left_out else "."))
-    return inline_svg(fig, "propagation-svg", "propagation graph from the origin"), note
+            f"the origin ({drawn} drawn). Arrows: producer -> consumer from the saved graph; each op sits one column "
+            "right of its latest producer"
+            + (f"; {dashed} dashed arrow(s): no producer known, drawn after the latest earlier op that has one"
+               if dashed else "")
+            + ("; a box 'A → B → C' is a chain of ops in one Cell" if any(v.kind == "chain" for v in lay.nodes)
+               else "")
+            + (f"; {lay.folded} op(s) folded into '+N more' boxes (more than {MAX_ROWS} in a column)"
+               if lay.folded else "")
+            + (f"; {not_drawn} later op(s) not drawn (past the {MAX_LAYERS}th column or the first {MAX_GRAPH_OPS})"
+               if not_drawn else "") + ". The table below lists every op.")
+    return inline_svg(fig, "propagation-svg", "propagation graph from the origin", min_scale=0.8), note
 
 
 def _headroom_rows(report: Report) -> List[Tuple[str, TensorSummary, str]]:
