@@ -90,3 +90,26 @@ def test_a_wide_column_folds_and_deep_columns_are_not_drawn():
     deep = graph.MAX_LAYERS + 5
     chain = graph.layout([f"c{i}" for i in range(deep)], [(i, i + 1) for i in range(deep - 1)])
     assert chain.layers == graph.MAX_LAYERS and chain.not_drawn == list(range(graph.MAX_LAYERS, deep))
+
+
+# ---- which views a report gets ----------------------------------------------------------------------------------
+
+def _views(page):
+    shown = set(re.findall(r'<section id="(timeline|propagation|headroom)"', page))
+    missing = dict(re.findall(r'class="not-drawn" data-view="(\w+)">([^<]*)<', page))
+    return shown, missing
+
+
+@pytest.mark.mindspore
+def test_headroom_only_for_a_low_precision_overflow(real_dumps):
+    from msoverflow.analyze import analyze
+    from msoverflow.render import render
+    fp16 = analyze(str(real_dumps["normhead_fp16_overflow"]), progress=False)
+    assert fp16.first.kind == "overflow" and "float16" in {t.dtype for t in fp16.first.outputs}
+    assert _views(render(fp16, "html")) == ({"timeline", "propagation", "headroom"}, {})
+    for case in ("zero_token_loss_division", "sgd_update_overflow"):      # fp32 1/0; an fp32 optimizer overflow
+        report = analyze(str(real_dumps[case]), progress=False)
+        assert not {t.dtype for t in report.first.inputs + report.first.outputs} & {"float16", "bfloat16"}
+        shown, missing = _views(render(report, "html"))
+        assert "headroom" not in shown and "headroom" in missing, case
+        assert "timeline" in shown, case

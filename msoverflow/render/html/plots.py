@@ -5,8 +5,9 @@ import io
 import re
 from typing import Dict, List, Optional, Tuple
 
-from ...dtypes import dtype_max
-from ...model import RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, Finding, Report, TensorSummary
+from ...dtypes import LOW_PRECISION_FLOATS, dtype_max
+from ...model import (FLAGGED, OVERFLOW, RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, SATURATION, Finding, Report,
+                      TensorSummary)
 from ..common import steps_text
 from ..safe import plot_label
 from ..text import op_label
@@ -28,6 +29,7 @@ GRAPH_MARGIN = 0.1
 GRAPH_CELL_COLORS = ("#e3f2fd", "#e8f5e9", "#fff3e0", "#f3e5f5", "#e0f7fa", "#fce4ec", "#f9fbe7", "#ede7f6",
                      "#fffde7", "#e0f2f1", "#efebe9", "#e8eaf6")
 MAX_HEADROOM_BARS = 24
+RANGE_KINDS = (OVERFLOW, SATURATION, FLAGGED)    # kinds of origin a headroom chart explains
 MAX_TABLE_ROWS = 200          # links from markers point at table rows up to this many
 
 
@@ -59,11 +61,13 @@ def plot_settings():
 _SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 
 
-def plain_number(x: float) -> str:
-    """A tick value as people write it, in plain text: 0.01, 250, 65504; 10³⁰ and 2×10⁻⁹ beyond that."""
+def plain_number(x: float, digits: int = 1) -> str:
+    """A number as people write it, in plain text: 0.01, 250, 65504; 10³⁰, 2×10⁻⁹ (ticks) or 5.7663×10⁵
+    (`digits` significant digits) beyond that."""
     if x == 0 or 1e-3 <= abs(x) < 1e5:
-        return f"{x:g}"
-    mantissa, exponent = f"{x:.0e}".split("e")
+        return f"{x:.{max(digits, 6)}g}"
+    mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
+    mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
     power = "10" + str(int(exponent)).translate(_SUPERSCRIPT)
     return {"1": power, "-1": "-" + power}.get(mantissa, f"{mantissa}×{power}")
 
@@ -184,6 +188,10 @@ def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
     steps = event_steps[:MAX_TIMELINE_STEPS] if event_steps else sample(all_steps, min(MAX_TIMELINE_STEPS, 3))
     if not steps:
         return None, "no steps"
+    if not any(end > start for times in report.step_times.values() for start, end in times.values()) \
+            and not any(e[2] for e in events):
+        # every marker would sit at 0 ms (a live hunt records no time within a step): a timeline says nothing
+        return None, "the report holds no time within a step (the rank table gives each rank's first bad step)"
     left_out = [s for s in (event_steps or all_steps) if s not in steps]
     clean_ranks = {s.rank for s in report.rank_status if s.status == RANK_CLEAN}
     if not report.rank_status and report.verdict == "clean":
@@ -304,7 +312,8 @@ def _graph_text(node: Node, ops: List[Finding]) -> Tuple[str, str]:
         hover = " → ".join(plot_label(f.full_name or f.op_name, 80) for f in members)
         return _chain_text(members) + (f"\n{plot_label(cell, 30)}" if cell else ""), plot_label(hover, 600)
     where = f" in {plot_label(head.cell, 80)}" if head.cell else ""
-    return _node_label(head), f"{plot_label(head.op_type, 60)}{where}: {plot_label(head.full_name or head.op_name, 200)}"
+    hover = f"{plot_label(head.op_type, 60)}{where}: {plot_label(head.full_name or head.op_name, 200)}"
+    return _node_label(head), hover
 
 
 def _text_size(text: str, size: float, bold: bool) -> Tuple[float, float]:
@@ -345,7 +354,7 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
     from matplotlib.patches import FancyArrowPatch, Patch
     from matplotlib.path import Path
     if report.first is None or not report.propagation:
-        return None, "the origin reached no other op in the dump"
+        return None, "the report holds no op that the origin's value reached"
     ops, edges, beyond_cap = _graph_input(report)
     lay = layout([f.cell for f in ops], edges)
     texts = [_graph_text(v, ops) for v in lay.nodes]
@@ -447,9 +456,19 @@ def _headroom_rows(report: Report) -> List[Tuple[str, TensorSummary, str]]:
 
 
 def headroom_svg(report: Report) -> Tuple[Optional[str], str]:
+    """Only where a low-precision range is the question: the first origin overflowed (or saturated, or the
+    hardware flagged it) with a float16/bfloat16 tensor; an fp32 1/0 or a NaN gets no headroom chart."""
+    first = report.first
+    if first is None or first.kind not in RANGE_KINDS:
+        return None, (f"the first origin is {first.kind if first else 'missing'}, not a value beyond a low-precision "
+                      "dtype's range")
+    dtypes = sorted({t.dtype or "?" for t in first.inputs + first.outputs})
+    if not set(dtypes) & set(LOW_PRECISION_FLOATS):
+        return None, (f"the first origin's tensors are {', '.join(dtypes) or 'not dumped'}: no float16 or bfloat16 "
+                      "limit to compare against")
     rows = _headroom_rows(report)
     if not rows:
-        return None, "no tensor statistics around an origin"
+        return None, "no tensor statistics around the origin"
     values, colors, texts = [], [], []
     finite = [t.stats.max_abs for _, t, _ in rows if t.stats.max_abs]
     top = max(finite + [FP16_MAX]) * 30
@@ -468,7 +487,7 @@ def headroom_svg(report: Report) -> Tuple[Optional[str], str]:
             used = s.max_abs / limit if limit else None
             values.append(max(s.max_abs, 1e-30))
             colors.append(COLORS["origin"] if (used or 0) > 1 else "#ef6c00" if (used or 0) > 0.5 else "#1565c0")
-            texts.append(f"{s.max_abs:.5g}" + (f"  ({used:.0%} of {t.dtype} max)" if used is not None else ""))
+            texts.append(plain_number(s.max_abs, 5) + (f"  ({used:.0%} of {t.dtype} max)" if used is not None else ""))
     fig = figure(10, 0.9 + 0.32 * len(rows))
     ax = fig.add_subplot()
     ys = list(range(len(rows)))
@@ -483,8 +502,9 @@ def headroom_svg(report: Report) -> Tuple[Optional[str], str]:
     if BF16_MAX < xmax:
         ax.axvline(BF16_MAX, color=COLORS["flag"], ls="--", lw=1.2)
         ax.text(BF16_MAX, -0.9, " bfloat16 max 3.39e38", color=COLORS["flag"], fontsize=8, va="bottom")
-    for y, value, text in zip(ys, values, texts):
-        ax.text(max(value, low), y, "  " + text, va="center", fontsize=8)
+    for y, value, text in zip(ys, values, texts):     # on a light backing: limit lines and grid pass behind
+        ax.text(max(value, low), y, text, va="center", fontsize=8,
+                bbox=dict(boxstyle="square,pad=0.15", fc="white", ec="none", alpha=0.85))
     ax.set_yticks(ys)
     ax.set_yticklabels([label for label, _, _ in rows], fontsize=8)
     ax.set_ylim(len(rows) - 0.4, -1.2)

@@ -6,7 +6,7 @@ Renderers know only findings: Report in, text out.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ...model import Finding, Report, TensorSummary
 from ..common import (arrival_text, coords_phrase, coords_text, count_cell, counts_note, parallel_text,
@@ -86,10 +86,12 @@ def _parameter_table(report: Report) -> str:
     return "\n".join(out + ["</section>"])
 
 
-def _plot_section(section_id: str, title: str, svg: Optional[str], note: str) -> str:
-    body = f'<div class="plot">{svg}</div>' if svg else f'<p class="note">{esc(note)}</p>'
-    return (f'<section id="{section_id}"><h2>{esc(title)}</h2>{body}'
-            + (f'<p class="note">{esc(note)}</p>' if svg else "") + "</section>")
+def _plot_section(section_id: str, title: str, svg: Optional[str], note: str, more: str = "") -> str:
+    """A plot with its note; nothing when there is nothing to draw (the scan section says why: _not_drawn)."""
+    if not svg:
+        return ""
+    return (f'<section id="{section_id}"><h2>{esc(title)}</h2><div class="plot">{svg}</div>'
+            f'<p class="note">{esc(note)}</p>{more}</section>')
 
 
 def _tensor_table(title: str, tensors: List[TensorSummary]) -> str:
@@ -191,7 +193,7 @@ def _propagation_table(report: Report) -> str:
             f"</thead><tbody>{rows}</tbody></table>{note}</details>")
 
 
-def _scan_section(report: Report) -> str:
+def _scan_section(report: Report, not_drawn: List[Tuple[str, str]]) -> str:
     meta = report.extra.get("mindspore") or {}
     written_by = f", MindSpore {meta['version']} {meta.get('device_target') or ''}" if meta.get("version") else ""
     per_rank = "; ".join(f"rank {r}: {steps_text(v)}" for r, v in sorted(report.iterations.items())[:64])
@@ -202,6 +204,7 @@ def _scan_section(report: Report) -> str:
              f"hardware overflow records: {len(report.overflow_records)}"]
     if not report.tail_clean:
         items.append("steps after the first origin were not scanned (--all scans every step)")
+    items += [f'<span class="not-drawn" data-view="{view}">no {view} drawn: {esc(why)}</span>' for view, why in not_drawn]
     out = ['<section id="scan"><h2>What was scanned</h2><ul>'] + [f"<li>{i}</li>" for i in items] + ["</ul>"]
     if report.coverage:
         out.append('<div id="coverage"><h3>Coverage: what this dump could not show</h3><ul>'
@@ -230,19 +233,20 @@ def _warnings(report: Report) -> str:
 
 def render_html(report: Report, top: int = 10) -> str:
     title = "msoverflow: " + (f"{report.first.kind} in {report.first.op_type}" if report.first else report.verdict)
+    not_drawn = []          # (view, why)
     with plot_settings():
-        timeline, timeline_note = timeline_svg(report, top)
-        sections = [verdict_card(report), _rank_table(report), _parameter_table(report), _arrivals(report),
-                    _plot_section("timeline", "Timeline", timeline, timeline_note)]
+        views = [("timeline", "Timeline", *timeline_svg(report, top))]
         if report.first is not None:
-            graph, graph_note = propagation_svg(report)
-            sections.append(_plot_section("propagation", "Propagation from the origin", graph, graph_note)
-                            .replace("</section>", _propagation_table(report) + "</section>"))
-            bars, bars_note = headroom_svg(report)
-            sections.append(_plot_section("headroom", "Headroom: max |x| against the dtype's limits", bars,
-                                          bars_note))
+            views += [("propagation", "Propagation from the origin", *propagation_svg(report)),
+                      ("headroom", "Headroom: max |x| against the dtype's limits", *headroom_svg(report))]
+    sections = [verdict_card(report), _rank_table(report), _parameter_table(report), _arrivals(report)]
+    for section_id, heading, svg, note in views:
+        more = _propagation_table(report) if section_id == "propagation" else ""
+        sections.append(_plot_section(section_id, heading, svg, note, more))
+        if not svg:
+            not_drawn.append((section_id, note))
     sections += [_evidence(report, top), _origins_table(report), _flagged_table(report), _warnings(report),
-                 _scan_section(report), _provenance(report)]
+                 _scan_section(report, not_drawn), _provenance(report)]
     nav = " ".join(f'<a href="#{s}">{s}</a>' for s in re.findall(r'<section id="([a-z-]+)"', "".join(sections)))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
