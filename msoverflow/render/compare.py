@@ -17,7 +17,12 @@ from .safe import md, md_code, plain, plot_label
 SCHEMA_VERSION = 1
 MAX_UNMATCHED_SHOWN = 20
 MAX_PLOT_PANELS = 4
-MAX_PLOT_CELLS = 12
+MAX_PLOT_CELLS = 16
+# Cells of the error plot: ten colours (matplotlib's tab10) and seven markers, cycled together, so that the first
+# seventy Cells each get a pair no other has
+SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+                 "#17becf")
+SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
 def _num(x: Optional[float]):
@@ -218,7 +223,7 @@ def render_compare_markdown(c: Comparison) -> str:
 
 def error_svg(c: Comparison):
     """Error (ulps, log scale) of each matched op run along the baseline's execution order, one panel per
-    (rank, step), coloured by Cell; the first divergence marked."""
+    (rank, step), one colour and marker per Cell; the first divergence marked."""
     from .html.plots import plot_settings
     with plot_settings():
         return _error_svg(c)
@@ -237,6 +242,11 @@ def _error_svg(c: Comparison):
     for cell in (p[3] for p in c.series):
         cells[cell] = cells.get(cell, 0) + 1
     named = [cell for cell, _n in sorted(cells.items(), key=lambda kv: -kv[1])[:MAX_PLOT_CELLS]]
+    # one style per Cell on every panel, each a colour and a marker no other Cell has
+    style = {cell: dict(color=SERIES_COLORS[k % len(SERIES_COLORS)], marker=SERIES_MARKERS[k % len(SERIES_MARKERS)])
+             for k, cell in enumerate(named)}
+    style["(other)"] = dict(color="#9e9e9e", marker=".")
+    handles = {}
     floor = 1e-1
     for i, unit in enumerate(chosen):
         ax = fig.add_subplot(len(chosen), 1, i + 1)
@@ -245,12 +255,14 @@ def _error_svg(c: Comparison):
             mine = [p for p in points if (p[3] if p[3] in named else "(other)") == cell]
             if not mine:
                 continue
-            ax.scatter([p[2] for p in mine], [max(p[4] or 0.0, floor) for p in mine], s=9,
-                       label=plot_label(cell or "(no Cell)", 40))
+            handles[cell] = ax.scatter([p[2] for p in mine], [max(p[4] or 0.0, floor) for p in mine], s=12,
+                                       linewidths=0.4, edgecolors="white", **style[cell])
         if first is not None and unit == (first.rank, first.iteration):
             ax.axvline(first.position, color="#c62828", linewidth=1)
             ax.annotate(plot_label(f"first divergence: {first.op_type}"),
-                        (first.position, max(first.error_ulps or 1, 1)), color="#c62828", fontsize=8)
+                        (first.position, max(first.error_ulps or 1, 1)), color="#c62828", fontsize=8,
+                        xytext=(4, 4), textcoords="offset points",
+                        bbox=dict(boxstyle="square,pad=0.15", fc="white", ec="none", alpha=0.85))
         ax.axhline(c.tolerance_ulps, color="#888", linestyle="--", linewidth=0.8)
         ax.set_yscale("log")       # tick labels in plain text: html.plots.inline_svg
         ax.set_ylabel("error (ulps)")
@@ -258,7 +270,11 @@ def _error_svg(c: Comparison):
         if i == len(chosen) - 1:
             ax.set_xlabel("op run in the baseline's execution order")
     fig.subplots_adjust(hspace=0.45)
-    fig.axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    order = [cell for cell in named + ["(other)"] if cell in handles]
+    fig.legend([handles[cell] for cell in order],
+               [plot_label(cell or "(no Cell)", 40) + (f" ({len(cells) - len(named)} more Cells)"
+                                                        if cell == "(other)" else "") for cell in order],
+               fontsize=7, loc="upper left", bbox_to_anchor=(0.91, 0.89), markerscale=1.4, frameon=False)
     note = (f"{len(units)} (rank, step) unit(s), {len(chosen)} drawn; dashed line: the tolerance; errors below "
             f"{floor} ulps drawn at {floor}")
     return inline_svg(fig, "error-plot", "error along execution order"), note
