@@ -280,20 +280,22 @@ def _error_svg(c: Comparison):
     return inline_svg(fig, "error-plot", "error along execution order"), note
 
 
-def render_compare_html(c: Comparison) -> str:
-    from .html.page import CSS, esc, file_link
+def render_compare_html(c: Comparison, page_dir: Optional[str] = None) -> str:
+    """The compare page; files under page_dir (default: the current directory) are linked relatively."""
+    from .html.page import CSS, Links, esc
+    links = Links(page_dir)
     badge = {"diverged": "anomaly", "equivalent": "clean"}.get(c.verdict, "inconclusive")
     f = c.first_divergence
     parts = [f'<section id="verdict"><div class="card {badge}"><span class="badge {badge}">{esc(c.verdict.upper())}'
              f'</span> {esc(headline(c))}<dl>'
-             f"<dt>baseline</dt><dd>{file_link(c.baseline, c.baseline)}</dd>"
-             f"<dt>target</dt><dd>{file_link(c.target, c.target)}</dd>"]
+             f"<dt>baseline</dt><dd>{links.file(c.baseline, c.baseline, folder=True)}</dd>"
+             f"<dt>target</dt><dd>{links.file(c.target, c.target, folder=True)}</dd>"]
     if f is not None:
         parts.append(f"<dt>op</dt><dd><code>{esc(f.op_type)}</code> <code>{esc(f.op_name)}</code></dd>"
                      f"<dt>rank, step</dt><dd>{esc(rank_phrase(f.rank, f.coords))}, {f.iteration}</dd>"
                      f"<dt>Cell</dt><dd>{esc(f.cell)} ({esc(f.cell_type)})</dd>")
         if f.source:
-            parts.append(f"<dt>source</dt><dd>{file_link(f.source.file, None, f.source.line)} "
+            parts.append(f"<dt>source</dt><dd>{links.file(f.source.file, None, f.source.line)} "
                          f"<code>{esc(f.source.code)}</code></dd>")
         if f.dtype_change:
             parts.append(f"<dt>dtype</dt><dd>{esc(f.dtype_change)}</dd>")
@@ -305,7 +307,7 @@ def render_compare_html(c: Comparison) -> str:
             f"<td class=\"{'bad' if t.agree is False else ''}\">{ {True: 'yes', False: 'no', None: '-'}[t.agree]}</td>"
             f"<td class=num>{_g(t.max_abs_error)}</td><td class=num>{_g(t.max_rel_error)}</td>"
             f"<td class=num>{_g(t.cosine, 6)}</td><td class=num>{_g(t.error_ulps)} ({esc(t.ulp_dtype or 'exact')})</td>"
-            f"<td>{file_link(t.baseline_file)}<br>{file_link(t.target_file)}</td></tr>" for t in f.inputs + f.outputs)
+            f"<td>{links.file(t.baseline_file)}<br>{links.file(t.target_file)}</td></tr>" for t in f.inputs + f.outputs)
         parts.append('<section id="tensors"><h2>Tensors of the first divergence</h2><table><tr><th>tensor</th>'
                      "<th>dtypes (baseline / target)</th><th>agrees</th><th>max abs err</th><th>max rel err</th>"
                      f"<th>cosine</th><th>error</th><th>files (baseline, target)</th></tr>{rows}</table></section>")
@@ -336,12 +338,14 @@ def render_compare_html(c: Comparison) -> str:
                  + "".join(f"<p class=note>caveat: {esc(x)}</p>" for x in c.caveats)
                  + "".join(f"<p class=note>inconclusive: {esc(x)}</p>" for x in c.reasons)
                  + ("<ul class=warn>" + "".join(f"<li>{esc(w)}</li>" for w in c.warnings[:300]) + "</ul>"
-                    if c.warnings else "") + "</section>")
+                    if c.warnings else "") + links.note() + "</section>")    # last: every link is made
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{esc('msoverflow compare: ' + c.verdict)}</title><style>{CSS}</style></head><body><main>"
             f"<h1>msoverflow compare</h1>\n" + "\n".join(parts) + "\n</main></body></html>\n")
 
 
-def render_comparison(c: Comparison, fmt: str) -> str:
-    return {"json": render_compare_json, "html": render_compare_html,
-            "markdown": render_compare_markdown}.get(fmt, render_compare_text)(c)
+def render_comparison(c: Comparison, fmt: str, page_dir: Optional[str] = None) -> str:
+    if fmt == "html":
+        return render_compare_html(c, page_dir)
+    return {"json": render_compare_json, "markdown": render_compare_markdown}.get(fmt, render_compare_text)(c)

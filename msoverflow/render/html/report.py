@@ -12,7 +12,7 @@ from ...model import Finding, Report, TensorSummary
 from ..common import (arrival_text, coords_phrase, coords_text, count_cell, counts_note, parallel_text,
                       producer_text, provenance_text, ranks_shown, scanned_text, steps_text, tensors_shown)
 from ..text import max_abs_text, op_label, range_used_text, shape_text
-from .page import CSS, STATUS_CLASS, esc, file_link, finding_id, sample, verdict_card
+from .page import CSS, STATUS_CLASS, Links, esc, finding_id, sample, verdict_card
 from .plots import headroom_svg, plot_settings, propagation_svg, timeline_svg
 
 MAX_TENSOR_ROWS = 32          # per input/output table of a finding (the bad tensors first)
@@ -94,7 +94,7 @@ def _plot_section(section_id: str, title: str, svg: Optional[str], note: str, mo
             f'<p class="note">{esc(note)}</p>{more}</section>')
 
 
-def _tensor_table(title: str, tensors: List[TensorSummary]) -> str:
+def _tensor_table(title: str, tensors: List[TensorSummary], links: Links) -> str:
     rows = []
     shown, left_out = tensors_shown(tensors, MAX_TENSOR_ROWS)
     for t in shown:
@@ -107,7 +107,7 @@ def _tensor_table(title: str, tensors: List[TensorSummary]) -> str:
                     f'<td class="num">{esc(range_used_text(t, 1))}</td>'
                     f'<td class="num">{esc(count_cell(s, "nan"))}</td><td class="num">{esc(count_cell(s, "posinf"))}'
                     f'</td><td class="num">{esc(count_cell(s, "neginf"))}</td><td>{esc(producer)}</td>'
-                    f'<td>{file_link(t.file)}</td></tr>')
+                    f'<td>{links.file(t.file)}</td></tr>')
     notes = [n for n in (left_out, counts_note(shown)) if n]
     return (f"<table><caption style='text-align:left'>{esc(title)}</caption><thead><tr><th>slot</th><th>dtype</th>"
             "<th>shape</th><th>max |x|</th><th>range used</th><th>nan</th><th>+inf</th><th>-inf</th>"
@@ -115,21 +115,21 @@ def _tensor_table(title: str, tensors: List[TensorSummary]) -> str:
             + "".join(f'<p class="note">{esc(n)}</p>' for n in notes))
 
 
-def _finding_block(f: Finding, index: int) -> str:
+def _finding_block(f: Finding, index: int, links: Links) -> str:
     out = [f'<article id="{finding_id(index)}" class="finding"><h3>{"First origin" if index == 0 else "Origin"}: '
            f'{esc(op_label(f))} <span class="note">(rank {f.rank}, step {f.iteration}, graph {esc(f.graph)})</span>'
            "</h3>", f"<p>{esc(f.detail)}</p>",
            f'<p>op <code>{esc(f.full_name or f.op_name)}</code>'
-           + (f" · saved graph {file_link(f.ir_file, None, f.ir_line)}" if f.ir_file else "")
-           + (f" · source {file_link(f.source.file, f.source.file, f.source.line)}" if f.source else "") + "</p>"]
+           + (f" · saved graph {links.file(f.ir_file, None, f.ir_line)}" if f.ir_file else "")
+           + (f" · source {links.file(f.source.file, f.source.file, f.source.line)}" if f.source else "") + "</p>"]
     if f.inputs:
-        out.append(_tensor_table("inputs", f.inputs))
+        out.append(_tensor_table("inputs", f.inputs, links))
     if f.outputs:
-        out.append(_tensor_table("outputs", f.outputs))
+        out.append(_tensor_table("outputs", f.outputs, links))
     if f.flags:
         out.append("<ul>" + "".join(
             f"<li>hardware overflow flag: {esc(r.unit)} status {r.status:#x} "
-            f"({esc(', '.join(r.status_words) or 'overflow')}) from {file_link(r.source)}</li>" for r in f.flags)
+            f"({esc(', '.join(r.status_words) or 'overflow')}) from {links.file(r.source)}</li>" for r in f.flags)
             + "</ul>")
     if f.evidence:
         out.append("<ul>" + "".join(f"<li>{esc(item)}</li>" for item in f.evidence) + "</ul>")
@@ -139,12 +139,12 @@ def _finding_block(f: Finding, index: int) -> str:
     return "\n".join(out)
 
 
-def _evidence(report: Report, top: int) -> str:
+def _evidence(report: Report, top: int, links: Links) -> str:
     if not report.anomalies:
         return ""
     shown = report.anomalies[:top + 1]
     out = ['<section id="evidence"><h2>Evidence</h2>']
-    out += [_finding_block(f, i) for i, f in enumerate(shown)]
+    out += [_finding_block(f, i, links) for i, f in enumerate(shown)]
     if len(report.anomalies) > len(shown):
         out.append(f'<p class="note">{len(report.anomalies) - len(shown)} more origins: listed below, '
                    "full evidence in --format json.</p>")
@@ -193,7 +193,7 @@ def _propagation_table(report: Report) -> str:
             f"</thead><tbody>{rows}</tbody></table>{note}</details>")
 
 
-def _scan_section(report: Report, not_drawn: List[Tuple[str, str]]) -> str:
+def _scan_section(report: Report, not_drawn: List[Tuple[str, str]], links: Links) -> str:
     meta = report.extra.get("mindspore") or {}
     written_by = f", MindSpore {meta['version']} {meta.get('device_target') or ''}" if meta.get("version") else ""
     per_rank = "; ".join(f"rank {r}: {steps_text(v)}" for r, v in sorted(report.iterations.items())[:64])
@@ -204,7 +204,8 @@ def _scan_section(report: Report, not_drawn: List[Tuple[str, str]]) -> str:
              f"hardware overflow records: {len(report.overflow_records)}"]
     if not report.tail_clean:
         items.append("steps after the first origin were not scanned (--all scans every step)")
-    items += [f'<span class="not-drawn" data-view="{view}">no {view} drawn: {esc(why)}</span>' for view, why in not_drawn]
+    items += [f'<span class="not-drawn" data-view="{view}">no {view} drawn: {esc(why)}</span>'
+              for view, why in not_drawn]
     out = ['<section id="scan"><h2>What was scanned</h2><ul>'] + [f"<li>{i}</li>" for i in items] + ["</ul>"]
     if report.coverage:
         out.append('<div id="coverage"><h3>Coverage: what this dump could not show</h3><ul>'
@@ -212,7 +213,8 @@ def _scan_section(report: Report, not_drawn: List[Tuple[str, str]]) -> str:
     if report.inconclusive:
         out.append('<div id="inconclusive"><h3>Not understood or not read</h3><ul>'
                    + "".join(f"<li>{esc(c)}</li>" for c in report.inconclusive) + "</ul></div>")
-    out.append(f'<p class="note">dump directory: {file_link(report.dump_dir, report.dump_dir)}</p></section>')
+    out.append(f'<p class="note">dump directory: {links.file(report.dump_dir, report.dump_dir, folder=True)}</p>')
+    out.append(links.note() + "</section>")     # last: every section before it has made its links
     return "\n".join(out)
 
 
@@ -231,7 +233,10 @@ def _warnings(report: Report) -> str:
             + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "") + "</details></section>")
 
 
-def render_html(report: Report, top: int = 10) -> str:
+def render_html(report: Report, top: int = 10, page_dir: Optional[str] = None) -> str:
+    """The page; links to files under page_dir (the folder the page is written to; default: the current one) are
+    relative, other files are named and the page says it could not link them."""
+    links = Links(page_dir)
     title = "msoverflow: " + (f"{report.first.kind} in {report.first.op_type}" if report.first else report.verdict)
     not_drawn = []          # (view, why)
     with plot_settings():
@@ -239,14 +244,14 @@ def render_html(report: Report, top: int = 10) -> str:
         if report.first is not None:
             views += [("propagation", "Propagation from the origin", *propagation_svg(report)),
                       ("headroom", "Headroom: max |x| against the dtype's limits", *headroom_svg(report))]
-    sections = [verdict_card(report), _rank_table(report), _parameter_table(report), _arrivals(report)]
+    sections = [verdict_card(report, links), _rank_table(report), _parameter_table(report), _arrivals(report)]
     for section_id, heading, svg, note in views:
         more = _propagation_table(report) if section_id == "propagation" else ""
         sections.append(_plot_section(section_id, heading, svg, note, more))
         if not svg:
             not_drawn.append((section_id, note))
-    sections += [_evidence(report, top), _origins_table(report), _flagged_table(report), _warnings(report),
-                 _scan_section(report, not_drawn), _provenance(report)]
+    sections += [_evidence(report, top, links), _origins_table(report), _flagged_table(report), _warnings(report),
+                 _scan_section(report, not_drawn, links), _provenance(report)]
     nav = " ".join(f'<a href="#{s}">{s}</a>' for s in re.findall(r'<section id="([a-z-]+)"', "".join(sections)))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
