@@ -145,3 +145,27 @@ def test_the_tiny_denominator_of_sqrtgrad_is_shown_in_every_format(real_dumps):
     shown = f"goes down to |x| = {y.stats.min:.6g}"
     for fmt in ("text", "markdown", "html", "json"):
         assert shown in render(report, fmt).replace("\\", ""), fmt       # markdown escapes the |
+
+
+def _finding(i, cell):
+    from msoverflow.model import Finding
+    return Finding(rank=0, graph="0", iteration=1, op_type=f"Op{i}", op_name=f"Default_{cell}-C_Op{i}-op{i}",
+                   role="propagator" if i else "origin", kind="overflow", detail="d", timestamp=i,
+                   full_name=f"Default/{cell}-C/Op{i}-op{i}", cell=cell)
+
+
+def test_a_graph_too_tall_to_read_becomes_the_open_table():
+    """Each of 14 ops feeds every later one: the edges passing columns would need far more rows than a reader can
+    follow, so the page lists the ops (open) instead of drawing them, and says why."""
+    from msoverflow.model import Report
+    from msoverflow.render import render
+    ops = [_finding(i, f"c{i}") for i in range(14)]
+    edges = [(a.full_name, b.full_name) for i, a in enumerate(ops) for b in ops[i + 1:]]
+    report = Report(dump_dir="/d", first=ops[0], anomalies=[ops[0]], propagation=ops[1:], warnings=[], ranks=[0],
+                    iterations={0: [1]}, edges=edges, scanned_steps={0: [1]})
+    page = render(report, "html")
+    assert '<svg id="propagation-svg"' not in page
+    assert '<details id="propagation-list" open>' in page and "so they are listed below" in page
+    report.edges = [(a.full_name, b.full_name) for a, b in zip(ops, ops[1:])]       # a plain chain: drawn
+    page = render(report, "html")
+    assert '<svg id="propagation-svg"' in page and '<details id="propagation-list">' in page

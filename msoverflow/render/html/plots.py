@@ -21,6 +21,7 @@ MAX_TIMELINE_STEPS = 6        # steps drawn as timeline panels (the ones holding
 MAX_TIMELINE_RANKS = 48       # ranks drawn as timeline rows (the ones holding events first)
 MAX_MARKERS_PER_KIND = 400    # per panel and marker kind: more are sampled evenly
 MAX_GRAPH_OPS = 200           # propagation graph: the first ops the origin reached that graph.py lays out
+MAX_GRAPH_ROWS = 16           # taller than this (long edges take rows of their own), the table alone is shown
 GRAPH_FONT = 8                # points
 GRAPH_PAD = 0.35              # frame padding around a label, in font sizes
 GRAPH_ROW = 0.62              # inches from one row to the next
@@ -357,6 +358,10 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
         return None, "the report holds no op that the origin's value reached"
     ops, edges, beyond_cap = _graph_input(report)
     lay = layout([f.cell for f in ops], edges)
+    rows = 1 + max([v.row for v in lay.nodes] + [r for e in lay.edges for r in e.rows])
+    if rows > MAX_GRAPH_ROWS:       # edges passing many columns each need a free row: too tall to read
+        return None, (f"{len(report.propagation)} ops reached after the origin; a graph that keeps its edges clear "
+                      f"of each other would need {rows:.0f} rows, so they are listed below")
     texts = [_graph_text(v, ops) for v in lay.nodes]
     is_origin = [0 in v.members for v in lay.nodes]
     boxes = []          # (width, height) of each node's frame, inches

@@ -87,11 +87,12 @@ def _parameter_table(report: Report) -> str:
 
 
 def _plot_section(section_id: str, title: str, svg: Optional[str], note: str, more: str = "") -> str:
-    """A plot with its note; nothing when there is nothing to draw (the scan section says why: _not_drawn)."""
-    if not svg:
+    """A plot, its note and what goes with it (`more`: the propagation's table); without a plot only `more`, or
+    nothing at all (then the scan section says why the view is missing)."""
+    if not svg and not more:
         return ""
-    return (f'<section id="{section_id}"><h2>{esc(title)}</h2><div class="plot">{svg}</div>'
-            f'<p class="note">{esc(note)}</p>{more}</section>')
+    plot = f'<div class="plot">{svg}</div>' if svg else ""
+    return f'<section id="{section_id}"><h2>{esc(title)}</h2>{plot}<p class="note">{esc(note)}</p>{more}</section>'
 
 
 def _tensor_table(title: str, tensors: List[TensorSummary], links: Links) -> str:
@@ -180,7 +181,8 @@ def _flagged_table(report: Report) -> str:
             + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "") + "</section>")
 
 
-def _propagation_table(report: Report) -> str:
+def _propagation_table(report: Report, graph_drawn: bool) -> str:
+    """Every op the origin reached (evenly sampled past MAX_TABLE_ROWS); open when no graph was drawn."""
     if not report.propagation:
         return ""
     shown = sample(report.propagation, MAX_TABLE_ROWS)
@@ -188,8 +190,8 @@ def _propagation_table(report: Report) -> str:
                    f'<td><code>{esc(p.full_name or p.op_name)}</code></td></tr>' for p in shown)
     note = (f'<p class="note">{len(shown)} of {len(report.propagation)} ops shown (evenly sampled).</p>'
             if len(shown) < len(report.propagation) else "")
-    return (f'<details id="propagation-list"><summary>The {len(report.propagation)} ops the first origin reached '
-            f"in its step</summary><table><thead><tr><th>op</th><th>Cell</th><th>kind</th><th>name</th></tr>"
+    return (f'<details id="propagation-list"{"" if graph_drawn else " open"}><summary>The {len(report.propagation)} '
+            f"ops the first origin reached in its step</summary><table><thead><tr><th>op</th><th>Cell</th><th>kind</th><th>name</th></tr>"
             f"</thead><tbody>{rows}</tbody></table>{note}</details>")
 
 
@@ -246,9 +248,9 @@ def render_html(report: Report, top: int = 10, page_dir: Optional[str] = None) -
                       ("headroom", "Headroom: max |x| against the dtype's limits", *headroom_svg(report))]
     sections = [verdict_card(report, links), _rank_table(report), _parameter_table(report), _arrivals(report)]
     for section_id, heading, svg, note in views:
-        more = _propagation_table(report) if section_id == "propagation" else ""
+        more = _propagation_table(report, svg is not None) if section_id == "propagation" else ""
         sections.append(_plot_section(section_id, heading, svg, note, more))
-        if not svg:
+        if not svg and not more:
             not_drawn.append((section_id, note))
     sections += [_evidence(report, top, links), _origins_table(report), _flagged_table(report), _warnings(report),
                  _scan_section(report, not_drawn, links), _provenance(report)]
