@@ -373,7 +373,7 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
                for c in range(lay.layers)]
     left = [GRAPH_MARGIN + sum(columns[:c]) + c * GRAPH_GAP for c in range(lay.layers)]
     right = [x + w for x, w in zip(left, columns)]
-    height = GRAPH_MARGIN * 2 + GRAPH_ROW * max((v.row for v in lay.nodes), default=0) + max(h for _, h in boxes)
+    height = GRAPH_MARGIN * 2 + GRAPH_ROW * (rows - 1) + max(h for _, h in boxes)     # edges' rows included
 
     def y_of(row: float) -> float:
         return GRAPH_MARGIN + max(h for _, h in boxes) / 2 + GRAPH_ROW * row
@@ -427,7 +427,7 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
         handles = [Patch(facecolor=color, edgecolor="#90a4ae", label=plot_label(cell, 60))
                    for cell, color in palette.items()]
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, 0), ncol=min(3, len(handles)),
-                  fontsize=7, frameon=False, title="Cells", title_fontsize=7, alignment="left")
+                  fontsize=7, frameon=False, title="Cells", title_fontsize=7)
     drawn = sum(len(v.members) for v in lay.nodes if v.kind != "more") - 1
     dashed = sum(1 for e in lay.edges if not e.from_graph)
     not_drawn = len(lay.not_drawn) + beyond_cap
