@@ -169,3 +169,37 @@ def test_a_graph_too_tall_to_read_becomes_the_open_table():
     report.edges = [(a.full_name, b.full_name) for a, b in zip(ops, ops[1:])]       # a plain chain: drawn
     page = render(report, "html")
     assert '<svg id="propagation-svg"' in page and '<details id="propagation-list">' in page
+
+
+# ---- links ---------------------------------------------------------------------------------------------------------
+
+def _synthetic_dump(root):
+    import numpy as np
+    from synth_dump import SynthDump
+    d = SynthDump(str(root))
+    d.op(0, "Mul", "Default_a-A_Mul-op0", [np.ones(4, np.float32)], [np.ones(4, np.float32)])
+    d.op(0, "RealDiv", "Default_a-A_RealDiv-op0", [np.ones(4, np.float32), np.zeros(4, np.float32)],
+         [np.full(4, np.inf, np.float32)])
+    return root
+
+
+def test_analyze_o_links_files_under_the_page_folder_relatively_and_names_the_others(tmp_path, monkeypatch):
+    from urllib.parse import unquote
+
+    from msoverflow.cli import main
+    monkeypatch.chdir(tmp_path)
+    dump = _synthetic_dump(tmp_path / "job" / "dump")
+    beside = tmp_path / "job" / "report.html"
+    assert main(["analyze", str(dump), "-o", str(beside), "--no-save"]) == 1
+    page = beside.read_text()
+    files = [h for h in re.findall(r'<a class="file" href="([^"]+)"', page)]
+    assert any(h.endswith(".npy") for h in files) and 'id="unlinked"' not in page
+    for href in files:
+        assert not href.startswith(("/", "file:")) and (beside.parent / unquote(href)).exists(), href
+    elsewhere = tmp_path / "reports" / "report.html"
+    elsewhere.parent.mkdir()
+    assert main(["analyze", str(dump), "-o", str(elsewhere), "--no-save"]) == 1
+    page = elsewhere.read_text()
+    assert "file://" not in page and not re.findall(r'<a class="file"', page)
+    unlinked = re.search(r'<div id="unlinked">.*?</div>', page, re.S).group(0)
+    assert f"<code>{dump}</code>" in unlinked and str(elsewhere.parent) in unlinked
