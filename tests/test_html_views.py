@@ -203,3 +203,13 @@ def test_analyze_o_links_files_under_the_page_folder_relatively_and_names_the_ot
     assert "file://" not in page and not re.findall(r'<a class="file"', page)
     unlinked = re.search(r'<div id="unlinked">.*?</div>', page, re.S).group(0)
     assert f"<code>{dump}</code>" in unlinked and str(elsewhere.parent) in unlinked
+
+
+def test_a_file_name_that_is_not_utf8_is_linked_byte_for_byte(tmp_path):
+    import os
+    from urllib.parse import unquote_to_bytes
+
+    from msoverflow.render.html.page import Links
+    name = os.fsdecode(b"Mat\xffMul.npy")                  # as Python lists such a file (surrogate-escaped)
+    href = Links(str(tmp_path)).href(str(tmp_path / "dump" / name))
+    assert href == "dump/Mat%FFMul.npy" and unquote_to_bytes(href) == b"dump/Mat\xffMul.npy"

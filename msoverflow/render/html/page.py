@@ -89,7 +89,8 @@ class Links:
             return None
         if relative == os.pardir or relative.startswith(os.pardir + os.sep) or os.path.isabs(relative):
             return None
-        return urllib.parse.quote(relative.replace(os.sep, "/"))
+        # bytes: a name that is not UTF-8 (surrogate-escaped by Python) is quoted byte for byte, as the file is named
+        return urllib.parse.quote(os.fsencode(relative.replace(os.sep, "/")))
 
     def file(self, path: Optional[str], label: Optional[str] = None, line: Optional[int] = None,
              folder: bool = False) -> str:
