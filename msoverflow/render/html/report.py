@@ -9,7 +9,7 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from ...model import Finding, Report, TensorSummary
-from ..common import (arrival_text, coords_phrase, coords_text, count_cell, counts_note, parallel_text,
+from ..common import (arrival_text, coords_phrase, count_cell, counts_note, parallel_text,
                       producer_text, provenance_text, ranks_shown, scanned_text, steps_text, tensors_shown)
 from ..text import max_abs_text, op_label, range_used_text, shape_text
 from .page import CSS, STATUS_CLASS, Links, esc, finding_id, sample, verdict_card
@@ -40,7 +40,7 @@ def _rank_table(report: Report) -> str:
                    + f'<td class="num">{esc(label)}</td>'
                    f'<td class="status">{esc(s.status)}</td>'
                    f'<td class="num">{"-" if s.iteration is None else s.iteration}</td>'
-                   + (f'<td class="coords">{esc(coords_text(s.coords))}</td>' if with_coords else "")
+                   + (f'<td class="coords">{esc(coords_phrase(s.coords))}</td>' if with_coords else "")
                    + f'<td>{op}</td><td>{esc(s.via or "-")}</td><td>{esc(s.note)}</td></tr>')
     out.append("</tbody></table></div>")
     if left_out:
