@@ -23,7 +23,7 @@ def mindspore_available() -> bool:
 
 # The session fixtures below run MindSpore (once per session): a test that asks for one is a `mindspore` test, so
 # `-m "not mindspore"` (./scripts/test.sh quick) never starts a real run.
-REAL_RUN_FIXTURES = frozenset({"real_dumps", "multirank_dumps", "compare_pairs", "msprobe_dumps"})
+REAL_RUN_FIXTURES = frozenset({"real_dumps", "multirank_dumps", "compare_pairs", "msprobe_dumps", "hunt_runs"})
 
 
 @pytest.hookimpl(tryfirst=True)        # before -m deselects by marker
@@ -92,3 +92,14 @@ def msprobe_dumps():
         pytest.skip("mindspore and mindstudio-probe are not installed (pip install 'msoverflow[mindspore,msprobe]')")
     return gen_msprobe_dumps.ensure_cases(
         progress=lambda msg: print(f"[msprobe dumps] {msg}", file=sys.__stderr__, flush=True))
+
+
+@pytest.fixture(scope="session")
+def hunt_runs():
+    """Real `msoverflow hunt` and `run --two-pass` runs (tests/support/gen_hunt_runs.py): case name -> its directory
+    (report.json, run.log, case.json and the hunt's or dump's folder), generated once and cached."""
+    from tests.support import gen_hunt_runs
+    if not gen_hunt_runs.available():
+        pytest.skip("mindspore is not installed")
+    return gen_hunt_runs.ensure_cases(
+        progress=lambda msg: print(f"[hunt runs] {msg}", file=sys.__stderr__, flush=True))
