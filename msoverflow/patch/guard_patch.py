@@ -18,14 +18,14 @@ Each changed line carries a comment saying why; a marker makes it idempotent. No
 from __future__ import annotations
 
 import re
-from typing import List, Optional
+from typing import List
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..errors import UserError
 from ..rules.knowledge import knowledge
-from .source_patch import (SourcePatch, _code, _dotted, _insert_module_parts, _relocate, _with_comment,
+from .source_patch import (SourcePatch, _code, _dotted, _insert_module_parts, _relocate, _with_comment, mindspore_names,
                            parse_source, read_source)
 
 MARKER = "# msoverflow: zero-token guard"
@@ -44,36 +44,13 @@ _HELPER_SOURCE = f'''def {HELPER}(train_step, **options):
 TRAIN_STEPS = ("TrainOneStepCell", "TrainOneStepWithLossScaleCell")
 
 
-def ops_name(module: cst.Module) -> Optional[str]:
-    """How the script names mindspore.ops at module level (`from mindspore import ops`, `import mindspore.ops
-    as P`, `import mindspore as ms`, `import mindspore`), or None when it imports none of them."""
-    direct, package = None, None
-    for statement in module.body:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for item in statement.body:
-            if isinstance(item, cst.ImportFrom) and not item.relative and item.module is not None \
-                    and _dotted(item.module) == "mindspore" and not isinstance(item.names, cst.ImportStar):
-                for alias in item.names:
-                    if _dotted(alias.name) == "ops":
-                        direct = direct or (_dotted(alias.asname.name) if alias.asname else "ops")
-            elif isinstance(item, cst.Import):
-                for alias in item.names:
-                    name = _dotted(alias.name)
-                    if name == "mindspore.ops" and alias.asname:
-                        direct = direct or _dotted(alias.asname.name)
-                    elif name == "mindspore" or name.startswith("mindspore.") and not alias.asname:
-                        package = package or (f"{_dotted(alias.asname.name)}.ops" if alias.asname else "mindspore.ops")
-    return direct or package
-
-
 class _Guard(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(self, line: int, count_input: int, changes: List[str], division_attrs=frozenset(),
-                 ops: str = "mindspore.ops"):
+                 maximum: str = "mindspore.ops.maximum"):
         self.line = line
-        self.ops = ops                            # the script's name for mindspore.ops
+        self.maximum = maximum                    # mindspore.ops.maximum as the script spells it
         self.wrapped = False
         self.division_attrs = division_attrs      # `self.divide1 = P.RealDiv()` -> "divide1"
         self.count_input = count_input
@@ -91,7 +68,7 @@ class _Guard(cst.CSTTransformer):
         if self.in_culprit and not self.divided and isinstance(original.operator, cst.Divide):
             self.divided = True
             self.changes.append(f"line {self.statement_line}: divides by max({_code(original.right)}, 1)")
-            return updated.with_changes(right=cst.parse_expression(f"{self.ops}.maximum({_code(updated.right)}, 1)"))
+            return updated.with_changes(right=cst.parse_expression(f"{self.maximum}({_code(updated.right)}, 1)"))
         return updated
 
     def leave_Call(self, original, updated):
@@ -103,7 +80,7 @@ class _Guard(cst.CSTTransformer):
             self.divided = True
             args = list(updated.args)
             self.changes.append(f"line {self.statement_line}: divides by max({_code(args[1].value)}, 1)")
-            args[1] = args[1].with_changes(value=cst.parse_expression(f"{self.ops}.maximum({_code(args[1].value)}, 1)"))
+            args[1] = args[1].with_changes(value=cst.parse_expression(f"{self.maximum}({_code(args[1].value)}, 1)"))
             return updated.with_changes(args=args)
         if callee in TRAIN_STEPS:
             self.wrapped = True
@@ -133,9 +110,9 @@ def plan(path: str, line: int, code: str = "", count_input: int = -1) -> SourceP
     changes: List[str] = []
     primitives = "|".join(sorted(c for c in knowledge().division_calls if c[:1].isupper()))
     division_attrs = frozenset(re.findall(rf"self\.(\w+)\s*=\s*(?:[\w.]+\.)?(?:{primitives})\(", original))
-    ops = ops_name(module)
-    need_import = ops is None
-    transformer = _Guard(line, count_input, changes, division_attrs, ops=ops or "mindspore.ops")
+    spelling = mindspore_names(module)       # the script's own names: `ops.maximum`, `ms.ops.maximum`, ...
+    need_import = spelling.need_import(ops=True)
+    transformer = _Guard(line, count_input, changes, division_attrs, maximum=spelling.op("maximum"))
     patched = MetadataWrapper(module).visit(transformer)
     if not transformer.divided:
         raise UserError(f"{path}:{line} holds no division to guard (`{code.strip() or 'this line'}`); the zero-token "
