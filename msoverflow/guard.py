@@ -18,7 +18,7 @@ tokens when its mask has a non-zero entry: max |mask| > 0, summed over the ranks
   * nn.TrainOneStepCell: the signal is agreed on BEFORE the step, and one branch then runs the unchanged step
     (forward, backward, gradient all-reduce, optimizer) or, without tokens, the forward alone. The step stays
     one piece: a branch after the gradients, around the optimizer alone, split the compiled step there and cost
-    ~8 ms a step on the 2-rank CPU benchmark (scripts/bench_guard.py).
+    ~8 ms a step on the 2-rank CPU benchmark (benchmarks/bench_guard.py).
   * nn.TrainOneStepWithLossScaleCell already all-reduces an overflow flag and branches around the optimizer: the
     signal joins the flag in that one all-reduce, and a step without tokens takes that branch's skip side. No
     second branch, no second collective; the loss scale sees only real overflows. (The signal reaches the

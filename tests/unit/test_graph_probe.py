@@ -4,7 +4,7 @@ from a saved graph, and that it stops the whole process tree of the command once
 The stand-in command is a launcher like msrun: it starts a worker in a session of its own (msrun's workers outlive
 a signal to msrun's process group), the worker reads MINDSPORE_DUMP_CONFIG, writes rank_0/graphs/*.ir in
 MindSpore's text format (the node lines of a real 2.10 CPU graph: scope, op and inputs), and then trains forever.
-The real runs are in tests/test_hunt_real.py (the two-pass fixture) and tests/test_guard.py."""
+The real runs are in tests/real/test_hunt_real.py (the two-pass fixture) and tests/real/test_guard.py."""
 import json
 import os
 import sys
