@@ -379,6 +379,11 @@ def check_output(output, protected=(), *, what: str, directory: bool = False) ->
                         "not a directory")
     if not directory and mode is not None and stat.S_ISDIR(mode):
         raise UserError(f"{shown}: cannot write {what} here: it is a directory; give a file name")
+    above = os.path.dirname(real)
+    while mode is None and above and not os.path.exists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    if mode is None and above and not os.path.isdir(above):
+        raise UserError(f"{shown}: cannot create {what}: {printable(above)} is not a directory")
     return real
 
 
