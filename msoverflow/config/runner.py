@@ -117,11 +117,15 @@ def installed_mismatch(ms_version: Optional[str], device: Optional[str]) -> List
     if ms_version and installed and installed.split(".")[:2] != str(ms_version).split(".")[:2]:
         notes.append(f"--ms-version {ms_version}, but MindSpore {installed} is installed here: the config is "
                      f"written for {ms_version}, the training will run {installed}")
-    if device:
+    if device == "ascend":
         here, why = detect_device()
-        if here != device:
-            notes.append(f"--device {device}, but this machine looks like {here} ({why}): the config is written "
-                         f"for {device}")
+        if here != "ascend":
+            notes.append(f"--device ascend, but this machine has no Ascend toolkit ({why}): the config is written "
+                         "for Ascend")
+    elif device == "gpu":
+        import shutil
+        if shutil.which("nvidia-smi") is None:
+            notes.append("--device gpu, but nvidia-smi is not on PATH here: the config is written for GPU")
     return notes
 
 

@@ -82,9 +82,8 @@ def hunt(command: Sequence[str], out_dir: Optional[str] = None, steps: Optional[
     records = [r for r in records if not r.get("graph_mode")]
     if not records and finished.returncode != 0:
         _remove_if_only_records(out)
-        said = f": {finished.output.tail[-1]}" if finished.output.tail else ""
         raise UserError(f"the command failed (exit {finished.returncode}) before any network ran, so nothing was "
-                        f"watched{said}")
+                        "watched (its own output above says why)")
     report = build_report(out, records, finished.returncode, command)
     kept = _remove_if_only_records(out) if not any(r.get("found") for r in records) else out
     return HuntOutcome(report, finished.returncode, out, records, finished.seconds, tensors_dir=kept)
