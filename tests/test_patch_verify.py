@@ -40,10 +40,14 @@ def test_verify_runtime_patch_turns_the_demo_clean(overflow_report, tmp_path, ca
     out = tmp_path / "result.json"
     code = cli.main(["patch", "--from", overflow_report, "--verify", "--workdir", str(workdir), "--json", str(out),
                      "--", *TRAIN, "--steps", "3"])
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert code == 0, text
     assert "FIXED" in text and "the origin is gone" in text
     assert "before: overflow in SqrtGrad" in text
+    # the runtime patch is shown once, by the verification (the hook in the training process stays quiet)
+    assert "runtime patch: Cell" not in text + captured.err
+    assert text.count("patch applied in CausalLMLoss at _backbone.lm_head") == 1
     result = json.loads(out.read_text())["verify"]
     assert result["fixed"] is True
     run = result["runs"][-1]
