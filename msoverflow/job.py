@@ -5,6 +5,7 @@ that output read for what it says about the run (losses, "params finite" flags, 
 """
 from __future__ import annotations
 
+import codecs
 import collections
 import math
 import os
@@ -193,30 +194,34 @@ def start(command: Sequence[str], env: dict, *, cwd: Optional[str] = None,
     lock = threading.Lock()
 
     def pump(pipe, stream) -> None:
+        """Pass each chunk on as it arrives (a progress bar's \r updates too), and read it line by line."""
         pending = b""
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")    # a character split across chunks stays whole
         while True:
-            chunk = pipe.readline(MAX_LINE_BYTES)
+            chunk = pipe.read1(MAX_LINE_BYTES)
             if not chunk:
                 break
-            text = chunk.decode("utf-8", "replace")
             with lock:
                 if echo is None:
                     target = stream()
-                    target.write(text)
+                    target.write(decoder.decode(chunk))
                     target.flush()
                 pending += chunk
-                if chunk.endswith(b"\n") or len(pending) >= MAX_LINE_BYTES:
-                    line = pending.decode("utf-8", "replace")
+                *lines, pending = pending.split(b"\n")
+                if len(pending) >= MAX_LINE_BYTES:      # an endless line is read in pieces
+                    lines.append(pending)
                     pending = b""
+                for raw in lines:
+                    line = raw.decode("utf-8", "replace")
                     watch.feed(line)
                     if echo is not None:
-                        echo(line.rstrip("\r\n"))
+                        echo(line.rstrip("\r"))
         if pending:
             with lock:
                 line = pending.decode("utf-8", "replace")
                 watch.feed(line)
                 if echo is not None:
-                    echo(line.rstrip("\r\n"))
+                    echo(line.rstrip("\r"))
 
     threads = [threading.Thread(target=pump, args=(proc.stdout, lambda: sys.stdout), daemon=True),
                threading.Thread(target=pump, args=(proc.stderr, lambda: sys.stderr), daemon=True)]
