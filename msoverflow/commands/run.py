@@ -49,12 +49,13 @@ def run(args: argparse.Namespace) -> int:
     # analyze's options are checked before hours of training, not after
     analysis = parse(["DUMP", *args.analyze_args])
     check(analysis)
+    analysis = options(analysis, **({"progress": False} if getattr(args, "quiet", False) else {}))
     if args.two_pass:
-        return _two_pass(args, command, config_options, options(analysis))
+        return _two_pass(args, command, config_options, analysis)
     plan = plan_run(command, args.dump_dir, purpose=purpose, **config_options)
     say_plan("run", plan)
     logs.started()
-    outcome = execute(plan, options(analysis), analyze=not args.no_analyze,
+    outcome = execute(plan, analysis, analyze=not args.no_analyze,
                       invoked_as=getattr(args, "command_line", None))
     if outcome.report is not None:
         from ._output import deliver
