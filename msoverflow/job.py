@@ -129,8 +129,8 @@ class Finished:
 
 def launcher_log_dir(command: Sequence[str], log_dir: Optional[str] = None) -> Tuple[List[str], Optional[str]]:
     """msrun writes each worker's output to --log_dir/worker_N.log, not to its own stdout. With `log_dir`, the
-    command is given that --log_dir (its own replaced, so runs do not mix); without, the one it names is read.
-    (command, the worker log directory or None when the command is not msrun)."""
+    command is given that --log_dir (its own replaced, so runs do not mix); without, the one it names is read
+    (msrun's default: its working directory). (command, the worker log directory or None when not msrun)."""
     command = list(command)
     if not command or (os.path.basename(command[0]) != "msrun" and "msrun" not in command[:3]):
         return command, None
@@ -146,8 +146,8 @@ def launcher_log_dir(command: Sequence[str], log_dir: Optional[str] = None) -> T
         else:
             out.append(command[i])
         i += 1
-    if log_dir is None:
-        return command, found
+    if log_dir is None:      # msrun's default: the worker logs go to its working directory
+        return command, found or "."
     if found is None:
         out.insert(1, f"--log_dir={log_dir}")
     return out, log_dir
@@ -183,6 +183,8 @@ def start(command: Sequence[str], env: dict, *, cwd: Optional[str] = None,
     UserError naming it."""
     command = check_command(command)
     command, log_dir = launcher_log_dir(command, log_dir)
+    if log_dir is not None and not os.path.isabs(log_dir):
+        log_dir = os.path.join(cwd or os.getcwd(), log_dir)
     env = dict(env)
     env.setdefault("PYTHONUNBUFFERED", "1")    # its lines arrive as printed, though its stdout is now a pipe
     started = time.time()

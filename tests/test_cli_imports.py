@@ -34,7 +34,8 @@ def test_help_imports_no_command_module():
 def test_command_help_imports_only_that_command():
     proc, modules = _modules(["config", "--help"])
     assert "--check" in proc.stdout
-    assert {m for m in modules if m.startswith("msoverflow.commands.")} == {"msoverflow.commands.config"}
+    assert {m for m in modules if m.startswith("msoverflow.commands.")} == {"msoverflow.commands.config",
+                                                                           "msoverflow.commands._output"}
 
 
 def test_analyze_imports_no_config_patch_or_other_command(tmp_path):

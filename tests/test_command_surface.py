@@ -190,3 +190,16 @@ def test_the_training_output_passes_through_and_is_read(tmp_path, capsys):
     assert out == "step 0: loss 1.5\nstep 1: loss inf\n" and err == "oops\n"
     assert finished.output.loss_values[0] == 1.5 and finished.output.loss_finite is False
     assert finished.output.first_nonfinite.step == 1
+
+
+def test_msrun_worker_logs_are_found_where_msrun_writes_them():
+    """msrun puts each worker's output in --log_dir (default: its working directory): run reads them there;
+    verify gives each of its runs its own --log_dir so runs do not mix."""
+    from msoverflow.job import launcher_log_dir
+    plain = ["msrun", "--worker_num=2", "train.py"]
+    assert launcher_log_dir(plain) == (plain, ".")
+    assert launcher_log_dir(["msrun", "--log_dir", "L", "train.py"]) == (["msrun", "--log_dir", "L", "train.py"], "L")
+    assert launcher_log_dir(["msrun", "--log_dir=L", "train.py"], "/w/run") == (
+        ["msrun", "--log_dir=/w/run", "train.py"], "/w/run")
+    assert launcher_log_dir(plain, "/w/run") == (["msrun", "--log_dir=/w/run", "--worker_num=2", "train.py"], "/w/run")
+    assert launcher_log_dir(["python", "train.py"], "/w/run") == (["python", "train.py"], None)

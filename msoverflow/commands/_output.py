@@ -83,7 +83,7 @@ def report_dump_dir(report_path: Optional[str]) -> Optional[str]:
     except (OSError, ValueError):
         return None
     dump_dir = report.get("dump_dir") if isinstance(report, dict) else None
-    return dump_dir if isinstance(dump_dir, str) and dump_dir else None
+    return dump_dir if isinstance(dump_dir, str) and dump_dir and "\0" not in dump_dir else None
 
 
 # ---- delivering a Report --------------------------------------------------------------------------------------

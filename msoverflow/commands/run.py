@@ -34,7 +34,7 @@ def register(subparsers):
     add_training_command(parser)
     parser.set_defaults(run=run, top=10)
     # the dump run makes is read by its analysis: the report never goes inside it
-    declare_paths(parser, lambda args: Paths((args.dump_dir,), report_outputs(args)))
+    declare_paths(parser, lambda args: Paths((args.dump_dir,), report_outputs(_with_analysis_args(args)[0])))
     return parser
 
 
@@ -42,12 +42,12 @@ def run(args: argparse.Namespace) -> int:
     from .. import logs
     from ..config.options import options_from_args
     from ..config.runner import execute, plan_run
-    from .analyze import check, options, parse
+    from .analyze import check, options
 
     command = training_command(args)
     purpose, config_options = options_from_args(args)
     # analyze's options are checked before hours of training, not after
-    analysis = parse(["DUMP", *args.analyze_args])
+    args, analysis = _with_analysis_args(args)
     check(analysis)
     analysis = options(analysis, **({"progress": False} if getattr(args, "quiet", False) else {}))
     if args.two_pass:
@@ -64,6 +64,21 @@ def run(args: argparse.Namespace) -> int:
         from ..logs import log
         log.error("run: %s", outcome.analysis_error)
     return outcome.exit_code
+
+
+def _with_analysis_args(args):
+    """(run's arguments with --analyze-arg's report options filled in where run's own are not given, analyze's
+    parsed arguments): `--analyze-arg=--format=json` shapes the report as `--format json` does."""
+    from .analyze import parse
+    if getattr(args, "analysis_args", None) is None:
+        analysis = parse(["DUMP", *args.analyze_args])
+        for name in ("format", "output", "save"):
+            if getattr(args, name) is None:
+                setattr(args, name, getattr(analysis, name))
+        args.no_save = args.no_save or analysis.no_save
+        args.top = analysis.top
+        args.analysis_args = analysis
+    return args, args.analysis_args
 
 
 def say_plan(who: str, plan) -> None:

@@ -232,8 +232,8 @@ def _describe_run(run: VerifyRun, before: Optional[dict]) -> List[str]:
     if run.analysis_error:
         out.append(f"analysis failed: {run.analysis_error}")
     elif run.clean_dump:
-        from ..render.common import steps_text
-        out.append(f"new dump{size}: no anomaly" + (f" on ranks {steps_text(report.ranks)}" if report.ranks else "")
+        ranks = ", ".join(str(r) for r in report.ranks[:16]) + (", ..." if len(report.ranks) > 16 else "")
+        out.append(f"new dump{size}: no anomaly" + (f" on ranks {ranks}" if ranks else "")
                    + (" (the origin is gone)" if before else ""))
     elif run.label == "baseline":
         out.append(f"dump{size}: first origin {_describe_finding(run.first)}")
