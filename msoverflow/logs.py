@@ -3,7 +3,9 @@
 Messages about the run (where a report was written, each warning as it is met, timings) go to the `msoverflow`
 logger, never into the report. On stderr: errors only with -q, notes by default, details with -v. --log-file FILE
 appends every detail with a timestamp, whatever -v/-q say: keep it for long runs (analysis of a large dump,
-`run`, `patch --verify`) to see afterwards what was read, skipped and written, and how long it took.
+`run`, `patch --verify`) to see afterwards what was read, skipped and written, and how long it took. The file
+is created only once the command is past its usage checks (a refused command, exit 2, leaves none), and from the
+start of a training run (`started`) it is written as things happen.
 """
 from __future__ import annotations
 

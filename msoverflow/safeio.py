@@ -12,7 +12,9 @@
   not JSON. Tensor shapes have at most MAX_DIMS dimensions of non-negative integers; a DumpData header lists at
   most MAX_TENSOR_SLOTS inputs and outputs.
 - Output paths are resolved (realpath, symlinks followed) and refused inside a dump, judged from the dump's
-  ROOT (the directory holding rank_*/, time or step directories), not only the directory given.
+  ROOT (the directory holding rank_*/, time or step directories), not only the directory given: check_output is
+  the one check every command's outputs go through (commands/_output.py) before anything is created. Reports
+  are written through open_output (a FIFO or device without blocking), whole files through write_atomic.
 """
 from __future__ import annotations
 
