@@ -88,6 +88,11 @@ def report_dump_dir(report_path: Optional[str]) -> Optional[str]:
 
 # ---- delivering a Report --------------------------------------------------------------------------------------
 
+def _page_dir(output: Optional[str]) -> Optional[str]:
+    """Where a written page is read from: its links to dump files are relative to it."""
+    return os.path.dirname(os.path.abspath(output)) if output else None
+
+
 def format_of(output: Optional[str]) -> str:
     extension = os.path.splitext(output or "")[1].lower()
     return {".html": "html", ".htm": "html", ".json": "json", ".md": "markdown"}.get(extension, "text")
@@ -98,7 +103,7 @@ def deliver(args, report) -> int:
     from ..render import render
     from ..safeio import refuse_output_inside
     fmt = args.format or format_of(args.output)
-    text = render(report, fmt, getattr(args, "top", 10))
+    text = render(report, fmt, getattr(args, "top", 10), page_dir=_page_dir(args.output))
     if args.output and not report.files and report.layout != "hunt":
         # No file was understood, so where the dump begins is unknown: DUMP_DIR may be a subdirectory of it.
         # Its parent is guarded too (unless that is where the user stands).
@@ -170,7 +175,7 @@ def _size(n: int) -> str:
 def deliver_comparison(args, result) -> int:
     from ..render.compare import render_comparison
     fmt = args.format or format_of(args.output)
-    text = render_comparison(result, fmt)
+    text = render_comparison(result, fmt, _page_dir(args.output))
     if args.output:
         write_output(args.output, text, fmt)
     else:

@@ -50,7 +50,7 @@ def run(args) -> int:
     from ._output import save_json, write_output
     report_path = save_json(report, os.path.join(workdir, "report.json"))
     html_path = os.path.join(workdir, "report.html")
-    write_output(html_path, render(report, "html"), "html")
+    write_output(html_path, render(report, "html", page_dir=workdir), "html")
     print(f"(reports: {report_path}, and {html_path} to open in a browser)")
     if report.first is None:
         print("The demo run did not overflow: nothing to patch.")
