@@ -118,4 +118,6 @@ def test_a_clean_live_run_says_tensors_checked_not_files(tmp_path):
     text = render(build_report(str(tmp_path), load_records(str(tmp_path)), 0), "text")
     assert "CLEAN: no inf, NaN or out-of-range value in 40 tensors checked live (ranks 0; steps 0-2)" in text
     assert "0 files" not in text and "Checked 40 tensors live (hunt, no dump files)" in text
-    assert "0 files" not in render(build_report(str(tmp_path), load_records(str(tmp_path)), 0), "markdown")
+    for fmt in ("markdown", "html"):
+        page = render(build_report(str(tmp_path), load_records(str(tmp_path)), 0), fmt)
+        assert "0 files" not in page and "40 tensors checked live" in page, fmt
