@@ -80,7 +80,7 @@ def loss_kernel(graphs: Sequence[GraphIndex]) -> Optional[str]:
     return forward[-1] if forward else None
 
 
-def probe(command: Sequence[str], directory: Path, *, log, **config_options) -> GraphProbe:
+def probe(command: Sequence[str], directory: Path, **config_options) -> GraphProbe:
     """Run `command` until its compiled graphs are on disk (see the module docstring) and read them."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

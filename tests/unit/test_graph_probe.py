@@ -91,7 +91,7 @@ def test_the_probe_reads_the_graph_then_stops_the_launcher_and_its_worker(tmp_pa
     os.environ.update(env)
     try:
         started = time.monotonic()
-        found = probe([sys.executable, str(script)], tmp_path / "probe", log=sys.stderr, device="cpu",
+        found = probe([sys.executable, str(script)], tmp_path / "probe", device="cpu",
                       ms_version="2.10")
     finally:
         for k, v in old.items():
@@ -112,7 +112,7 @@ def test_the_probe_reads_the_graph_then_stops_the_launcher_and_its_worker(tmp_pa
 
 
 def test_a_command_that_compiles_nothing_runs_to_its_end(tmp_path):
-    found = probe([sys.executable, "-c", "print('pynative: no graph')"], tmp_path / "probe", log=sys.stderr,
+    found = probe([sys.executable, "-c", "print('pynative: no graph')"], tmp_path / "probe",
                   device="cpu", ms_version="2.10")
     assert not found.stopped and found.command_exit == 0 and found.graphs == [] and found.kernels() == []
     assert "pynative: no graph" in graph_probe.log_tail(tmp_path / "probe")
