@@ -26,7 +26,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from .errors import UserError, reading
+from .errors import READ_ERRORS, UserError, reading
 from .evaluate import TensorAccess, _take_header
 from .layout import discover
 from .model import OpExecution, Source, TensorEvent
@@ -430,7 +430,7 @@ class _Comparer:
                     if not (whole and target_whole):
                         continue
                     ha, ht = npy.header_of_bytes(path, blob), npy.header_of_bytes(target_path, target_blob)
-                except (npy.NpyError, OSError, ValueError):
+                except READ_ERRORS:
                     continue          # tensor() reads it again and says what is wrong
                 if blob == target_blob:      # the same file content (a re-run's tensors mostly are): no arithmetic
                     self.known[token] = (dict(max_abs_error=0.0, max_rel_error=0.0, cosine=1.0, error_ulps=0.0,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from . import names
+from .errors import READ_ERRORS, TruncatedFile
 from .layout import LAYOUT_DEBUG, LAYOUT_MS, DumpDir
 from .model import (RANK_CLEAN, RANK_INCOMPLETE, RANK_RECEIVED, RankStatus, StepCompleteness)
 
@@ -127,26 +128,19 @@ def _rows(path: str) -> Optional[int]:
         return None
 
 
-_SHORT = ("truncated", "too short", "runs past the end")     # the readers' words for a file that stops early
-
-
 def _cut(path: str) -> Optional[str]:
     """Why a tensor file holds less than its header says (None when it holds all of it, or is corrupt in some other
     way: the walk reports those as unreadable)."""
-    if path.endswith(".npy"):
-        from .readers import npy
-        try:
-            npy.read_header(path)
-        except npy.NpyError as exc:
-            return str(exc) if any(word in str(exc) for word in _SHORT) else None
-        return None
-    from .readers import dumpdata_bin
+    from .readers import dumpdata_bin, npy
     try:
-        problems = dumpdata_bin.read_dump_header(path).problems
-    except dumpdata_bin.DumpFormatError as exc:
-        problems = [str(exc)]
-    cut = [p for p in problems if any(word in p for word in _SHORT)]
-    return cut[0] if cut else None
+        if path.endswith(".npy"):
+            npy.read_header(path)
+            return None
+        return dumpdata_bin.read_dump_header(path).cut
+    except TruncatedFile as exc:
+        return str(exc)
+    except READ_ERRORS:
+        return None
 
 
 def _counts_limited(settings: Dict[str, object], listings: Iterable[_Listing]) -> bool:
@@ -406,7 +400,7 @@ def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judg
     are finite and an op fed by X (in the saved graph) received a bad value from it; else None. The consumer's
     input is X's output as it arrived: it tells what X made, so the kind is named; the role stays
     LIKELY_ORIGIN (the verdict stays inconclusive)."""
-    from .model import INVALID, LIKELY_ORIGIN, OVERFLOW, PROPAGATOR
+    from .model import INVALID, LIKELY_ORIGIN, OVERFLOW, PROPAGATOR, Status
     from .rules import Verdict
     from .walk import Unit, read_unit
     cut = set(unreadable) | {path for step in steps for path in step.truncated}
@@ -430,7 +424,7 @@ def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judg
     ex = runs[0]
     for event in ex.outputs:
         if event.source in cut:      # already reported by the walk: not read (and warned about) a second time
-            event.note, event.loader = "unreadable: truncated", (lambda: None)
+            event.status, event.note, event.loader = Status.TRUNCATED, "unreadable: truncated", (lambda: None)
     if any(access.bad(e) is not False for e in ex.inputs if e.dtype is None or e.is_float):
         return None      # an input bad or unreadable: X may have received the bad value
     for consumer, verdict in judged:

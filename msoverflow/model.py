@@ -5,6 +5,7 @@ discover layout -> parse names -> TensorEvent (one per tensor file, statistic ro
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -39,6 +40,19 @@ CLEAN = "clean"
 SUSPECT = "flagged"     # the hardware flagged it, but its inputs were not dumped/readable: origin or propagator?
 # inputs finite, consumers got bad values, but its own output file is truncated: named, never proven (inconclusive)
 LIKELY_ORIGIN = "likely-origin"
+
+
+class Status(enum.Enum):
+    """What could be made of a tensor's bytes (TensorEvent.status); `note` says why in words."""
+    OK = "ok"
+    UNREADABLE = "unreadable"     # the file (or its part) could not be read: corrupt, not what its name says
+    TRUNCATED = "truncated"       # the file stops short of what its header says: a killed or running writer
+    UNDECODABLE = "undecodable"   # a dtype whose bytes msoverflow cannot decode: never read
+
+    @property
+    def unread(self) -> bool:
+        """The tensor's values are not known: they could hold the origin."""
+        return self in (Status.UNREADABLE, Status.TRUNCATED)
 
 
 @dataclass(slots=True)
@@ -96,9 +110,10 @@ class TensorEvent:
     stats: Optional[TensorStats] = None          # known without reading data (statistic.csv)
     loader: Optional[Callable[[], "object"]] = field(default=None, repr=False)  # -> TensorData (lazy)
     payload_dtype: Optional[str] = None          # dtype of the bytes on disk when it differs from `dtype`
-    note: str = ""                  # "undecodable: ..." = the bytes cannot be decoded (dtypes.UNDECODABLE)
+    note: str = ""                  # what is wrong with it, in words (status says what kind of wrong)
     context_id: Optional[int] = None   # FFTS+ sub-task ids from the file name (match Opdebug records)
     thread_id: Optional[int] = None
+    status: Status = Status.OK
 
     @property
     def is_float(self) -> bool:

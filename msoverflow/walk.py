@@ -32,11 +32,11 @@ from functools import lru_cache
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import names
-from .dtypes import UNDECODABLE, canonical
-from .errors import reading
+from .dtypes import canonical
+from .errors import READ_ERRORS, reading
 from .evaluate import TensorAccess
 from .layout import DumpDir
-from .model import CLEAN, CROSS_RANK, INPUT, OUTPUT, PROPAGATOR, OpExecution, OverflowRecord, TensorEvent
+from .model import CLEAN, CROSS_RANK, INPUT, OUTPUT, PROPAGATOR, OpExecution, OverflowRecord, Status, TensorEvent
 from .readers import npy
 from .readers.exec_order import execution_order
 from .readers.registry import DirContent, read_dir
@@ -557,9 +557,9 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
     summary.earlier_bad = earlier_bad
     for ex in executions:
         for e in ex.inputs + ex.outputs:
-            if e.note.startswith("unreadable"):
+            if e.status.unread:
                 summary.unreadable.append(e.source)
-            elif e.note.startswith(UNDECODABLE):
+            elif e.status is Status.UNDECODABLE:
                 summary.undecodable.append((e.source, e.note))
     summary.unreadable = sorted(set(summary.unreadable))
     kept = [ex for ex, _ in summary.judged] + summary.arrivals
@@ -695,7 +695,7 @@ def _npy_step(content: DirContent, access: TensorAccess):
                     header = npy.header_of_bytes(path, blob)
                 else:
                     header = npy.read_header(path, blob[:4096], os.path.getsize(path))
-            except (npy.NpyError, OSError, ValueError):
+            except READ_ERRORS:
                 suspicious[codes[r]] = True
                 continue
             payload = header.payload_dtype
@@ -707,7 +707,7 @@ def _npy_step(content: DirContent, access: TensorAccess):
                 try:
                     with reading(path):
                         bad, pinned = scan(npy.open_array(path, header), declared)
-                except (npy.NpyError, OSError, ValueError):
+                except READ_ERRORS:
                     suspicious[codes[r]] = True
                     continue
                 seeded[r] = (bad, pinned, header)

@@ -16,6 +16,7 @@ import struct
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from .. import safeio
+from ..errors import FormatError
 from ..model import OverflowRecord
 from . import dumpdata_bin
 from ..names import KIND_OPDEBUG
@@ -49,7 +50,7 @@ AI_CORE_STATUS_BITS = (
 FILE_NAME = re.compile(r"^Opdebug\.Node_OpDebug\.(?P<task>\d+)\.(?P<stream>\d+)\.(?P<ts>\d+)")
 
 
-class OpdebugFormatError(ValueError):
+class OpdebugFormatError(FormatError):
     """The file is not a readable Opdebug record (the message names the file)."""
 
 

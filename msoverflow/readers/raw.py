@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ..dtypes import SUB_BYTE_BITS, UNDECODABLE, decode_raw, numpy_dtype
-from ..model import INPUT, TensorEvent
+from ..model import INPUT, Status, TensorEvent
 from ..names import KIND_RAW
 from .registry import Reader
 
@@ -93,6 +93,7 @@ def raw_event(path: str, parsed, *, rank: int, graph: str, iteration: int) -> Te
         # a partial, not a closure: events travel between processes (analyze --jobs/--scheduler) by pickle
         event.loader = functools.partial(load_raw, path, parsed.dtype, parsed.shape)
     else:
+        event.status = Status.UNDECODABLE
         event.note = (f"{UNDECODABLE}: dtype {parsed.dtype_word or '?'} of a headerless tensor file cannot be "
                       "decoded: not read")
     return event
