@@ -26,13 +26,9 @@ def analyze(path: str, *, ranks: Union[None, str, Iterable[int]] = None,
     written seconds ago are complete). parallel: the layout as `--parallel` takes it ("dp=4,tp=2,pp=2" or a
     MindFormers YAML / rank table; or the ParallelSpec `--parallel` parsed). command: the command line that asked (the CLI passes its argv), recorded in
     report.provenance."""
-    from .analyze import analyze as _analyze
+    from .analysis import analyze as _analyze
     from .parallel_layout import parse_spec
     from .provenance import collect
-    import sys
-    # Importing the pipeline module msoverflow.analyze rebinds the package's `analyze` to that module: keep
-    # `msoverflow.analyze(...)` this function for the next call.
-    sys.modules[__package__].analyze = analyze
     report = _analyze(path, ranks=ranks, iterations=steps, scan_all=scan_all, progress=progress, warn=warn,
                       jobs=jobs, scheduler=scheduler, finished=finished,
                       parallel=parse_spec(parallel) if isinstance(parallel, str) else parallel)

@@ -28,11 +28,11 @@ import numpy as np
 
 from .errors import READ_ERRORS, UserError, reading
 from .evaluate import TensorAccess, _take_header
-from .layout import discover
+from .layout import Dump
 from .model import OpExecution, Source, TensorEvent
 from .rules.knowledge import knowledge
 from .scope import cell_of
-from .analyze import _GraphCache
+from .analysis import _GraphCache
 
 VERDICT_DIVERGED = "diverged"
 VERDICT_EQUIVALENT = "equivalent"
@@ -152,8 +152,8 @@ def _units(path: str, ranks, steps, warn) -> Tuple[Dict[Tuple[int, int], list], 
     """(rank, step) -> the dump directories of that unit, through analyze's walk; and every rank of the dump
     (selected or not) -> its rank_N directory or "" (the world and the graphs the parallel layout is read from)."""
     from . import selection
-    from .walk import plan_units
-    dirs = discover(path, warn)
+    dump = Dump.open(path, warn)
+    dirs = dump.dirs
     if not dirs:
         raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
                         "binary dump, statistic.csv or msprobe dump.json files)")
@@ -161,8 +161,8 @@ def _units(path: str, ranks, steps, warn) -> Tuple[Dict[Tuple[int, int], list], 
     for d in sorted(dirs, key=lambda d: (d.rank, str(d.graph))):
         if not roots.get(d.rank):
             roots[d.rank] = d.rank_root or ""
-    return {(u.rank, u.iteration): u.dirs for u in plan_units(dirs, selection.parse(ranks, "--ranks"),
-                                                              selection.parse(steps, "--steps"))}, roots
+    plan = dump.plan(selection.parse(ranks, "--ranks"), selection.parse(steps, "--steps"))
+    return {(u.rank, u.iteration): u.dirs for u in plan.units}, roots
 
 
 def _unit_runs(dirs, warn):

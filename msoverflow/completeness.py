@@ -22,7 +22,7 @@ import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from . import names
 from .errors import READ_ERRORS, TruncatedFile
@@ -32,30 +32,22 @@ from .model import (RANK_CLEAN, RANK_INCOMPLETE, RANK_RECEIVED, RankStatus, Step
 RECENT_SECONDS = 10.0     # files younger than this: the writer may still be at work
 CAUSE = "the job died or the dump is still being written"
 STILL_WRITTEN = "the dump may still be being written: run again when the job has finished"
-_METADATA_DIRS = ("graphs", "execution_order", ".dump_metadata")
 
 
 class _Listing:
-    """One dump directory (rank, graph, step): its listing, and on demand its kernels and its files' sizes and
-    times (a stat per file: only for the steps that need them)."""
+    """One dump directory (rank, graph, step) as the dump's one listing gave it: its dump files, and on demand its
+    kernels and its files' sizes and times (a stat per file: only for the steps that need them)."""
 
-    def __init__(self, d: DumpDir, warn):
+    def __init__(self, d: DumpDir):
         self.d = d
-        try:
-            entries = [e for e in os.scandir(d.path) if e.is_file()]
-        except OSError as exc:
-            warn(f"{d.path}: cannot list directory ({exc.strerror})")
-            entries = []
-        mapping = (names.read_mapping(os.path.join(d.path, "mapping.csv"), lambda message: None)
-                   if any(e.name == "mapping.csv" for e in entries) else {})     # long names written as random ones
-        self.entries = [(e, mapping.get(e.name, e.name)) for e in entries
-                        if e.name != "mapping.csv" and not e.name.startswith("acl_dump")]
+        # (path, name as the writer meant it) of the files whose names the grammar reads: a stray file (a checkpoint
+        # left in a step directory) is the walk's "not understood", never a tensor this step lacks
+        self.entries = [(os.path.join(d.path, name), d.original(name)) for name in d.entries]
+        self.entries = [(path, name) for path, name in self.entries
+                        if names.is_dump_file(name) and names.understood(name)]
         self.files = len(self.entries)
-        self.opdebug = any(name.startswith("Opdebug.") for _e, name in self.entries)
-        try:
-            self.mtime = os.stat(d.path).st_mtime     # when its last file was created
-        except OSError:
-            self.mtime = float("inf")
+        self.opdebug = any(name.startswith("Opdebug.") for _path, name in self.entries)
+        self.mtime = d.mtime     # when its last file was created
         self._kernels: Optional[int] = None
         self._keys: Dict[str, tuple] = {}            # path -> the tensor's identity without the file's timestamp
         self._stat: Optional[Dict[str, Tuple[int, float]]] = None
@@ -64,7 +56,7 @@ class _Listing:
     def rows(self) -> Optional[int]:
         """statistic.csv rows, when the directory holds one."""
         if self._rows == -1:
-            path = next((e.path for e, name in self.entries if name == "statistic.csv"), None)
+            path = next((path for path, name in self.entries if name == "statistic.csv"), None)
             self._rows = _rows(path) if path else None
         return self._rows
 
@@ -73,17 +65,17 @@ class _Listing:
         if self._kernels is None:
             kernels: Set[str] = set()
             npy_names, npy_paths = [], []
-            for entry, name in self.entries:
+            for path, name in self.entries:
                 if name.endswith(".npy"):
                     npy_names.append(name)
-                    npy_paths.append(entry.path)
+                    npy_paths.append(path)
                     continue
                 parsed = names.parse(name) if not name.startswith("Opdebug.") and name != "statistic.csv" else None
                 if parsed is None or parsed.kind == names.KIND_OPDEBUG:
                     continue
                 key = (parsed.op_type, parsed.op_name, parsed.task_id, parsed.stream_id)
                 if parsed.kind == names.KIND_BIN:
-                    self._keys[entry.path] = key
+                    self._keys[path] = key
                 if parsed.op_type != "Parameter":
                     kernels.add(".".join(map(str, key)))
             columns = names.parse_many(npy_names)
@@ -101,12 +93,12 @@ class _Listing:
         """path -> (size, mtime)."""
         if self._stat is None:
             self._stat = {}
-            for entry, _name in self.entries:
+            for path, _name in self.entries:
                 try:
-                    st = entry.stat()
+                    st = os.stat(path)
                 except OSError:
                     continue
-                self._stat[entry.path] = (st.st_size, st.st_mtime)
+                self._stat[path] = (st.st_size, st.st_mtime)
         return self._stat
 
 
@@ -154,16 +146,15 @@ def _counts_limited(settings: Dict[str, object], listings: Iterable[_Listing]) -
             or any(item.opdebug for item in listings))
 
 
-def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations: Optional[List[int]] = None,
-          warn: Callable[[str], None] = lambda message: None, now: Optional[float] = None,
-          finished: bool = False) -> List[StepCompleteness]:
-    """The (rank, step)s found incomplete, each with counts and reasons (in the order rank, step). finished: the
-    job that wrote the dump is known to have ended (msoverflow run, patch --verify): young files are complete."""
+def check(dirs: Sequence[DumpDir], *, warn: Callable[[str], None] = lambda message: None,
+          now: Optional[float] = None, finished: bool = False) -> List[StepCompleteness]:
+    """The (rank, step)s of these directories (a Plan's: the selection applied) found incomplete, each with counts
+    and reasons (in the order rank, step). finished: the job that wrote the dump is known to have ended (msoverflow
+    run, patch --verify): young files are complete."""
     from .readers.exec_order import dump_metadata, execution_order
     now = time.time() if now is None else now
-    chosen = [d for d in dirs if (ranks is None or d.rank in ranks)
-              and (iterations is None or d.iteration in iterations)]
-    listings = [_Listing(d, warn) for d in chosen]
+    listings = [item for item in map(_Listing, dirs) if item.files]   # a folder of strays holds no step
+    chosen = [item.d for item in listings]
     settings: Dict[str, object] = {}
     quiet = lambda message: None     # noqa: E731  (the analysis reads these files too, and says what is wrong)
     for root in sorted({d.rank_root for d in chosen if d.rank_root}):
@@ -174,7 +165,7 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
     counted = not _counts_limited(settings, listings)
     problems: Dict[Tuple[int, int], List[Tuple[int, int, str]]] = defaultdict(list)   # (present, expected, why)
     truncated: Dict[Tuple[int, int], List[str]] = defaultdict(list)
-    recent: Dict[Tuple[int, int], List[str]] = defaultdict(list)
+    recent: Dict[Tuple[int, int], List[float]] = defaultdict(list)     # mtimes of files written seconds ago
     last_step: Dict[int, int] = {}
     at_step: Dict[Tuple[str, int], List[_Listing]] = defaultdict(list)     # (graph, step) -> every rank's listing
     of_graph: Dict[Tuple[int, str], List[_Listing]] = defaultdict(list)    # (rank, graph) -> every step's listing
@@ -198,7 +189,7 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
         if cut:
             problems[step].append((item.files - len(cut), item.files, f"{len(cut)} of {item.files} files "
                                    "truncated or empty"))
-        fresh = [path for path, (_size, mtime) in stats.items() if mtime > young]
+        fresh = [mtime for _size, mtime in stats.values() if mtime > young]
         if fresh and not cut and _matched_by_settled_step(item, of_graph, young):
             # a job that ended seconds ago looks like this too: what would show a writer at work (fewer files
             # or rows than an earlier step, a file shorter than its header) is absent
@@ -222,7 +213,7 @@ def check(dirs: List[DumpDir], *, ranks: Optional[List[int]] = None, iterations:
     for step in sorted({s for s, p in problems.items() if p} | {s for s, r in recent.items() if r}):
         reasons = [why for _p, _e, why in problems.get(step, [])]
         if recent.get(step):
-            age = max(0.0, now - max(_mtime(p) for p in recent[step][:1000]))
+            age = max(0.0, now - max(recent[step]))
             reasons.append(f"{len(recent[step])} file(s) modified {age:.0f} s ago")
         # the counts shown: kernels when the execution order gave them (what a person can check), else the
         # largest shortfall
@@ -271,13 +262,6 @@ def _short_files(item: _Listing, reference: List[_Listing]) -> List[str]:
     stats = item.stat()
     return sorted(path for path, key in item.keys().items() if path in stats and stats[path][0]
                   and stats[path][0] not in known.get(key, ()) and _cut(path))
-
-
-def _mtime(path: str) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return 0.0
 
 
 def _counts(listings: List[_Listing], at_step, of_graph, problems, last_step: Dict[int, int], execution_order,

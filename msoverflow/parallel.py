@@ -20,7 +20,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import UserError
 from .model import OpExecution
-from .walk import DumpedFacts, msprobe_graphs, Unit, UnitSummary, scan_unit, survey
+from .layout import Plan, Unit
+from .walk import DumpedFacts, UnitSummary, msprobe_graphs, scan_unit
 
 POOL_MIN_FILES = 20_000     # below this, starting workers costs more than it saves
 POOL_MIN_CPUS = 3           # on 2 CPUs the workers and this process contend: measured slower than one process
@@ -78,7 +79,7 @@ def map_reduce(units: List[Unit], kn, scan_all: bool, access, warn: Callable[[st
             jobs = cpus if cpus >= POOL_MIN_CPUS else 1
         jobs = max(1, min(jobs, cpus))     # --jobs 1000 on 2 CPUs: 2 workers (each holds a scan's memory)
         if files is None and jobs > 1 and len(chains) > 1:
-            files = survey(units)[1]
+            files = Plan(units).files
         if jobs > 1 and len(chains) > 1 and (files or 0) >= POOL_MIN_FILES:
             summaries, scanned_all = _on_pool(chains, scan_all, min(jobs, len(chains)), advance, flags)
         else:

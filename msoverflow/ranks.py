@@ -15,52 +15,18 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from . import safeio
 from .errors import reading
+from .layout import Dump
 from .model import (CROSS_RANK, ORIGIN, RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, RANK_ORIGIN,
                     RANK_RECEIVED, SUSPECT, OpExecution, RankStatus)
+from .names import RANK_DIR
 
-_RANK_DIR = re.compile(r"^rank_([0-9]{1,9})$")
-_MAX_DIRS = 5000          # directories looked at when searching rank_* folders (a dump tree is shallow)
 _RANK_SIZE_KEYS = ("rank_size", "RANK_SIZE", "group_size", "world_size", "device_num")
 MAX_PLAUSIBLE_GAPS = 64   # missing rank numbers between present ranks that are filled in (more: 8 per present rank)
 
 
-def rank_directories(path: str, depth: int = 3) -> Dict[int, str]:
-    """rank_N directories at or below `path` (a few levels down), empty ones included."""
-    found: Dict[int, str] = {}
-    stack: List[Tuple[str, int]] = [(os.path.abspath(path), 0)]
-    seen = 0
-    while stack and seen < _MAX_DIRS:
-        current, level = stack.pop()
-        seen += 1
-        match = _RANK_DIR.match(os.path.basename(current))
-        if match:
-            found.setdefault(int(match.group(1)), current)
-            continue
-        if level >= depth:
-            continue
-        try:
-            entries = [e for e in os.scandir(current) if e.is_dir(follow_symlinks=False)]
-        except OSError:
-            continue
-        stack.extend((e.path, level + 1) for e in entries)
-    return found
-
-
-def _is_empty(directory: str, limit: int = 10000) -> bool:
-    """No regular file anywhere below (metadata folders count: a rank that wrote only graphs is not empty)."""
-    seen = 0
-    for _root, _dirs, files in os.walk(directory):
-        if files:
-            return False
-        seen += 1
-        if seen > limit:
-            return False
-    return True
-
-
 def inside_one_rank(path: str) -> bool:
     """The path names one rank's directory or a place inside it: other ranks are not expected."""
-    return any(_RANK_DIR.match(part) for part in os.path.abspath(path).split(os.sep))
+    return any(RANK_DIR.match(part) for part in os.path.abspath(path).split(os.sep))
 
 
 def declared_rank_count(rank_roots: List[str], warn: Callable[[str], None]) -> Optional[int]:
@@ -88,20 +54,16 @@ _ACL_CONFIG = re.compile(r"^acl_dump_([0-9]{1,9})\.json$")
 _RANK_TABLE = re.compile(r"(rank_table|hccl).*\.json$", re.IGNORECASE)
 
 
-def _ranks_named_at_root(path: str) -> Dict[int, str]:
+def _ranks_named_at_root(dump: Dump) -> Dict[int, str]:
     """Ranks the files beside the dump name: `acl_dump_{device}.json` (one per device that was told to dump) and an
     HCCL rank table (`rank_table*.json`, `hccl*.json`: server_list[].device[].rank_id)."""
     found: Dict[int, str] = {}
-    try:
-        names = sorted(e.name for e in os.scandir(path) if e.is_file(follow_symlinks=False))
-    except OSError:
-        return found
-    for name in names:
+    for name in dump.root_files:
         match = _ACL_CONFIG.match(name)
         if match:
             found.setdefault(int(match.group(1)), f"{name} configures device {match.group(1)} to dump")
         elif _RANK_TABLE.search(name):
-            for rank in sorted(rank_table_ranks(os.path.join(path, name))):
+            for rank in sorted(rank_table_ranks(os.path.join(dump.path, name))):
                 found.setdefault(rank, f"the rank table {name} lists rank {rank}")
     return found
 
@@ -146,22 +108,22 @@ def _find_count(doc, depth: int = 0) -> Optional[int]:
     return None
 
 
-def expected_ranks(path: str, dumped: Set[int], rank_roots: List[str],
+def expected_ranks(dump: Dump, dumped: Set[int], rank_roots: List[str],
                    warn: Callable[[str], None]) -> Dict[int, str]:
-    """rank -> why it is expected, for the ranks that should be in the dump."""
-    if inside_one_rank(path):
+    """rank -> why it is expected, for the ranks that should be in the dump (its rank_* directories, empty ones
+    included, as the one listing found them)."""
+    if inside_one_rank(dump.path):
         return {r: "dumped" for r in dumped}
     reasons: Dict[int, str] = {}
-    directories = rank_directories(path)
-    for rank, directory in directories.items():
-        shown = os.path.relpath(directory, path)
-        reasons[rank] = (f"{shown}/ is present but holds no file" if _is_empty(directory) else
-                         f"{shown}/ is present but none of its files is a tensor file msoverflow understood")
+    for rank, directory in dump.rank_dirs.items():
+        shown = os.path.relpath(directory.path, dump.path)
+        reasons[rank] = (f"{shown}/ is present but none of its files is a tensor file msoverflow understood"
+                         if directory.holds_files else f"{shown}/ is present but holds no file")
     declared = declared_rank_count(rank_roots, warn)
     if declared:
         for rank in range(declared):
             reasons.setdefault(rank, f"the dump metadata declares {declared} ranks")
-    for rank, why in _ranks_named_at_root(path).items():
+    for rank, why in _ranks_named_at_root(dump).items():
         reasons.setdefault(rank, why)
     known = set(reasons) | set(dumped)
     if len(known) > 1 or (known and max(known) > 0):
@@ -290,5 +252,5 @@ class RankTable:
         return RankStatus(rank, RANK_CLEAN)
 
 
-__all__ = ["RankTable", "expected_ranks", "rank_directories", "declared_rank_count", "inside_one_rank",
+__all__ = ["RankTable", "expected_ranks", "declared_rank_count", "inside_one_rank",
            "compress_not_dumped"]

@@ -35,7 +35,7 @@ from . import names
 from .dtypes import canonical
 from .errors import READ_ERRORS, reading
 from .evaluate import TensorAccess
-from .layout import DumpDir
+from .layout import Dump, DumpDir, Unit
 from .model import CLEAN, CROSS_RANK, INPUT, OUTPUT, PROPAGATOR, OpExecution, OverflowRecord, Status, TensorEvent
 from .readers import npy
 from .readers.exec_order import execution_order
@@ -48,14 +48,6 @@ Warn = Callable[[str], None]
 _SCOPED_PREFIX = re.compile(r"-[A-Z][A-Za-z0-9]*(?:_|\.-?[0-9]+\.-?[0-9]+$)", re.M)
 _SCOPED_RAW = r"-[A-Z][A-Za-z0-9]*([_/]|$)"     # the same, on names as statistic.csv writes them
 _CELL_SEGMENT = re.compile(r"-[A-Z][A-Za-z0-9]*(_|$)")
-
-
-@dataclass
-class Unit:
-    """The directories of one rank's step (several graphs may run in one step)."""
-    rank: int
-    iteration: int
-    dirs: List[DumpDir]
 
 
 @dataclass
@@ -120,38 +112,9 @@ class UnitSummary:
         return self.facts.runs
 
 
-def plan_units(dirs: List[DumpDir], ranks=None, iterations=None) -> List[Unit]:
-    """One unit per (rank, step), in rank then step order. ranks/iterations: a selection (anything with `in`)."""
-    units: Dict[Tuple[int, int], Unit] = {}
-    for d in dirs:
-        if ranks is not None and d.rank not in ranks:
-            continue
-        if iterations is not None and d.iteration not in iterations:
-            continue
-        units.setdefault((d.rank, d.iteration), Unit(d.rank, d.iteration, [])).dirs.append(d)
-    return [units[k] for k in sorted(units)]
-
-
 def units(path: str, ranks=None, steps=None, warn: Warn = lambda message: None) -> List[Unit]:
     """The units of the dump at `path` (any layout), optionally only some ranks/steps."""
-    from .layout import discover
-    return plan_units(discover(path, warn), ranks, steps)
-
-
-def survey(units: List[Unit]) -> Tuple[bool, int]:
-    """(Opdebug records anywhere, number of entries): one listing of every directory. With hardware flags every
-    unit runs in flags mode (these dumps hold only the flagged ops); the count sizes the progress bar and the
-    choice of a process pool."""
-    flags, files = False, 0
-    for unit in units:
-        for d in unit.dirs:
-            try:
-                entries = os.listdir(d.path)
-            except OSError:
-                continue
-            files += len(entries)
-            flags = flags or any(name.startswith("Opdebug.") for name in entries)
-    return flags, files
+    return Dump.open(path, warn).plan(ranks, steps).units
 
 
 def _file_of(ex: OpExecution) -> str:

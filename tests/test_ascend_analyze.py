@@ -10,7 +10,7 @@ import pytest
 
 from ascend_fixtures import build_seed_scenario
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.cli import main
 from msoverflow.render.json_report import report_dict
 

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import load_generator
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.cli import main
 from msoverflow.render import render
 from msoverflow.render.json_report import report_dict

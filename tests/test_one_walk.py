@@ -10,7 +10,7 @@ from ascend_fixtures import build_seed_scenario, write_statistic_csv
 from synth_dump import SynthDump
 
 from msoverflow import names, walk
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.render.json_report import report_dict
 
 F32, F16 = np.float32, np.float16

@@ -7,7 +7,7 @@ from concurrent.futures import Future
 import pytest
 
 from msoverflow import parallel
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.render.json_report import report_dict
 from msoverflow.walk import Unit, UnitSummary
 

@@ -9,7 +9,7 @@ import pytest
 
 from synth_dump import SynthDump, ir_node
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.cli import build_parser, main
 from msoverflow.model import (ORIGIN, PROPAGATOR, Finding, RankStatus, Report, TensorStats, TensorSummary)
 from msoverflow.render import render

@@ -17,7 +17,7 @@ import pytest
 from ascend_fixtures import build_pp_seed_case, build_seed_scenario, write_opdebug_json
 from synth_dump import SynthDump
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.cli import main
 from msoverflow.render import render
 from msoverflow.render.json_report import report_dict

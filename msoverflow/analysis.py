@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import os
 import sys
-import types
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .completeness import check as check_completeness, cross_rank_advice, settle
 from .errors import UserError, reading
 from .evaluate import TensorAccess
 from . import selection
-from .layout import LAYOUT_MSPROBE, discover
+from .layout import LAYOUT_MSPROBE, Dump
 from .selection import not_in_dump
 from .coverage import coverage_limits, inconclusive_reasons
 from .model import (CROSS_RANK, FLAGGED, ORIGIN, PROPAGATOR, RANK_CLEAN, SUSPECT, Arrival, Finding, OpExecution,
@@ -29,7 +28,6 @@ from .parallel import map_reduce
 from .ranks import RankTable, expected_ranks
 from .rules import Verdict
 from .rules.knowledge import knowledge
-from .walk import plan_units, survey
 from .scope import cell_of, enclosing_class
 
 
@@ -47,26 +45,28 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
         if warn:
             warn(message)
 
-    dirs = discover(path, note)
+    dump = Dump.open(path, note)
+    dirs = dump.dirs
     if not dirs:
-        others = _other_files(path)
+        others = dump.other_files
         if not others:
             raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
                             "binary dump, statistic.csv or Opdebug files)")
         return _not_understood(path, warnings, unknown=others, unknown_count=len(others))
     ranks, iterations = selection.parse(ranks, "--ranks"), selection.parse(iterations, "--steps")
-    units = plan_units(dirs, ranks, iterations)
+    plan = dump.plan(ranks, iterations)
+    units = plan.units
     if not units and (ranks or iterations):
         raise not_in_dump(path, ranks, iterations, dirs)
     # (rank, step)s whose files stop short (job killed, dump still being written): listings and headers only
-    incomplete = check_completeness(dirs, ranks=ranks, iterations=iterations, warn=note, finished=finished)
+    incomplete = check_completeness(plan.dirs, warn=note, finished=finished)
     access = TensorAccess(note)
     kn = knowledge()
     show = sys.stderr.isatty() if progress is None else progress
 
     # Opdebug records mean the hardware watched every op: every unit is judged by them (only flagged ops, whose
     # inputs decide, and collectives, which tell which rank a bad value came from, are worth a tensor read).
-    flags, files = survey(units)
+    flags, files = plan.flags, plan.files
     with _Progress(show, files) as bar:
         walked = map_reduce(units, kn, scan_all, access, note, jobs=jobs, scheduler=scheduler, files=files,
                             advance=bar.advance, flags=flags)
@@ -130,7 +130,7 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
     scanned_steps = {rank: [s for s in steps if s in iterations_seen.get(rank, ())]
                      for rank, steps in walked.scanned.items()}
     roots = sorted({r for r in walked.rank_roots.values() if r})
-    expected = expected_ranks(path, set(walked.runs), roots, note) if not ranks else {}
+    expected = expected_ranks(dump, set(walked.runs), roots, note) if not ranks else {}
     if iterations:
         expected = {rank: f"no file of step {iterations} on this rank ({why})"
                     for rank, why in expected.items()}
@@ -261,18 +261,6 @@ def _nothing_understood(walked, path: str, warnings: List[str]) -> Report:
     return Report(dump_dir=os.path.abspath(path), first=None, anomalies=[], propagation=[], warnings=warnings,
                   ranks=[], iterations={}, files=walked.files, layout=",".join(walked.layouts),
                   inconclusive=reasons)
-
-
-def _other_files(path: str, limit: int = 2000) -> List[str]:
-    """Regular files under `path` that are not dump files (a few, for the message), skipping metadata folders."""
-    found: List[str] = []
-    for root, dirs, files in os.walk(path):
-        dirs[:] = [d for d in dirs if d not in ("graphs", "execution_order", ".dump_metadata")]
-        for name in files:
-            found.append(os.path.join(root, name))
-            if len(found) >= limit:
-                return found
-    return found
 
 
 def _not_understood(path: str, warnings: List[str], *, unknown: List[str], unknown_count: int, files: int = 0,
@@ -462,18 +450,6 @@ def _finding(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: _GraphCa
                    recommendation=kn.recommend(v.advice, **values) if v.role in (ORIGIN, SUSPECT) else "",
                    evidence=evidence, producers=list(node.inputs) if node else [],
                    ir_file=getattr(graph, "path", None) if node else None, ir_line=node.ir_line if node else None)
-
-
-class _CallableModule(types.ModuleType):
-    """`msoverflow.analyze` is both this module and the API function: importing the module (`from
-    msoverflow.analyze import ...`) makes it the package's attribute, so calling it must still be the API."""
-
-    def __call__(self, path: str, **options) -> Report:
-        from .api import analyze as api_analyze
-        return api_analyze(path, **options)
-
-
-sys.modules[__name__].__class__ = _CallableModule
 
 
 class _Progress:
