@@ -42,9 +42,10 @@ class _Listing:
         self.d = d
         # (path, name as the writer meant it) of the files whose names the grammar reads: a stray file (a checkpoint
         # left in a step directory) is the walk's "not understood", never a tensor this step lacks
-        self.entries = [(os.path.join(d.path, name), d.original(name)) for name in d.entries]
-        self.entries = [(path, name) for path, name in self.entries
-                        if names.is_dump_file(name) and names.understood(name)]
+        shown = [d.original(name) for name in d.entries] if d.mapping else d.entries
+        folder = d.path + os.sep
+        self.entries = [(folder + name, meant) for name, meant in zip(d.entries, shown)
+                        if meant.endswith(".npy") or (names.is_dump_file(meant) and names.understood(meant))]
         self.files = len(self.entries)
         self.opdebug = any(name.startswith("Opdebug.") for _path, name in self.entries)
         self.mtime = d.mtime     # when its last file was created

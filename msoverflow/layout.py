@@ -186,24 +186,23 @@ class _Lister:
         subdirs, files = [], []
         for entry in entries:
             try:
-                if entry.is_dir():
-                    if entry.name in names.METADATA_DIRS:
-                        self.with_files.append(current)    # a rank that wrote only its graphs is not empty
-                    elif entry.name not in names.READER_DIRS:
-                        subdirs.append(entry.path)
-                elif not entry.is_file():   # regular files only (symlinks followed): never a FIFO or device
-                    self.warn(f"{entry.path}: {_not_regular(entry.path)}, not a regular file: skipped")
-                else:
+                if entry.is_file():         # regular files only (symlinks followed): never a FIFO or device
                     files.append(entry.name)
+                elif not entry.is_dir():
+                    self.warn(f"{entry.path}: {_not_regular(entry.path)}, not a regular file: skipped")
+                elif entry.name in names.METADATA_DIRS:
+                    self.with_files.append(current)    # a rank that wrote only its graphs is not empty
+                elif entry.name not in names.READER_DIRS:
+                    subdirs.append(entry.path)
             except OSError:
                 self.warn(f"{entry.path}: cannot stat, skipped")
         if files:
             self.with_files.append(current)
+            files.sort()
         if depth == 0:
-            self.root_files = tuple(sorted(files))
-        dump_files = [name for name in files if names.is_dump_file(name)]
-        if dump_files:
-            self.dirs.append(self._leaf(current, tuple(sorted(files))))
+            self.root_files = tuple(files)
+        if any(map(names.is_dump_file, files)):
+            self.dirs.append(self._leaf(current, tuple(files)))
         elif len(self.others) < MAX_OTHER_FILES:
             self.others += [os.path.join(current, name) for name in sorted(files)[:MAX_OTHER_FILES - len(self.others)]]
         return subdirs
