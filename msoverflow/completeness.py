@@ -2,7 +2,8 @@
 
 A job killed mid-step, a dump still being written or a copy that lost files leaves steps that stop short; an
 analysis that does not notice calls the missing part clean. The dump itself says what to expect, and this module
-compares, cheaply (directory listings; names, sizes and npy/DumpData headers only where needed; never a tensor):
+compares, cheaply (the dump's one listing, msoverflow/layout.py; names, and sizes and times (a stat per file) of
+each rank's last step only; npy/DumpData headers only where sizes leave a doubt; never a tensor):
 - the graph's kernels (execution_order/ms_execution_order_graph_{g}.csv) against the kernels that wrote files;
   two steps with the same file count are believed complete, and when they hold fewer kernels than the csv lists,
   they set the count (on CPU the csv and the file names do not name every kernel alike);
@@ -14,20 +15,29 @@ compares, cheaply (directory listings; names, sizes and npy/DumpData headers onl
   not hold the same tensor at the same size), and files modified in the last seconds while older ones exist (a
   dump whose every file is that young was written at once: a fresh copy, a short run).
 Overflow-only dumps (Opdebug files, op_debug_mode 1-4) and kernel-filtered ones (dump_mode 1) dump a different
-set of ops each step: only their files are checked, not their counts.
+set of ops each step: only their files are checked, not their counts. Files whose names the grammar does not read
+(a checkpoint left in a step directory) are the walk's "not understood", never counted here.
+
+check() finds the incomplete (rank, step)s; settle() is the analysis stage that says what they change in the
+decision (msoverflow/analysis.py); mark_ranks() marks their ranks' rows when the report is assembled.
 """
 from __future__ import annotations
 
 import os
 import time
-from collections import defaultdict
-from dataclasses import dataclass, field
+from collections import Counter, defaultdict
+from dataclasses import replace
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from . import names
 from .errors import READ_ERRORS, TruncatedFile
+from .evaluate import TensorAccess
+from .findings import Decision, describe, likely_origin, proven
+from .graphs import SavedGraphs
 from .layout import LAYOUT_DEBUG, LAYOUT_MS, DumpDir
-from .model import (RANK_CLEAN, RANK_INCOMPLETE, RANK_RECEIVED, RankStatus, StepCompleteness)
+from .model import RANK_CLEAN, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_RECEIVED, Finding, RankStatus, StepCompleteness
+from .rules.knowledge import OpKnowledge
+from .selection import format_ids
 
 RECENT_SECONDS = 10.0     # files younger than this: the writer may still be at work
 CAUSE = "the job died or the dump is still being written"
@@ -171,8 +181,8 @@ def check(dirs: Sequence[DumpDir], *, warn: Callable[[str], None] = lambda messa
     at_step: Dict[Tuple[str, int], List[_Listing]] = defaultdict(list)     # (graph, step) -> every rank's listing
     of_graph: Dict[Tuple[int, str], List[_Listing]] = defaultdict(list)    # (rank, graph) -> every step's listing
     for item in listings:
-        last_step[item.d.rank] = max(last_step.get(item.d.rank, item.d.iteration), item.d.iteration)
-        at_step[(item.d.graph, item.d.iteration)].append(item)
+        last_step[item.d.rank] = max(last_step.get(item.d.rank, item.d.step), item.d.step)
+        at_step[(item.d.graph, item.d.step)].append(item)
         of_graph[(item.d.rank, item.d.graph)].append(item)
 
     # Files of each rank's last step (where a killed job stops, where a running one writes): empty, cut short,
@@ -180,9 +190,9 @@ def check(dirs: Sequence[DumpDir], *, warn: Callable[[str], None] = lambda messa
     young = now - RECENT_SECONDS
     oldest = min((item.mtime for item in listings), default=now)
     for item in listings:
-        if item.d.iteration != last_step[item.d.rank]:
+        if item.d.step != last_step[item.d.rank]:
             continue
-        step = (item.d.rank, item.d.iteration)
+        step = (item.d.rank, item.d.step)
         stats = item.stat()
         cut = [path for path, (size, _t) in stats.items() if size == 0]
         cut += _short_files(item, _reference(item, at_step, of_graph))
@@ -205,7 +215,7 @@ def check(dirs: Sequence[DumpDir], *, warn: Callable[[str], None] = lambda messa
 
     files_at: Dict[Tuple[int, int], int] = defaultdict(int)
     for item in listings:
-        files_at[(item.d.rank, item.d.iteration)] += item.files
+        files_at[(item.d.rank, item.d.step)] += item.files
     if counted:      # overflow-only and filtered dumps hold different ops (and steps) on each rank
         _counts(listings, at_step, of_graph, problems, last_step, execution_order, quiet)
         _absent_steps([d for d in chosen if d.layout != LAYOUT_DEBUG], files_at, problems)
@@ -221,7 +231,7 @@ def check(dirs: Sequence[DumpDir], *, warn: Callable[[str], None] = lambda messa
         worst = max(problems.get(step, []), key=lambda p: ("kernels'" in p[2], p[1] - p[0]), default=None)
         files = files_at[step]
         present, expected = (worst[0], worst[1]) if worst else (files, None)
-        found.append(StepCompleteness(rank=step[0], iteration=step[1], complete=False, present=present,
+        found.append(StepCompleteness(rank=step[0], step=step[1], complete=False, present=present,
                                       expected=expected, reasons=reasons, truncated=sorted(truncated.get(step, [])),
                                       recent=bool(recent.get(step))))
     return found
@@ -230,27 +240,26 @@ def check(dirs: Sequence[DumpDir], *, warn: Callable[[str], None] = lambda messa
 def _matched_by_settled_step(item: _Listing, of_graph, young: float) -> bool:
     """An earlier step of the same graph on this rank, settled before the last seconds, holds as many files (and
     statistic.csv rows) as this fresh one."""
-    return any(other.d.iteration < item.d.iteration and other.mtime <= young and other.files == item.files
+    return any(other.d.step < item.d.step and other.mtime <= young and other.files == item.files
                and other.rows() == item.rows() for other in of_graph[(item.d.rank, item.d.graph)])
 
 
 def _reference(item: _Listing, at_step, of_graph) -> List[_Listing]:
     """Where the same tensors should have the same sizes: the other ranks' same step of the same graph, else this
     rank's previous step of it."""
-    peers = [o for o in at_step[(item.d.graph, item.d.iteration)]
+    peers = [o for o in at_step[(item.d.graph, item.d.step)]
              if o.d.rank != item.d.rank and o.d.layout == item.d.layout]
     if peers:
         return peers
     earlier = [o for o in of_graph[(item.d.rank, item.d.graph)]
-               if o.d.iteration < item.d.iteration and o.d.layout == item.d.layout]
-    return [max(earlier, key=lambda o: o.d.iteration)] if earlier else []
+               if o.d.step < item.d.step and o.d.layout == item.d.layout]
+    return [max(earlier, key=lambda o: o.d.step)] if earlier else []
 
 
 def _short_files(item: _Listing, reference: List[_Listing]) -> List[str]:
     """Tensor files shorter than their header says. When a reference holds the same sizes, nothing is cut and no
     header is read; otherwise a file is whole when the reference holds its tensor at its size, and its header is
     read when not."""
-    from collections import Counter
     sizes = Counter(size for size, _t in item.stat().values())
     if any(Counter(size for size, _t in other.stat().values()) == sizes for other in reference):
         return []
@@ -281,7 +290,7 @@ def _counts(listings: List[_Listing], at_step, of_graph, problems, last_step: Di
         most = max(item.files for item in items)
         full = [item for item in items if item.files == most]
         for item in items:
-            step = (rank, item.d.iteration)
+            step = (rank, item.d.step)
             # two full steps agree: whole; statistic.csv without tensor files: its kernels are rows, not files
             if listed and not (item.files == most and len(full) >= 2) \
                     and not (item.rows() is not None and not item.kernels()):
@@ -292,17 +301,17 @@ def _counts(listings: List[_Listing], at_step, of_graph, problems, last_step: Di
                     problems[step].append((item.kernels(), expected, f"{item.kernels()} of {expected} kernels' "
                                            f"files (graph {graph})"))
                     continue
-            if item.d.iteration == last_step[rank]:
+            if item.d.step == last_step[rank]:
                 others = [other for other in items if other is not item]
                 _compare(item, others, f"step {{}} of graph {graph} on this rank", problems[step])
     for item in listings:       # the same step on the other ranks that run the same graph
         rank, graph = item.d.rank, item.d.graph
-        if item.d.layout != LAYOUT_MS or item.d.iteration != last_step[rank] or not ordered.get((rank, graph)):
+        if item.d.layout != LAYOUT_MS or item.d.step != last_step[rank] or not ordered.get((rank, graph)):
             continue
-        peers = [other for other in at_step[(graph, item.d.iteration)] if other.d.rank != rank
+        peers = [other for other in at_step[(graph, item.d.step)] if other.d.rank != rank
                  and other.d.layout == LAYOUT_MS
                  and ordered.get((other.d.rank, graph)) == ordered[(rank, graph)]]
-        _compare(item, peers, "rank {} at this step", problems[(rank, item.d.iteration)], by_rank=True)
+        _compare(item, peers, "rank {} at this step", problems[(rank, item.d.step)], by_rank=True)
 
 
 def _compare(item: _Listing, others: List[_Listing], where: str, out: list, by_rank: bool = False) -> None:
@@ -313,19 +322,19 @@ def _compare(item: _Listing, others: List[_Listing], where: str, out: list, by_r
         best = max(others, key=lambda o: o.rows() or 0)
         if best.rows() and item.rows() < best.rows():
             out.append((item.rows(), best.rows(), f"{item.rows()} of {best.rows()} statistic.csv rows (as "
-                        f"{where.format(best.d.rank if by_rank else best.d.iteration)})"))
+                        f"{where.format(best.d.rank if by_rank else best.d.step)})"))
         return
     best = max(others, key=lambda o: o.files)
     if item.files < best.files and not any(p[1] - p[0] >= best.files - item.files for p in out):
         out.append((item.files, best.files, f"{item.files} of {best.files} files (as "
-                    f"{where.format(best.d.rank if by_rank else best.d.iteration)})"))
+                    f"{where.format(best.d.rank if by_rank else best.d.step)})"))
 
 
 def _absent_steps(dirs: List[DumpDir], files_at: Dict[Tuple[int, int], int], problems) -> None:
     """A step some ranks hold and another rank (which holds other steps) lacks entirely."""
     steps_of: Dict[int, Set[int]] = defaultdict(set)
     for d in dirs:
-        steps_of[d.rank].add(d.iteration)
+        steps_of[d.rank].add(d.step)
     if len(steps_of) < 2:
         return
     for step in sorted(set().union(*steps_of.values())):
@@ -333,7 +342,7 @@ def _absent_steps(dirs: List[DumpDir], files_at: Dict[Tuple[int, int], int], pro
         if len(holders) == len(steps_of):
             continue
         expected = max(files_at[(r, step)] for r in holders)
-        shown = ", ".join(map(str, holders[:6])) + (" ..." if len(holders) > 6 else "")
+        shown = format_ids(holders, limit=6)
         for rank, steps in steps_of.items():
             if step not in steps:
                 problems[(rank, step)].append((0, expected, f"step {step} is absent on this rank (ranks {shown} "
@@ -342,7 +351,7 @@ def _absent_steps(dirs: List[DumpDir], files_at: Dict[Tuple[int, int], int], pro
 
 def summary(step: StepCompleteness) -> str:
     """One line for a (rank, step): the counts, the reasons, the likely cause."""
-    return f"rank {step.rank}, step {step.iteration}: {_words(step)}"
+    return f"rank {step.rank}, step {step.step}: {_words(step)}"
 
 
 def _words(step: StepCompleteness) -> str:
@@ -357,145 +366,76 @@ def reasons(steps: List[StepCompleteness], limit: int = 3) -> List[str]:
     return out
 
 
-def mark_ranks(rows: List[RankStatus], steps: List[StepCompleteness]) -> None:
+def mark_ranks(rows: List[RankStatus], steps: List[StepCompleteness], likely: Optional[Finding] = None) -> None:
     """A rank whose own files stop short is `incomplete`, never `clean`, and never `received` when the cut is at or
-    before the step it received in (its own missing files could hold the origin)."""
+    before the step it received in (its own missing files could hold the origin). The likely origin's rank row
+    names it."""
     first_cut: Dict[int, StepCompleteness] = {}
     for step in steps:
-        if step.rank not in first_cut or step.iteration < first_cut[step.rank].iteration:
+        if step.rank not in first_cut or step.step < first_cut[step.rank].step:
             first_cut[step.rank] = step
     for row in rows:
         step = first_cut.get(row.rank)
         if step is None:
             continue
         words = _words(step)
-        cut_first = row.iteration is None or step.iteration <= row.iteration
+        cut_first = row.step is None or step.step <= row.step
         if row.status == RANK_CLEAN or (row.status == RANK_RECEIVED and cut_first):
-            row.status, row.iteration, row.via, row.time = RANK_INCOMPLETE, step.iteration, None, None
+            row.status, row.step, row.via, row.time = RANK_INCOMPLETE, step.step, None, None
             row.op_name = row.op_type = None
             row.present, row.expected, row.note = step.present, step.expected, words
         else:
             row.note = f"{row.note}; " if row.note else ""
-            row.note += f"step {step.iteration} incomplete: {words}"
+            row.note += f"step {step.step} incomplete: {words}"
+    if likely is not None:
+        for row in rows:
+            if row.rank == likely.rank and row.status == RANK_INCOMPLETE:
+                row.op_type, row.op_name = likely.op_type, likely.op_name
+                row.note = f"likely origin, its output file is truncated; {row.note}"
 
 
-def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judged, node_of, dirs: List[DumpDir],
-                  access):
-    """(OpExecution, Verdict) of the op X when the only files that could not be read are X's outputs, X's inputs
-    are finite and an op fed by X (in the saved graph) received a bad value from it; else None. The consumer's
-    input is X's output as it arrived: it tells what X made, so the kind is named; the role stays
-    LIKELY_ORIGIN (the verdict stays inconclusive)."""
-    from .model import INVALID, LIKELY_ORIGIN, OVERFLOW, PROPAGATOR, Status
-    from .rules import Verdict
-    from .walk import Unit, read_unit
-    cut = set(unreadable) | {path for step in steps for path in step.truncated}
-    if not cut or any(step.recent or len(step.reasons) != 1 or not step.truncated for step in steps):
-        return None      # files are missing or still being written: any of them could hold the origin
-    parsed = {path: names.parse(os.path.basename(path)) for path in cut}
-    owners = {(os.path.dirname(path), p.op_type, p.op_name, p.task_id, p.stream_id) if p and p.io == "output"
-              else None for path, p in parsed.items()}
-    if len(owners) != 1 or None in owners:
-        return None
-    folder, op_type, op_name, task, stream = owners.pop()
-    d = next((d for d in dirs if os.path.realpath(d.path) == os.path.realpath(folder)), None)
-    if d is None:
-        return None
-    quiet = lambda message: None     # noqa: E731  (the walk already said what it could not read)
-    executions = read_unit(Unit(d.rank, d.iteration, [d]), quiet).executions
-    runs = [ex for ex in executions if (ex.op_type, ex.op_name, ex.task_id, ex.stream_id)
-            == (op_type, op_name, task, stream) and any(e.source in cut for e in ex.outputs)]
-    if len(runs) != 1 or not runs[0].inputs:
-        return None
-    ex = runs[0]
-    for event in ex.outputs:
-        if event.source in cut:      # already reported by the walk: not read (and warned about) a second time
-            event.status, event.note, event.loader = Status.TRUNCATED, "unreadable: truncated", (lambda: None)
-    if any(access.bad(e) is not False for e in ex.inputs if e.dtype is None or e.is_float):
-        return None      # an input bad or unreadable: X may have received the bad value
-    for consumer, verdict in judged:
-        if consumer.rank != ex.rank or consumer.iteration != ex.iteration or verdict.role != PROPAGATOR:
-            continue
-        node, _graph = node_of(consumer)
-        for event in consumer.inputs:
-            producer = node.inputs[event.slot] if node is not None and event.slot < len(node.inputs) else None
-            if producer is None or names.scope_to_file_name(producer) != op_name or not access.bad(event):
-                continue
-            stats = access.stats(event)
-            kind = INVALID if stats is not None and stats.nan else OVERFLOW
-            shown = "; ".join(os.path.basename(e.source) for e in ex.outputs if e.source in cut)
-            what = (f"max |x| {stats.max_abs:.6g}, nan {stats.nan}, +inf {stats.posinf}, -inf {stats.neginf}"
-                    if stats is not None and stats.max_abs is not None else "a bad value")
-            detail = (f"its output file is truncated ({shown}); its inputs are finite and {consumer.op_type} "
-                      f"({consumer.op_name}) received input {event.slot} from it with {what}")
-            return ex, Verdict(LIKELY_ORIGIN, kind, detail, advice="invalid" if kind == INVALID else "overflow",
-                               evidence=[f"{consumer.op_type} input {event.slot} is {op_type}'s output as it "
-                                         "arrived: it holds the bad value the truncated file would show"])
-    return None
-
-
-
-def proven(f) -> bool:
-    """An origin shown by its own inputs (or flagged by the hardware), not a value a collective or an input brought."""
-    from .model import CROSS_RANK, ORIGIN, SUSPECT
-    return f.role == SUSPECT or (f.role == ORIGIN and f.kind != CROSS_RANK)
-
-
-@dataclass
-class Settled:
-    first: object
-    anomalies: list
-    propagation: list
-    likely: object = None
-    reasons: List[str] = field(default_factory=list)
-
-
-def settle(steps: List[StepCompleteness], first, anomalies, propagation, rows: List[RankStatus], unreadable,
-           judged, node_of, dirs: List[DumpDir], access, describe) -> Settled:
-    """What incomplete (rank, step)s change in the answer: their ranks are `incomplete` in the table; a first bad
-    value that was only received (or first seen as an input) at or after a cut is no answer (the origin may be in
-    the missing files), so the verdict is inconclusive unless an origin is proven elsewhere; the likely origin is
-    named when the only unreadable file is its output. `describe(ex, verdict)` makes a Finding."""
+def settle(decision: Decision, steps: List[StepCompleteness], unreadable: Iterable[str], dirs: List[DumpDir],
+           graphs: SavedGraphs, access: TensorAccess, kn: OpKnowledge) -> Decision:
+    """What incomplete (rank, step)s change in the decision: a first bad value that was only received (or first
+    seen as an input) at or after a cut is no answer (the origin may be in the missing files), so the verdict is
+    inconclusive unless an origin is proven elsewhere; the likely origin is named when the only unreadable file is
+    its output. Their ranks' rows are marked by mark_ranks when the report is assembled."""
     if not steps:
-        return Settled(first, anomalies, propagation)
-    mark_ranks(rows, steps)
-    if first is not None and not proven(first) and min(s.iteration for s in steps) <= first.iteration:
+        return decision
+    first, anomalies, propagation = decision.first, decision.anomalies, decision.propagation
+    if first is not None and not proven(first) and min(s.step for s in steps) <= first.step:
         anomalies = [f for f in anomalies if proven(f)]
         first, propagation = (anomalies[0] if anomalies else None), []
     likely = None
     if first is None:
-        found = likely_origin(steps, unreadable, judged, node_of, dirs, access)
+        found = likely_origin(steps, unreadable, decision.judged, graphs, dirs, access)
         if found is not None:
-            likely = describe(*found)
+            likely = describe(*found, access, graphs, kn, full=True)
     said = reasons(steps)
     if likely is not None:
         where = f" in {likely.cell} ({likely.cell_type})" if likely.cell else ""
         backward = f" (backward of {likely.forward_op})" if likely.forward_op not in (None, likely.op_type) else ""
         said.insert(0, f"likely origin: {likely.op_type}{backward}{where}, rank {likely.rank}, step "
-                       f"{likely.iteration} ({likely.op_name}): its output file is truncated, so it cannot be proven")
-        for row in rows:
-            if row.rank == likely.rank and row.status == RANK_INCOMPLETE:
-                row.op_type, row.op_name = likely.op_type, likely.op_name
-                row.note = f"likely origin, its output file is truncated; {row.note}"
-    return Settled(first, anomalies, propagation, likely, said)
+                       f"{likely.step} ({likely.op_name}): its output file is truncated, so it cannot be proven")
+    return replace(decision, first=first, anomalies=anomalies, propagation=propagation, likely=likely,
+                   incomplete=steps, reasons=said + decision.reasons)
 
 
 def cross_rank_advice(first, rows: List[RankStatus], steps: List[StepCompleteness], selected: bool) -> str:
     """Where to look when a collective delivered the first bad value and no dumped op created it ("" when an origin
     was proven): never "dump the other ranks" when they are dumped."""
-    from .model import RANK_NOT_DUMPED
     if first is not None and proven(first):
         return ""
     missing = [row.rank for row in rows if row.status == RANK_NOT_DUMPED]
     cut = sorted({s.rank for s in steps})
     if cut:
-        return f"rank(s) {', '.join(map(str, cut))} hold incomplete steps: the origin may be in their missing files"
+        return f"rank(s) {format_ids(cut)} hold incomplete steps: the origin may be in their missing files"
     if missing:
-        return f"dump the other ranks (rank(s) {', '.join(map(str, missing))} not dumped)"
+        return f"dump the other ranks (rank(s) {format_ids(missing)} not dumped)"
     if selected:
         return "analyze the other ranks too (--ranks selected only some)"
     return ("every rank is dumped: the op that sent it was not dumped or not read (kernel filter, overflow-only "
             "mode, unreadable files)")
 
 
-__all__ = ["check", "settle", "cross_rank_advice", "likely_origin", "mark_ranks", "reasons", "summary",
-           "RECENT_SECONDS", "CAUSE"]
+__all__ = ["check", "settle", "cross_rank_advice", "mark_ranks", "reasons", "summary", "RECENT_SECONDS", "CAUSE"]

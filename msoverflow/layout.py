@@ -25,6 +25,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import names, safeio
 from .errors import UserError
+from .model import IterationAlias
 from .names import FRAMEWORK_RANK_DIR, FRAMEWORK_STEP_DIR, KERNEL_STEP_DIR, RANK_DIR, STEP_DIR, TIME_DIR
 
 LAYOUT_MS = "mindspore"       # rank_{r}/{net}/{graph}/{iter}
@@ -41,7 +42,7 @@ Warn = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class DumpDir:
+class DumpDir(IterationAlias):
     """One leaf directory: what its path says it is, and the regular files it holds as listed once."""
     path: str
     layout: str
@@ -54,26 +55,18 @@ class DumpDir:
     mapping: Mapping[str, str] = field(default_factory=dict, compare=False)   # mapping.csv: short -> original name
     mtime: float = float("inf")       # the directory's own mtime: when its last file was created
 
-    @property
-    def iteration(self) -> int:
-        """The old name of `step`, read-only."""
-        return self.step
-
     def original(self, name: str) -> str:
         """A file's name as the dump writer meant it (names over 255 characters are written as random ones)."""
         return self.mapping.get(name, name)
 
 
 @dataclass
-class Unit:
+class Unit(IterationAlias):
     """The directories of one rank's step (several graphs may run in one step): what the walk reads at once."""
     rank: int
     step: int
     dirs: List[DumpDir]
 
-    @property
-    def iteration(self) -> int:
-        return self.step
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ import argparse
 import contextlib
 import logging
 import sys
+import time
+from typing import Callable, Iterator, Optional
 
 log = logging.getLogger("msoverflow")
 
@@ -87,7 +89,7 @@ def setup(args: argparse.Namespace, argv=None) -> None:
         handler.setLevel(logging.DEBUG)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(handler)
-        from . import __version__
+        from .version import __version__
         log.debug("msoverflow %s: %s", __version__, " ".join(sys.argv[1:] if argv is None else argv))
         handler.check()
 
@@ -140,3 +142,27 @@ def _inside(path: str, directory: str) -> bool:
     import os
     path, directory = os.path.realpath(path), os.path.realpath(directory)
     return path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+class Notes(list):
+    """The warnings of one analysis or comparison: kept for its report, and handed to `warn` as they are met."""
+
+    def __init__(self, warn: Optional[Callable[[str], None]] = None):
+        super().__init__()
+        self._warn = warn
+
+    def __call__(self, message: str) -> None:
+        self.append(message)
+        if self._warn is not None:
+            self._warn(message)
+
+
+@contextlib.contextmanager
+def timed(stage: str) -> Iterator[None]:
+    """Time one stage of a command (discover, plan, walk, decide, settle, assemble, render): shown with -v and kept
+    by --log-file, never in the report."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        log.debug("timing: %s %.3f s", stage, time.perf_counter() - started)

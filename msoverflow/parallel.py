@@ -42,7 +42,7 @@ class Walked:
     arrivals: List[OpExecution] = field(default_factory=list)   # every collective that delivered a bad value
     scanned_all: bool = True
     scanned: Dict[int, List[int]] = field(default_factory=dict)     # rank -> steps scanned
-    iterations: Dict[int, List[int]] = field(default_factory=dict)  # rank -> steps holding op runs (or not scanned)
+    steps: Dict[int, List[int]] = field(default_factory=dict)       # rank -> steps holding op runs (or not scanned)
     spans: Dict[Tuple[int, int], Tuple[int, int]] = field(default_factory=dict)   # (rank, step) -> first, last op
     runs: Dict[int, int] = field(default_factory=dict)     # rank -> op runs scanned
     facts: DumpedFacts = field(default_factory=DumpedFacts)
@@ -185,8 +185,8 @@ def _reduce(summaries: List[UnitSummary], chains, access, warn, scanned_all: boo
     worker collected (None when they were given in this process already)."""
     walked = Walked(scanned_all=scanned_all)
     nodes: Dict[Tuple[int, str], list] = {}
-    for s in sorted(summaries, key=lambda s: (s.rank, s.iteration)):
-        walked.scanned.setdefault(s.rank, []).append(s.iteration)
+    for s in sorted(summaries, key=lambda s: (s.rank, s.step)):
+        walked.scanned.setdefault(s.rank, []).append(s.step)
         if warn is not None:
             for message in s.warnings:
                 warn(message)
@@ -211,9 +211,9 @@ def _reduce(summaries: List[UnitSummary], chains, access, warn, scanned_all: boo
         if s.executions:
             walked.runs[s.rank] = walked.runs.get(s.rank, 0) + s.executions
         if s.executions or s.records:      # a step of hardware records only is a step seen too
-            walked.iterations.setdefault(s.rank, []).append(s.iteration)
+            walked.steps.setdefault(s.rank, []).append(s.step)
         if s.span is not None:
-            walked.spans[(s.rank, s.iteration)] = s.span
+            walked.spans[(s.rank, s.step)] = s.span
         for position, (ex, verdict) in enumerate(s.judged):
             walked.judged.append((ex, verdict))
             if position in s.after_arrival:
@@ -222,11 +222,11 @@ def _reduce(summaries: List[UnitSummary], chains, access, warn, scanned_all: boo
     # steps not scanned (the rank's answer came earlier) still count as seen: they hold dump files
     for rank, units in chains.items():
         for unit in units:
-            if unit.iteration not in walked.scanned.get(rank, ()):
-                walked.iterations.setdefault(rank, []).append(unit.iteration)
+            if unit.step not in walked.scanned.get(rank, ()):
+                walked.steps.setdefault(rank, []).append(unit.step)
                 for d in unit.dirs:
                     walked.rank_roots.setdefault((d.rank, d.graph), d.rank_root)
-    for rank in walked.iterations:
-        walked.iterations[rank] = sorted(set(walked.iterations[rank]))
+    for rank in walked.steps:
+        walked.steps[rank] = sorted(set(walked.steps[rank]))
     walked.graphs = msprobe_graphs(nodes)
     return walked

@@ -19,6 +19,7 @@ from .layout import Dump
 from .model import (CROSS_RANK, ORIGIN, RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, RANK_ORIGIN,
                     RANK_RECEIVED, SUSPECT, OpExecution, RankStatus)
 from .names import RANK_DIR
+from .selection import format_ids
 
 _RANK_SIZE_KEYS = ("rank_size", "RANK_SIZE", "group_size", "world_size", "device_num")
 MAX_PLAUSIBLE_GAPS = 64   # missing rank numbers between present ranks that are filled in (more: 8 per present rank)
@@ -129,17 +130,13 @@ def expected_ranks(dump: Dump, dumped: Set[int], rank_roots: List[str],
     if len(known) > 1 or (known and max(known) > 0):
         gaps = max(known) + 1 - len(known)
         if gaps <= max(MAX_PLAUSIBLE_GAPS, 8 * len(known)):
-            why = f"ranks {_span(sorted(known))} are present: missing between them"
+            why = f"ranks {format_ids(known, limit=6)} are present: missing between them"
             for rank in range(max(known) + 1):
                 reasons.setdefault(rank, why)
         else:     # rank_0 beside a lone rank_99999: not a job of 100,000 ranks; say so instead of listing them
-            warn(f"ranks {_span(sorted(known))} are present: the {gaps} rank numbers between them are not "
+            warn(f"ranks {format_ids(known, limit=6)} are present: the {gaps} rank numbers between them are not "
                  "expected (too many gaps for a real job); only the ranks present and declared are checked")
     return reasons
-
-
-def _span(values: List[int]) -> str:
-    return ", ".join(map(str, values)) if len(values) <= 6 else f"{values[0]}..{values[-1]}"
 
 
 def compress_not_dumped(rows: List[RankStatus]) -> List[RankStatus]:
@@ -168,19 +165,19 @@ class RankTable:
         self._first: Dict[int, OpExecution] = {}
         self._first_in_step: Dict[Tuple[int, int], OpExecution] = {}
         for ex in arrivals:
-            for table, key in ((self._first, ex.rank), (self._first_in_step, (ex.rank, ex.iteration))):
+            for table, key in ((self._first, ex.rank), (self._first_in_step, (ex.rank, ex.step))):
                 if key not in table or self.position(ex) < self.position(table[key]):
                     table[key] = ex
 
     @staticmethod
     def position(ex: OpExecution) -> Tuple[int, int, int]:
-        return (ex.iteration, ex.time, ex.order if ex.order is not None else 1 << 30)
+        return (ex.step, ex.time, ex.order if ex.order is not None else 1 << 30)
 
     def first_arrival(self, rank: int, before: Optional[OpExecution] = None,
                       same_step: bool = False) -> Optional[OpExecution]:
         """The first collective on `rank` that delivered a bad value, up to and including `before` (in `before`'s
         step only with same_step), or None."""
-        first = (self._first_in_step.get((rank, before.iteration)) if same_step and before is not None
+        first = (self._first_in_step.get((rank, before.step)) if same_step and before is not None
                  else self._first.get(rank))
         if first is None or (before is not None and self.position(first) > self.position(before)):
             return None
@@ -200,7 +197,7 @@ class RankTable:
             ranks = {rank for rank in ranks if rank in selected}
         rows = []
         for rank in sorted(ranks):
-            records = sorted(unmatched.get(rank, []), key=lambda r: r.iteration)
+            records = sorted(unmatched.get(rank, []), key=lambda r: r.step)
             if rank not in self.dumped and not records:
                 why = expected.get(rank) or "no tensor file of this rank was understood"
                 rows.append(RankStatus(rank, RANK_NOT_DUMPED, note=why))
@@ -208,10 +205,10 @@ class RankTable:
             items = sorted(by_rank.get(rank, []), key=lambda item: self.position(item[0]))
             row = self._row(rank, items)
             if records and row.status in (RANK_CLEAN, RANK_NOT_DUMPED) or (
-                    records and row.iteration is not None and records[0].iteration < row.iteration
+                    records and row.step is not None and records[0].step < row.step
                     and row.status != RANK_ORIGIN):
                 record = records[0]
-                row = RankStatus(rank, RANK_FLAGGED, record.iteration, f"task {record.task_id} stream "
+                row = RankStatus(rank, RANK_FLAGGED, record.step, f"task {record.task_id} stream "
                                  f"{record.stream_id}", "unknown op",
                                  note=f"an Opdebug record ({record.unit}) matches no dumped op")
             rows.append(row)
@@ -229,17 +226,17 @@ class RankTable:
             ex, _v = origins[0]
             note = ""
             if arrival is not None:
-                note = (f"had received a bad value before: step {arrival.iteration} via {arrival.op_type} "
+                note = (f"had received a bad value before: step {arrival.step} via {arrival.op_type} "
                         f"{arrival.op_name}")
-            return RankStatus(rank, RANK_ORIGIN, ex.iteration, ex.op_name, ex.op_type, note=note, time=ex.time)
+            return RankStatus(rank, RANK_ORIGIN, ex.step, ex.op_name, ex.op_type, note=note, time=ex.time)
         if arrival is None and first_bad is None:
             arrival = self.first_arrival(rank)
         if arrival is not None:
-            return RankStatus(rank, RANK_RECEIVED, arrival.iteration, arrival.op_name, arrival.op_type,
+            return RankStatus(rank, RANK_RECEIVED, arrival.step, arrival.op_name, arrival.op_type,
                               via=f"{arrival.op_type} {arrival.op_name}", time=arrival.time)
         if suspects:
             ex, _v = suspects[0]
-            return RankStatus(rank, RANK_FLAGGED, ex.iteration, ex.op_name, ex.op_type,
+            return RankStatus(rank, RANK_FLAGGED, ex.step, ex.op_name, ex.op_type,
                               note="hardware flag only: the inputs that would decide were not dumped", time=ex.time)
         if first_bad is not None:
             ex, v = items[0]
@@ -247,7 +244,7 @@ class RankTable:
             note = ("its flagged ops' inputs were already bad and no dumped op on this rank created them; the op "
                     "that delivered them was not dumped") if flagged else (
                    "no dumped op on this rank created the bad value and no dumped collective delivered it")
-            return RankStatus(rank, RANK_FLAGGED if flagged else RANK_RECEIVED, ex.iteration, ex.op_name,
+            return RankStatus(rank, RANK_FLAGGED if flagged else RANK_RECEIVED, ex.step, ex.op_name,
                               ex.op_type, note=note, time=ex.time)
         return RankStatus(rank, RANK_CLEAN)
 

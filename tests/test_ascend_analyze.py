@@ -12,7 +12,7 @@ from ascend_fixtures import build_seed_scenario
 
 from msoverflow.analysis import analyze
 from msoverflow.cli import main
-from msoverflow.render.json_report import report_dict
+from msoverflow.report_dict import report_dict
 
 SCHEMA = os.path.join(os.path.dirname(__file__), os.pardir, "msoverflow", "schema", "report.schema.json")
 

@@ -15,7 +15,7 @@ from conftest import load_generator
 from msoverflow.analysis import analyze
 from msoverflow.cli import main
 from msoverflow.render import render
-from msoverflow.render.json_report import report_dict
+from msoverflow.report_dict import report_dict
 
 pytestmark = pytest.mark.mindspore
 gen = load_generator()

@@ -11,7 +11,7 @@ from synth_dump import SynthDump
 
 from msoverflow import names, walk
 from msoverflow.analysis import analyze
-from msoverflow.render.json_report import report_dict
+from msoverflow.report_dict import report_dict
 
 F32, F16 = np.float32, np.float16
 fin = np.ones(4, F32)

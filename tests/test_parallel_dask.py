@@ -8,7 +8,7 @@ import pytest
 
 from msoverflow import parallel
 from msoverflow.analysis import analyze
-from msoverflow.render.json_report import report_dict
+from msoverflow.report_dict import report_dict
 from msoverflow.walk import Unit, UnitSummary
 
 from test_one_walk import _rules_dump, _statistic_dump

@@ -39,9 +39,9 @@ def register(sub):
                               "collective), flagged, clean, incomplete or not dumped. Ranks are ordered by steps, "
                               "collectives and op knowledge, never by their clocks.")
     p.add_argument("dump_dir", metavar="DUMP_DIR")
-    p.add_argument("--ranks", "--rank", dest="rank", type=argument("--ranks"), metavar="IDS",
+    p.add_argument("--ranks", "--rank", dest="ranks", type=argument("--ranks"), metavar="IDS",
                    help="only these ranks, e.g. 0, 0,7 or 0-3")
-    p.add_argument("--steps", "--step", "--iteration", "--iterations", dest="iteration", type=argument("--steps"),
+    p.add_argument("--steps", "--step", "--iteration", "--iterations", dest="steps", type=argument("--steps"),
                    metavar="STEPS", help="only these steps (the dump's iteration directories), e.g. 0, 0-3 or 0|5-8")
     p.add_argument("--top", type=int, default=10, help="later origins to list (default 10)")
     p.add_argument("--all", dest="scan_all", action="store_true",
@@ -92,7 +92,7 @@ def run(args) -> int:
     if args.output:   # resolved through symlinks, judged against the dump's root, not only DUMP_DIR
         refuse_output_inside(args.output, args.dump_dir)
     started = time.monotonic()
-    report = analyze(args.dump_dir, ranks=args.rank, steps=args.iteration, scan_all=args.scan_all,
+    report = analyze(args.dump_dir, ranks=args.ranks, steps=args.steps, scan_all=args.scan_all,
                      progress=False if (args.no_progress or getattr(args, "quiet", False)) else None,
                      warn=lambda message: log.debug("warning: %s", message), jobs=args.jobs,
                      scheduler=args.scheduler, parallel=args.parallel, finished=args.finished,
@@ -104,10 +104,12 @@ def run(args) -> int:
 
 def deliver(args, report) -> int:
     """Print or write the report in the chosen form, save report.json; the exit code of its verdict."""
+    from ..logs import timed
     from ..render import render
     from ..safeio import refuse_output_inside
     fmt = args.format or _format_of(args.output)
-    text = render(report, fmt, args.top)
+    with timed("render"):
+        text = render(report, fmt, args.top)
     if args.output and not report.files:
         # No file was understood, so where the dump begins is unknown: DUMP_DIR may be a subdirectory of it.
         # Its parent is guarded too (unless that is where the user stands).

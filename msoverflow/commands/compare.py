@@ -19,9 +19,9 @@ def register(sub):
                "(rank, step), never by op numbers, task ids or timestamps; ops present on one side only are listed.")
     p.add_argument("baseline", metavar="BASELINE")
     p.add_argument("target", metavar="TARGET")
-    p.add_argument("--ranks", "--rank", dest="rank", type=argument("--ranks"), metavar="IDS",
+    p.add_argument("--ranks", "--rank", dest="ranks", type=argument("--ranks"), metavar="IDS",
                    help="only these ranks, e.g. 0, 0,7 or 0-3")
-    p.add_argument("--steps", "--step", dest="iteration", type=argument("--steps"), metavar="STEPS",
+    p.add_argument("--steps", "--step", dest="steps", type=argument("--steps"), metavar="STEPS",
                    help="only these steps (the dump's iteration directories), e.g. 0, 0-3 or 0|5-8")
     p.add_argument("--ulps", type=float, default=None, metavar="N",
                    help="tolerance in ulps of the compared dtype (default 8)")
@@ -38,7 +38,7 @@ def register(sub):
 def run(args) -> int:
     from ..comparison import DEFAULT_ULPS, compare
     from ..errors import UserError
-    from ..logs import log
+    from ..logs import log, timed
     from ..render.compare import render_comparison
     from ..safeio import refuse_output_inside
 
@@ -48,10 +48,11 @@ def run(args) -> int:
     if args.output:     # never inside either dump (resolved through symlinks, against each dump's root)
         refuse_output_inside(args.output, args.baseline)
         refuse_output_inside(args.output, args.target)
-    result = compare(args.baseline, args.target, ranks=args.rank, steps=args.iteration, tolerance_ulps=tolerance,
+    result = compare(args.baseline, args.target, ranks=args.ranks, steps=args.steps, tolerance_ulps=tolerance,
                      top=args.top, warn=lambda message: log.debug("warning: %s", message), parallel=args.parallel)
     fmt = args.format or _format_of(args.output)
-    text = render_comparison(result, fmt)
+    with timed("render"):
+        text = render_comparison(result, fmt)
     if args.output:
         write_output(args.output, text, fmt)
     else:

@@ -145,7 +145,7 @@ def _analyze(directory: Path, analyze_args: Sequence[str], log, command=None) ->
     print(f"msoverflow run: analyzing {directory}", file=log)
     log.flush()
     try:     # finished: the job has exited, so files written seconds ago are complete
-        report = analyze(str(directory), ranks=args.rank, steps=args.iteration, scan_all=args.scan_all,
+        report = analyze(str(directory), ranks=args.ranks, steps=args.steps, scan_all=args.scan_all,
                          warn=lambda message: logger.debug("warning: %s", message), jobs=args.jobs,
                          scheduler=args.scheduler, finished=True, command=command)
         return analyze_command.deliver(args, report)

@@ -359,7 +359,7 @@ def tensor_events(path: str, parsed=None, *, rank: int, graph: str, iteration: i
         if slot.readable:
             loader = _make_loader(path, slot)
         events.append(TensorEvent(
-            source=path, rank=rank, graph=str(graph), iteration=iteration,
+            source=path, rank=rank, graph=str(graph), step=iteration,
             op_type=op_type or "", op_name=op_name or "",
             task_id=task_id if task_id is not None else -1,
             stream_id=stream_id if stream_id is not None else -1,
@@ -381,7 +381,7 @@ def _read_dir_files(content, batch) -> None:
     d = content.d
     for name, parsed in batch:
         path = content.path(name)
-        found = tensor_events(path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration, warn=content.warn)
+        found = tensor_events(path, parsed, rank=d.rank, graph=d.graph, iteration=d.step, warn=content.warn)
         content.files += 1
         if not found:
             content.unreadable.append(path)

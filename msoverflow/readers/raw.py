@@ -85,7 +85,7 @@ def load_raw(path: str, dtype: str, shape: Optional[Tuple[int, ...]] = None):
 def raw_event(path: str, parsed, *, rank: int, graph: str, iteration: int) -> TensorEvent:
     """One TensorEvent for a raw tensor file (`parsed` is its names.ParsedName, kind raw)."""
     dtype = parsed.dtype or (parsed.dtype_word.lower() or None)
-    event = TensorEvent(source=path, rank=rank, graph=str(graph), iteration=iteration, op_type=parsed.op_type,
+    event = TensorEvent(source=path, rank=rank, graph=str(graph), step=iteration, op_type=parsed.op_type,
                         op_name=parsed.op_name, task_id=parsed.task_id, stream_id=parsed.stream_id,
                         timestamp=parsed.timestamp, io=parsed.io or INPUT, slot=parsed.slot or 0, fmt=parsed.fmt,
                         dtype=dtype, shape=parsed.shape, context_id=parsed.context_id, thread_id=parsed.thread_id)
@@ -105,7 +105,7 @@ def _read_dir_files(content, batch) -> None:
     for name, parsed in batch:
         content.files += 1
         content.events.append(raw_event(content.path(name), parsed, rank=d.rank, graph=d.graph,
-                                        iteration=d.iteration))
+                                        iteration=d.step))
 
 
 READER = Reader("raw", _read_dir_files, kinds=(KIND_RAW,))
