@@ -27,7 +27,7 @@ import os
 import time
 from collections import Counter, defaultdict
 from dataclasses import replace
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from . import names
 from .errors import READ_ERRORS, TruncatedFile
@@ -50,25 +50,28 @@ class _Listing:
 
     def __init__(self, d: DumpDir):
         self.d = d
-        # (path, name as the writer meant it) of the files whose names the grammar reads: a stray file (a checkpoint
-        # left in a step directory) is the walk's "not understood", never a tensor this step lacks
-        shown = [d.original(name) for name in d.entries] if d.mapping else d.entries
-        folder = d.path + os.sep
-        self.entries = [(folder + name, meant) for name, meant in zip(d.entries, shown)
-                        if meant.endswith(".npy") or (names.is_dump_file(meant) and names.understood(meant))]
-        self.files = len(self.entries)
-        self.opdebug = any(name.startswith("Opdebug.") for _path, name in self.entries)
+        # the files whose names the grammar reads: a stray file (a checkpoint left in a step directory) is the walk's
+        # "not understood", never a tensor this step lacks
+        self.names = [name for name in d.entries if name.endswith(".npy") or _counted(d.original(name))]
+        self.files = len(self.names)
+        self.opdebug = d.holds("Opdebug.")
         self.mtime = d.mtime     # when its last file was created
         self._kernels: Optional[int] = None
         self._keys: Dict[str, tuple] = {}            # path -> the tensor's identity without the file's timestamp
         self._stat: Optional[Dict[str, Tuple[int, float]]] = None
         self._rows: Optional[int] = -1
 
+    @property
+    def entries(self) -> Iterator[Tuple[str, str]]:
+        """(path, name as the writer meant it) of its counted files."""
+        folder = self.d.path + os.sep
+        return ((folder + name, self.d.original(name)) for name in self.names)
+
     def rows(self) -> Optional[int]:
         """statistic.csv rows, when the directory holds one."""
         if self._rows == -1:
-            path = next((path for path, name in self.entries if name == "statistic.csv"), None)
-            self._rows = _rows(path) if path else None
+            held = self.d.holds("statistic.csv") and "statistic.csv" in self.names
+            self._rows = _rows(os.path.join(self.d.path, "statistic.csv")) if held else None
         return self._rows
 
     def kernels(self) -> int:
@@ -104,13 +107,18 @@ class _Listing:
         """path -> (size, mtime)."""
         if self._stat is None:
             self._stat = {}
-            for path, _name in self.entries:
+            folder = self.d.path + os.sep
+            for name in self.names:
                 try:
-                    st = os.stat(path)
+                    st = os.stat(folder + name)
                 except OSError:
                     continue
-                self._stat[path] = (st.st_size, st.st_mtime)
+                self._stat[folder + name] = (st.st_size, st.st_mtime)
         return self._stat
+
+
+def _counted(name: str) -> bool:
+    return name.endswith(".npy") or (names.is_dump_file(name) and names.understood(name))
 
 
 def _rows(path: str) -> Optional[int]:

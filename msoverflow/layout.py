@@ -17,6 +17,7 @@ The directory patterns and what a dump file is come from the one grammar (msover
 """
 from __future__ import annotations
 
+import bisect
 import csv
 import os
 import stat
@@ -59,6 +60,11 @@ class DumpDir(IterationAlias):
         """A file's name as the dump writer meant it (names over 255 characters are written as random ones)."""
         return self.mapping.get(name, name)
 
+    def holds(self, prefix: str) -> bool:
+        """Whether one of its files' names starts with `prefix` (the entries are sorted: a bisection)."""
+        i = bisect.bisect_left(self.entries, prefix)
+        return i < len(self.entries) and self.entries[i].startswith(prefix)
+
 
 @dataclass
 class Unit(IterationAlias):
@@ -95,7 +101,7 @@ class Plan:
     @property
     def flags(self) -> bool:
         """The dump holds hardware overflow records (Opdebug): every unit is judged by them."""
-        return any(name.startswith("Opdebug.") for unit in self.units for d in unit.dirs for name in d.entries)
+        return any(d.holds("Opdebug.") for unit in self.units for d in unit.dirs)
 
 
 @dataclass
