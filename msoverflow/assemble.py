@@ -34,7 +34,8 @@ def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, graph
     flagged_ranks = {record.rank for record in walked.records}
     steps_seen = {rank: steps for rank, steps in walked.steps.items() if rank in walked.runs or rank in flagged_ranks}
     # steps scanned that held something understood (op runs or hardware records): never more than was seen
-    scanned_steps = {rank: [s for s in steps if s in steps_seen.get(rank, ())] for rank, steps in walked.scanned.items()}
+    scanned_steps = {rank: [s for s in steps if s in steps_seen.get(rank, ())]
+                     for rank, steps in walked.scanned.items()}
     rank_status = _rank_rows(dump, plan, walked, decision.table, decision.unmatched, note)
     meta = _metadata(walked, note)
     limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {}, walked.facts,

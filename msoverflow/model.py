@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
+
 class IterationAlias:
     """`.iteration`: the old name of `.step`, read-only, kept for one release."""
     __slots__ = ()

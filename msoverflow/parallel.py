@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import UserError
-from .model import OpExecution
 from .layout import Plan, Unit
+from .model import OpExecution
 from .walk import DumpedFacts, UnitSummary, msprobe_graphs, scan_unit
 
 POOL_MIN_FILES = 20_000     # below this, starting workers costs more than it saves

@@ -6,7 +6,6 @@ import os
 
 import numpy as np
 import pytest
-
 from synth_dump import SynthDump
 
 from msoverflow import layout, names

@@ -8,7 +8,6 @@ import tracemalloc
 
 import numpy as np
 import pytest
-
 from synth_dump import SynthDump
 
 import msoverflow
