@@ -3,14 +3,17 @@ scanned, warnings, provenance), for issues and chat. Every name from the dump go
 pasted into an issue tracker shows the dump's `<img>` as text and never renders it."""
 from __future__ import annotations
 
-from typing import List
+from typing import TYPE_CHECKING, List
 
-from ..model import SUSPECT, Report, TensorSummary
+from ..model import SUSPECT
 from .common import (arrival_text, arrivals_shown, clean_text, coords_phrase, coords_text, count_cell, counts_note,
                      parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown, scanned_text,
                      producer_text, tensors_shown)
 from .safe import md, md_code
 from .text import chain_label, max_abs_text, op_label, range_used_text, rank_text, scan_summary, shape_text
+
+if TYPE_CHECKING:
+    from ..model import Report, TensorSummary
 
 _TENSOR_HEADER = ["| slot | dtype | shape | max \\|x\\| | range used | nan | +inf | -inf | produced by |",
                   "|---|---|---|---|---|---|---|---|---|"]

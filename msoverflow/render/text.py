@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import io
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
-from ..model import SUSPECT, Finding, RankStatus, Report, TensorSummary
+from ..model import SUSPECT
 from .common import (arrival_text, arrivals_shown, clean_text, coords_phrase, coords_text, count_cell, counts_note,
                      parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown, scanned_text,
                      producer_text, steps_text, tensors_shown)
 from .safe import plain
+
+if TYPE_CHECKING:
+    from ..model import Finding, RankStatus, Report, TensorSummary
 
 
 def max_abs_text(stats) -> str:
