@@ -62,7 +62,7 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
         decision = findings.decide(walked, graphs, access, kn, notes)
     with timed("settle"):
         # (rank, step)s whose files stop short (job killed, dump still being written): the listing and headers only
-        incomplete = completeness.check(plan.dirs, warn=notes, finished=finished)
+        incomplete = completeness.check(plan.dirs, cut=walked.truncated, warn=notes, finished=finished)
         decision = completeness.settle(decision, incomplete, walked.unreadable, plan.dirs, graphs, access, kn)
     # The diagnosis of causes (issue 25) is the next stage: decision = diagnose(decision, ...)
     with timed("assemble"):

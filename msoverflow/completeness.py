@@ -2,18 +2,20 @@
 
 A job killed mid-step, a dump still being written or a copy that lost files leaves steps that stop short; an
 analysis that does not notice calls the missing part clean. The dump itself says what to expect, and this module
-compares, cheaply (the dump's one listing, msoverflow/layout.py; names, and sizes and times (a stat per file) of
-each rank's last step only; npy/DumpData headers only where sizes leave a doubt; never a tensor):
+compares, cheaply: the dump's one listing (msoverflow/layout.py: names, and each directory's time), and what the
+walk's reads of npy/DumpData headers found cut short; a stat per file only in a directory written to in the last
+seconds; never a tensor:
 - the graph's kernels (execution_order/ms_execution_order_graph_{g}.csv) against the kernels that wrote files;
   two steps with the same file count are believed complete, and when they hold fewer kernels than the csv lists,
   they set the count (on CPU the csv and the file names do not name every kernel alike);
 - a rank's last step against the same graph's other steps on that rank, and against the same step on the other
   ranks that run the same graph (same kernel count in their csv): a job dies in its last step;
 - a step present on some ranks and absent on another that holds other steps;
-- in each rank's last step (where a killed job stops and a running one writes): 0-byte files, files shorter than
-  their header says (a header is read only when the other ranks' same step, or else the rank's previous step, does
-  not hold the same tensor at the same size), and files modified in the last seconds while older ones exist (a
-  dump whose every file is that young was written at once: a fresh copy, a short run).
+- in each rank's last step (where a killed job stops and a running one writes): empty files and files shorter than
+  their header says (the walk reads the header of every tensor that could hold an origin and marks these
+  model.Status.TRUNCATED; a step the walk did not scan, after its rank's first origin, cannot change the answer and
+  is checked by its counts), and files written in the last seconds while older ones exist (a dump whose every file
+  is that young was written at once: a fresh copy, a short run).
 Overflow-only dumps (Opdebug files, op_debug_mode 1-4) and kernel-filtered ones (dump_mode 1) dump a different
 set of ops each step: only their files are checked, not their counts. Files whose names the grammar does not read
 (a checkpoint left in a step directory) are the walk's "not understood", never counted here.
@@ -25,12 +27,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import replace
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from . import names
-from .errors import READ_ERRORS, TruncatedFile
 from .evaluate import TensorAccess
 from .findings import Decision, describe, likely_origin, proven
 from .graphs import SavedGraphs
@@ -46,7 +47,7 @@ STILL_WRITTEN = "the dump may still be being written: run again when the job has
 
 class _Listing:
     """One dump directory (rank, graph, step) as the dump's one listing gave it: its dump files, and on demand its
-    kernels and its files' sizes and times (a stat per file: only for the steps that need them)."""
+    kernels (from their names), its statistic.csv rows and its files' times."""
 
     def __init__(self, d: DumpDir):
         self.d = d
@@ -57,15 +58,17 @@ class _Listing:
         self.opdebug = d.holds("Opdebug.")
         self.mtime = d.mtime     # when its last file was created
         self._kernels: Optional[int] = None
-        self._keys: Dict[str, tuple] = {}            # path -> the tensor's identity without the file's timestamp
-        self._stat: Optional[Dict[str, Tuple[int, float]]] = None
         self._rows: Optional[int] = -1
 
-    @property
-    def entries(self) -> Iterator[Tuple[str, str]]:
-        """(path, name as the writer meant it) of its counted files."""
-        folder = self.d.path + os.sep
-        return ((folder + name, self.d.original(name)) for name in self.names)
+    def times(self) -> List[float]:
+        """Its files' mtimes: a stat per file."""
+        folder, times = self.d.path + os.sep, []
+        for name in self.names:
+            try:
+                times.append(os.stat(folder + name).st_mtime)
+            except OSError:
+                continue
+        return times
 
     def rows(self) -> Optional[int]:
         """statistic.csv rows, when the directory holds one."""
@@ -78,43 +81,17 @@ class _Listing:
         """Op runs that wrote a file (Parameter files excluded), from the names (one grammar: msoverflow.names)."""
         if self._kernels is None:
             kernels: Set[str] = set()
-            npy_names, npy_paths = [], []
-            for path, name in self.entries:
+            npy_names = []
+            for name in map(self.d.original, self.names):
                 if name.endswith(".npy"):
                     npy_names.append(name)
-                    npy_paths.append(path)
                     continue
                 parsed = names.parse(name) if not name.startswith("Opdebug.") and name != "statistic.csv" else None
-                if parsed is None or parsed.kind == names.KIND_OPDEBUG:
-                    continue
-                key = (parsed.op_type, parsed.op_name, parsed.task_id, parsed.stream_id)
-                if parsed.kind == names.KIND_BIN:
-                    self._keys[path] = key
-                if parsed.op_type != "Parameter":
-                    kernels.add(".".join(map(str, key)))
-            columns = names.parse_many(npy_names)
-            kernels.update(p for p in columns.prefix if not p.startswith("Parameter."))
-            for row, prefix, io, slot in zip(columns.rows, columns.prefix, columns.io, columns.slot):
-                self._keys[npy_paths[row]] = (prefix, io, slot)
+                if parsed is not None and parsed.kind != names.KIND_OPDEBUG and parsed.op_type != "Parameter":
+                    kernels.add(f"{parsed.op_type}.{parsed.op_name}.{parsed.task_id}.{parsed.stream_id}")
+            kernels.update(p for p in names.parse_many(npy_names).prefix if not p.startswith("Parameter."))
             self._kernels = len(kernels)
         return self._kernels
-
-    def keys(self) -> Dict[str, tuple]:
-        self.kernels()
-        return self._keys
-
-    def stat(self) -> Dict[str, Tuple[int, float]]:
-        """path -> (size, mtime)."""
-        if self._stat is None:
-            self._stat = {}
-            folder = self.d.path + os.sep
-            for name in self.names:
-                try:
-                    st = os.stat(folder + name)
-                except OSError:
-                    continue
-                self._stat[folder + name] = (st.st_size, st.st_mtime)
-        return self._stat
 
 
 def _counted(name: str) -> bool:
@@ -139,21 +116,6 @@ def _rows(path: str) -> Optional[int]:
         return None
 
 
-def _cut(path: str) -> Optional[str]:
-    """Why a tensor file holds less than its header says (None when it holds all of it, or is corrupt in some other
-    way: the walk reports those as unreadable)."""
-    from .readers import dumpdata_bin, npy
-    try:
-        if path.endswith(".npy"):
-            npy.read_header(path)
-            return None
-        return dumpdata_bin.read_dump_header(path).cut
-    except TruncatedFile as exc:
-        return str(exc)
-    except READ_ERRORS:
-        return None
-
-
 def _counts_limited(settings: Dict[str, object], listings: Iterable[_Listing]) -> bool:
     """Dumps whose set of dumped ops changes from step to step: counts say nothing about completeness."""
     def number(key):
@@ -165,11 +127,12 @@ def _counts_limited(settings: Dict[str, object], listings: Iterable[_Listing]) -
             or any(item.opdebug for item in listings))
 
 
-def check(dirs: Sequence[DumpDir], *, warn: Callable[[str], None] = lambda message: None,
+def check(dirs: Sequence[DumpDir], *, cut: Iterable[str] = (), warn: Callable[[str], None] = lambda message: None,
           now: Optional[float] = None, finished: bool = False) -> List[StepCompleteness]:
     """The (rank, step)s of these directories (a Plan's: the selection applied) found incomplete, each with counts
-    and reasons (in the order rank, step). finished: the job that wrote the dump is known to have ended (msoverflow
-    run, patch --verify): young files are complete."""
+    and reasons (in the order rank, step). cut: the files the walk found shorter than their headers say (empty ones
+    included: model.Status.TRUNCATED); finished: the job that wrote the dump is known to have ended (msoverflow run,
+    patch --verify): files written seconds ago are complete."""
     from .readers.exec_order import dump_metadata, execution_order
     now = time.time() if now is None else now
     listings = [item for item in map(_Listing, dirs) if item.files]   # a folder of strays holds no step
@@ -193,23 +156,28 @@ def check(dirs: Sequence[DumpDir], *, warn: Callable[[str], None] = lambda messa
         at_step[(item.d.graph, item.d.step)].append(item)
         of_graph[(item.d.rank, item.d.graph)].append(item)
 
-    # Files of each rank's last step (where a killed job stops, where a running one writes): empty, cut short,
-    # being written.
+    # Each rank's last step (where a killed job stops, where a running one writes): files cut short or empty (as the
+    # walk's reads of their headers found them), and files written in the last seconds. A writer creates its files,
+    # so only a directory written to in the last seconds has its files' times looked at (a stat each).
     young = now - RECENT_SECONDS
+    cut_in: Dict[str, List[str]] = defaultdict(list)
+    for path in cut:
+        cut_in[os.path.dirname(path)].append(path)
     oldest = min((item.mtime for item in listings), default=now)
     for item in listings:
         if item.d.step != last_step[item.d.rank]:
             continue
         step = (item.d.rank, item.d.step)
-        stats = item.stat()
-        cut = [path for path, (size, _t) in stats.items() if size == 0]
-        cut += _short_files(item, _reference(item, at_step, of_graph))
-        truncated[step].extend(cut)
-        if cut:
-            problems[step].append((item.files - len(cut), item.files, f"{len(cut)} of {item.files} files "
+        short = cut_in.get(item.d.path, [])
+        truncated[step].extend(short)
+        if short:
+            problems[step].append((item.files - len(short), item.files, f"{len(short)} of {item.files} files "
                                    "truncated or empty"))
-        fresh = [mtime for _size, mtime in stats.values() if mtime > young]
-        if fresh and not cut and _matched_by_settled_step(item, of_graph, young):
+        if item.mtime <= young:
+            continue
+        times = item.times()
+        fresh = [mtime for mtime in times if mtime > young]
+        if fresh and not short and _matched_by_settled_step(item, of_graph, young):
             # a job that ended seconds ago looks like this too: what would show a writer at work (fewer files
             # or rows than an earlier step, a file shorter than its header) is absent
             warn(f"{item.d.path}: {len(fresh)} file(s) written in the last {RECENT_SECONDS:.0f} s, but the step holds "
@@ -217,7 +185,7 @@ def check(dirs: Sequence[DumpDir], *, warn: Callable[[str], None] = lambda messa
                  "running, analyse again when it has finished)")
             fresh = []
         recent[step].extend(fresh)
-        oldest = min([oldest] + [mtime for _size, mtime in stats.values()])
+        oldest = min([oldest] + times)
     if oldest > young or finished:
         recent.clear()     # every file is that young: written at once (a copy, a short run), not a writer still at work
 
@@ -250,36 +218,6 @@ def _matched_by_settled_step(item: _Listing, of_graph, young: float) -> bool:
     statistic.csv rows) as this fresh one."""
     return any(other.d.step < item.d.step and other.mtime <= young and other.files == item.files
                and other.rows() == item.rows() for other in of_graph[(item.d.rank, item.d.graph)])
-
-
-def _reference(item: _Listing, at_step, of_graph) -> List[_Listing]:
-    """Where the same tensors should have the same sizes: the other ranks' same step of the same graph, else this
-    rank's previous step of it."""
-    peers = [o for o in at_step[(item.d.graph, item.d.step)]
-             if o.d.rank != item.d.rank and o.d.layout == item.d.layout]
-    if peers:
-        return peers
-    earlier = [o for o in of_graph[(item.d.rank, item.d.graph)]
-               if o.d.step < item.d.step and o.d.layout == item.d.layout]
-    return [max(earlier, key=lambda o: o.d.step)] if earlier else []
-
-
-def _short_files(item: _Listing, reference: List[_Listing]) -> List[str]:
-    """Tensor files shorter than their header says. When a reference holds the same sizes, nothing is cut and no
-    header is read; otherwise a file is whole when the reference holds its tensor at its size, and its header is
-    read when not."""
-    sizes = Counter(size for size, _t in item.stat().values())
-    if any(Counter(size for size, _t in other.stat().values()) == sizes for other in reference):
-        return []
-    known: Dict[tuple, Set[int]] = defaultdict(set)
-    for other in reference:
-        stats = other.stat()
-        for path, key in other.keys().items():
-            if path in stats:
-                known[key].add(stats[path][0])
-    stats = item.stat()
-    return sorted(path for path, key in item.keys().items() if path in stats and stats[path][0]
-                  and stats[path][0] not in known.get(key, ()) and _cut(path))
 
 
 def _counts(listings: List[_Listing], at_step, of_graph, problems, last_step: Dict[int, int], execution_order,

@@ -51,6 +51,7 @@ class Walked:
     files: int = 0
     unknown: List[str] = field(default_factory=list)
     unreadable: List[str] = field(default_factory=list)
+    truncated: List[str] = field(default_factory=list)     # of those, files that stop short of their header
     refused: List[str] = field(default_factory=list)
     undecodable: List[Tuple[str, str]] = field(default_factory=list)
     layouts: List[str] = field(default_factory=list)
@@ -196,6 +197,7 @@ def _reduce(summaries: List[UnitSummary], chains, access, warn, scanned_all: boo
         walked.side_reads += s.side_reads
         walked.unknown += s.unknown
         walked.unreadable += s.unreadable
+        walked.truncated += s.truncated
         walked.refused += s.refused
         walked.undecodable += s.undecodable
         walked.records += s.records

@@ -101,6 +101,7 @@ class UnitSummary:
     unreadable_count: int = 0
     unknown: List[str] = field(default_factory=list)       # files whose names were not understood
     unreadable: List[str] = field(default_factory=list)    # files that could not be read
+    truncated: List[str] = field(default_factory=list)     # of those, files that stop short of their header
     refused: List[str] = field(default_factory=list)       # "path: why" of statistics files refused whole
     undecodable: List[Tuple[str, str]] = field(default_factory=list)   # (file, why) of tensors never decodable
     warnings: List[str] = field(default_factory=list)
@@ -449,6 +450,7 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
         summary.files += content.files
         summary.unknown += content.unknown
         summary.unreadable += content.unreadable
+        summary.truncated += content.truncated
         summary.refused += content.refused
         summary.records += content.records
         if content.nodes:
@@ -522,9 +524,11 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
         for e in ex.inputs + ex.outputs:
             if e.status.unread:
                 summary.unreadable.append(e.source)
+                if e.status is Status.TRUNCATED:
+                    summary.truncated.append(e.source)
             elif e.status is Status.UNDECODABLE:
                 summary.undecodable.append((e.source, e.note))
-    summary.unreadable = sorted(set(summary.unreadable))
+    summary.unreadable, summary.truncated = sorted(set(summary.unreadable)), sorted(set(summary.truncated))
     kept = [ex for ex, _ in summary.judged] + summary.arrivals
     summary.side_reads = side.tensors_read
     if caller_access is not None:

@@ -381,8 +381,17 @@ def _read_dir_files(content, batch) -> None:
     d = content.d
     for name, parsed in batch:
         path = content.path(name)
-        found = tensor_events(path, parsed, rank=d.rank, graph=d.graph, iteration=d.step, warn=content.warn)
         content.files += 1
+        try:
+            header = read_dump_header(path)
+        except DumpFormatError as exc:
+            content.warn(str(exc))
+            content.unreadable.append(path)
+            if isinstance(exc, TruncatedFile):
+                content.truncated.append(path)
+            continue
+        found = tensor_events(path, parsed, rank=d.rank, graph=d.graph, iteration=d.step, warn=content.warn,
+                              header=header)
         if not found:
             content.unreadable.append(path)
         content.events.extend(found)

@@ -49,6 +49,7 @@ class DirContent:
     files: int = 0                                                # dump files understood
     unknown: List[str] = field(default_factory=list)              # dump-looking files whose names are not known
     unreadable: List[str] = field(default_factory=list)           # files that yielded nothing readable
+    truncated: List[str] = field(default_factory=list)            # of those, files that stop short of their header
     refused: List[str] = field(default_factory=list)              # "path: why" of refused statistic files
 
     def path(self, name: str) -> str:
