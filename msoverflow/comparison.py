@@ -1,8 +1,9 @@
 """Compare two runs (`msoverflow compare`, `msoverflow.compare()`; not named compare.py, which would shadow the
 lazy `msoverflow.compare` function): the first operator where a TARGET dump parts from a BASELINE dump.
 
-Both dumps are read by the same walk and readers as `analyze` (layout.discover -> walk.plan_units -> one
-(rank, step) unit at a time -> walk.read_unit_runs, through the reader registry).
+Both dumps are read by the same walk and readers as `analyze` (layout.Dump.open -> Dump.plan, the selection carried
+unexpanded -> one (rank, step) unit at a time -> walk.read_unit_runs, through the reader registry); where an op
+lives in the code comes from the same graphs.SavedGraphs.
 Ops are matched per (rank, step) by graph, op type, scope path
 without the `-opN` number, and occurrence in execution order: task ids, op numbers and timestamps change between
 compilations, the scope path and the order do not (a backward op's scope is its forward op's Cell and

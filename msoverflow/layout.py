@@ -203,7 +203,7 @@ class _Lister:
         if any(map(names.is_dump_file, files)):
             self.dirs.append(self._leaf(current, tuple(files)))
         elif len(self.others) < MAX_OTHER_FILES:
-            self.others += [os.path.join(current, name) for name in sorted(files)[:MAX_OTHER_FILES - len(self.others)]]
+            self.others += [os.path.join(current, name) for name in files[:MAX_OTHER_FILES - len(self.others)]]
         return subdirs
 
     def _leaf(self, path: str, entries: Tuple[str, ...]) -> DumpDir:
