@@ -37,6 +37,8 @@ def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, graph
     scanned_steps = {rank: [s for s in steps if s in steps_seen.get(rank, ())]
                      for rank, steps in walked.scanned.items()}
     rank_status = _rank_rows(dump, plan, walked, decision.table, decision.unmatched, note)
+    from .parallel_layout import label_ranks     # coordinates, and the ranks a layout declares that are not dumped
+    layout = label_ranks(parallel, dump.path, rank_status, walked.rank_roots, note, selected=plan.ranks)
     meta = _metadata(walked, note)
     limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {}, walked.facts,
                              len(walked.records), framework_dump=LAYOUT_MSPROBE in walked.layouts)
@@ -51,8 +53,6 @@ def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, graph
         advice = cross_rank_advice(decision.first, rank_status, decision.incomplete, selected=bool(plan.ranks))
         if advice:
             note(f"no rank holds the origin: a collective delivered the first bad value; {advice}")
-    from .parallel_layout import label_ranks
-    layout = label_ranks(parallel, dump.path, rank_status, walked.rank_roots, note)
     from .parameters import parameter_hits
     judged_runs: Dict[int, List[OpExecution]] = {}
     for ex, _v in decision.judged:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, List
 
 from ..model import SUSPECT
-from .common import (arrival_text, arrivals_shown, clean_text, coords_phrase, coords_text, count_cell, counts_note,
+from .common import (arrival_text, arrivals_shown, clean_text, coords_phrase, count_cell, counts_note,
                      parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown, scanned_text,
                      producer_text, tensors_shown)
 from .safe import md, md_code
@@ -100,7 +100,7 @@ def render_markdown(report: Report, top: int = 10) -> str:
         out += ["", "Ranks:", "", "| rank | status | step |" + (" coords |" if with_coords else "")
                 + " first bad op / how |", "|---|---|---|" + ("---|" if with_coords else "") + "---|"]
         out += [f"| {label} | {md(r.status)} | {'-' if r.step is None else r.step} | "
-                + (f"{md(coords_text(r.coords))} | " if with_coords else "") + f"{md(rank_text(r))} |"
+                + (f"{md(coords_phrase(r.coords))} | " if with_coords else "") + f"{md(rank_text(r))} |"
                 for label, r in shown_ranks]
         if left_out:
             out += ["", f"- ... {md(left_out)}"]
