@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Mapping, Optional, Tuple
 
 from .model import GraphNode, OpExecution, Source
-from .scope import cell_of
+from .scope import cell_of, forward_in_scope, is_backward
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,8 @@ class SavedGraphs:
             forward_op = forward_of(op_type)
         scope_name = full_name or ex.op_name
         cell, cell_type = cell_of(scope_name, from_file_name=full_name is None)
-        if forward_op is None and not scope_name.startswith("Gradients"):
-            forward_op = op_type
+        if forward_op is None:      # a backward op's scope names its forward op (Grad_Div); a forward op is its own
+            forward_op = forward_in_scope(full_name) if is_backward(scope_name) else op_type
         src = node if (node is not None and node.source_file) else forward_node
         source = Source(src.source_file, src.source_line or 0, src.source_code or "") \
             if src is not None and src.source_file else None

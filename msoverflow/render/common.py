@@ -14,7 +14,7 @@ from ..selection import format_ids
 if TYPE_CHECKING:
     from ..model import Arrival, RankStatus, Report, TensorSummary
 
-MAX_RANK_ROWS = 64        # text and markdown; the HTML shows more (render/html.py)
+MAX_RANK_ROWS = 64        # text and markdown; the HTML shows more (render/html/)
 MAX_ARRIVALS = 64
 MAX_TENSOR_ROWS = 16      # per input/output table: the bad tensors first
 
