@@ -1,12 +1,11 @@
 """One documented exception tree (msoverflow/errors.py) and typed tensor statuses (model.Status): a reader says
 what is wrong with a file by the class it raises, so completeness and the walk never read the readers' English.
-Files are SYNTHETIC npy files (scripts/synth_dump.py) cut the way a killed writer cuts them, and binary DumpData
-files SPEC-BUILT from the documented format (scripts/ascend_fixtures.py)."""
+Files are SYNTHETIC npy files (tests/support/synth_dump.py) cut the way a killed writer cuts them, and binary DumpData
+files SPEC-BUILT from the documented format (tests/support/ascend_fixtures.py)."""
 import os
 
 import numpy as np
 import pytest
-from synth_dump import SynthDump
 
 from msoverflow import errors
 from msoverflow.errors import FormatError, TruncatedFile, UserError
@@ -15,6 +14,7 @@ from msoverflow.model import Status
 from msoverflow.readers import _protobuf, dumpdata_bin, npy, opdebug
 from msoverflow.selection import SelectionError
 from msoverflow.strategy_checkpoint import StrategyError
+from tests.support.synth_dump import SynthDump
 
 
 def test_every_format_error_is_a_format_error_and_a_value_error():
@@ -65,7 +65,7 @@ def test_tensor_access_sets_the_status_not_a_note_prefix(tmp_path):
 
 
 def test_a_cut_binary_dump_payload_is_typed(tmp_path):
-    from ascend_fixtures import build_wild_form
+    from tests.support.ascend_fixtures import build_wild_form
     desc = build_wild_form(str(tmp_path / "dump"), "bf16_bin")
     victim = next(os.path.join(desc["dir"], n) for n in sorted(os.listdir(desc["dir"])) if n.startswith("SqrtGrad."))
     assert dumpdata_bin.read_dump_header(victim).cut is None

@@ -1,15 +1,15 @@
 """The dump is listed once (msoverflow/layout.py Dump.open): each leaf directory carries its files and its
 mapping.csv, and one predicate (names.is_dump_file) says what a dump file is, for the listing, the readers and
-completeness alike. SYNTHETIC MindSpore-layout dumps (scripts/synth_dump.py); the reproductions of
+completeness alike. SYNTHETIC MindSpore-layout dumps (tests/support/synth_dump.py); the reproductions of
 architecture-review.md appendices B and D."""
 import os
 
 import numpy as np
 import pytest
-from synth_dump import SynthDump
 
 from msoverflow import layout, names
 from msoverflow.analysis import analyze
+from tests.support.synth_dump import SynthDump
 
 ONES = np.ones(4, np.float32)
 
