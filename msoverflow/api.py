@@ -18,6 +18,7 @@ from __future__ import annotations
 import numbers
 import os
 from collections.abc import Callable as AnyCallable
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence, Union
 
 from .model import Report
@@ -111,3 +112,23 @@ def _check(**arguments) -> None:
         if not isinstance(value, accepted) or (isinstance(value, bool) and bool not in accepted):
             names = " or ".join(_TYPE_WORDS.get(t, getattr(t, "__name__", str(t))) for t in accepted)
             raise TypeError(f"{name} must be {names}, not {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What analyze() takes besides the dump, as one value: the commands build it from their arguments and hand
+    it to the library code that analyses a dump it made (run, run --two-pass, patch --verify)."""
+    ranks: Ids = None
+    steps: Ids = None
+    scan_all: bool = False
+    jobs: Optional[int] = None
+    scheduler: Optional[str] = None
+    finished: bool = False
+    parallel: object = None
+    progress: Optional[bool] = False
+    warn: Optional[Callable[[str], None]] = None
+
+
+def analyze_with(path: str, options: Options, command: Union[None, str, Sequence[str]] = None) -> Report:
+    """analyze(path) with the Options' values."""
+    return analyze(path, command=command, **{f.name: getattr(options, f.name) for f in fields(options)})
