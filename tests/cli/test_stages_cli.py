@@ -10,16 +10,9 @@ import msoverflow
 from msoverflow import layout
 from msoverflow.cli import main
 from msoverflow.selection import Selection, SelectionError, parse
-from tests.support.synth_dump import SynthDump
+from tests.support.synth_dump import SynthDump, same_run_pair
 
 ONES = np.ones(4, np.float32)
-
-
-def _pair(tmp_path, ranks=(0,)):
-    for side in ("a", "b"):
-        for rank in ranks:
-            SynthDump(str(tmp_path / side), rank=rank).op(0, "Add", "Default_network-Net_Add-op1", [ONES], [ONES])
-    return str(tmp_path / "a"), str(tmp_path / "b")
 
 
 def _peak(call):
@@ -35,7 +28,7 @@ def test_compare_of_two_million_ranks_carries_the_selection_unexpanded(tmp_path,
     """Appendix A: `--ranks 0-2000000` made compare take 6.4 s and 585 MB against analyze's 0.09 s: the Selection
     now reaches both plans as the ranges the user wrote, and compare's peak memory stays within 2x analyze's
     (tracemalloc peaks, in-process; the wall-time ratio is a paired benchmark)."""
-    a, b = _pair(tmp_path)
+    a, b = same_run_pair(str(tmp_path))
     selected = parse("0-2000000", "--ranks")
     planned = []
     real_plan = layout.Dump.plan

@@ -13,21 +13,14 @@ import msoverflow
 from msoverflow import layout
 from msoverflow.model import Arrival, Finding, RankStatus, StepCompleteness
 from msoverflow.selection import format_ids, parse
-from tests.support.synth_dump import SynthDump
+from tests.support.synth_dump import SynthDump, same_run_pair
 
 ONES = np.ones(4, np.float32)
 
 
-def _pair(tmp_path, ranks=(0,)):
-    for side in ("a", "b"):
-        for rank in ranks:
-            SynthDump(str(tmp_path / side), rank=rank).op(0, "Add", "Default_network-Net_Add-op1", [ONES], [ONES])
-    return str(tmp_path / "a"), str(tmp_path / "b")
-
-
 def test_compare_takes_ranks_in_the_grammar_like_analyze(tmp_path):
     """Appendix A: msoverflow.compare(a, b, ranks="0-3") failed with `--ranks ['-', '0', '3']`; "10" is rank 10."""
-    a, b = _pair(tmp_path, ranks=(0, 10))
+    a, b = same_run_pair(str(tmp_path), ranks=(0, 10))
     assert msoverflow.analyze(a, ranks="0-3").verdict == "clean"
     assert msoverflow.compare(a, b, ranks="0-3").units == [(0, 0)]
     assert msoverflow.compare(a, b, ranks="10").units == [(10, 0)]
