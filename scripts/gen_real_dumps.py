@@ -31,6 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixture_runs import prune_stale  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 CASES_DIR = Path(__file__).resolve().parent / "realdump_cases"
 DEFAULT_CACHE_ROOT = REPO / ".fixture-cache" / "realdumps"
@@ -331,17 +334,6 @@ def cache_key() -> str:
 
 def default_out_dir() -> Path:
     return DEFAULT_CACHE_ROOT / cache_key()
-
-
-def _prune_stale_cache(current: Path):
-    """Dumps made under an older key (another generator, case script, demo model or MindSpore version) are
-    never used again: remove them so the cache holds one set."""
-    import shutil
-    if not DEFAULT_CACHE_ROOT.is_dir():
-        return
-    for old in DEFAULT_CACHE_ROOT.iterdir():
-        if old.is_dir() and old != current:
-            shutil.rmtree(old, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------------------------- dump scan
@@ -687,7 +679,7 @@ def ensure_cases(names: Optional[Sequence[str]] = None, out_dir: Optional[Path] 
         raise KeyError(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES_BY_NAME)}")
     if out_dir is None:
         out_dir = default_out_dir()
-        _prune_stale_cache(out_dir)
+        prune_stale(DEFAULT_CACHE_ROOT, out_dir)
     out_dir = Path(out_dir)
     with _locked(out_dir):
         records = {}
