@@ -84,6 +84,37 @@ def _args(line: str, start: int) -> List[str]:
     return [a for a in args if a]
 
 
+# A node's call and attributes span a few lines; in a broken file the joining stops here (memory stays flat).
+MAX_JOINED_CHARS = 1 << 20
+_OPENING, _CLOSING = "([{", ")]}"
+
+
+def _depth(text: str) -> int:
+    return sum(text.count(c) for c in _OPENING) - sum(text.count(c) for c in _CLOSING)
+
+
+def _logical_lines(lines: Iterable[str]):
+    """(number of the first line, text): a node line whose brackets stay open is joined with the lines they run
+    on to (a tensor constant printed over several lines, attributes wrapped by older versions), so its arguments
+    and the comment lines after it are read as one node."""
+    pending, depth, start = None, 0, 0
+    for number, line in enumerate(lines, 1):
+        if pending is not None:
+            pending.append(line.strip())
+            depth += _depth(line)
+            size += len(line)
+            if depth <= 0 or size >= MAX_JOINED_CHARS:
+                yield start, " ".join(pending)
+                pending = None
+            continue
+        if _NODE.match(line) and _depth(line) > 0:
+            pending, depth, start, size = [line.rstrip("\n")], _depth(line), number, len(line)
+            continue
+        yield number, line
+    if pending is not None:
+        yield start, " ".join(pending)
+
+
 class GraphIndex:
     """Nodes of one saved graph, looked up by full name or by the name as written in dump files."""
 
@@ -129,7 +160,7 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
                 pending_forward[len(nodes)] = current["forward"]
             nodes.append(node)
 
-    for line_number, line in enumerate(lines, 1):
+    for line_number, line in _logical_lines(lines):
         m = _NODE.match(line)
         if m:
             finish()
@@ -137,8 +168,7 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             op_type = op[len("PrimFunc_"):] if op.startswith("PrimFunc_") else op
             args = [a[1:] if _REF.fullmatch(a) else "const" for a in _args(line, m.end())]
             current = {"id": m.group(1), "op_type": op_type, "inputs": args, "line": line_number,
-                       "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0,
-                       "open": line.count("{") - line.count("}")}
+                       "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0}
             u = _UNIQUE.search(line.split("cnode_primal_attrs", 1)[-1]) if "cnode_primal_attrs" in line else None
             f = _FORWARD.search(line)
             if f:
@@ -177,8 +207,6 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
                 if rank <= current.get("source_rank", 99):
                     current["source"] = src
                     current["source_rank"] = rank
-        elif current.get("open", 0) > 0:      # attributes of the node line wrapped onto this line
-            current["open"] += stripped.count("{") - stripped.count("}")
         elif not stripped.startswith("#") and not stripped.startswith(":") and stripped and current:
             finish()
             current = None
