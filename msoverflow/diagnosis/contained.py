@@ -21,7 +21,7 @@ from ..model import PROPAGATOR, Contained, OpExecution, Source, TensorStats
 from ..names import scope_to_file_name
 from ..rules.knowledge import OpKnowledge
 from ..scope import cell_of
-from .dataflow import CONST, PARAM, Flow, StepIndex, is_backward
+from .dataflow import CONST, PARAM, Flow, Flows, StepIndex, is_backward
 
 Judged = Tuple[OpExecution, object]       # (op run, rules.Verdict)
 
@@ -35,7 +35,7 @@ class Group:
     why_not: str = ""                                          # empty: contained
 
 
-def find_contained(judged: Sequence[Judged], flow_of: Callable[[OpExecution], Optional[Flow]],
+def find_contained(judged: Sequence[Judged], flows: Flows,
                    index_of: Callable[[int, int], Optional[StepIndex]], access, kn: OpKnowledge
                    ) -> Tuple[List[Contained], Set[int]]:
     """(the contained values, merged over the steps they recur in; ids of the op runs they account for)."""
@@ -46,14 +46,14 @@ def find_contained(judged: Sequence[Judged], flow_of: Callable[[OpExecution], Op
     ids: Set[int] = set()
     for (rank, step), pairs in by_step.items():
         index = None
-        for group in _groups(pairs, flow_of):
+        for group in _groups(pairs, flows):
             if index is None:
                 index = index_of(rank, step)
-            _check(group, flow_of, index, access, kn)
+            _check(group, flows, index, access, kn)
             if group.why_not:
                 continue
             ids.update(id(ex) for ex, _v in group.members)
-            entry = _describe(group, flow_of, access)
+            entry = _describe(group, flows, access)
             key = (rank, entry.graph, entry.op_name)
             if key in found:
                 found[key].steps.append(step)
@@ -62,7 +62,7 @@ def find_contained(judged: Sequence[Judged], flow_of: Callable[[OpExecution], Op
     return sorted(found.values(), key=lambda c: (c.rank, c.steps[0], c.op_name)), ids
 
 
-def _groups(pairs: List[Judged], flow_of) -> List[Group]:
+def _groups(pairs: List[Judged], flows) -> List[Group]:
     """The step's bad op runs joined along the graph's edges (a run with no graph node is a group alone)."""
     names = {(ex.graph, ex.op_name): k for k, (ex, _v) in enumerate(pairs)}
     parent = list(range(len(pairs)))
@@ -74,7 +74,7 @@ def _groups(pairs: List[Judged], flow_of) -> List[Group]:
         return k
 
     for k, (ex, _v) in enumerate(pairs):
-        flow = flow_of(ex)
+        flow = flows(ex.rank, ex.graph)
         value = flow.value_of(ex) if flow is not None else None
         if value is None:
             continue
@@ -88,18 +88,18 @@ def _groups(pairs: List[Judged], flow_of) -> List[Group]:
     return [Group(members) for members in groups.values()]
 
 
-def _check(group: Group, flow_of, index: Optional[StepIndex], access, kn: OpKnowledge) -> None:
+def _check(group: Group, flows, index: Optional[StepIndex], access, kn: OpKnowledge) -> None:
     """Sets group.why_not (empty when contained), group.absorbers and group.origins."""
     inside = {(ex.graph, ex.op_name) for ex, _v in group.members}
     for ex, verdict in group.members:
-        flow = flow_of(ex)
+        flow = flows(ex.rank, ex.graph)
         value = flow.value_of(ex) if flow is not None else None
         if value is None:
             group.why_not = f"{ex.op_type} {ex.op_name} is not in a saved graph: its consumers are not known"
             return
         if ex.is_parameter:
             name = value[len(PARAM):]
-            if name in flow.written_parameters():
+            if name in flows.written(ex.rank):
                 group.why_not = f"parameter {name} holds it: a weight or optimizer state"
                 return
             group.origins.append(f"the graph input {name} holds it")
@@ -123,7 +123,7 @@ def _check(group: Group, flow_of, index: Optional[StepIndex], access, kn: OpKnow
         if verdict.role != PROPAGATOR:
             group.origins.append(f"{ex.op_type} made it: {verdict.detail}")
             continue
-        made = _made_outside(ex, node, flow, inside, access)
+        made = _made_outside(ex, node, flow, flows.written(ex.rank), inside, access)
         if made is None:
             group.why_not = f"where the bad input of {ex.op_type} {node.full_name} came from is not known"
             return
@@ -158,7 +158,7 @@ def _absorbed(group: Group, ex: OpExecution, value: str, flow: Flow, inside, ind
         group.absorbers[consumer.full_name] = consumer.op_type
 
 
-def _made_outside(ex: OpExecution, node, flow: Flow, inside, access) -> Optional[List[str]]:
+def _made_outside(ex: OpExecution, node, flow: Flow, written: frozenset, inside, access) -> Optional[List[str]]:
     """Where the bad inputs of a propagator came from, when not from an op of its group: a constant of the
     program or a graph input no kernel writes ([] when every one came from the group); None when unknown."""
     made = []
@@ -168,17 +168,17 @@ def _made_outside(ex: OpExecution, node, flow: Flow, inside, access) -> Optional
         ref = flow.producer(node, event.slot)
         if ref == CONST:
             made.append(f"input {event.slot} of {ex.op_type} is a constant of the program")
-        elif ref is not None and ref.startswith(PARAM) and ref[len(PARAM):] not in flow.written_parameters():
+        elif ref is not None and ref.startswith(PARAM) and ref[len(PARAM):] not in written:
             made.append(f"input {event.slot} of {ex.op_type} is the graph input {ref[len(PARAM):]}")
         elif ref is None or (ex.graph, scope_to_file_name(ref)) not in inside:
             return None
     return made
 
 
-def _describe(group: Group, flow_of, access) -> Contained:
+def _describe(group: Group, flows, access) -> Contained:
     members = sorted(group.members, key=lambda pair: pair[0].time)
     site, _verdict = members[0]
-    flow = flow_of(site)
+    flow = flows(site.rank, site.graph)
     node = None if site.is_parameter else flow.node(site.op_name)
     full_name = node.full_name if node is not None else flow.value_of(site)[len(PARAM):]
     # a graph input holding the value has no Cell of its own: name the Cell of the op that absorbed it

@@ -91,6 +91,30 @@ class Flow:
         return is_backward(node.full_name, node.forward_name)
 
 
+class Flows:
+    """The saved graphs of a dump as Flows, parsed on first need: `flows(rank, graph)`; and the parameters any
+    graph of a rank writes (an optimizer often runs as a graph of its own)."""
+
+    def __init__(self, load: Callable[[int, str], object], graphs: Dict[int, List[str]], kn: OpKnowledge):
+        self.load, self.graphs, self.kn = load, graphs, kn
+        self._flows: Dict[Tuple[int, str], Optional[Flow]] = {}
+
+    def __call__(self, rank: int, graph: str) -> Optional[Flow]:
+        key = (rank, graph)
+        if key not in self._flows:
+            index = self.load(rank, graph)
+            self._flows[key] = Flow(index, self.kn) if index is not None else None
+        return self._flows[key]
+
+    def written(self, rank: int) -> frozenset:
+        written: set = set()
+        for graph in self.graphs.get(rank, ()):
+            flow = self(rank, graph)
+            if flow is not None:
+                written |= flow.written_parameters()
+        return frozenset(written)
+
+
 def is_backward(name: str, forward_name: Optional[str] = None) -> bool:
     """A node of the backward pass: MindSpore names it under `Gradients/` (file names `Gradients_`), records the
     forward node it differentiates, or expands it in a `..Backward` scope (Expand/_SoftmaxBackward); msprobe names
@@ -108,9 +132,12 @@ def parameter_name(op_name: str) -> str:
 
 
 class StepIndex:
-    """The op runs of one (rank, step): every graph's files of that step, by (graph, op name) and by type."""
+    """The op runs of one (rank, step): every graph's files of that step, by (graph, op name) and by type. Its
+    tensors are read through its own TensorAccess, which lives and dies with it (the access caches by object id)."""
 
-    def __init__(self, runs: Iterable):
+    def __init__(self, runs: Iterable, warn: Callable[[str], None] = lambda message: None):
+        from ..evaluate import TensorAccess
+        self.access = TensorAccess(warn)
         self.runs = list(runs)
         self.by_name: Dict[Tuple[str, str], object] = {}
         for run in self.runs:
@@ -120,7 +147,7 @@ class StepIndex:
     def of_unit(cls, unit, warn: Callable[[str], None] = lambda message: None) -> "StepIndex":
         from ..walk import read_unit_runs
         runs, _read = read_unit_runs(unit, warn)
-        return cls(runs)
+        return cls(runs, warn)
 
     def run(self, graph: str, op_name: str):
         return self.by_name.get((graph, op_name))
