@@ -30,13 +30,17 @@ from .ranks import RankTable, expected_ranks
 from .rules import Verdict
 from .rules.knowledge import knowledge
 from .walk import plan_units, survey
+from .diagnosis.dataflow import Flows
+from .diagnosis.harmless import find_harmless, harmful_step, step_indexes
+from .diagnosis.history import history
 from .scope import cell_of, enclosing_class
 
 
 def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, progress: Optional[bool] = None,
             warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = None,
-            scheduler: Optional[str] = None, finished: bool = False, parallel=None) -> Report:
+            scheduler: Optional[str] = None, finished: bool = False, parallel=None, strict: bool = False) -> Report:
     """ranks/iterations: a selection (msoverflow.selection.Selection, or any collection; None: all).
+    strict: contained values and overflows a loss scale handled are findings too (msoverflow/diagnosis/).
     jobs: worker processes (None: from the CPU count, for dumps large enough); scheduler: a Dask scheduler
     address to run the per-rank scans on (msoverflow/parallel.py); parallel: a parallel_layout.ParallelSpec
     (None: from a file beside the dump, else inferred from the graphs)."""
@@ -67,15 +71,27 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
     # Opdebug records mean the hardware watched every op: every unit is judged by them (only flagged ops, whose
     # inputs decide, and collectives, which tell which rank a bad value came from, are worth a tensor read).
     flags, files = survey(units)
+    graphs = _GraphCache(note)
+    flows = Flows(graphs.graph, graphs.ids, kn)
+    index_of = step_indexes(units, note)
+
+    def stops(summary) -> bool:
+        """A step ends its rank's walk when it holds a fault for sure: not one that is contained or that a loss
+        scale may have handled (later steps decide those)."""
+        graphs.learn(summary.rank_roots)
+        return summary.has_origin and (strict or harmful_step(summary.judged, flows, index_of, access, kn))
+
     with _Progress(show, files) as bar:
         walked = map_reduce(units, kn, scan_all, access, note, jobs=jobs, scheduler=scheduler, files=files,
-                            advance=bar.advance, flags=flags)
+                            advance=bar.advance, flags=flags, stops=stops)
     if not walked.runs and not walked.records:
         if ranks or iterations:
             raise not_in_dump(path, ranks, iterations, dirs)
         return _nothing_understood(walked, path, warnings)
-    graphs = _GraphCache(walked, note)
-    judged, after_arrival = walked.judged, walked.after_arrival
+    graphs.learn(walked.rank_roots, walked.graphs)
+    # Contained values and overflows a loss scale handled are no fault: taken out of the findings (not --strict)
+    harmless = find_harmless(walked.judged, walked.scanned, flows, index_of, access, kn)
+    judged, after_arrival = (walked.judged if strict else harmless.keep(walked.judged)), walked.after_arrival
 
     # Files that could not be read (corrupt, truncated) are warnings; when none could, the verdict says so
     # (inconclusive, with the files named) rather than failing the command.
@@ -112,6 +128,12 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
     origins = [f for f in findings if f.role != SUSPECT]
     suspects = [f for f in findings if f.role == SUSPECT]
     first = findings[0] if findings else None
+    for finding in findings:
+        finding.evidence += [text for rank, steps, text in harmless.notes
+                             if finding.rank == rank and finding.iteration in steps]
+    if first is not None and first.role == ORIGIN:
+        first.history = history(first.rank, first.graph, first.op_name, first.op_type, first.iteration,
+                                [u.iteration for u in units if u.rank == first.rank], flows, index_of, kn)
     anomalies = ([first] if first is not None and first.role == SUSPECT else []) + origins
     flagged = [f for f in suspects if f is not first]
     propagation: List[Finding] = []
@@ -174,7 +196,8 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
                   overflow_records=list(walked.records), arrivals=_arrivals(walked, clocked),
                   scanned_steps={rank: steps for rank, steps in scanned_steps.items() if steps},
                   edges=_edges(first, propagation), completeness=incomplete, likely_origin=likely,
-                  scanned_units=scanned_units, parallel=layout, parameters=hit)
+                  scanned_units=scanned_units, parallel=layout, parameters=hit, contained=harmless.contained,
+                  handled=harmless.handled, strict=strict)
 
 
 def _arrivals(walked, clocked: bool = True) -> List[Arrival]:
@@ -373,27 +396,47 @@ def _metadata(walked, warn) -> Dict[str, object]:
 
 
 class _GraphCache:
-    """Saved graphs (.ir), parsed on first need only: most runs need one graph for one finding."""
+    """Saved graphs (.ir), parsed on first need only: most runs need one graph for one finding. Where they are is
+    learnt as the walk goes (rank roots), and from the reduce (graphs a reader built: msprobe)."""
 
-    def __init__(self, walked, warn):
-        self.walked = walked
+    def __init__(self, warn):
         self.warn = warn
+        self.roots: Dict[Tuple[int, str], Optional[str]] = {}
+        self.built: Dict[Tuple[int, str], object] = {}
         self.cache: Dict[Tuple[int, str], object] = {}
 
-    def node(self, ex: OpExecution):
-        key = (ex.rank, ex.graph)
+    def learn(self, rank_roots, built=None) -> None:
+        for key, root in rank_roots.items():
+            self.roots.setdefault(key, root)
+        self.built.update(built or {})
+
+    def ids(self) -> Dict[int, List[str]]:
+        """rank -> its graph ids."""
+        found: Dict[int, List[str]] = {}
+        for rank, graph in sorted(set(self.roots) | set(self.built)):
+            found.setdefault(rank, []).append(graph)
+        return found
+
+    def graph(self, rank: int, graph: str):
+        key = (rank, graph)
         if key not in self.cache:
-            self.cache[key] = self.walked.graphs.get(key)   # built by a reader (msprobe)
-            root = self.walked.rank_roots.get(key)
-            if root and self.cache[key] is None:
+            found = self.built.get(key)     # built by a reader (msprobe)
+            root = self.roots.get(key)
+            if found is None and root:
                 from .readers.ir_graph import graph_files, load_ir
-                for path in graph_files(root, ex.graph):
+                for path in graph_files(root, graph):
                     try:
-                        self.cache[key] = load_ir(path)
+                        found = load_ir(path)
                         break
                     except OSError as exc:
                         self.warn(f"{path}: cannot read saved graph ({exc.strerror})")
-        graph = self.cache[key]
+            if found is None and not root:
+                return None                 # not known yet: asked again once the walk has said where it is
+            self.cache[key] = found
+        return self.cache[key]
+
+    def node(self, ex: OpExecution):
+        graph = self.graph(ex.rank, ex.graph)
         return (graph.find(ex.op_name) if graph else None), graph
 
 

@@ -19,13 +19,15 @@ def analyze(path: str, *, ranks: Union[None, str, Iterable[int]] = None,
             steps: Union[None, str, Iterable[int]] = None,
             scan_all: bool = False, warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = 1,
             scheduler: Optional[str] = None, finished: bool = False, parallel=None,
-            progress: Optional[bool] = False, command: Union[None, str, Sequence[str]] = None) -> Report:
+            progress: Optional[bool] = False, command: Union[None, str, Sequence[str]] = None,
+            strict: bool = False) -> Report:
     """Analyse a dump directory (any layout `msoverflow analyze` reads) and return the Report.
     ranks/steps: only these (None: all), as ints or in the command line's grammar ("0-3", "0|5-8"). Warnings go
     to `warn` (default: kept in report.warnings only). finished: the job that wrote the dump has ended (files
     written seconds ago are complete). parallel: the layout as `--parallel` takes it ("dp=4,tp=2,pp=2" or a
     MindFormers YAML / rank table; or the ParallelSpec `--parallel` parsed). command: the command line that asked (the CLI passes its argv), recorded in
-    report.provenance."""
+    report.provenance. strict: non-finite values that are no fault (report.contained: absorbed, e.g. a causal
+    mask's -inf by Softmax; report.handled: overflows a dynamic loss scale skipped) are findings too."""
     from .analyze import analyze as _analyze
     from .parallel_layout import parse_spec
     from .provenance import collect
@@ -34,7 +36,7 @@ def analyze(path: str, *, ranks: Union[None, str, Iterable[int]] = None,
     # `msoverflow.analyze(...)` this function for the next call.
     sys.modules[__package__].analyze = analyze
     report = _analyze(path, ranks=ranks, iterations=steps, scan_all=scan_all, progress=progress, warn=warn,
-                      jobs=jobs, scheduler=scheduler, finished=finished,
+                      jobs=jobs, scheduler=scheduler, finished=finished, strict=strict,
                       parallel=parse_spec(parallel) if isinstance(parallel, str) else parallel)
     report.provenance = collect(report, command)
     return report

@@ -394,6 +394,7 @@ class Report:
     # Non-finite values that are no fault (msoverflow/diagnosis/): a verdict is clean when these are all there is
     contained: List[Contained] = field(default_factory=list)
     handled: List[Handled] = field(default_factory=list)
+    strict: bool = False               # contained and handled values were findings too (--strict)
 
     def events(self):
         """Every tensor event of the scanned steps as a pandas DataFrame, one row per tensor: rank, step, op_type,

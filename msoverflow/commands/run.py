@@ -23,6 +23,9 @@ def register(subparsers):
     parser.add_argument("--no-analyze", action="store_true", help="only run and dump")
     parser.add_argument("--analyze-arg", dest="analyze_args", action="append", default=[], metavar="ARG",
                         help="extra argument for msoverflow analyze (repeatable)")
+    parser.add_argument("--strict", action="store_true",
+                        help="the analysis reports contained values and overflows a loss scale handled as anomalies "
+                             "too (analyze --strict)")
     parser.add_argument("--two-pass", action="store_true",
                         help="pass 1 watches every step cheaply (Ascend: overflow-only dump; CPU/GPU: the optimizer "
                              "update kernels' inputs, or --kernels) to find the first bad step and ranks; pass 2 "
@@ -58,9 +61,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report_args(args) -> list:
-    """run's --format/-o/--save/--no-save, handed to its analysis."""
+    """run's --format/-o/--save/--no-save and --strict, handed to its analysis."""
     return ([f"--format={args.format}"] if args.format else []) + ([f"--output={args.output}"] if args.output else []) \
-        + ([f"--save={args.save}"] if args.save is not None else []) + (["--no-save"] if args.no_save else [])
+        + ([f"--save={args.save}"] if args.save is not None else []) + (["--no-save"] if args.no_save else []) \
+        + (["--strict"] if args.strict else [])
 
 
 def _two_pass(args, command, options) -> int:

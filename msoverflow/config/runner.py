@@ -146,7 +146,7 @@ def _analyze(directory: Path, analyze_args: Sequence[str], log, command=None) ->
     log.flush()
     try:     # finished: the job has exited, so files written seconds ago are complete
         report = analyze(str(directory), ranks=args.rank, steps=args.iteration, scan_all=args.scan_all,
-                         warn=lambda message: logger.debug("warning: %s", message), jobs=args.jobs,
+                         strict=args.strict, warn=lambda message: logger.debug("warning: %s", message), jobs=args.jobs,
                          scheduler=args.scheduler, finished=True, command=command)
         return analyze_command.deliver(args, report)
     except UserError as exc:

@@ -45,11 +45,8 @@ def find_contained(judged: Sequence[Judged], flows: Flows,
     found: Dict[Tuple[int, str, str], Contained] = {}
     ids: Set[int] = set()
     for (rank, step), pairs in by_step.items():
-        index = None
         for group in _groups(pairs, flows):
-            if index is None:
-                index = index_of(rank, step)
-            _check(group, flows, index, access, kn)
+            _check(group, flows, lambda rank=rank, step=step: index_of(rank, step), access, kn)
             if group.why_not:
                 continue
             ids.update(id(ex) for ex, _v in group.members)
@@ -88,24 +85,24 @@ def _groups(pairs: List[Judged], flows) -> List[Group]:
     return [Group(members) for members in groups.values()]
 
 
-def _check(group: Group, flows, index: Optional[StepIndex], access, kn: OpKnowledge) -> None:
-    """Sets group.why_not (empty when contained), group.absorbers and group.origins."""
+def _check(group: Group, flows, step_index: Callable[[], Optional[StepIndex]], access, kn: OpKnowledge) -> None:
+    """Sets group.why_not (empty when contained), group.absorbers and group.origins. What the graph alone rules
+    out is asked first: the step's files are listed only for a group that may be contained."""
     inside = {(ex.graph, ex.op_name) for ex, _v in group.members}
+    values = []
     for ex, verdict in group.members:
         flow = flows(ex.rank, ex.graph)
         value = flow.value_of(ex) if flow is not None else None
         if value is None:
             group.why_not = f"{ex.op_type} {ex.op_name} is not in a saved graph: its consumers are not known"
             return
+        values.append((ex, verdict, flow, value))
         if ex.is_parameter:
             name = value[len(PARAM):]
             if name in flows.written(ex.rank):
                 group.why_not = f"parameter {name} holds it: a weight or optimizer state"
                 return
             group.origins.append(f"the graph input {name} holds it")
-            _absorbed(group, ex, value, flow, inside, index, kn)
-            if group.why_not:
-                return
             continue
         node = flow.node(ex.op_name)
         if is_backward(node.full_name, node.forward_name):
@@ -117,8 +114,8 @@ def _check(group: Group, flows, index: Optional[StepIndex], access, kn: OpKnowle
         if kn.is_collective(ex.op_type):
             group.why_not = f"it crosses ranks ({ex.op_type} {node.full_name})"
             return
-        _absorbed(group, ex, value, flow, inside, index, kn)
-        if group.why_not:
+        if flow.consumers(value)[1]:
+            group.why_not = f"{ex.op_type} {node.full_name} hands it out of the graph"
             return
         if verdict.role != PROPAGATOR:
             group.origins.append(f"{ex.op_type} made it: {verdict.detail}")
@@ -128,6 +125,11 @@ def _check(group: Group, flows, index: Optional[StepIndex], access, kn: OpKnowle
             group.why_not = f"where the bad input of {ex.op_type} {node.full_name} came from is not known"
             return
         group.origins.extend(made)
+    index = step_index()
+    for ex, _verdict, flow, value in values:
+        _absorbed(group, ex, value, flow, inside, index, kn)
+        if group.why_not:
+            return
     if not group.absorbers:
         group.why_not = "no op absorbed it"
 
@@ -136,11 +138,7 @@ def _absorbed(group: Group, ex: OpExecution, value: str, flow: Flow, inside, ind
               kn: OpKnowledge) -> None:
     """Every kernel reading `value` is in the group or absorbs it (ran this step, finite outputs, an absorbing
     op); sets group.why_not when one does not."""
-    consumers, leaves = flow.consumers(value)
-    if leaves:
-        group.why_not = f"{ex.op_type} {ex.op_name} is handed out of the graph"
-        return
-    for consumer, _slot in consumers:
+    for consumer, _slot in flow.consumers(value)[0]:
         name = scope_to_file_name(consumer.full_name)
         if (ex.graph, name) in inside:
             continue

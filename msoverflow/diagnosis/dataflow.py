@@ -95,20 +95,24 @@ class Flows:
     """The saved graphs of a dump as Flows, parsed on first need: `flows(rank, graph)`; and the parameters any
     graph of a rank writes (an optimizer often runs as a graph of its own)."""
 
-    def __init__(self, load: Callable[[int, str], object], graphs: Dict[int, List[str]], kn: OpKnowledge):
-        self.load, self.graphs, self.kn = load, graphs, kn
-        self._flows: Dict[Tuple[int, str], Optional[Flow]] = {}
+    def __init__(self, load: Callable[[int, str], object], graph_ids: Callable[[], Dict[int, List[str]]],
+                 kn: OpKnowledge):
+        """load(rank, graph): its GraphIndex (None: not known, or not yet); graph_ids(): rank -> its graphs."""
+        self.load, self.graph_ids, self.kn = load, graph_ids, kn
+        self._flows: Dict[Tuple[int, str], Flow] = {}
 
     def __call__(self, rank: int, graph: str) -> Optional[Flow]:
         key = (rank, graph)
         if key not in self._flows:
             index = self.load(rank, graph)
-            self._flows[key] = Flow(index, self.kn) if index is not None else None
+            if index is None:
+                return None
+            self._flows[key] = Flow(index, self.kn)
         return self._flows[key]
 
     def written(self, rank: int) -> frozenset:
         written: set = set()
-        for graph in self.graphs.get(rank, ()):
+        for graph in self.graph_ids().get(rank, ()):
             flow = self(rank, graph)
             if flow is not None:
                 written |= flow.written_parameters()

@@ -109,7 +109,7 @@ def _trend(series: Series) -> Tuple[str, Optional[int]]:
     known = [(s, v) for s, v in zip(series.steps, series.max_abs) if v is not None]
     if len(known) < 3:
         return "", None
-    (first_step, first), (last_step, last) = known[0], known[-1]
+    first, (last_step, last) = known[0][1], known[-1]
     earlier = [v for _s, v in known[:-1]]
     if max(earlier) > 0 and last >= GROWTH * max(earlier):
         return "jump", last_step

@@ -190,8 +190,8 @@ def _scale(step, index, before, previous, flows, rank, kn) -> Tuple[Optional[flo
                 run = index.run(graph, scope_to_file_name(node.full_name))
                 value = _scalar(run, "input", slot, index.access) if run is not None else None
                 if value is not None:
-                    read.append((run.time, value, f"the {name} Parameter, read by {node.op_type} ({run.op_name}) in "
-                                                  f"step {step}"))
+                    read.append((run.time, value, f"the {name} Parameter as {node.op_type} ({run.op_name}) read it "
+                                                  f"in step {step}"))
     if read:
         _time, value, how = min(read)
         return value, how
@@ -274,7 +274,7 @@ def _judge_run(rank: int, run: List[StepState], later: List[StepState], scale_at
                                 "later dumped step recovers: dump later steps to tell calibration from a fault")
     if all(scale is not None for scale in scales) and scales[-1] <= SCALE_FLOOR:
         return handled, False, (f"{what}, but it persists while the loss scale sits at its floor "
-                                f"({_scale_text(scales[-1])}): a fault")
+                                f"({scales[-1]:g}): a fault")
     handled.skipped_how = "; ".join(dict.fromkeys(s.update_how for s in run if s.update_how))
     handled.evidence.append(f"forward and loss finite in steps {_steps_text(steps)}: every op that made a bad value "
                             "is a backward op")
@@ -335,13 +335,3 @@ def _steps_text(steps: List[int]) -> str:
     if len(steps) > 1 and steps == list(range(steps[0], steps[-1] + 1)):
         return f"{steps[0]}-{steps[-1]}"
     return ",".join(map(str, steps))
-
-
-def _scale_text(value: float) -> str:
-    """2^24 for a power of two, else the number."""
-    import math
-    if value > 0:
-        exponent = math.log2(value)
-        if exponent == int(exponent):
-            return f"2^{int(exponent)}"
-    return f"{value:g}"

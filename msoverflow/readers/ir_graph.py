@@ -97,7 +97,7 @@ def _logical_lines(lines: Iterable[str]):
     """(number of the first line, text): a node line whose brackets stay open is joined with the lines they run
     on to (a tensor constant printed over several lines, attributes wrapped by older versions), so its arguments
     and the comment lines after it are read as one node."""
-    pending, depth, start = None, 0, 0
+    pending, depth, start, size = None, 0, 0, 0
     for number, line in enumerate(lines, 1):
         if pending is not None:
             pending.append(line.strip())
