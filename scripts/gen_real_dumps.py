@@ -273,7 +273,8 @@ CASES: List[Case] = [
               "first harmful origin, in fc1's MatMul.",
         argv=("loss_scale_fp16.py", "--steps", "14", "--forward-overflow-step", "10"),
         expected=_expect("anomaly", op_type="MatMul", iteration=10, kind="overflow", forward_op="MatMul",
-                         cell="Dense", layout={0: list(range(14)), 1: list(range(14)), 2: [8, 9, 11, 12, 13]},
+                         cell="Dense", source_contains="self.fc1(x)",
+                         layout={0: list(range(14)), 1: list(range(14)), 2: [8, 9, 11, 12, 13]},
                          expected_first_op_scope_contains="fc1-Dense",
                          expected_handled={"steps": [0, 7], "scale_from": 2.0 ** 24, "scale_to": 2.0 ** 16},
                          expected_first_bad_tensor={"op_type": "Cast", "io": "output", "slot": 0,
@@ -282,12 +283,13 @@ CASES: List[Case] = [
     Case(
         name="lr_warmup_divergence",
         description="fp16 regressor (fp32 loss), SGD with a learning rate warming up by 0.03 per step, 38 steps.",
-        shows="From about step 11 the learning rate is past what the problem tolerates and fc.weight grows every "
+        shows="From about step 10 the learning rate is past what the problem tolerates and fc.weight grows every "
               "step (max |w| 0.2 -> 3e4); at step 37 fc's fp16 MatMul overflows. Since when: the weights' "
               "growth, long before the step, is the cause (training dynamics), not the op's precision.",
         argv=("lr_warmup_divergence.py",),
         expected=_expect("anomaly", op_type="MatMul", iteration=37, kind="overflow", forward_op="MatMul",
-                         cell="Dense", layout={0: list(range(38))}, expected_first_op_scope_contains="fc-Dense",
+                         cell="Dense", source_contains="self.fc(x)", layout={0: list(range(38))},
+                         expected_first_op_scope_contains="fc-Dense",
                          expected_growing_parameter="fc.weight"),
     ),
 ]

@@ -23,9 +23,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..dtypes import dtype_max
 from ..model import (RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED,
                      Finding, Report, TensorSummary)
-from .common import (arrival_text, clean_text, coords_phrase, coords_text, count_cell, counts_note, parallel_text,
-                     producer_text, provenance_text, rank_where, ranks_shown, scanned_text, steps_text,
-                     tensors_shown)
+from .common import (arrival_text, clean_text, contained_text, coords_phrase, coords_text, count_cell, counts_note,
+                     handled_details, handled_text, history_lines, parallel_text, producer_text, provenance_text,
+                     rank_where, ranks_shown, scanned_text, steps_text, tensors_shown)
 from .safe import plain, plot_label
 from .text import max_abs_text, op_label, range_used_text, shape_text
 
@@ -39,6 +39,7 @@ MAX_MARKERS_PER_KIND = 400    # per panel and marker kind: more are sampled even
 MAX_GRAPH_NODES = 32          # propagation graph: the origin and the first ops it reached
 GRAPH_WIDTH = 6               # columns per band of the propagation graph
 MAX_HEADROOM_BARS = 24
+MAX_HISTORY_SERIES = 6        # since-when plot: lines drawn (the history keeps the nearest parameters)
 MAX_TABLE_ROWS = 200
 MAX_WARNINGS = 300
 
@@ -448,6 +449,64 @@ def headroom_svg(report: Report) -> Tuple[Optional[str], str]:
     return _svg(fig, "headroom-svg", "max |x| against the dtype limits"), note
 
 
+def history_svg(report: Report) -> Tuple[Optional[str], str]:
+    """Since when: max |x| of the first origin's inputs and of the parameters feeding it, per dumped step."""
+    h = report.first.history if report.first is not None else None
+    if h is None:
+        return None, "fewer than two dumped steps up to the origin's: no history"
+    series = [one for one in h.series if any(v for v in one.max_abs)][:MAX_HISTORY_SERIES]
+    if not series:
+        return None, "no value of the origin's inputs or parameters in the dumped steps"
+    from matplotlib.ticker import FuncFormatter
+    fig = _figure(10, 3.2)
+    ax = fig.add_subplot()
+    for k, one in enumerate(series):
+        points = [(step, value) for step, value in zip(one.steps, one.max_abs) if value]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="os^Dvx"[k % 6], ms=4, lw=1.4,
+                label=plot_label(f"{one.name} ({one.kind})", 48))
+    ax.axvline(h.step, color=COLORS["origin"], ls="--", lw=1.2)
+    ax.text(h.step, 1.0, f" step {h.step}", color=COLORS["origin"], fontsize=8, va="bottom",
+            transform=ax.get_xaxis_transform())
+    ax.set_yscale("log")
+    plain_number = FuncFormatter(lambda value, _position: f"{value:g}")     # plain text, no mathtext
+    ax.yaxis.set_major_formatter(plain_number)
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda value, _position: ""))
+    ax.set_xlabel("step", fontsize=9)
+    ax.set_ylabel("max |x| (log scale)", fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.grid(color="#eeeeee")
+    ax.legend(fontsize=8, loc="upper left", frameon=False)
+    return _svg(fig, "history-svg", "history of the origin's inputs and parameters per step"), h.summary
+
+
+def _harmless(report: Report, top: int) -> str:
+    """Contained values and overflows the loss scale handled: what they are, and why they are no fault."""
+    strict = " (reported as findings: --strict)" if report.strict else ""
+    out = []
+    if report.contained:
+        items = []
+        for c in report.contained[:top]:
+            source = (f" {_file_link(c.source.file, c.source.file, c.source.line)} <code>{_e(c.source.code)}</code>"
+                      if c.source else "")
+            items.append(f"<li>{_e(contained_text(c))}{source}<ul class=\"note\">"
+                         + "".join(f"<li>{_e(e)}</li>" for e in c.evidence) + "</ul></li>")
+        more = len(report.contained) - top
+        out.append(f'<section id="contained"><h2>Contained ({len(report.contained)}){_e(strict)}</h2><p class="note">'
+                   "Non-finite values absorbed with finite outputs; they reach no loss, gradient, parameter or "
+                   "optimizer state: not faults.</p><ul>" + "".join(items) + "</ul>"
+                   + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "") + "</section>")
+    if report.handled:
+        items = [f"<li>{_e(handled_text(h))}<ul class=\"note\">"
+                 + "".join(f"<li>{_e(d)}</li>" for d in handled_details(h)) + "</ul></li>"
+                 for h in report.handled[:top]]
+        more = len(report.handled) - top
+        out.append(f'<section id="handled"><h2>Handled by the loss scale ({len(report.handled)}){_e(strict)}</h2>'
+                   '<p class="note">Overflows in the backward only whose updates were skipped, with later steps '
+                   "recovering: a dynamic loss scale doing its job, not faults.</p><ul>" + "".join(items) + "</ul>"
+                   + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "") + "</section>")
+    return "\n".join(out)
+
+
 # ---- HTML sections ---------------------------------------------------------------------------------------------
 
 def _verdict_card(report: Report) -> str:
@@ -689,8 +748,8 @@ def render_html(report: Report, top: int = 10) -> str:
     title = "msoverflow: " + (f"{report.first.kind} in {report.first.op_type}" if report.first else report.verdict)
     with _plot_settings():
         timeline, timeline_note = timeline_svg(report, top)
-        sections = [_verdict_card(report), _rank_table(report), _parameter_table(report), _arrivals(report),
-                    _plot_section("timeline", "Timeline", timeline, timeline_note)]
+        sections = [_verdict_card(report), _harmless(report, top), _rank_table(report), _parameter_table(report),
+                    _arrivals(report), _plot_section("timeline", "Timeline", timeline, timeline_note)]
         if report.first is not None:
             graph, graph_note = propagation_svg(report)
             sections.append(_plot_section("propagation", "Propagation from the origin", graph, graph_note)
@@ -698,6 +757,12 @@ def render_html(report: Report, top: int = 10) -> str:
             bars, bars_note = headroom_svg(report)
             sections.append(_plot_section("headroom", "Headroom: max |x| against the dtype's limits", bars,
                                           bars_note))
+            if report.first.history is not None:
+                lines, lines_note = history_svg(report)
+                sections.append(_plot_section("history", "Since when", lines, lines_note)
+                                .replace("</section>", "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in
+                                                                      history_lines(report.first.history))
+                                         + "</ul></section>"))
     sections += [_evidence(report, top), _origins_table(report), _flagged_table(report), _warnings(report),
                  _scan_section(report), _provenance(report)]
     nav = " ".join(f'<a href="#{s}">{s}</a>' for s in re.findall(r'<section id="([a-z-]+)"', "".join(sections)))

@@ -59,7 +59,28 @@ def finding_dict(f: Finding) -> dict:
         "overflow_flags": [{"unit": r.unit, "status": r.status, "status_words": r.status_words,
                             "task_id": r.task_id, "stream_id": r.stream_id, "source": r.source} for r in f.flags],
         "recommendation": f.recommendation, "evidence": f.evidence,
+        "history": history_dict(f.history) if f.history is not None else None,
     }
+
+
+def history_dict(h) -> dict:
+    return {"rank": h.rank, "step": h.step, "summary": h.summary, "earlier_cause": h.earlier_cause,
+            "series": [{"name": s.name, "kind": s.kind, "steps": s.steps, "max_abs": [_num(v) for v in s.max_abs],
+                        "trend": s.trend or None, "since": s.since} for s in h.series]}
+
+
+def contained_dict(c) -> dict:
+    return {"rank": c.rank, "steps": c.steps, "graph": graph_id(c.graph), "op_type": c.op_type, "op_name": c.op_name,
+            "full_name": c.full_name, "cell": c.cell, "cell_type": c.cell_type, "value": c.value,
+            "absorbed_by": c.absorbed_by, "absorbers": c.absorbers, "spread": c.spread,
+            "source": ({"file": c.source.file, "line": c.source.line, "code": c.source.code} if c.source else None),
+            "evidence": c.evidence}
+
+
+def handled_dict(h) -> dict:
+    return {"ranks": h.ranks, "steps": h.steps, "scale_from": _num(h.scale_from), "scale_to": _num(h.scale_to),
+            "scale_how": h.scale_how or None, "scale_evidence": h.scale_evidence or None,
+            "skipped_how": h.skipped_how, "recovered_at": h.recovered_at, "ops": h.ops, "evidence": h.evidence}
 
 
 def report_dict(report: Report) -> dict:
@@ -73,6 +94,9 @@ def report_dict(report: Report) -> dict:
                          "op_name": f.op_name, "full_name": f.full_name, "kind": f.kind, "cell": f.cell}
                         for f in report.propagation],
         "flagged": [finding_dict(f) for f in report.flagged],
+        "strict": report.strict,
+        "contained": [contained_dict(c) for c in report.contained],
+        "handled": [handled_dict(h) for h in report.handled],
         "ranks": [{"rank": r.rank, "status": r.status, "iteration": r.iteration, "op_name": r.op_name,
                    "op_type": r.op_type, "via": r.via, "note": r.note, "coords": r.coords, "present": r.present,
                    "expected": r.expected, **({"last_rank": r.last_rank} if r.last_rank is not None else {})}

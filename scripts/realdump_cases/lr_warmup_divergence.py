@@ -1,5 +1,5 @@
 """fp16 regressor trained by SGD whose learning rate warms up linearly (0.03 per step) past what the problem
-tolerates: from about step 11 the weights grow every step, and once they are large enough the fp16 computation
+tolerates: from about step 10 the weights grow every step, and once they are large enough the fp16 computation
 overflows. The cause is the training dynamics (the learning-rate schedule), long before the step that overflows.
 """
 import argparse
