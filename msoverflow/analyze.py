@@ -24,7 +24,6 @@ from .selection import not_in_dump
 from .coverage import coverage_limits, inconclusive_reasons
 from .model import (CROSS_RANK, FLAGGED, ORIGIN, PROPAGATOR, RANK_CLEAN, SUSPECT, Arrival, Finding, OpExecution,
                     Report, Source, TensorEvent, TensorSummary)
-from .names import scope_to_file_name
 from .parallel import map_reduce
 from .ranks import RankTable, expected_ranks
 from .rules import Verdict
@@ -362,9 +361,9 @@ def _fed_by_bad(candidates, judged, graphs) -> set:
     for ex, v in candidates:
         if v.role != SUSPECT:
             continue
-        node, _graph = graphs.node(ex)
+        node, graph = graphs.node(ex)
         producers = [p for p in (node.inputs if node else []) if p and not p.startswith("param:")]
-        if any((ex.rank, ex.iteration, scope_to_file_name(p)) in bad for p in producers):
+        if any((ex.rank, ex.iteration, graph.file_name(p)) in bad for p in producers):
             fed.add(id(ex))
     return fed
 
@@ -404,6 +403,8 @@ class _GraphCache:
         self.roots: Dict[Tuple[int, str], Optional[str]] = {}
         self.built: Dict[Tuple[int, str], object] = {}
         self.cache: Dict[Tuple[int, str], object] = {}
+        self._ids: Optional[Tuple[Tuple[int, int], Dict[int, List[str]]]] = None
+        self.loaded: Dict[str, Dict[str, object]] = {}     # rank root -> graph id -> GraphIndex
 
     def learn(self, rank_roots, built=None) -> None:
         for key, root in rank_roots.items():
@@ -411,27 +412,34 @@ class _GraphCache:
         self.built.update(built or {})
 
     def ids(self) -> Dict[int, List[str]]:
-        """rank -> its graph ids."""
-        found: Dict[int, List[str]] = {}
-        for rank, graph in sorted(set(self.roots) | set(self.built)):
-            found.setdefault(rank, []).append(graph)
-        return found
+        """rank -> its graph ids: those dumped, and those whose saved graph is beside them (a graph whose files
+        were filtered out or that never ran still tells what it writes)."""
+        from .readers.ir_graph import saved_graph_ids
+        known = (len(self.roots), len(self.built))
+        if self._ids is None or self._ids[0] != known:
+            keys = set(self.roots) | set(self.built)
+            for rank, root in {(rank, root) for (rank, _graph), root in self.roots.items() if root}:
+                keys |= {(rank, graph) for graph in saved_graph_ids(root)}
+            found: Dict[int, List[str]] = {}
+            for rank, graph in sorted(keys):
+                found.setdefault(rank, []).append(graph)
+            self._ids = (known, found)
+        return self._ids[1]
 
     def graph(self, rank: int, graph: str):
         key = (rank, graph)
         if key not in self.cache:
             found = self.built.get(key)     # built by a reader (msprobe)
-            root = self.roots.get(key)
-            if found is None and root:
-                from .readers.ir_graph import graph_files, load_ir
-                for path in graph_files(root, graph):
-                    try:
-                        found = load_ir(path)
-                        break
-                    except OSError as exc:
-                        self.warn(f"{path}: cannot read saved graph ({exc.strerror})")
+            # a graph with no dumped files (filtered out, or it never ran) has its saved graph in the rank's root
+            root = self.roots.get(key) or next((r for (k, _g), r in self.roots.items() if k == rank and r), None)
             if found is None and not root:
                 return None                 # not known yet: asked again once the walk has said where it is
+            if found is None:
+                if root not in self.loaded:     # every graph of the rank at once: dump names number across them
+                    from .readers.ir_graph import load_saved_graphs
+                    plumbing = knowledge().is_plumbing
+                    self.loaded[root] = load_saved_graphs(root, lambda op_type: not plumbing(op_type), self.warn)
+                found = self.loaded[root].get(graph)
             self.cache[key] = found
         return self.cache[key]
 
@@ -458,7 +466,7 @@ def _finding(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: _GraphCa
         if pnode is not None:
             evidence.append(f"seen first as input {v.bad_input.slot} of {ex.op_type} ({ex.op_name})")
             node, op_type, full_name = pnode, pnode.op_type, pnode.full_name
-            op_name = full_name.replace("/", "_")
+            op_name = graph.file_name(full_name)
     forward_name = node.forward_name if node else None
     forward_node = graph.by_full.get(forward_name) if (graph and forward_name) else None
     forward_op = forward_node.op_type if forward_node else (
