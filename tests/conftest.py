@@ -25,6 +25,20 @@ def mindspore_available() -> bool:
     return importlib.util.find_spec("mindspore") is not None
 
 
+def copy_dump(source, tmp_path, name="dump") -> Path:
+    """A writable copy of a fixture dump that keeps the files' times (copy2): a finished dump, not one being
+    written. Tests edit copies, never the shared fixture."""
+    import shutil
+    import stat
+    target = Path(tmp_path) / name
+    shutil.copytree(source, target)
+    for root, dirs, files in os.walk(target):
+        for entry in dirs + files:
+            path = os.path.join(root, entry)
+            os.chmod(path, os.stat(path).st_mode | stat.S_IWUSR)
+    return target
+
+
 def load_generator():
     """scripts/gen_real_dumps.py (scripts/ is on sys.path for every test module)."""
     import gen_real_dumps

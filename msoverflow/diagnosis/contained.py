@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..model import PROPAGATOR, Contained, OpExecution, Source, TensorStats
-from ..names import scope_to_file_name
 from ..rules.knowledge import OpKnowledge
 from ..scope import cell_of
 from .dataflow import CONST, PARAM, Flow, Flows, StepIndex, is_backward
@@ -76,7 +75,7 @@ def _groups(pairs: List[Judged], flows) -> List[Group]:
         if value is None:
             continue
         for consumer, _slot in flow.consumers(value)[0]:
-            other = names.get((ex.graph, scope_to_file_name(consumer.full_name)))
+            other = names.get((ex.graph, flow.graph.file_name(consumer.full_name)))
             if other is not None:
                 parent[root(other)] = root(k)
     groups: Dict[int, List[Judged]] = {}
@@ -139,7 +138,7 @@ def _absorbed(group: Group, ex: OpExecution, value: str, flow: Flow, inside, ind
     """Every kernel reading `value` is in the group or absorbs it (ran this step, finite outputs, an absorbing
     op); sets group.why_not when one does not."""
     for consumer, _slot in flow.consumers(value)[0]:
-        name = scope_to_file_name(consumer.full_name)
+        name = flow.graph.file_name(consumer.full_name)
         if (ex.graph, name) in inside:
             continue
         run = index.run(ex.graph, name) if index is not None else None
@@ -168,7 +167,7 @@ def _made_outside(ex: OpExecution, node, flow: Flow, written: frozenset, inside,
             made.append(f"input {event.slot} of {ex.op_type} is a constant of the program")
         elif ref is not None and ref.startswith(PARAM) and ref[len(PARAM):] not in written:
             made.append(f"input {event.slot} of {ex.op_type} is the graph input {ref[len(PARAM):]}")
-        elif ref is None or (ex.graph, scope_to_file_name(ref)) not in inside:
+        elif ref is None or (ex.graph, flow.graph.file_name(ref)) not in inside:
             return None
     return made
 

@@ -24,7 +24,7 @@ class Flow:
         for node in graph.nodes:
             for slot, ref in enumerate(node.inputs):
                 self._readers.setdefault(ref, []).append((node, slot))
-        self._written: Optional[frozenset] = None
+        self._written: Dict[bool, frozenset] = {}
         self._params: Optional[Dict[str, str]] = None
 
     def node(self, op_name: str) -> Optional[GraphNode]:
@@ -75,17 +75,20 @@ class Flow:
             ref = upstream.inputs[0] if upstream.inputs else None
         return None
 
-    def written_parameters(self) -> frozenset:
-        """Parameters some kernel writes in place (an optimizer's weights and state, Assign targets)."""
-        if self._written is None:
+    def written_parameters(self, updates_only: bool = False) -> frozenset:
+        """Parameters some kernel writes in place (Assign targets too); updates_only: those an optimizer update
+        writes (weights and optimizer state)."""
+        if updates_only not in self._written:
             written = set()
             for node in self.graph.nodes:
+                if updates_only and not self.kn.updates_weights(node.op_type):
+                    continue
                 for slot in self.kn.written_inputs(node.op_type):
                     ref = self.producer(node, slot)
                     if ref and ref.startswith(PARAM):
                         written.add(ref[len(PARAM):])
-            self._written = frozenset(written)
-        return self._written
+            self._written[updates_only] = frozenset(written)
+        return self._written[updates_only]
 
     def is_backward(self, node: GraphNode) -> bool:
         return is_backward(node.full_name, node.forward_name)
@@ -100,6 +103,7 @@ class Flows:
         """load(rank, graph): its GraphIndex (None: not known, or not yet); graph_ids(): rank -> its graphs."""
         self.load, self.graph_ids, self.kn = load, graph_ids, kn
         self._flows: Dict[Tuple[int, str], Flow] = {}
+        self._written: Dict[tuple, frozenset] = {}
 
     def __call__(self, rank: int, graph: str) -> Optional[Flow]:
         key = (rank, graph)
@@ -110,13 +114,18 @@ class Flows:
             self._flows[key] = Flow(index, self.kn)
         return self._flows[key]
 
-    def written(self, rank: int) -> frozenset:
-        written: set = set()
-        for graph in self.graph_ids().get(rank, ()):
-            flow = self(rank, graph)
-            if flow is not None:
-                written |= flow.written_parameters()
-        return frozenset(written)
+    def written(self, rank: int, updates_only: bool = False) -> frozenset:
+        """The parameters any graph of the rank writes (updates_only: an optimizer update writes)."""
+        graphs = tuple(self.graph_ids().get(rank, ()))
+        key = (rank, updates_only, graphs)
+        if key not in self._written:
+            written: set = set()
+            for graph in graphs:
+                flow = self(rank, graph)
+                if flow is not None:
+                    written |= flow.written_parameters(updates_only)
+            self._written[key] = frozenset(written)
+        return self._written[key]
 
 
 def is_backward(name: str, forward_name: Optional[str] = None) -> bool:

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..model import PROPAGATOR, Handled, OpExecution
-from ..names import scope_to_file_name
 from ..rules.knowledge import OpKnowledge
 from .dataflow import PARAM, Flows, StepIndex, is_backward
 
@@ -127,7 +126,8 @@ def _harmful(pairs: Sequence[Judged], flows, kn: OpKnowledge) -> Tuple[bool, str
 
 
 def _update(index, before, previous, updates_in, flows, rank, kn) -> Tuple[Optional[bool], str]:
-    """Whether the step's update was applied, and how that is known."""
+    """Whether the step's update was applied, and how that is known: the optimizer's kernels ran or not (when the
+    dump shows them in some step), else the weights changed or not."""
     if index is None:
         return None, ""
     ran = index.of_types(kn.updates_weights)
@@ -136,36 +136,57 @@ def _update(index, before, previous, updates_in, flows, rank, kn) -> Tuple[Optio
     if updates_in:
         return False, ("the optimizer's kernels did not run (they ran in steps "
                        f"{_steps_text(sorted(updates_in))})")
-    if before is None:
-        return None, ""
-    changed = _weights_changed(index, before, flows, rank)
+    changed = _weights_changed(index, before, flows, rank, kn)
     if changed is None:
         return None, ""
-    return changed, (f"the weights and optimizer state changed from step {previous}" if changed else
-                     f"the weights and optimizer state are unchanged from step {previous}")
+    since = f"from step {previous}" if before is not None else "by the step (as its ops read them, and after it)"
+    return changed, (f"the weights and optimizer state changed {since}" if changed else
+                     f"the weights and optimizer state are unchanged {since}")
 
 
-def _weights_changed(index: StepIndex, before: StepIndex, flows, rank) -> Optional[bool]:
-    """Whether any written parameter (weight, optimizer state) differs between the two steps' dumps; None when no
-    such parameter is in both."""
+def _weights_changed(index: StepIndex, before: Optional[StepIndex], flows, rank, kn) -> Optional[bool]:
+    """Whether a written parameter (weight, optimizer state) as dumped after the step differs from its value
+    before it: as dumped after the step before, else as an op of this step read it (an op's inputs are dumped
+    when it ran, before the update). None when no parameter can be compared."""
     import numpy as np
 
-    written = flows.written(rank)
     budget, compared = WEIGHT_BYTES_COMPARED, 0
-    for name in sorted(written):
-        now, then = index.parameter(name), before.parameter(name)
-        if now is None or then is None:
+    for name in sorted(flows.written(rank, updates_only=True)):
+        now = index.parameter(name)
+        after = _output(now, index.access) if now is not None else None
+        if after is None:
             continue
-        a, b = _output(now, index.access), _output(then, before.access)
-        if a is None or b is None:
+        if before is not None:
+            then = before.parameter(name)
+            earlier = _output(then, before.access) if then is not None else None
+        else:
+            earlier = _as_read(name, index, flows, rank, kn)
+        if earlier is None:
             continue
-        if a.nbytes > budget:
+        if after.nbytes > budget:
             break
-        budget -= a.nbytes
+        budget -= after.nbytes
         compared += 1
-        if a.shape != b.shape or not np.array_equal(a, b, equal_nan=True):
+        if after.shape != earlier.shape or not np.array_equal(after, earlier, equal_nan=True):
             return True
     return False if compared else None
+
+
+def _as_read(name: str, index: StepIndex, flows, rank, kn):
+    """A parameter's value as the first op of the step that reads it (and does not write it) got it."""
+    reads = []
+    for graph in flows.graph_ids().get(rank, ()):
+        flow = flows(rank, graph)
+        for node, slot in (flow.consumers(PARAM + name)[0] if flow is not None else []):
+            run = index.run(graph, flow.graph.file_name(node.full_name))
+            if run is not None and slot not in kn.written_inputs(node.op_type):
+                reads.append((run.time, run, slot))
+    for _time, run, slot in sorted(reads, key=lambda read: read[0]):
+        event = next((e for e in run.execution().inputs if e.slot == slot), None)
+        array = index.access.array(event) if event is not None else None
+        if array is not None:
+            return array
+    return None
 
 
 def _output(run, access):
@@ -187,7 +208,7 @@ def _scale(step, index, before, previous, flows, rank, kn) -> Tuple[Optional[flo
             for node, slot in consumers:
                 if slot in kn.written_inputs(node.op_type):
                     continue
-                run = index.run(graph, scope_to_file_name(node.full_name))
+                run = index.run(graph, flow.graph.file_name(node.full_name))
                 value = _scalar(run, "input", slot, index.access) if run is not None else None
                 if value is not None:
                     read.append((run.time, value, f"the {name} Parameter as {node.op_type} ({run.op_name}) read it "
@@ -207,14 +228,18 @@ def _scale(step, index, before, previous, flows, rank, kn) -> Tuple[Optional[flo
 
 def _sens(index: StepIndex, flows, rank) -> Optional[Tuple[float, str]]:
     """The gradient's sens input: the first backward op of the step reads dloss/dloss times the loss scale, one
-    value repeated."""
+    value repeated, from outside the backward (a later backward op's one-value input is the scale divided by
+    something, never the scale: without a saved graph to tell, nothing is read)."""
     for run in sorted(index.runs, key=lambda r: r.time):
         flow = flows(rank, run.graph)
         node = flow.node(run.op_name) if flow is not None else None
-        if not (is_backward(node.full_name, node.forward_name) if node is not None else is_backward(run.op_name)):
+        if node is None or not is_backward(node.full_name, node.forward_name):
             continue
         for event in run.execution().inputs:
             if event.dtype is not None and not event.is_float:
+                continue
+            producer = flow.graph.by_full.get(flow.producer(node, event.slot) or "")
+            if producer is not None and is_backward(producer.full_name, producer.forward_name):
                 continue
             stats = index.access.stats(event)
             if stats is not None and stats.count and not stats.nonfinite and stats.min == stats.max and stats.max:
