@@ -107,12 +107,14 @@ def _feeding_parameters(flow: Flow, written: frozenset, op_name: str, kn: OpKnow
 
 def _trend(series: Series) -> Tuple[str, Optional[int]]:
     known = [(s, v) for s, v in zip(series.steps, series.max_abs) if v is not None]
-    if len(known) < 3:
+    if len(known) < 2:
         return "", None
     first, (last_step, last) = known[0][1], known[-1]
     earlier = [v for _s, v in known[:-1]]
     if max(earlier) > 0 and last >= GROWTH * max(earlier):
         return "jump", last_step
+    if len(known) < 3:              # two values tell a jump, not a trend
+        return "", None
     if first > 0 and last >= GROWTH * first:
         since = max(s for s, v in known if v <= NEAR_START * first)
         return "growing", since
@@ -142,7 +144,8 @@ def _summary(series: List[Series], op_type: str, steps: List[int], step: int, ba
     if jumped:
         one = jumped[0]
         known = [v for v in one.max_abs[:-1] if v is not None]
-        return (f"{one.name} max |x| at most {max(known):.3g} in steps {steps[0]}-{steps[-2]} -> "
+        before = f"step {steps[0]}" if len(steps) == 2 else f"steps {steps[0]}-{steps[-2]}"
+        return (f"{one.name} max |x| at most {max(known):.3g} in {before} -> "
                 f"{one.max_abs[-1]:.3g} at step {step}: it jumped at this step (this step's data"
                 + (", the loss scale" if backward else "") + " or an op upstream), not a slow growth"), False
     if all(one.trend == "steady" for one in series) and series:

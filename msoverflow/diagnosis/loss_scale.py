@@ -83,7 +83,15 @@ def may_be_handled(pairs: Sequence[Judged], flows: Flows, kn: OpKnowledge) -> bo
 
 def _states(rank, steps, by_step, flows, index_of, access, kn) -> List[StepState]:
     """The rank's scanned steps; the update and scale only of steps whose overflow a loss scale may handle."""
-    updates_in = {step for step in steps if (index_of(rank, step) or StepIndex([])).of_types(kn.updates_weights)}
+    ran: List[Set[int]] = []
+
+    def updates_in() -> Set[int]:
+        """The steps whose optimizer kernels ran (every step listed once, only when a step may be handled)."""
+        if not ran:
+            ran.append({step for step in steps
+                        if (index_of(rank, step) or StepIndex([])).of_types(kn.updates_weights)})
+        return ran[0]
+
     states: List[StepState] = []
     for position, step in enumerate(steps):
         state = StepState(step, by_step.get((rank, step), []))
@@ -133,9 +141,9 @@ def _update(index, before, previous, updates_in, flows, rank, kn) -> Tuple[Optio
     ran = index.of_types(kn.updates_weights)
     if ran:
         return True, f"{ran[0].op_type} ran"
-    if updates_in:
+    if updates_in():
         return False, ("the optimizer's kernels did not run (they ran in steps "
-                       f"{_steps_text(sorted(updates_in))})")
+                       f"{_steps_text(sorted(updates_in()))})")
     changed = _weights_changed(index, before, flows, rank, kn)
     if changed is None:
         return None, ""
