@@ -6,8 +6,10 @@ import argparse
 
 import numpy as np
 import mindspore as ms
-from mindspore import nn, ops, Tensor
+from mindspore import nn, Tensor
 from mindspore import dtype as mstype
+
+from loss_scale_fp16 import Fp32Loss      # the same fp16 network / fp32 loss split (this script's directory)
 
 BATCH, FEATURES = 16, 16
 
@@ -20,16 +22,6 @@ class Regressor(nn.Cell):
 
     def construct(self, x):
         return self.fc(x)
-
-
-class Fp32Loss(nn.Cell):
-    def __init__(self, backbone):
-        super().__init__(auto_prefix=False)
-        self._backbone = backbone
-        self.loss_fn = nn.MSELoss()
-
-    def construct(self, x, y):
-        return self.loss_fn(ops.cast(self._backbone(x), mstype.float32), y)
 
 
 def main():
