@@ -639,11 +639,17 @@ def _graphs_of(caches: Dict[tuple, object], rank: int, walked, warn):
     so a rank's .ir is parsed once for all its steps; graphs a reader built from the unit itself (msprobe) get a
     cache of their own."""
     if walked.graphs:
-        return _GraphCache(walked, warn)
+        return _graph_cache(walked, warn)
     key = (rank, tuple(sorted(walked.rank_roots.items())))    # steps that hold the same graphs share one
     if key not in caches:
-        caches[key] = _GraphCache(walked, warn)
+        caches[key] = _graph_cache(walked, warn)
     return caches[key]
+
+
+def _graph_cache(walked, warn):
+    graphs = _GraphCache(warn)
+    graphs.learn(walked.rank_roots, walked.graphs)
+    return graphs
 
 
 def _sample(items: list, limit: int) -> list:

@@ -96,6 +96,7 @@ def test_a_forward_overflow_after_the_calibration_is_the_first_harmful_origin(re
     assert (report.verdict, first.op_type, first.iteration, first.role) == ("anomaly", "MatMul", 10, "origin")
     assert "fc1-Dense" in first.full_name and first.cell_type == "Dense"
     assert all(f.iteration >= 10 for f in report.anomalies)      # the calibration is listed, never blamed
+    assert report.scanned_steps == {0: list(range(11))}         # read past the calibration, stopped after step 10
     [handled] = report.handled
     assert (handled.steps, handled.scale_from, handled.scale_to) == (list(range(8)), 2.0 ** 24, 2.0 ** 16)
     history = first.history
