@@ -361,6 +361,9 @@ class Handled:
     recovered_at: Optional[int] = None     # the first later step without an overflow
     ops: List[str] = field(default_factory=list)          # op types that overflowed first in these steps
     evidence: List[str] = field(default_factory=list)
+    # rank -> the steps whose overflow it only received through a collective (data parallel: the gradient
+    # AllReduce) from a rank where it is handled
+    received: Dict[int, List[int]] = field(default_factory=dict)
 
 
 @dataclass

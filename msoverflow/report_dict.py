@@ -85,7 +85,8 @@ def handled_dict(h) -> dict:
     return {"ranks": h.ranks, "steps": h.steps, "scale_from": finite_or_none(h.scale_from),
             "scale_to": finite_or_none(h.scale_to), "scale_how": h.scale_how or None,
             "scale_evidence": h.scale_evidence or None, "skipped_how": h.skipped_how, "recovered_at": h.recovered_at,
-            "ops": h.ops, "evidence": h.evidence}
+            "ops": h.ops, "evidence": h.evidence,
+            "received": {str(rank): steps for rank, steps in sorted(h.received.items())}}
 
 
 def report_dict(report) -> dict:

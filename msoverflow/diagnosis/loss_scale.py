@@ -9,6 +9,9 @@ handled when all three hold:
   2. the steps' updates were not applied: the optimizer's kernels did not run (they ran in other steps of the
      dump), or the weights and optimizer state are unchanged from the step before;
   3. a later step recovers: it holds no bad value.
+A step whose bad values all arrived through a collective (data parallel: the gradient AllReduce brings another
+rank's overflow) is judged with the rank that made them: handled when that rank's overflow of the step is
+handled and this rank's update was skipped too.
 An overflow is a fault when it is in the forward, reaches an applied update, or persists while the scale sits at
 its floor (1). The scale is read from the dump where it is there (the loss-scale Parameter as the step's ops read
 it, the Parameter dumped after the step before, the gradient's sens input), else inferred from magnitudes that
@@ -20,7 +23,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from ..model import PROPAGATOR, Handled, OpExecution
+from ..model import CROSS_RANK, PROPAGATOR, Handled, OpExecution
 from ..rules.knowledge import OpKnowledge
 from .dataflow import PARAM, Flows, StepIndex, is_backward
 
@@ -43,6 +46,7 @@ class StepState:
     scale: Optional[float] = None
     scale_how: str = ""
     magnitude: Optional[float] = None     # largest finite |x| among the first bad op's inputs
+    received: bool = False                # every bad value arrived through a collective from another rank
 
 
 def find_handled(judged: Sequence[Judged], scanned: Dict[int, List[int]],
@@ -54,9 +58,7 @@ def find_handled(judged: Sequence[Judged], scanned: Dict[int, List[int]],
     by_step: Dict[Tuple[int, int], List[Judged]] = {}
     for pair in judged:
         by_step.setdefault((pair[0].rank, pair[0].step), []).append(pair)
-    runs: List[Handled] = []
-    ids: Set[int] = set()
-    notes: List[Tuple[int, List[int], str]] = []
+    judged_runs: List[Tuple[int, Handled, bool, str, List[StepState]]] = []
     for rank, steps in sorted(scanned.items()):
         if not any((rank, step) in by_step for step in steps):
             continue
@@ -65,12 +67,44 @@ def find_handled(judged: Sequence[Judged], scanned: Dict[int, List[int]],
         def scale_at(step, rank=rank, steps=steps):
             return _scale_at(rank, step, steps, flows, index_of, kn)
         for run, confirmed, note in _runs(rank, states, scale_at):
-            if confirmed:
-                runs.append(run)
-                ids.update(id(ex) for state in states if state.step in run.steps for ex, _v in state.bad)
-            elif note:
-                notes.append((rank, run.steps, note))
+            judged_runs.append((rank, run, confirmed, note, [s for s in states if s.step in run.steps]))
+    # (rank, step)s whose own overflow (not one received) is confirmed handled
+    made = {(rank, state.step) for rank, _run, confirmed, _note, states in judged_runs if confirmed
+            for state in states if not state.received}
+    runs: List[Handled] = []
+    ids: Set[int] = set()
+    notes: List[Tuple[int, List[int], str]] = []
+    for rank, run, confirmed, note, states in judged_runs:
+        if confirmed:
+            confirmed, note = _received_handled(rank, run, states, made)
+        if confirmed:
+            runs.append(run)
+            ids.update(id(ex) for state in states for ex, _v in state.bad)
+        elif note:
+            notes.append((rank, run.steps, note))
     return _merge_ranks(runs), ids, notes
+
+
+def _received_handled(rank: int, run: Handled, states: List[StepState], made: Set[Tuple[int, int]]) -> Tuple[bool, str]:
+    """Whether the steps of a run whose bad values this rank only received are handled: the overflow another rank
+    made in each of them is confirmed handled. (confirmed, note)."""
+    received = [state for state in states if state.received]
+    if not received:
+        return True, ""
+    senders = {state.step: sorted(other for other, step in made if step == state.step and other != rank)
+               for state in received}
+    via = received[0].first.op_type if received[0].first is not None else "a collective"
+    unconfirmed = [step for step, ranks in senders.items() if not ranks]
+    if unconfirmed:
+        return False, (f"the bad values of step{'s' if len(unconfirmed) > 1 else ''} {_steps_text(unconfirmed)} "
+                       f"arrived through {via} from another rank whose overflow there is not confirmed handled (a "
+                       "fault there, or not dumped), so a loss scale handling it here is not confirmed")
+    run.received[rank] = sorted(senders)
+    run.evidence.insert(1, f"rank {rank} only received the overflow of step{'s' if len(received) > 1 else ''} "
+                           f"{_steps_text(sorted(senders))} through {via}, from rank "
+                           f"{','.join(map(str, sorted({r for ranks in senders.values() for r in ranks})))}, "
+                           "where it is handled")
+    return True, ""
 
 
 def may_be_handled(pairs: Sequence[Judged], flows: Flows, kn: OpKnowledge) -> bool:
@@ -100,6 +134,7 @@ def _states(rank, steps, by_step, flows, index_of, access, kn) -> List[StepState
             continue
         harmful, why, first = _harmful(state.bad, flows, kn)
         state.backward_only, state.why_harmful, state.first = not harmful, why, first
+        state.received = _received(state.bad)
         if harmful:
             continue
         state.magnitude = _magnitude(first, access)
@@ -125,12 +160,22 @@ def _harmful(pairs: Sequence[Judged], flows, kn: OpKnowledge) -> Tuple[bool, str
             return True, f"parameter {ex.op_name} holds a bad value: an update applied it", makers[0]
         if kn.updates_weights(ex.op_type) or ex.op_type in kn.state_updates:
             return True, f"{ex.op_type} ({ex.op_name}) wrote a bad value into the state", makers[0]
+    if _received(pairs):
+        return False, "", makers[0]       # another rank made it: judged with that rank (find_handled)
     for ex in makers:
         flow = flows(ex.rank, ex.graph)
         node = flow.node(ex.op_name) if flow is not None else None
         if not (is_backward(node.full_name, node.forward_name) if node is not None else is_backward(ex.op_name)):
             return True, f"{ex.op_type} ({ex.op_name}) made it in the forward", makers[0]
     return False, "", makers[0]
+
+
+def _received(pairs: Sequence[Judged]) -> bool:
+    """Every bad value of the step arrived through a collective: nothing made one here, and the first bad op
+    delivered it from another rank."""
+    ordered = sorted(pairs, key=lambda pair: pair[0].time)
+    return bool(ordered) and all(verdict.role == PROPAGATOR for _ex, verdict in ordered) and \
+        ordered[0][1].kind == CROSS_RANK
 
 
 def _update(index, before, previous, updates_in, flows, rank, kn) -> Tuple[Optional[bool], str]:
@@ -359,6 +404,8 @@ def _merge_ranks(runs: List[Handled]) -> List[Handled]:
         key = (tuple(run.steps), run.scale_from, run.scale_to, run.recovered_at)
         if key in merged:
             merged[key].ranks.extend(run.ranks)
+            merged[key].received.update(run.received)
+            merged[key].evidence += [line for line in run.evidence if line not in merged[key].evidence]
         else:
             merged[key] = run
     return sorted(merged.values(), key=lambda h: (h.steps[0], h.ranks))

@@ -203,6 +203,9 @@ def handled_details(h: Handled) -> List[str]:
     else:
         lines.append("scale: not in the dump")
     lines.append(f"updates skipped: {h.skipped_how}")
+    for rank, steps in sorted(h.received.items()):
+        lines.append(f"rank {rank} only received the overflow of {_steps_phrase(steps)} through a collective, from "
+                     "a rank where it is handled")
     if h.recovered_at is not None:
         lines.append(f"recovered: step {h.recovered_at} holds no bad value")
     return lines

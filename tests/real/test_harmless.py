@@ -137,6 +137,47 @@ def test_strict_reports_contained_and_handled_values_as_anomalies(real_dumps, ca
         assert analyze_command.options(_with_analysis_args(_run_args(*options))[1]).strict is strict, options
 
 
+# ---- data parallel: a rank that only receives a handled overflow ---------------------------------------------
+
+def test_a_rank_that_only_receives_a_handled_overflow_through_the_allreduce_is_handled(multirank_dumps, capsys):
+    """msrun, 2 ranks, data parallel, a dynamic loss scale from 2^24; rank 1's gradients are 64x larger, so steps
+    8-11 overflow on rank 1 only and rank 0 receives them through the gradient AllReduce. Every rank skips steps
+    0-11 and recovers at step 12: clean on every rank, rank 0's received steps named."""
+    dump = multirank_dumps["dp2_loss_scale_calibrating"]
+    report = msoverflow.analyze(str(dump))
+    assert (report.verdict, report.first, report.anomalies) == ("clean", None, [])
+    [handled] = report.handled
+    assert (handled.ranks, handled.steps, handled.recovered_at) == ([0, 1], list(range(12)), 12)
+    assert (handled.scale_from, handled.scale_to, handled.scale_how) == (2.0 ** 24, 2.0 ** 12, "read")
+    assert handled.received == {0: [8, 9, 10, 11]}
+    assert "rank 0 only received the overflow of steps 8-11 through AllReduce, from rank 1, where it is handled" \
+        in handled.evidence
+    assert report.scanned_steps == {0: list(range(16)), 1: list(range(16))}
+    out = _rendered(report)
+    for fmt in ("text", "markdown", "html"):
+        assert "steps 0-11: the dynamic loss scale calibrating (2^24 -> 2^12); updates skipped; not a fault " \
+               "(ranks 0,1)" in out[fmt], fmt
+        assert "rank 0 only received the overflow of steps 8-11 through a collective" in out[fmt], fmt
+    assert json.loads(out["json"])["handled"][0]["received"] == {"0": [8, 9, 10, 11]}
+    assert _cli(dump) == 0
+    # --strict: every overflow is a finding again, rank 0's received steps among them
+    strict = msoverflow.analyze(str(dump), strict=True)
+    assert (strict.verdict, strict.first.step, strict.first.op_type) == ("anomaly", 0, "Cast")
+    assert {f.rank for f in strict.anomalies} == {0, 1}
+    capsys.readouterr()
+
+
+def test_a_received_overflow_whose_sender_was_not_dumped_is_not_called_handled(multirank_dumps, tmp_path):
+    """The same run with rank 1's files gone: rank 0's steps 8-11 came through the AllReduce from a rank the dump
+    does not hold, so nothing confirms a loss scale handled them; the finding stays and says why."""
+    dump = copy_dump(multirank_dumps["dp2_loss_scale_calibrating"], tmp_path)
+    shutil.rmtree(dump / "rank_1")
+    report = msoverflow.analyze(str(dump), finished=True)
+    assert (report.verdict, report.first.rank, report.handled) == ("anomaly", 0, [])
+    assert any(e.startswith("the bad values of steps 8-11 arrived through AllReduce from another rank whose "
+                            "overflow there is not confirmed handled") for e in report.first.evidence)
+
+
 def _run_args(*options):
     import argparse
     from msoverflow.commands import run

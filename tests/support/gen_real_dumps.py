@@ -345,6 +345,23 @@ MULTI_RANK_CASES: List[Case] = [
                                                 2: ("received", 1, "AllReduce"), 3: ("origin", 2, "Div")})),
     ),
     Case(
+        name="dp2_loss_scale_calibrating",
+        description="2 ranks (msrun, MCCL), data parallel, the loss_scale_calibration_fp16 regressor (dynamic loss "
+                    "scale from 2^24, the cell's AllReduced gradients and overflow status); rank 1's batches are 8x "
+                    "larger, sixteen steps.",
+        shows="Steps 0-7 overflow in both ranks' backward; steps 8-11 only in rank 1's (its gradients are 64x "
+              "larger), and rank 0 receives them through the gradient AllReduce; every step 0-11 is skipped on "
+              "both ranks and step 12 recovers at 2^12. All handled by the loss scale, on every rank: clean.",
+        argv=("loss_scale_fp16.py", "--steps", "16", "--data-parallel", "--input-scale", "1:8"),
+        workers=2, dump_settings=_ALL_DEVICES,
+        expected=_expect("clean", layout={0: list(range(16)), 1: list(range(16)), 2: [12, 13, 14, 15]},
+                         expected_origin_rank=1,
+                         expected_handled={"steps": [0, 11], "ranks": [0, 1], "scale_from": 2.0 ** 24,
+                                           "scale_to": 2.0 ** 12},
+                         expected_first_bad_tensor={"op_type": "Cast", "io": "output", "slot": 0,
+                                                    "iteration": 0}),
+    ),
+    Case(
         name="dp4_rank_dump_empty",
         description="The dp4_two_origins dump (a real 4-rank run) with rank 2's directory emptied afterwards, as "
                     "when one node's dump was lost or never copied. Derived from a real run, not a run of its own.",

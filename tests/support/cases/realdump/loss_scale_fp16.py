@@ -9,6 +9,10 @@ later steps train normally.
 
 --forward-overflow-step N: the batch of step N holds one feature so large that the fp16 forward overflows (a real
 fault in the forward, which no loss scale absorbs).
+--data-parallel (under msrun): init() + ParallelMode.DATA_PARALLEL; the cell AllReduces the gradients and the
+overflow status, so every rank skips a step some rank overflowed in.
+--input-scale R:K[,R:K]: rank R's batches are K times larger, so its scaled gradients overflow for more steps than
+the other ranks' (which then only receive the overflow through the gradient AllReduce).
 """
 import argparse
 
@@ -56,9 +60,18 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--forward-overflow-step", type=int, default=None)
+    parser.add_argument("--data-parallel", action="store_true")
+    parser.add_argument("--input-scale", default="")
     args = parser.parse_args()
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
+    rank = 0
+    if args.data_parallel:
+        from mindspore.communication import init, get_rank
+        init()
+        rank = get_rank()
+        ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+    input_scale = {int(r): float(k) for r, k in (item.split(":") for item in filter(None, args.input_scale.split(",")))}
     ms.set_seed(0)
     net = Regressor()
     net.to_float(mstype.float16)
@@ -69,10 +82,11 @@ def main():
     for step in range(args.steps):
         x = rs.normal(0, 1, (BATCH, FEATURES)).astype(np.float32)
         y = 0.1 * rs.normal(0, 1, (BATCH, 1)).astype(np.float32)
+        x = x * np.float32(input_scale.get(rank, 1.0))
         if step == args.forward_overflow_step:
             x[0, :] = 6.5e4      # within fp16's range (65504), but the first fp16 MatMul sums past it
         loss, overflow, scale = train_step(Tensor(x), Tensor(y))
-        print(f"step {step}: loss {float(loss.asnumpy()):.4f} overflow {bool(overflow.asnumpy())} "
+        print(f"{f'rank {rank} ' if args.data_parallel else ''}step {step}: loss {float(loss.asnumpy()):.4f} overflow {bool(overflow.asnumpy())} "
               f"scale {float(scale.asnumpy()):.0f}", flush=True)
 
 
