@@ -5,9 +5,9 @@ import argparse
 import importlib
 import sys
 
-from .version import __version__
 from .errors import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_USAGE, UserError, file_of
 from .logs import add_options as add_logging_options
+from .version import __version__
 
 # Command name -> one-line help. Only the command being run is imported (msoverflow/commands/NAME.py defines
 # register(subparsers) -> parser with set_defaults(run=...)); the others appear in --help from this table alone,

@@ -239,7 +239,7 @@ def _keys(runs: List[OpExecution], graphs) -> List[tuple]:
     from .names import scope_to_file_name
     seen: Counter = Counter()
     forward_of_name: Dict[str, tuple] = {}
-    for ex, key in zip(runs, keys):
+    for ex, key in zip(runs, keys, strict=True):
         if not ex.op_name.startswith("Gradients"):
             forward_of_name.setdefault(ex.op_name, key + (seen[key],))
             seen[key] += 1
@@ -264,11 +264,11 @@ def match(baseline: List[OpExecution], target: List[OpExecution], graphs=(None, 
     use = graphs if all(g is not None for g in graphs) else (None, None)
     base_keys, target_keys = _keys(baseline, use[0]), _keys(target, use[1])
     by_key: Dict[tuple, List[OpExecution]] = {}
-    for ex, key in zip(target, target_keys):
+    for ex, key in zip(target, target_keys, strict=True):
         by_key.setdefault(key, []).append(ex)
     taken: Counter = Counter()
     pairs, only_baseline = [], []
-    for ex, key in zip(baseline, base_keys):
+    for ex, key in zip(baseline, base_keys, strict=True):
         candidates = by_key.get(key, [])
         n = taken[key]
         if n < len(candidates):
@@ -459,7 +459,7 @@ class _Comparer:
             members = groups.pop(key)
             a = np.stack([np.frombuffer(m[1], key[0], key[2], m[3].offset) for m in members])
             b = np.stack([np.frombuffer(m[2], key[1], key[2], m[4].offset) for m in members])
-            for (token, _a, _b, ha, ht), found in zip(members, compare_matrices(a, b, key[3], self.tolerance)):
+            for (token, _a, _b, ha, ht), found in zip(members, compare_matrices(a, b, key[3], self.tolerance), strict=True):
                 self.known[token] = (found, ha, ht)
 
         for run, target_run in pairs:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
-from .model import RankStatus, RANK_NOT_DUMPED
+from .model import RANK_NOT_DUMPED, RankStatus
 
 
 def _int(value) -> Optional[int]:

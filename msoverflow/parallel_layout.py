@@ -184,7 +184,7 @@ def _strategy_spec(files: List[str], where: str, fail: bool, warn=None) -> Optio
         except (StrategyError, OSError) as exc:
             reason = f"{path}: not a readable MindSpore strategy checkpoint ({getattr(exc, 'strerror', None) or exc})"
             if fail:
-                raise UserError(reason)
+                raise UserError(reason) from exc
             refused.append(reason)
     if refused and warn is not None:
         warn(refused[0] + (f" (and {len(refused) - 1} more strategy files)" if len(refused) > 1 else ""))
@@ -198,15 +198,15 @@ def _yaml_spec(path: str) -> Optional[ParallelSpec]:
     try:
         text = safeio.read_text(path, _YAML_LIMIT, errors="replace")
     except safeio.TooLarge:
-        raise UserError(f"{path}: larger than {_YAML_LIMIT >> 10} KiB, not a MindFormers YAML (they are a few KiB)")
+        raise UserError(f"{path}: larger than {_YAML_LIMIT >> 10} KiB, not a MindFormers YAML (they are a few KiB)") from None
     except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc})")
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     if "parallel_config" not in text:
         return None
     try:       # nesting and alias expansion bounded before anything is built (an alias bomb is refused)
         doc = safeio.loads_yaml(text)
     except ValueError as exc:
-        raise UserError(f"{path}: not a readable YAML ({exc})")
+        raise UserError(f"{path}: not a readable YAML ({exc})") from exc
     config = doc.get("parallel_config") if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         return None

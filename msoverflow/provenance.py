@@ -8,8 +8,8 @@ import shlex
 import socket
 from typing import Optional, Sequence, Union
 
-from .version import __version__
 from .model import Report
+from .version import __version__
 
 
 def command_line(argv: Union[None, str, Sequence[str]]) -> Optional[str]:

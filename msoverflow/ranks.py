@@ -16,8 +16,18 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 from . import safeio
 from .errors import reading
 from .layout import Dump
-from .model import (CROSS_RANK, ORIGIN, RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, RANK_ORIGIN,
-                    RANK_RECEIVED, SUSPECT, OpExecution, RankStatus)
+from .model import (
+    CROSS_RANK,
+    ORIGIN,
+    RANK_CLEAN,
+    RANK_FLAGGED,
+    RANK_NOT_DUMPED,
+    RANK_ORIGIN,
+    RANK_RECEIVED,
+    SUSPECT,
+    OpExecution,
+    RankStatus,
+)
 from .names import RANK_DIR
 from .selection import format_ids
 

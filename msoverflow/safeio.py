@@ -275,6 +275,7 @@ def loads_yaml(text: str, *, typ: str = "safe", max_depth: int = MAX_YAML_DEPTH,
     """YAML text, bounded in nesting and in the nodes its aliases expand to (yaml_nodes), then loaded by
     ruamel.yaml (`typ` "safe", or "rt" to keep comments for a patch). YamlError (a ValueError) when refused."""
     import warnings
+
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
     yaml_nodes(text, max_depth=max_depth, max_nodes=max_nodes)
@@ -503,6 +504,7 @@ def write_atomic(path, text: str, *, what: str = "the file", newline: Optional[s
     it, and a file that was there keeps its mode. UserError (one line) when `path` exists and is not a regular
     file (the rename would replace a FIFO or device) or cannot be written."""
     import tempfile
+
     from .errors import UserError
     real = os.path.realpath(path)
     if os.path.lexists(real) and not is_regular(real):

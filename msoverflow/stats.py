@@ -5,8 +5,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from .values import bad_extremes, limit_of, over_range_mask, pinned_extremes
 from .model import TensorStats
+from .values import bad_extremes, limit_of, over_range_mask, pinned_extremes
 
 CHUNK = 1 << 20  # elements per chunk (8 MB as float64 at most)
 

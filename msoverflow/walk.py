@@ -580,7 +580,7 @@ def _group_runs(codes, stamps, is_output, slot, n_groups: int):
     twice = unique[counts > 1]
     if twice.size:
         again = np.isin(key, twice)
-        tensors = list(zip(key[again].tolist(), stamps[again].tolist()))
+        tensors = list(zip(key[again].tolist(), stamps[again].tolist(), strict=True))
         if len(set(tensors)) != len(tensors):
             return None
         repeated[codes[again]] = True
@@ -699,12 +699,12 @@ def _npy_step(content: DirContent, access: TensorAccess):
     parameter_group = np.asarray([p.startswith("Parameter.") for p in prefixes], dtype=bool)
     suspicious_groups = np.asarray(suspicious, dtype=bool)
     clean_groups = ~suspicious_groups
-    ops = [p for p, clean, param in zip(prefixes, clean_groups.tolist(), parameter_group.tolist()) if clean and not param]
+    ops = [p for p, clean, param in zip(prefixes, clean_groups.tolist(), parameter_group.tolist(), strict=True) if clean and not param]
     scoped = bool(_SCOPED_PREFIX.search("\n".join(ops)))
     facts = _column_facts(code_array, is_output, parameter_group, clean_groups, scoped)
     members = [k for k, code in enumerate(codes) if suspicious[code]]
     events = _npy_events(content, members)
-    for k, e in zip(members, events):
+    for k, e in zip(members, events, strict=True):
         if k in seeded:
             bad, pinned, header = seeded[k]
             access.seed(e, header, bad, pinned)

@@ -7,9 +7,9 @@ from typing import Mapping, Optional, Union
 
 from ..errors import UserError
 from . import msprobe
-from .model import SEVERITIES, Problem, Target, resolve_target, shown as _shown
-from .rules import (Situation, bad_items, get_dotted, load_rules, render, select_mechanism, version_matches,
-                    when_matches)
+from .model import SEVERITIES, Problem, Target, resolve_target
+from .model import shown as _shown
+from .rules import Situation, bad_items, get_dotted, load_rules, render, select_mechanism, version_matches, when_matches
 
 __all__ = ["Problem", "Target", "resolve_target", "load_config", "check", "check_for_target", "has_errors"]
 

@@ -11,7 +11,8 @@ from typing import List, Mapping, Optional, Sequence
 
 from .. import selection
 from ..errors import UserError
-from .model import ConfigRefused, DumpConfigResult, Problem, Target, shown as _shown
+from .model import ConfigRefused, DumpConfigResult, Problem, Target
+from .model import shown as _shown
 from .rules import Situation, load_rules, version_matches, when_matches
 
 MODES = ("graph", "pynative")

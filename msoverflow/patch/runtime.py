@@ -71,8 +71,8 @@ class PatchResult:
 
 def _ms():
     ms = require_mindspore("the runtime precision patch")
-    from mindspore import nn, ops
     from mindspore import dtype as mstype
+    from mindspore import nn, ops
     return ms, nn, ops, mstype
 
 
@@ -296,7 +296,7 @@ def _build_island(path, cell, parent, attr, island, narrow, result: PatchResult)
     result._undo.append(lambda: _swap_child(parent, attr, wrapper, cell))
     result.changes.append(Change("wrap", path, type(cell).__name__, f"PrecisionIsland({type(cell).__name__})"))
 
-    for sub_path, sub in [("", wrapper)] + subtree:
+    for _sub_path, sub in [("", wrapper)] + subtree:
         _pin_precision(sub, island, result)
     result.changes.append(Change("flags", path, "", f"mixed precision pinned to {island_name} (amp cannot override)"))
 
@@ -322,7 +322,7 @@ def _swap_child(parent, attr, old, new) -> None:
     parent._cells[attr] = new
     if attr in vars(parent):
         object.__setattr__(parent, attr, new)
-    if hasattr(parent, "cell_list") and isinstance(getattr(parent, "cell_list"), list):
+    if hasattr(parent, "cell_list") and isinstance(parent.cell_list, list):
         parent.cell_list = list(parent.cells())
 
 
@@ -351,8 +351,7 @@ def _pin_precision(cell, island, result: PatchResult) -> None:
         if restore:
             original_add_flags(**restore)
         if before_type is None:
-            from mindspore._c_expression import MixedPrecisionType
-            from mindspore._c_expression import Cell_
+            from mindspore._c_expression import Cell_, MixedPrecisionType
             cell.mixed_precision_type = None
             Cell_.set_mixed_precision_type(cell, MixedPrecisionType.NOTSET)
 

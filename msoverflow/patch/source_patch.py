@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Set
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider, ParentNodeProvider
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from ..errors import UserError
 from .targets import NARROWER, check_dtype
@@ -709,11 +709,11 @@ def read_source(path: str) -> str:
     try:
         data = read_bytes(path, MAX_SOURCE_BYTES)
     except OSError as exc:
-        raise UserError(f"{path}: cannot read the model source ({exc.strerror})")
+        raise UserError(f"{path}: cannot read the model source ({exc.strerror})") from exc
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 Python source file")
+        raise UserError(f"{path}: not a UTF-8 Python source file") from None
 
 
 MAX_SYNTAX_DEPTH = 100   # syntax-tree depth libcst is trusted with (real model code stays under 40)
@@ -739,11 +739,11 @@ def parse_source(text: str, path: str) -> cst.Module:
     try:
         depth = syntax_depth(ast.parse(text))
     except SyntaxError as exc:
-        raise UserError(f"{path}: cannot parse it as Python (line {exc.lineno}: {exc.msg}); refusing to patch")
+        raise UserError(f"{path}: cannot parse it as Python (line {exc.lineno}: {exc.msg}); refusing to patch") from exc
     except (RecursionError, MemoryError):
-        raise UserError(f"{path}: nested too deeply for a Python parser; refusing to patch")
+        raise UserError(f"{path}: nested too deeply for a Python parser; refusing to patch") from None
     except ValueError as exc:   # null bytes
-        raise UserError(f"{path}: not Python source ({exc}); refusing to patch")
+        raise UserError(f"{path}: not Python source ({exc}); refusing to patch") from exc
     if depth > MAX_SYNTAX_DEPTH:
         raise UserError(f"{path}: its syntax nests {depth} levels deep (at most {MAX_SYNTAX_DEPTH} are parsed "
                         f"safely); refusing to patch")
@@ -751,9 +751,9 @@ def parse_source(text: str, path: str) -> cst.Module:
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
-        raise UserError(f"{path}: cannot parse it as Python (line {exc.raw_line}: {exc.message}); refusing to patch")
+        raise UserError(f"{path}: cannot parse it as Python (line {exc.raw_line}: {exc.message}); refusing to patch") from exc
     except (RecursionError, MemoryError, ValueError) as exc:
-        raise UserError(f"{path}: cannot parse it as Python ({type(exc).__name__}); refusing to patch")
+        raise UserError(f"{path}: cannot parse it as Python ({type(exc).__name__}); refusing to patch") from exc
 
 
 def _probe_parse(text: str, path: str) -> None:
@@ -835,7 +835,7 @@ def plan(path: str, line: int, dtype: str = "float32", code: str = "") -> Source
     ms = mindspore_names(module)
     statements = _Statements(locate.function)
     wrapper.visit(statements)
-    culprit = next((i for i, (a, b) in enumerate(zip(statements.lines, statements.end_lines)) if a <= line <= b),
+    culprit = next((i for i, (a, b) in enumerate(zip(statements.lines, statements.end_lines, strict=True)) if a <= line <= b),
                    None)
     if culprit is None:
         raise UserError(f"{path}:{line} is not a simple statement of {result.function} (a compound statement's "

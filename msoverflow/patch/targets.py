@@ -94,11 +94,11 @@ def load_report(path: str) -> dict:
     try:
         report = load_json(path, limit=MAX_REPORT_BYTES)
     except OSError as exc:
-        raise UserError(f"{path}: cannot read the analysis report ({exc.strerror})")
+        raise UserError(f"{path}: cannot read the analysis report ({exc.strerror})") from exc
     except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not a JSON analysis report (not UTF-8 text: byte {exc.start})")
+        raise UserError(f"{path}: not a JSON analysis report (not UTF-8 text: byte {exc.start})") from exc
     except ValueError as exc:
-        raise UserError(f"{path}: not a JSON analysis report ({exc})")
+        raise UserError(f"{path}: not a JSON analysis report ({exc})") from exc
     if not isinstance(report, dict) or "verdict" not in report:
         raise UserError(f"{path}: not an msoverflow analysis report (no 'verdict' key)")
     _check_report_types(report, path)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import re
 import tempfile

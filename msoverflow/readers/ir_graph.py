@@ -50,8 +50,8 @@ def _source(stripped: str):
     if not body.endswith("/"):
         return None
     last = None
-    for last in _SOURCE_SEPARATOR.finditer(body, 0, len(body) - 1):
-        pass
+    for match in _SOURCE_SEPARATOR.finditer(body, 0, len(body) - 1):
+        last = match
     if last is None:
         last = _SOURCE_OLD_SEPARATOR.search(body, 0, len(body) - 1)
     if last is None or last.start() == 0 or len(last.group(1)) > MAX_LINE_NUMBER_DIGITS:

@@ -28,8 +28,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from .. import safeio
 from ..dtypes import canonical
-from ..model import INPUT, OUTPUT, GraphNode, TensorEvent
 from ..layout import LAYOUT_MSPROBE
+from ..model import INPUT, OUTPUT, GraphNode, TensorEvent
 from .registry import Reader
 from .statistic_csv import stats_from_numbers
 

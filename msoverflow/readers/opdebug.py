@@ -18,8 +18,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from .. import safeio
 from ..errors import FormatError
 from ..model import OverflowRecord
-from . import dumpdata_bin
 from ..names import KIND_OPDEBUG
+from . import dumpdata_bin
 from .registry import Reader
 
 MAGIC = 0x5A5A5A5A
@@ -146,7 +146,7 @@ def entries_from_raw(raw: bytes) -> List[dict]:
         raise ValueError(f"record is {len(raw)} bytes: neither the 2048-byte layout nor magic 0x5A5A5A5A")
 
     def info(offset):
-        return dict(zip(INFO_FIELDS, struct.unpack_from("<6Q", raw, offset)))
+        return dict(zip(INFO_FIELDS, struct.unpack_from("<6Q", raw, offset), strict=True))
     dha, l2, core = info(0), info(128), info(256)
     dha["status"] = struct.unpack_from("<Q", raw, 512)[0]
     l2["status"] = struct.unpack_from("<Q", raw, 768)[0]
@@ -165,7 +165,7 @@ def _entries_new_layout(raw: bytes) -> List[dict]:
         unit = ACC_TYPES.get(acc_type)
         if valid and unit:
             names = ACC_FIELDS[unit][:data_len // 8]
-            entries.append(_entry(unit, dict(zip(names, struct.unpack_from(f"<{len(names)}Q", raw, pos)))))
+            entries.append(_entry(unit, dict(zip(names, struct.unpack_from(f"<{len(names)}Q", raw, pos), strict=True))))
         pos += data_len
     if not entries and pos == 8:
         raise ValueError("magic 0x5A5A5A5A but no acc_list entry")

@@ -18,9 +18,9 @@ import numpy as np
 
 from .. import safeio
 from ..dtypes import canonical, dtype_max
-from ..values import bad_extremes, limit_of, pinned_extremes
 from ..model import INPUT, OUTPUT, TensorEvent, TensorStats
 from ..names import KIND_OPCSV, scope_to_file_name
+from ..values import bad_extremes, limit_of, pinned_extremes
 from .registry import Reader
 
 # normalised header -> field. Normalised = lower case, single spaces.
@@ -258,7 +258,7 @@ def _read_dir_files(content, batch) -> None:
     for item in batch:
         complaints: List[str] = []
 
-        def note(message: str):
+        def note(message: str, complaints=complaints):     # called within this iteration only
             complaints.append(message)
             content.warn(message)
 
@@ -587,7 +587,7 @@ def _arrow_table(path: str) -> Optional[StatTable]:
                 columns[key] = _ArrowText(codes, names)
                 continue
             values = [v.strip() if v is not None else "" for v in encoded.dictionary.to_pylist()]
-            if key == "op_type" and any(v != raw for v, raw in zip(values, encoded.dictionary.to_pylist())):
+            if key == "op_type" and any(v != raw for v, raw in zip(values, encoded.dictionary.to_pylist(), strict=True)):
                 return None               # blanks around a type: read_statistic_csv groups by the stripped one
             if key == "dtype":         # read_statistic_csv normalises the cell as written
                 values = [v if v is not None else "" for v in encoded.dictionary.to_pylist()]

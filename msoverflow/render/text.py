@@ -6,9 +6,23 @@ from typing import TYPE_CHECKING, List, Optional
 
 from ..model import SUSPECT
 from ..scope import is_backward
-from .common import (arrival_text, arrivals_shown, clean_text, coords_phrase, count_cell, counts_note,
-                     parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown, scanned_text,
-                     producer_text, steps_text, tensors_shown)
+from .common import (
+    arrival_text,
+    arrivals_shown,
+    clean_text,
+    coords_phrase,
+    count_cell,
+    counts_note,
+    parallel_text,
+    parameters_shown,
+    producer_text,
+    provenance_text,
+    rank_where,
+    ranks_shown,
+    scanned_text,
+    steps_text,
+    tensors_shown,
+)
 from .safe import plain
 
 if TYPE_CHECKING:

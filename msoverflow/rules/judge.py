@@ -12,8 +12,21 @@ from typing import Dict, List, Optional, Protocol
 import numpy as np
 
 from ..dtypes import dtype_max
-from ..model import (CLEAN, CROSS_RANK, FLAGGED, INVALID, NONFINITE_INPUT, ORIGIN, OVERFLOW, PROPAGATOR,
-                     SATURATION, SUSPECT, OpExecution, TensorEvent, TensorStats)
+from ..model import (
+    CLEAN,
+    CROSS_RANK,
+    FLAGGED,
+    INVALID,
+    NONFINITE_INPUT,
+    ORIGIN,
+    OVERFLOW,
+    PROPAGATOR,
+    SATURATION,
+    SUSPECT,
+    OpExecution,
+    TensorEvent,
+    TensorStats,
+)
 from .knowledge import OpKnowledge
 
 

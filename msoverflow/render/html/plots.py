@@ -6,8 +6,17 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from ...dtypes import LOW_PRECISION_FLOATS, dtype_max
-from ...model import (FLAGGED, OVERFLOW, RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, SATURATION, Finding, Report,
-                      TensorSummary)
+from ...model import (
+    FLAGGED,
+    OVERFLOW,
+    RANK_CLEAN,
+    RANK_FLAGGED,
+    RANK_NOT_DUMPED,
+    SATURATION,
+    Finding,
+    Report,
+    TensorSummary,
+)
 from ..common import steps_text
 from ..safe import plot_label
 from ..text import op_label
@@ -48,7 +57,7 @@ def _node_label(f: Finding) -> str:
 
 
 def figure(width: float, height: float):
-    from matplotlib.figure import Figure     # no pyplot: no global figure state, no GUI backend
+    from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend
     return Figure(figsize=(width, height), dpi=100)
 
 
@@ -209,7 +218,7 @@ def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
              "spread": dict(marker="o", s=10, c=COLORS["spread"], zorder=3, label="spread (first origin's rank)"),
              "clean": dict(marker="o", s=60, facecolors="none", edgecolors=COLORS["clean"], linewidths=1.6,
                            zorder=3, label="clean rank")}
-    for ax, step in zip(axes, steps):
+    for ax, step in zip(axes, steps, strict=True):
         spans = [(rank_pos[r], (report.step_times[r][step][1] - report.step_times[r][step][0]) / 1000.0)
                  for r in ranks if step in report.step_times.get(r, {})]
         span_max = max((length for _, length in spans), default=0.0)
@@ -365,14 +374,14 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
     texts = [_graph_text(v, ops) for v in lay.nodes]
     is_origin = [0 in v.members for v in lay.nodes]
     boxes = []          # (width, height) of each node's frame, inches
-    for (label, _), origin in zip(texts, is_origin):
+    for (label, _), origin in zip(texts, is_origin, strict=True):
         w, h = _text_size(label, GRAPH_FONT + (1 if origin else 0), origin)
         pad = 2 * GRAPH_PAD * (GRAPH_FONT + 1) / 72.0
         boxes.append((w + pad, h + pad))
     columns = [max((boxes[k][0] for k, v in enumerate(lay.nodes) if v.layer == c), default=0.2)
                for c in range(lay.layers)]
     left = [GRAPH_MARGIN + sum(columns[:c]) + c * GRAPH_GAP for c in range(lay.layers)]
-    right = [x + w for x, w in zip(left, columns)]
+    right = [x + w for x, w in zip(left, columns, strict=True)]
     height = GRAPH_MARGIN * 2 + GRAPH_ROW * (rows - 1) + max(h for _, h in boxes)     # edges' rows included
 
     def y_of(row: float) -> float:
@@ -477,7 +486,7 @@ def headroom_svg(report: Report) -> Tuple[Optional[str], str]:
     values, colors, texts = [], [], []
     finite = [t.stats.max_abs for _, t, _ in rows if t.stats.max_abs]
     top = max(finite + [FP16_MAX]) * 30
-    for label, t, _ in rows:
+    for _label, t, _ in rows:
         s = t.stats
         limit = dtype_max(t.dtype)
         if s.posinf or s.neginf:
@@ -507,7 +516,7 @@ def headroom_svg(report: Report) -> Tuple[Optional[str], str]:
     if BF16_MAX < xmax:
         ax.axvline(BF16_MAX, color=COLORS["flag"], ls="--", lw=1.2)
         ax.text(BF16_MAX, -0.9, " bfloat16 max 3.39e38", color=COLORS["flag"], fontsize=8, va="bottom")
-    for y, value, text in zip(ys, values, texts):     # on a light backing: limit lines and grid pass behind
+    for y, value, text in zip(ys, values, texts, strict=True):     # on a light backing: limit lines and grid pass behind
         ax.text(max(value, low), y, text, va="center", fontsize=8,
                 bbox=dict(boxstyle="square,pad=0.15", fc="white", ec="none", alpha=0.85))
     ax.set_yticks(ys)
