@@ -16,7 +16,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from ..errors import UserError
 from ..job import OutputWatch
@@ -340,7 +340,7 @@ def run_once(label: str, command: List[str], workdir: str, target: Optional[Targ
     return outcome
 
 
-def _resolve(report_or_target) -> (Target, Optional[dict]):
+def _resolve(report_or_target) -> Tuple[Target, Optional[dict]]:
     if isinstance(report_or_target, Target):
         return report_or_target, report_or_target.origin
     if isinstance(report_or_target, str):
