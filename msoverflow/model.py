@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Protocol, Tuple
 
 
 class IterationAlias:
@@ -131,7 +131,7 @@ class TensorEvent(IterationAlias):
 
     @property
     def is_float(self) -> bool:
-        return bool(self.dtype) and ("float" in self.dtype)
+        return self.dtype is not None and "float" in self.dtype
 
     @property
     def is_parameter(self) -> bool:
@@ -174,6 +174,23 @@ class GraphNode:
     # A framework dump's Cell/Module entry (msprobe) is not one op but the whole Cell: the scope it covers. A bad
     # value first made by an op inside that scope is not a second origin when the Cell's own output shows it.
     wraps_scope: Optional[str] = None
+
+
+class NamedRun(Protocol):
+    """What matching the op runs of two dumps reads of a run (comparison.match, graphs.SavedGraphs.node): an
+    OpExecution or a walk.OpRun."""
+    @property
+    def rank(self) -> int: ...
+    @property
+    def graph(self) -> str: ...
+    @property
+    def op_type(self) -> str: ...
+    @property
+    def op_name(self) -> str: ...
+    @property
+    def time(self) -> int: ...
+    @property
+    def order(self) -> Optional[int]: ...
 
 
 @dataclass(slots=True)
