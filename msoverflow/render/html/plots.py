@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ...dtypes import LOW_PRECISION_FLOATS, dtype_max
 from ...model import (
@@ -238,7 +238,7 @@ def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
                 span_max = max(span_max, max(xs))
             unknown = [e for e in pts if e[2] is None]
             if unknown:     # the report does not say when: drawn hollow at the step's start, and said so
-                hollow = {**style[kind], "facecolors": "none", "edgecolors": style[kind]["c"], "linewidths": 1.4}
+                hollow: Dict[str, Any] = {**style[kind], "facecolors": "none", "edgecolors": style[kind]["c"], "linewidths": 1.4}
                 hollow.pop("c")
                 hollow["label"] += " (time not recorded: drawn at 0)"
                 legend[kind + "?"] = ax.scatter([0.0] * len(unknown), [rank_pos.get(e[0], 0) for e in unknown],
@@ -294,7 +294,9 @@ def _timeline_ranks(ranks: List[int], events) -> Tuple[List[int], int]:
 def _graph_input(report: Report) -> Tuple[List[Finding], List[Tuple[int, int]], int]:
     """The origin and the first MAX_GRAPH_OPS ops it reached (time order), and the Report's producer -> consumer
     edges between them as indices."""
-    ops = [report.first] + list(report.propagation[:MAX_GRAPH_OPS])
+    first = report.first
+    assert first is not None            # the caller drew no graph without an origin
+    ops = [first] + list(report.propagation[:MAX_GRAPH_OPS])
     index_of: Dict[str, int] = {}
     for i, f in enumerate(ops):
         index_of.setdefault(f.full_name or f.op_name, i)
@@ -424,7 +426,7 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
                                      color="#546e7a", lw=1.0, linestyle="-" if e.from_graph else (0, (3, 2))))
     for k, v in enumerate(lay.nodes):
         (label, hover), origin = texts[k], is_origin[k]
-        face = "#ffebee" if origin else "#fafafa" if v.kind == "more" else palette.get(v.cell, "#eceff1")
+        face = "#ffebee" if origin else "#fafafa" if v.kind == "more" else palette.get(v.cell or "", "#eceff1")
         x, y = centre(k)
         text = ax.text(x, y, label, ha="center", va="center", fontsize=GRAPH_FONT + (1 if origin else 0),
                        fontweight="bold" if origin else "normal", color="#b71c1c" if origin else "#263238",
@@ -484,10 +486,11 @@ def headroom_svg(report: Report) -> Tuple[Optional[str], str]:
     if not rows:
         return None, "no tensor statistics around the origin"
     values, colors, texts = [], [], []
-    finite = [t.stats.max_abs for _, t, _ in rows if t.stats.max_abs]
+    finite = [t.stats.max_abs for _, t, _ in rows if t.stats and t.stats.max_abs]
     top = max(finite + [FP16_MAX]) * 30
     for _label, t, _ in rows:
         s = t.stats
+        assert s is not None            # _headroom_rows keeps tensors with statistics
         limit = dtype_max(t.dtype)
         if s.posinf or s.neginf:
             values.append(top)
