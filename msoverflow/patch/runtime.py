@@ -11,10 +11,11 @@ huge gradient is cast back to fp16 at the region's edge. So an island here is th
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Callable, List, Tuple, Union
+from typing import Any, Callable, List, Tuple, Union
 
 from ..errors import UserError, require_mindspore
 from .targets import NARROWER, Target, check_dtype, describe_candidates, path_matches
@@ -81,7 +82,7 @@ def _dtype_name(dtype) -> str:
     return {"float16": "float16", "float32": "float32", "bfloat16": "bfloat16"}.get(text, text)
 
 
-_ISLAND_CLASSES = {}
+_ISLAND_CLASSES: dict = {}
 
 
 def _island_classes():
@@ -195,7 +196,7 @@ def _class_names(cell) -> List[str]:
     return [k.__name__ for k in type(cell).__mro__]
 
 
-def find_cells(network, target: Target) -> List[Tuple[str, object, object, str]]:
+def find_cells(network, target: Target) -> List[Tuple[str, Any, Any, str]]:
     """The Cells `target` names in `network`: by class name, or by the longest matching attribute-path suffix."""
     rows = [r for r in _walk(network) if r[2] is not None]   # the root itself cannot be wrapped in place
     if target.cell_is_type:
@@ -203,7 +204,7 @@ def find_cells(network, target: Target) -> List[Tuple[str, object, object, str]]
         return hits
     best, hits = 0, []
     for row in rows:
-        score = path_matches(target.cell, row[0])
+        score = path_matches(target.cell, row[0]) if target.cell else 0     # (a target of cell_type alone)
         if score == 0:
             continue
         if target.cell_type and target.cell_type not in _class_names(_inner(row[1])):
@@ -249,7 +250,7 @@ def apply(network, target: Union[Target, str], dtype: str = "float32", *,
 
 
 def _apply_into(network, target: Target, island, narrow, result: PatchResult, optimizer_states: bool) -> None:
-    mirror_sources = []
+    mirror_sources: list = []
     if target.scope == "op":
         _apply_op(network, target, island, narrow, result)
     else:
@@ -395,11 +396,12 @@ def _apply_op(network, target: Target, island, narrow, result: PatchResult) -> N
                 where = f"{path}.{name}" if path else name
                 wrapper = OpIsland(value, island, narrow)
                 _swap_primitive(cell, name, value, wrapper)
-                result._undo.append(lambda c=cell, n=name, p=value, w=wrapper: _unswap_primitive(c, n, w, p))
+                result._undo.append(functools.partial(_unswap_primitive, cell, name, wrapper, value))
                 result.cells.append(where)
                 result.changes.append(Change("op-wrap", where, f"{target.op} primitive",
                                              f"OpIsland({target.op}) in {_dtype_name(island)}"))
     if not found:
+        assert target.op is not None    # scope "op": neither cell nor cell_type, so the target names an op
         raise TargetNotFound(f"{target.describe()}: no Cell of {type(network).__name__} holds a {target.op} "
                              f"primitive as an attribute (functional calls like ops.{target.op.lower()}(x) cannot "
                              f"be wrapped at run time; patch the owning Cell with --cell)")

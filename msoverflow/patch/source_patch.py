@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Set
+from typing import List, Optional, Sequence, Set, Union
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
@@ -169,7 +169,8 @@ class _Locate(cst.CSTVisitor):
 
 def _self_attrs_assigned(klass: Optional[cst.ClassDef]):
     """Names of `self.X = Parameter(...)` and `self.X = Tensor(..., dtype)` in the class's methods."""
-    params, constants = set(), set()
+    params: Set[str] = set()
+    constants: Set[str] = set()
     if klass is None:
         return params, constants
 
@@ -199,7 +200,7 @@ _WRITE_METHODS = {"set_data", "assign_value"}
 
 def _primitives_in_init(klass: Optional[cst.ClassDef]) -> dict:
     """`self.assign = P.Assign()` -> {"assign": "Assign"}: which primitive each `self.X` op attribute holds."""
-    found = {}
+    found: dict = {}
     if klass is None:
         return found
 
@@ -355,7 +356,7 @@ def _region(statements: List[cst.SimpleStatementLine], lines: List[int], culprit
         if not produced:
             break
     # Values leaving the island: read after it by statements outside it.
-    exits = {}
+    exits: dict = {}
     last_writer = {}
     for index in sorted(members):
         for name in flow[index][1]:
@@ -433,7 +434,7 @@ def _self_reads_in_order(node) -> List[str]:
 class _Island(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (ParentNodeProvider, PositionProvider)
 
-    def __init__(self, region: _Region, reads: Set[str], args: Set[str], primitives: dict, ms: MindSporeNames,
+    def __init__(self, region: _Region, reads: Set[str], args: dict, primitives: dict, ms: MindSporeNames,
                  dtype: str, widen: str, like: str, changes: List[str], line: int):
         self.region = region
         self.reads = reads
@@ -477,7 +478,7 @@ class _Island(cst.CSTTransformer):
         if not isinstance(arg, cst.Arg) or arg.value is not node:
             return False
         call = self._parent(arg)
-        return isinstance(call, cst.Call) and call.args and call.args[0] is arg and _is_write_call(
+        return isinstance(call, cst.Call) and bool(call.args) and call.args[0] is arg and _is_write_call(
             call, self.primitives)
 
     def _is_store(self, node) -> bool:
@@ -640,7 +641,7 @@ def _is_import_block(stmt) -> bool:
     if isinstance(stmt, cst.Try):
         blocks = [stmt.body] + [h.body for h in stmt.handlers] + [b.body for b in (stmt.orelse, stmt.finalbody) if b]
     elif isinstance(stmt, cst.If):
-        branch = stmt
+        branch: Union[cst.If, cst.Else, None] = stmt
         while isinstance(branch, cst.If):
             blocks.append(branch.body)
             branch = branch.orelse
