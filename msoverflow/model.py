@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 
 class IterationAlias:
@@ -122,7 +122,7 @@ class TensorEvent(IterationAlias):
     dtype: Optional[str] = None     # declared dtype, canonical numpy-style name ("float16", "bfloat16", ...)
     shape: Optional[Tuple[int, ...]] = None
     stats: Optional[TensorStats] = None          # known without reading data (statistic.csv)
-    loader: Optional[Callable[[], "object"]] = field(default=None, repr=False)  # -> TensorData (lazy)
+    loader: Optional[Callable[[], Any]] = field(default=None, repr=False)  # -> TensorData (lazy)
     payload_dtype: Optional[str] = None          # dtype of the bytes on disk when it differs from `dtype`
     note: str = ""                  # what is wrong with it, in words (status says what kind of wrong)
     context_id: Optional[int] = None   # FFTS+ sub-task ids from the file name (match Opdebug records)

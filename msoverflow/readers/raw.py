@@ -57,7 +57,9 @@ class DecodedTensor:
                 if not data:
                     return
                 remaining_bytes -= len(data)
-                chunk = decode_raw(np.frombuffer(data, dtype=np.uint8), self.name)[:remaining]
+                decoded = decode_raw(np.frombuffer(data, dtype=np.uint8), self.name)
+                assert decoded is not None          # bfloat16 or a packed integer: what this class holds
+                chunk = decoded[:remaining]
                 remaining -= chunk.size
                 yield chunk
 

@@ -110,8 +110,10 @@ def _collapse_chains(cells, edges) -> Tuple[List[Node], List[Edge]]:
             continue
         chain = [i]
         if i in starts_chain and i not in continues:
-            while links_on(chain[-1]) is not None:
-                chain.append(links_on(chain[-1]))
+            link = links_on(i)
+            while link is not None:
+                chain.append(link)
+                link = links_on(link)
         if len(chain) < MIN_CHAIN:
             chain = [i]
         for member in chain:
