@@ -272,9 +272,10 @@ def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judg
     parsed = {path: names.parse(os.path.basename(path)) for path in cut}
     owners = {(os.path.dirname(path), p.op_type, p.op_name, p.task_id, p.stream_id) if p and p.io == "output"
               else None for path, p in parsed.items()}
-    if len(owners) != 1 or None in owners:
+    owner = owners.pop() if len(owners) == 1 else None
+    if owner is None:
         return None
-    folder, op_type, op_name, task, stream = owners.pop()
+    folder, op_type, op_name, task, stream = owner
     d = next((d for d in dirs if os.path.realpath(d.path) == os.path.realpath(folder)), None)
     if d is None:
         return None

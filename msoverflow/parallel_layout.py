@@ -455,7 +455,7 @@ def _merge_spans(spans: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
     return merged
 
 
-def label_ranks(spec: Optional[ParallelSpec], path: str, rank_status, rank_roots: Dict[Tuple[int, str], str],
+def label_ranks(spec: Optional[ParallelSpec], path: str, rank_status, rank_roots: Dict[Tuple[int, str], Optional[str]],
                 warn: Callable[[str], None], selected=None) -> Optional[Dict[str, object]]:
     """Give every rank row its coordinates, and add a `not dumped` row for the ranks the layout declares that the
     dump does not hold (unless `selected` ranks were asked for); returns Report.parallel (None: unknown)."""
