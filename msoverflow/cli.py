@@ -67,7 +67,7 @@ def _split_debug(argv):
     return [a for a in argv[:cut] if a != "--debug"] + argv[cut:], debug
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -75,7 +75,7 @@ def _tolerant_streams() -> None:
     """File names with bytes that are not UTF-8 (surrogate escapes) print as \\xNN instead of crashing."""
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.reconfigure(errors="backslashreplace")
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]  # else AttributeError
         except (AttributeError, ValueError):
             pass
 

@@ -355,7 +355,7 @@ class Report:
     tensors_read: int = 0
     layout: str = ""
     tail_clean: bool = True            # False when later steps were not scanned (early exit)
-    extra: Dict[str, object] = field(default_factory=dict)
+    extra: Dict[str, Any] = field(default_factory=dict)
     rank_status: List[RankStatus] = field(default_factory=list)   # every dumped or expected rank
     coverage: List[str] = field(default_factory=list)      # what the dump config could not show (caveats on clean)
     inconclusive: List[str] = field(default_factory=list)  # why a verdict without findings is not "clean"

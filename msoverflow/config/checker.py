@@ -139,7 +139,9 @@ def _key_problems(config: Mapping, target: Target, mechanism: str) -> list[Probl
 def _rule_problems(config: Mapping, target: Target, mechanism: str) -> list[Problem]:
     problems = []
     situation = Situation(target.version, target.device, target.jit_level, mechanism, config=dict(config))
-    common = config.get("common_dump_settings") if isinstance(config.get("common_dump_settings"), Mapping) else {}
+    common = config.get("common_dump_settings")
+    if not isinstance(common, Mapping):
+        common = {}
     for rule in load_rules()["checks"]:
         if not when_matches(rule["when"], situation):
             continue

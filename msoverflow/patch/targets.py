@@ -43,7 +43,7 @@ class Target:
     @property
     def cell_is_type(self) -> bool:
         """`--cell NormHead` names a class, `--cell lm_head` / `network._backbone.lm_head` a path."""
-        return bool(self.cell) and "." not in self.cell and self.cell[:1].isupper()
+        return self.cell is not None and "." not in self.cell and self.cell[:1].isupper()
 
     def describe(self) -> str:
         if self.scope == "op":

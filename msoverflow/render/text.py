@@ -182,10 +182,10 @@ def render_text(report: Report, top: int = 10) -> str:
         lines.append("")
         lines.append(parameter_table(report))
     if report.arrivals:
-        shown, left_out = arrivals_shown(report)
+        arrivals, left_out = arrivals_shown(report)
         lines.append("")
         lines.append(f"Arrivals ({len(report.arrivals)}: a collective delivered a bad value to the rank)")
-        lines += [f"  {arrival_text(a)}" for a in shown]
+        lines += [f"  {arrival_text(a)}" for a in arrivals]
         if left_out:
             lines.append(f"  ... {left_out}")
     lines.append("")
