@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-from .model import GraphNode, OpExecution, Source
+from .model import GraphNode, NamedRun, OpExecution, Source
 from .scope import cell_of, forward_in_scope, is_backward
 
 
@@ -35,7 +35,7 @@ class SavedGraphs:
         self.rank_roots: Dict[Tuple[int, str], Optional[str]] = dict(rank_roots)
         self.warn = warn
         self._cache: Dict[Tuple[int, str], object] = {}
-        self._loaded: Dict[str, Dict[str, object]] = {}      # rank root -> graph id -> GraphIndex
+        self._loaded: Dict[str, Mapping[str, object]] = {}   # rank root -> graph id -> GraphIndex
         self._ids: Optional[Tuple[Tuple[int, int], Dict[int, List[str]]]] = None
 
     def learn(self, rank_roots: Mapping[Tuple[int, str], Optional[str]],
@@ -70,9 +70,9 @@ class SavedGraphs:
             # a graph with no dumped files (filtered out, or it never ran) has its saved graph in the rank's root
             root = self.rank_roots.get(key) or next((r for (k, _g), r in self.rank_roots.items() if k == rank and r),
                                                     None)
-            if found is None and not root:
-                return None                 # not known (yet): asked again once the walk has said where it is
             if found is None:
+                if not root:
+                    return None             # not known (yet): asked again once the walk has said where it is
                 if root not in self._loaded:
                     from .readers.ir_graph import load_saved_graphs
                     from .rules.knowledge import knowledge
@@ -92,7 +92,7 @@ class SavedGraphs:
                 self.warn(f"{path}: cannot read saved graph ({exc.strerror})")
         return None
 
-    def node(self, ex: OpExecution):
+    def node(self, ex: NamedRun):
         """(the op's GraphNode or None, its graph or None)."""
         graph = self.graph(ex.rank, ex.graph)
         return (graph.find(ex.op_name) if graph else None), graph

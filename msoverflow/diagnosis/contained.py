@@ -14,15 +14,14 @@ Anything else (no saved graph, a consumer that was not dumped, ...) is not conta
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..model import PROPAGATOR, Contained, OpExecution, Source, TensorStats
 from ..rules.knowledge import OpKnowledge
 from ..scope import cell_of
-from .dataflow import CONST, PARAM, Flow, Flows, StepIndex, is_backward
-
-Judged = Tuple[OpExecution, object]       # (op run, rules.Verdict)
+from .dataflow import CONST, PARAM, Flow, Flows, Judged, StepIndex, is_backward
 
 
 @dataclass
@@ -45,7 +44,7 @@ def find_contained(judged: Sequence[Judged], flows: Flows,
     ids: Set[int] = set()
     for (rank, step), pairs in by_step.items():
         for group in _groups(pairs, flows):
-            _check(group, flows, lambda rank=rank, step=step: index_of(rank, step), access, kn)
+            _check(group, flows, functools.partial(index_of, rank, step), access, kn)
             if group.why_not:
                 continue
             ids.update(id(ex) for ex, _v in group.members)

@@ -3,14 +3,18 @@ from the saved graph (looking through the nodes that run no kernel: Load, Depend
 one (rank, step) of the dump holds."""
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..model import GraphNode, OpExecution
 from ..names import scope_to_file_name
 from ..rules.knowledge import OpKnowledge
 
+if TYPE_CHECKING:
+    from ..rules import Verdict
+
 PARAM = "param:"
 CONST = "const"
+Judged = Tuple[OpExecution, "Verdict"]     # an op run the walk judged not clean, and its verdict
 
 
 class Flow:

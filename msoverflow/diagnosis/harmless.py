@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..model import ORIGIN, Contained, Finding, Handled
 from ..rules.knowledge import OpKnowledge
@@ -28,6 +28,7 @@ from .loss_scale import find_handled, may_be_handled
 if TYPE_CHECKING:
     from ..findings import Decision
     from ..graphs import SavedGraphs
+    from ..layout import Unit
     from ..parallel import Walked
     from ..walk import UnitSummary
 
@@ -38,7 +39,7 @@ class Sight:
     """What the diagnosis reads the dump through: the saved graphs' data flow (learnt as the walk goes) and each
     (rank, step)'s op runs, read again when asked for (the last KEEP_STEPS kept)."""
 
-    def __init__(self, graphs: "SavedGraphs", units: Sequence[object], access, kn: OpKnowledge):
+    def __init__(self, graphs: "SavedGraphs", units: Sequence["Unit"], access, kn: OpKnowledge):
         self.graphs, self.access, self.kn = graphs, access, kn
         self.flows = Flows(graphs.graph, graphs.ids, kn)
         self.index_of = step_indexes(units, lambda message: None)   # files the walk read: it said what was wrong
@@ -119,11 +120,11 @@ def harmful_step(pairs: Sequence[tuple], flows: Flows, index_of, access, kn: OpK
     return bool(rest) and not may_be_handled(rest, flows, kn)
 
 
-def step_indexes(units: Sequence[object], warn: Callable[[str], None],
+def step_indexes(units: Sequence["Unit"], warn: Callable[[str], None],
                  keep: int = KEEP_STEPS) -> Callable[[int, int], Optional[StepIndex]]:
     """index_of(rank, step) over a dump's planned units (layout.Unit), read when asked for; the last `keep` read
     are kept (the diagnosis goes through a rank's steps in order, so memory stays flat on long dumps)."""
-    by_key: Dict[Tuple[int, int], object] = {(unit.rank, unit.step): unit for unit in units}
+    by_key: Dict[Tuple[int, int], "Unit"] = {(unit.rank, unit.step): unit for unit in units}
     cache: "OrderedDict[Tuple[int, int], Optional[StepIndex]]" = OrderedDict()
 
     def index_of(rank: int, step: int) -> Optional[StepIndex]:

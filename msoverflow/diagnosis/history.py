@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..model import History, Series
+from ..model import GraphNode, History, Series
 from ..rules.knowledge import OpKnowledge
 from .dataflow import PARAM, Flow, Flows, StepIndex, is_backward
 
@@ -38,14 +38,18 @@ def history(rank: int, graph: str, op_name: str, op_type: str, step: int, steps:
     params: Dict[str, List[Optional[float]]] = {name: [] for name, _written in parameters}
     for position, s in enumerate(steps):
         index = index_of(rank, s)
-        ex = index.execution(graph, op_name) if index is not None else None
+        if index is None:
+            for values in params.values():
+                values.append(None)
+            continue
+        ex = index.execution(graph, op_name)
         for event in (ex.inputs if ex is not None else []):
             if event.dtype is not None and not event.is_float:
                 continue
             stats = index.access.stats(event)
             inputs.setdefault(event.slot, [None] * len(steps))[position] = stats.max_abs if stats else None
         for name in params:
-            run = index.parameter(name) if index is not None else None
+            run = index.parameter(name)
             stats = index.access.stats(run.execution().outputs[0]) if run is not None and run.n_outputs else None
             params[name].append(stats.max_abs if stats is not None else None)
     written = dict(parameters)
@@ -81,7 +85,7 @@ def _feeding_parameters(flow: Flow, written: frozenset, op_name: str, kn: OpKnow
     frontier = [(n, slot) for n in start for slot in range(len(n.inputs))]
     seen = {n.full_name for n in start}
     for _hop in range(MAX_HOPS):
-        upstream = []
+        upstream: List[Tuple[GraphNode, int]] = []
         for n, slot in frontier:
             if n is node and is_backward(node.full_name, node.forward_name) and len(start) > 1:
                 continue          # a backward op's own inputs are gradients: the forward op says what feeds it
@@ -106,7 +110,7 @@ def _feeding_parameters(flow: Flow, written: frozenset, op_name: str, kn: OpKnow
 
 
 def _trend(series: Series) -> Tuple[str, Optional[int]]:
-    known = [(s, v) for s, v in zip(series.steps, series.max_abs) if v is not None]
+    known = [(s, v) for s, v in zip(series.steps, series.max_abs, strict=True) if v is not None]
     if len(known) < 2:
         return "", None
     first, (last_step, last) = known[0][1], known[-1]
@@ -124,7 +128,7 @@ def _trend(series: Series) -> Tuple[str, Optional[int]]:
 def _summary(series: List[Series], op_type: str, steps: List[int], step: int, backward: bool) -> Tuple[str, bool]:
     """One sentence naming the cause the history shows, and whether it is earlier than the step."""
     def values(one: Series) -> Tuple[float, int, float]:
-        known = [(s, v) for s, v in zip(one.steps, one.max_abs) if v is not None]
+        known = [(s, v) for s, v in zip(one.steps, one.max_abs, strict=True) if v is not None]
         return known[0][1], known[0][0], known[-1][1]
 
     weights = [one for one in series if one.kind == "parameter" and one.trend == "growing"]

@@ -25,9 +25,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..model import CROSS_RANK, PROPAGATOR, Handled, OpExecution
 from ..rules.knowledge import OpKnowledge
-from .dataflow import PARAM, Flows, StepIndex, is_backward
+from .dataflow import PARAM, Flows, Judged, StepIndex, is_backward
 
-Judged = Tuple[OpExecution, object]       # (op run, rules.Verdict)
 SCALE_FLOOR = 1.0                         # DynamicLossScaleUpdateCell never goes below 1
 WEIGHT_BYTES_COMPARED = 256 << 20         # at most this much of the weights is compared between two steps
 HALVING = (0.3, 0.8)                      # median step-to-step ratio of magnitudes read as a halving scale
@@ -350,9 +349,10 @@ def _judge_run(rank: int, run: List[StepState], later: List[StepState], scale_at
     if recovered is None:
         return handled, False, (f"{what} and the update was skipped, as a loss scale calibrating does, but no "
                                 "later dumped step recovers: dump later steps to tell calibration from a fault")
-    if all(scale is not None for scale in scales) and scales[-1] <= SCALE_FLOOR:
+    last_scale = scales[-1]
+    if all(scale is not None for scale in scales) and last_scale is not None and last_scale <= SCALE_FLOOR:
         return handled, False, (f"{what}, but it persists while the loss scale sits at its floor "
-                                f"({scales[-1]:g}): a fault")
+                                f"({last_scale:g}): a fault")
     handled.skipped_how = "; ".join(dict.fromkeys(s.update_how for s in run if s.update_how))
     handled.evidence.append(f"forward and loss finite in steps {_steps_text(steps)}: every op that made a bad value "
                             "is a backward op")
@@ -375,7 +375,7 @@ def _scales(handled: Handled, run: List[StepState], recovered: Optional[float]) 
 def _inferred(run: List[StepState]) -> str:
     """Magnitudes of the first overflowing op's inputs that shrink step by step, as a halving scale makes them
     (empty when they do not, or too few steps say)."""
-    ratios = [b.magnitude / a.magnitude for a, b in zip(run, run[1:])
+    ratios = [b.magnitude / a.magnitude for a, b in zip(run, run[1:], strict=False)
               if b.step == a.step + 1 and a.first is not None and b.first is not None
               and a.first.op_name == b.first.op_name and a.magnitude and b.magnitude is not None]
     if len(ratios) < 2:
@@ -384,7 +384,8 @@ def _inferred(run: List[StepState]) -> str:
     if not HALVING[0] <= median <= HALVING[1]:
         return ""
     first, last = run[0], run[-1]
-    return (f"inferred, not read: the inputs of {first.first.op_type} shrink by a median x{median:.2f} per step "
+    op_type = first.first.op_type if first.first is not None else "the first overflowing op"
+    return (f"inferred, not read: the inputs of {op_type} shrink by a median x{median:.2f} per step "
             f"(max |x| {first.magnitude:.4g} at step {first.step}, {last.magnitude:.4g} at step {last.step}), as a "
             "halving loss scale makes them; the scale itself is not in the dump")
 

@@ -6,7 +6,7 @@ fields). Large dumps stay readable: tables are capped and say what they left out
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from ..model import RANK_CLEAN, RANK_NOT_DUMPED
 from ..selection import format_ids
@@ -111,7 +111,7 @@ def producer_text(t: TensorSummary) -> str:
 MAX_STAGES_SHOWN = 16
 
 
-def parallel_text(parallel: Dict[str, object]) -> str:
+def parallel_text(parallel: Dict[str, Any]) -> str:
     """The layout the coordinates come from: sizes (or inferred stages), and where they came from."""
     if "stages" in parallel:
         items = list(dict(parallel["stages"]).items())
@@ -216,7 +216,7 @@ def history_lines(h: History, limit: int = 6) -> List[str]:
     growing from step 10`."""
     lines = []
     for one in h.series[:limit]:
-        known = [(s, v) for s, v in zip(one.steps, one.max_abs) if v is not None]
+        known = [(s, v) for s, v in zip(one.steps, one.max_abs, strict=True) if v is not None]
         if not known:
             continue
         trend = {"growing": f", growing from step {one.since}", "jump": f", jumped at step {one.since}",

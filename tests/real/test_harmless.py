@@ -180,6 +180,7 @@ def test_a_received_overflow_whose_sender_was_not_dumped_is_not_called_handled(m
 
 def _run_args(*options):
     import argparse
+
     from msoverflow.commands import run
     parser = argparse.ArgumentParser()
     run.register(parser.add_subparsers())
@@ -306,6 +307,7 @@ def test_saved_graph_nodes_are_found_by_the_names_dump_files_give_them(real_dump
     (fc1-Dense/Cast-op3 in the .ir is fc1-Dense_Cast-op1 in the files): every output file's node, found by the
     file's name, declares the file's shape."""
     import numpy as np
+
     from msoverflow.readers.ir_graph import load_saved_graphs
     from msoverflow.rules.knowledge import knowledge
     rank = real_dumps[case] / "rank_0"

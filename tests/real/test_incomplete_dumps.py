@@ -6,10 +6,10 @@ notice from the listing and the headers, and the answer must say so: `incomplete
 writes (binary DumpData, msaccucmp) are SPEC-BUILT from the documented formats (tests/support/ascend_fixtures.py)."""
 import json
 import os
-from pathlib import Path
 import shutil
 import sys
 import time
+from pathlib import Path
 
 import pytest
 

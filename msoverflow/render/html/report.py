@@ -9,9 +9,24 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from ...model import Finding, Report, TensorSummary
-from ..common import (arrival_text, contained_text, coords_phrase, count_cell, counts_note, handled_details,
-                      handled_text, history_lines, parallel_text, producer_text, provenance_text, ranks_shown,
-                      read_text, scanned_text, steps_text, tensors_shown)
+from ..common import (
+    arrival_text,
+    contained_text,
+    coords_phrase,
+    count_cell,
+    counts_note,
+    handled_details,
+    handled_text,
+    history_lines,
+    parallel_text,
+    producer_text,
+    provenance_text,
+    ranks_shown,
+    read_text,
+    scanned_text,
+    steps_text,
+    tensors_shown,
+)
 from ..text import max_abs_text, op_label, range_used_text, shape_text
 from .page import CSS, STATUS_CLASS, Links, esc, finding_id, sample, verdict_card
 from .plots import headroom_svg, history_svg, plot_settings, propagation_svg, timeline_svg
@@ -283,7 +298,7 @@ def render_html(report: Report, top: int = 10, page_dir: Optional[str] = None) -
                 _parameter_table(report), _arrivals(report)]
     for section_id, heading, svg, note in views:
         more = _propagation_table(report, svg is not None) if section_id == "propagation" else ""
-        if section_id == "history":
+        if section_id == "history" and report.first is not None and report.first.history is not None:
             more = "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in history_lines(report.first.history)) + "</ul>"
         sections.append(_plot_section(section_id, heading, svg, note, more))
         if not svg and not more:
