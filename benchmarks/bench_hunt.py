@@ -102,9 +102,9 @@ def bench_two_pass(work: Path, rows: list, rounds: int = 3) -> None:
     probe = re.search(r"probe: .* read in ([0-9.]+) s \(([0-9.]+ [KM]B), .*\): update kernels (.*)", proc.stderr)
     sizes = [(p.name, size(p)) for p in sorted(out.iterdir()) if p.is_dir()]
     two_bytes = sum(b for _, b in sizes)
-    ratio = statistics.median(t / f for t, f in zip(two_s, full_s))
-    analysed_ratio = statistics.median(t / f for t, f in zip(two_s, analysed_s))
-    plain_ratio = statistics.median(t / p for t, p in zip(two_s, plain_s))
+    ratio = statistics.median(t / f for t, f in zip(two_s, full_s, strict=True))
+    analysed_ratio = statistics.median(t / f for t, f in zip(two_s, analysed_s, strict=True))
+    plain_ratio = statistics.median(t / p for t, p in zip(two_s, plain_s, strict=True))
     rounds_text = f"medians of {rounds} paired rounds"
     rows.append(("two-pass", label, "plain run, no dump", f"{statistics.median(plain_s):.1f}", "", "", ""))
     rows.append(("two-pass", label, "full dump, every op, every step (run --purpose tensors --steps all)",

@@ -37,7 +37,7 @@ from __future__ import annotations
 import atexit
 import sys
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 SKIP_LINE = "msoverflow guard: step {step} skipped on rank {rank}: global token count is 0 (no optimizer update)"
 MISMATCH = ("msoverflow guard: the global token count is 0 but the loss is not: the loss divides by another "
@@ -126,7 +126,7 @@ def derive_topology(rank: int, size: int, stages: int) -> Topology:
                     pp_size=stages, pp_ranks=pp_ranks if stages > 1 else (), is_last_stage=stage == stages - 1)
 
 
-def topology_from_context(context_value: Optional[Callable[[str], object]] = None,
+def topology_from_context(context_value: Optional[Callable[[str], Any]] = None,
                           rank: Optional[int] = None, size: Optional[int] = None) -> Topology:
     """This rank's topology from MindSpore's auto-parallel context (`pipeline_stages`) and communication
     (rank, group size); the arguments stand in for them in tests."""
@@ -170,7 +170,7 @@ def guard(train_step, count_input: int = -1, topology: Optional[Topology] = None
     return train_step
 
 
-def guard_state(step_cell) -> Dict[str, object]:
+def guard_state(step_cell) -> Dict[str, Any]:
     """What the guard decided over the last HISTORY steps (reads its Parameters: one host synchronisation, only
     when asked). A step is skipped when the global token signal (the all-reduced max |mask|) is 0; a skipped
     step's grad norm is 0.0 (the guard does not measure it on other steps: None)."""
@@ -182,7 +182,7 @@ def guard_state(step_cell) -> Dict[str, object]:
             "status": "not run" if not steps else "skipped" if last_skipped else "updated"}
 
 
-_LIVE: List[object] = []
+_LIVE: List[Any] = []        # the guarded step Cells
 _GUARDED: Dict[type, type] = {}
 
 
@@ -246,7 +246,7 @@ def _guarded_class(cls, kind: str):
             return index
 
     if kind == "branch":
-        class Guarded(_Guarded, cls):
+        class GuardedBranch(_Guarded, cls):
             """nn.TrainOneStepCell: decide first, then run the whole step or the forward alone."""
 
             def guard_topology(self, topology):
@@ -276,10 +276,12 @@ def _guarded_class(cls, kind: str):
                     loss = ops.zeros_like(loss)
                 self.guard_record(signal)
                 return loss
+
+        guarded: type = GuardedBranch
     else:
         from mindspore.nn.wrap.loss_scale import _grad_scale
 
-        class Guarded(_Guarded, cls):
+        class GuardedFold(_Guarded, cls):
             """nn.TrainOneStepWithLossScaleCell's step with the signal joined to its overflow flag: one all-reduce
             carries both, and its one branch skips the update on an overflow or on a step without tokens."""
 
@@ -315,6 +317,7 @@ def _guarded_class(cls, kind: str):
                 self.guard_record(signal)
                 return loss, cond, scaling_sens
 
-    Guarded.__name__ = Guarded.__qualname__ = f"Guarded{cls.__name__}"
-    Guarded.__module__ = cls.__module__
-    return Guarded
+        guarded = GuardedFold
+    guarded.__name__ = guarded.__qualname__ = f"Guarded{cls.__name__}"
+    guarded.__module__ = cls.__module__
+    return guarded

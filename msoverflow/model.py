@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 
 class IterationAlias:
@@ -122,7 +122,7 @@ class TensorEvent(IterationAlias):
     dtype: Optional[str] = None     # declared dtype, canonical numpy-style name ("float16", "bfloat16", ...)
     shape: Optional[Tuple[int, ...]] = None
     stats: Optional[TensorStats] = None          # known without reading data (statistic.csv)
-    loader: Optional[Callable[[], "object"]] = field(default=None, repr=False)  # -> TensorData (lazy)
+    loader: Optional[Callable[[], Any]] = field(default=None, repr=False)  # -> TensorData (lazy)
     payload_dtype: Optional[str] = None          # dtype of the bytes on disk when it differs from `dtype`
     note: str = ""                  # what is wrong with it, in words (status says what kind of wrong)
     context_id: Optional[int] = None   # FFTS+ sub-task ids from the file name (match Opdebug records)
@@ -131,7 +131,7 @@ class TensorEvent(IterationAlias):
 
     @property
     def is_float(self) -> bool:
-        return bool(self.dtype) and ("float" in self.dtype)
+        return self.dtype is not None and "float" in self.dtype
 
     @property
     def is_parameter(self) -> bool:
@@ -174,6 +174,23 @@ class GraphNode:
     # A framework dump's Cell/Module entry (msprobe) is not one op but the whole Cell: the scope it covers. A bad
     # value first made by an op inside that scope is not a second origin when the Cell's own output shows it.
     wraps_scope: Optional[str] = None
+
+
+class NamedRun(Protocol):
+    """What matching the op runs of two dumps reads of a run (comparison.match, graphs.SavedGraphs.node): an
+    OpExecution or a walk.OpRun."""
+    @property
+    def rank(self) -> int: ...
+    @property
+    def graph(self) -> str: ...
+    @property
+    def op_type(self) -> str: ...
+    @property
+    def op_name(self) -> str: ...
+    @property
+    def time(self) -> int: ...
+    @property
+    def order(self) -> Optional[int]: ...
 
 
 @dataclass(slots=True)
@@ -267,6 +284,7 @@ class Finding(IterationAlias):
     producers: List[str] = field(default_factory=list)   # the graph's inputs of this op (full names), for edges
     ir_file: Optional[str] = None     # the saved graph (.ir) holding this op
     ir_line: Optional[int] = None
+    history: Optional["History"] = None   # since when: its inputs and parameters over the dumped steps
 
 
 @dataclass
@@ -326,6 +344,68 @@ class ParameterHit(IterationAlias):
 
 
 @dataclass
+class Contained:
+    """A non-finite value that is no fault (msoverflow/diagnosis/contained.py): every op it reached in the saved
+    graph either passed it on or absorbed it with finite outputs (a -inf fill consumed by Softmax), and it reached no
+    loss, gradient, parameter or optimizer state."""
+    rank: int
+    steps: List[int]
+    graph: str
+    op_type: str                    # the site: the op whose output holds the value first
+    op_name: str
+    value: str                      # what it holds: "-inf", "+inf", "NaN", "values beyond float16's range"
+    absorbed_by: List[str]          # op types of the consumers that absorbed it ("Softmax")
+    full_name: Optional[str] = None
+    cell: Optional[str] = None
+    cell_type: Optional[str] = None
+    source: Optional[Source] = None
+    spread: List[str] = field(default_factory=list)      # ops it passed through before it was absorbed
+    absorbers: List[str] = field(default_factory=list)   # the absorbing ops' names
+    evidence: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Handled:
+    """Overflows a dynamic loss scale handled by design (msoverflow/diagnosis/loss_scale.py): in the backward only,
+    the steps' updates skipped, and a later step trained again."""
+    ranks: List[int]
+    steps: List[int]
+    scale_from: Optional[float] = None     # the loss scale the first of these steps ran with
+    scale_to: Optional[float] = None       # the loss scale the recovering step ran with
+    scale_how: str = ""                    # "read" | "inferred" | "" (the dump does not hold it)
+    scale_evidence: str = ""               # where it was read, or what it was inferred from
+    skipped_how: str = ""                  # how the skipped updates are known
+    recovered_at: Optional[int] = None     # the first later step without an overflow
+    ops: List[str] = field(default_factory=list)          # op types that overflowed first in these steps
+    evidence: List[str] = field(default_factory=list)
+    # rank -> the steps whose overflow it only received through a collective (data parallel: the gradient
+    # AllReduce) from a rank where it is handled
+    received: Dict[int, List[int]] = field(default_factory=dict)
+
+
+@dataclass
+class Series:
+    """One quantity over the dumped steps: max |x| of an input of the origin, or of a parameter feeding it."""
+    name: str                       # "input 0 of SqrtGrad", "lm_head.weight"
+    kind: str                       # "input" | "parameter"
+    steps: List[int]
+    max_abs: List[Optional[float]]  # None: not in that step's files
+    trend: str = ""                 # "growing" | "jump" | "steady" | "" (too few steps to say)
+    since: Optional[int] = None     # growing from / jumped at this step
+
+
+@dataclass
+class History:
+    """Since when (msoverflow/diagnosis/history.py): the origin's inputs and the parameters feeding it, across the
+    dumped steps up to the origin's, and what that says about the cause."""
+    rank: int
+    step: int
+    series: List[Series]
+    summary: str
+    earlier_cause: bool = False     # a cause earlier than the step (training dynamics), not this op's precision
+
+
+@dataclass
 class Report:
     dump_dir: str
     first: Optional[Finding]
@@ -338,7 +418,7 @@ class Report:
     tensors_read: int = 0
     layout: str = ""
     tail_clean: bool = True            # False when later steps were not scanned (early exit)
-    extra: Dict[str, object] = field(default_factory=dict)
+    extra: Dict[str, Any] = field(default_factory=dict)
     rank_status: List[RankStatus] = field(default_factory=list)   # every dumped or expected rank
     coverage: List[str] = field(default_factory=list)      # what the dump config could not show (caveats on clean)
     inconclusive: List[str] = field(default_factory=list)  # why a verdict without findings is not "clean"
@@ -360,6 +440,10 @@ class Report:
     provenance: Dict[str, object] = field(default_factory=dict)   # msoverflow version, command, time, host, ...
     # Reads the scanned steps' tensor events again (set by the analysis; not in the JSON report).
     event_reader: Optional[Callable[[], object]] = field(default=None, repr=False, compare=False)
+    # Non-finite values that are no fault (msoverflow/diagnosis/): a verdict is clean when these are all there is
+    contained: List[Contained] = field(default_factory=list)
+    handled: List[Handled] = field(default_factory=list)
+    strict: bool = False               # contained and handled values were findings too (--strict)
 
     @property
     def iterations(self) -> Dict[int, List[int]]:
@@ -395,5 +479,5 @@ class Report:
     @property
     def exit_code(self) -> int:
         """The process exit code of this verdict: 0 clean, 1 anomaly, 3 inconclusive (msoverflow/errors.py)."""
-        from .errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_INCONCLUSIVE   # errors imports nothing of ours
+        from .errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_INCONCLUSIVE  # errors imports nothing of ours
         return {VERDICT_ANOMALY: EXIT_ANOMALY, VERDICT_INCONCLUSIVE: EXIT_INCONCLUSIVE}.get(self.verdict, EXIT_CLEAN)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import EXIT_USAGE
 from ..logs import log
@@ -71,6 +71,7 @@ def watch_from_probe(command, directory: Path, **config_options):
     """(kernels for pass 1, the probe's record, a reason when there is nothing to watch) from a graph probe; the
     probe's files are removed once read (pass 1 saves the same graphs)."""
     import shutil
+
     from .graph_probe import log_tail, probe
     found = probe(command, directory, **config_options)
     record = {"update_kernels": found.update_kernels, "loss_kernel": found.loss_kernel, "graphs": len(found.graphs),
@@ -131,7 +132,7 @@ def run_two_pass(command: Sequence[str], dump_dir=None, *, options=None, invoked
         watch, probed, reason = watch_from_probe(command, base / "probe", **config_options)
         if reason:
             report = Report(dump_dir=str(base), first=None, anomalies=[], propagation=[], warnings=[], ranks=[],
-                            iterations={})
+                            steps={})
             report.inconclusive.append(reason)
             return _finish(TwoPassOutcome(report, probe=probed), command, invoked_as)
     purpose, pass1_options, what = pass1_plan(device, watch)
@@ -183,12 +184,13 @@ def _finish(outcome: TwoPassOutcome, command, invoked_as=None) -> TwoPassOutcome
         outcome.report.provenance = collect(outcome.report, invoked_as)
     if outcome.report.provenance.get("command") is None:
         outcome.report.provenance["command"] = command_line(["run", "--two-pass", "--", *command])
-    outcome.report.provenance["two_pass"] = {
+    two_pass: Dict[str, object] = {
         "step": outcome.step, "ranks": outcome.ranks,
         "passes": [{"pass": p.label, "dump_dir": str(p.dump_dir), "files": p.files, "bytes": p.bytes,
                     "seconds": round(p.seconds, 2), "command_exit": p.command_exit} for p in outcome.passes]}
     if outcome.probe is not None:
-        outcome.report.provenance["two_pass"]["probe"] = outcome.probe
+        two_pass["probe"] = outcome.probe
+    outcome.report.provenance["two_pass"] = two_pass
     total = sum(p.bytes for p in outcome.passes)
     log.info("run --two-pass: sizes: %s; total %s",
              ", ".join(f"{p.label} {_size(p.bytes)}" for p in outcome.passes), _size(total))

@@ -9,7 +9,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 from msoverflow.config import graph_probe
 from msoverflow.config.graph_probe import loss_kernel, probe, weight_updates
