@@ -426,7 +426,7 @@ def _read_dir(content, _files) -> None:
     content.events.extend(events)
     content.nodes.extend(nodes)
     if unread:     # dump.json unreadable, or records in it not understood: never a clean verdict
-        content.unreadable.append(os.path.join(d.path, DUMP_JSON))
+        content.not_read(os.path.join(d.path, DUMP_JSON))
 
 
 READER = Reader("msprobe", _read_dir, layouts=(LAYOUT_MSPROBE,))
