@@ -311,6 +311,7 @@ class StepCompleteness(IterationAlias):
     reasons: List[str] = field(default_factory=list)   # "417 of 556 kernels' files", "3 files are truncated", ...
     truncated: List[str] = field(default_factory=list)   # files shorter than their header says, 0-byte files
     recent: bool = False               # files modified in the last seconds: the dump may still be being written
+    earlier: bool = False              # a step before its rank's last one: the job went past it (files were lost)
 
 
 @dataclass
