@@ -37,7 +37,7 @@ from .report_dict import finite_or_none, graph_id
 from .rules.knowledge import knowledge
 from .scope import cell_of
 from .selection import Selection
-from .walk import read_unit_runs
+from .walk import read_unit_runs, split_unread, unread_of
 
 VERDICT_DIVERGED = "diverged"
 VERDICT_EQUIVALENT = "equivalent"
@@ -590,9 +590,12 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
     orders: Dict[Tuple[int, int], int] = {}
     base_caches: Dict[tuple, object] = {}
     target_caches: Dict[tuple, object] = {}
+    read_of = {"baseline": [], "target": []}     # (UnitRead, runs) of each compared unit: what was not read
     for rank, step in units:
         base_runs, base_index = read_unit_runs(base_units[(rank, step)], note)
         target_runs, target_index = read_unit_runs(target_units[(rank, step)], note)
+        read_of["baseline"].append((base_index, base_runs))
+        read_of["target"].append((target_index, target_runs))
         baseline_ops += len(base_runs)
         target_ops += len(target_runs)
         orders[(rank, step)] = max(1, len(base_runs))
@@ -639,10 +642,15 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
         reasons.append("no (rank, step) is in both dumps")
     elif comparer.compared == 0:
         reasons.append("no tensor could be compared (no data or statistics in both dumps)")
-    if baseline_ops and matched / baseline_ops < MIN_MATCHED_SHARE:
-        reasons.append(f"only {matched} of the baseline's {baseline_ops} op runs matched an op run of the target "
-                       "(different models, or scope names changed)")
-    unread = comparer.base.unreadable + comparer.target.unreadable
+    for side, ops in (("baseline", baseline_ops), ("target", target_ops)):
+        if ops and matched / ops < MIN_MATCHED_SHARE:
+            reasons.append(f"only {matched} of the {side}'s {ops} op runs matched an op run of the other side "
+                           "(different models, scope names changed, or a dump filtered by kernel lists)")
+    unread = 0
+    for side, plan in (("baseline", base_plan), ("target", target_plan)):
+        reasons.extend(_side_gaps(side, plan, read_of[side], note))
+        unread += len(_unread(read_of[side]))
+    unread = max(unread, comparer.base.unreadable + comparer.target.unreadable)
     if unread:
         reasons.append(f"{unread} tensor file(s) could not be read")
     if first is not None:
@@ -663,6 +671,24 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
                       series=_sample(series, MAX_SERIES), diverged_ops=diverged_ops,
                       parallel=layout.to_dict() if layout is not None else None,
                       coords={rank: coords_of(rank) for rank in sorted({r for r, _s in units}) if coords_of(rank)})
+
+
+def _unread(reads) -> Dict[str, object]:
+    """walk.unread_of over one side's compared units: the files its readers could not read and the tensors whose
+    bytes could not be read when compared (analyze's one rule of "read")."""
+    found: Dict[str, object] = {}
+    for index, runs in reads:
+        found.update(unread_of([], (e for run in runs for e in run.tensors()), index.unread))
+    return found
+
+
+def _side_gaps(side: str, plan: Plan, reads, warn) -> List[str]:
+    """analyze's completeness check (completeness.check: every step against the other steps of its graph and the
+    other ranks, files cut short or empty) on one side: a side that is cut is never equivalent."""
+    from . import completeness
+    _unread_files, cut = split_unread(_unread(reads))
+    incomplete = completeness.check(plan.dirs, cut=cut, warn=warn)
+    return [f"the {side} is incomplete: {line}" for line in completeness.reasons(incomplete)]
 
 
 def _layout(parallel, baseline: str, base_roots: Dict[int, str], target_roots: Dict[int, str], warn):
