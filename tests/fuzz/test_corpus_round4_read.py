@@ -172,3 +172,35 @@ def test_fuzz_cut_plans_of_each_format(fmt, action):
     data = __import__("json").dumps(plan).encode()
     harness.run_case("compare_cut", data)
     harness.run_case("completeness_step", data)
+
+
+# ---- a layout YAML found without --parallel: a bounded set of files, a bounded read each ----------------------
+
+def test_yamls_beside_a_dump_are_read_and_parsed_a_bounded_number_of_times(tmp_path, monkeypatch):
+    """A dump directly under a folder of unrelated and hostile YAMLs (one analyze under /tmp hung for minutes on
+    one): at most 16 are read, 4 parsed (only those with a top-level parallel_config: key), each read bounded."""
+    from msoverflow import parallel_layout, safeio
+    dump = steps_dump(tmp_path / "d", steps=1, ops=1)
+    for i in range(30):
+        (tmp_path / f"a{i:02d}.yaml").write_text("parallel_config:\n  data_parallel: [" + "1, " * 20 + "]\n")
+        (tmp_path / f"b{i:02d}.yml").write_text("x: 1\n" * 50_000)              # unrelated, 250 KB
+    reads, parses = [], []
+    real_read, real_loads = safeio.read_text, safeio.loads_yaml
+    monkeypatch.setattr(safeio, "read_text", lambda path, limit, **kw: reads.append(limit) or real_read(
+        path, limit, **kw))
+    monkeypatch.setattr(safeio, "loads_yaml", lambda text, *a, **kw: parses.append(len(text)) or real_loads(
+        text, *a, **kw))
+    warnings = []
+    assert parallel_layout._yaml_beside(str(dump), warnings.append) is None
+    assert len(reads) <= 16 and all(limit <= 64 << 10 for limit in reads)
+    assert len(parses) == 4
+    assert any("--parallel" in w for w in warnings)
+
+
+def test_a_yaml_beside_the_dump_with_a_layout_is_still_found(tmp_path):
+    from msoverflow import parallel_layout
+    dump = steps_dump(tmp_path / "d", steps=1, ops=1)
+    (tmp_path / "notes.yaml").write_text("title: unrelated\n")
+    (tmp_path / "run_llama.yaml").write_text("model: {}\nparallel_config:\n  data_parallel: 2\n  model_parallel: 1\n")
+    spec = parallel_layout._yaml_beside(str(dump), lambda message: None)
+    assert spec is not None and spec.dp == 2 and "run_llama.yaml" in spec.source
