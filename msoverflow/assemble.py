@@ -65,7 +65,8 @@ def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, graph
     clocked = LAYOUT_MSPROBE not in walked.layouts
     return Report(dump_dir=os.path.abspath(dump.path), first=decision.first, anomalies=decision.anomalies,
                   propagation=decision.propagation, warnings=list(note), ranks=sorted(walked.runs), steps=steps_seen,
-                  files=walked.files, tensors_read=access.tensors_read, layout=",".join(walked.layouts),
+                  files=walked.files, tensors_read=access.tensors_read, outputs_checked=walked.facts.with_outputs,
+                  layout=",".join(walked.layouts),
                   tail_clean=walked.scanned_all, rank_status=rank_status, coverage=limits,
                   extra={"tensors_read_to_decide": decision.tensors_read_to_decide, "mindspore": meta["summary"]},
                   inconclusive=decision.reasons + reasons, flagged=decision.flagged,

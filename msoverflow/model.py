@@ -337,6 +337,7 @@ class Report:
     steps: Dict[int, List[int]]        # rank -> steps seen
     files: int = 0
     tensors_read: int = 0
+    outputs_checked: int = 0           # op runs whose dumped outputs were checked (values or statistics)
     layout: str = ""
     tail_clean: bool = True            # False when later steps were not scanned (early exit)
     extra: Dict[str, object] = field(default_factory=dict)

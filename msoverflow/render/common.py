@@ -145,18 +145,21 @@ def arrivals_shown(report: Report, limit: int = MAX_ARRIVALS) -> Tuple[List[Arri
 
 
 def clean_text(report: Report) -> str:
-    """What a clean verdict covers, in its headline: the files, ranks and steps read (a dump of step 0 alone is
-    clean in step 0, not in the run)."""
+    """What a clean verdict covers, in its headline: the tensors, files, ranks and steps read (a dump of step 0
+    alone is clean in step 0, not in the run), and what was skipped on purpose."""
     steps = {step for scanned in report.scanned_steps.values() for step in scanned}
+    skipped = "" if report.layout == "hunt" and not report.files else (
+        "; not read, on purpose: the inputs of ops whose outputs are fine, integer tensors")
     return (f"no inf, NaN or out-of-range value in {read_text(report)} (ranks {steps_text(report.ranks)}; "
-            f"steps {steps_text(steps)})")
+            f"steps {steps_text(steps)}){skipped}")
 
 
 def read_text(report: Report) -> str:
-    """What was read: "66 files" of a dump, or "1234 tensors checked live" by hunt (which reads no file)."""
+    """What was read: "the outputs of 33 op runs read from 66 files" of a dump (what a clean verdict rests on:
+    their values or statistics), or "1234 tensors checked live" by hunt (which reads no file)."""
     if report.layout == "hunt" and not report.files:
         return f"{report.tensors_read} tensors checked live"
-    return f"{report.files} files"
+    return f"the outputs of {report.outputs_checked} op run(s) read from {report.files} file(s)"
 
 
 def scanned_text(report: Report) -> str:

@@ -204,3 +204,14 @@ def test_a_yaml_beside_the_dump_with_a_layout_is_still_found(tmp_path):
     (tmp_path / "run_llama.yaml").write_text("model: {}\nparallel_config:\n  data_parallel: 2\n  model_parallel: 1\n")
     spec = parallel_layout._yaml_beside(str(dump), lambda message: None)
     assert spec is not None and spec.dp == 2 and "run_llama.yaml" in spec.source
+
+
+@pytest.mark.parametrize("fmt", ["npy", "statistic"])
+def test_the_clean_headline_counts_what_was_read_and_says_what_was_skipped(tmp_path, fmt):
+    """The headline counted files (input files never read among them): it counts the op runs whose outputs were
+    read (values or statistics) and names what is skipped on purpose."""
+    code, text = run("analyze", steps_dump(tmp_path / "d", fmt=fmt), "--no-progress")
+    assert code == CLEAN
+    files = 60 if fmt == "npy" else 3
+    assert (f"no inf, NaN or out-of-range value in the outputs of 30 op run(s) read from {files} file(s)" in text
+            and "not read, on purpose: the inputs of ops whose outputs are fine" in text), text
