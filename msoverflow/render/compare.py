@@ -24,6 +24,12 @@ SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b
 SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
+
+def matched_text(c) -> str:
+    """The matched op runs counted against both sides (a cut or filtered side shows in either count)."""
+    return (f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs and {c.matched_ops} of {c.target_ops} "
+            "target op runs")
+
 def render_compare_json(c: Comparison) -> str:
     from ..safeio import json_safe
     return json.dumps(json_safe(comparison_dict(c)), indent=2, allow_nan=False) + "\n"
@@ -112,9 +118,8 @@ def render_compare_text(c: Comparison) -> str:
         out.append("Present on one side only (reported, not fatal):")
         out += ["  " + line for line in unmatched]
         out.append("")
-    out.append(f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs ({c.target_ops} in the target) in "
-               f"{len(c.units)} (rank, step) unit(s); {c.tensors_compared} tensors compared; tolerance "
-               f"{_g(c.tolerance_ulps)} ulps.")
+    out.append(f"{matched_text(c)} in {len(c.units)} (rank, step) unit(s); {c.tensors_compared} tensors compared; "
+               f"tolerance {_g(c.tolerance_ulps)} ulps.")
     if c.parallel:
         out.append(f"layout: {parallel_text(c.parallel)}")
     for line in c.caveats:
@@ -159,8 +164,8 @@ def render_compare_markdown(c: Comparison) -> str:
     unmatched = _unmatched_lines(c)
     if unmatched:
         out += ["## Present on one side only", ""] + [f"- {md(line)}" for line in unmatched] + [""]
-    out += ["## Scope", "", f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs ({c.target_ops} in the "
-            f"target); {c.tensors_compared} tensors compared; tolerance {_g(c.tolerance_ulps)} ulps.", ""]
+    out += ["## Scope", "", f"{matched_text(c)}; {c.tensors_compared} tensors compared; tolerance "
+            f"{_g(c.tolerance_ulps)} ulps.", ""]
     if c.parallel:
         out += [f"Layout: {md(parallel_text(c.parallel))}.", ""]
     out += [f"- caveat: {md(x)}" for x in c.caveats] + [f"- inconclusive: {md(x)}" for x in c.reasons]
@@ -279,8 +284,7 @@ def render_compare_html(c: Comparison, page_dir: Optional[str] = None) -> str:
                      f"<td><code>{esc(u.op_type)}"
                      f"</code> {esc(u.op_name)}</td></tr>" for u in shown) + "</table>" if shown else "")
                  + "</section>")
-    scope = (f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs ({c.target_ops} in the target); "
-             f"{c.tensors_compared} tensors compared; tolerance {_g(c.tolerance_ulps)} ulps.")
+    scope = f"{matched_text(c)}; {c.tensors_compared} tensors compared; tolerance {_g(c.tolerance_ulps)} ulps."
     parts.append(f'<section id="scope"><h2>Scope</h2><p>{esc(scope)}</p>'
                  + (f"<p>layout: {esc(parallel_text(c.parallel))}</p>" if c.parallel else "")
                  + "".join(f"<p class=note>caveat: {esc(x)}</p>" for x in c.caveats)
