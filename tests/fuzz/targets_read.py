@@ -261,14 +261,15 @@ def api_args(path: str, work: str):
     elif where == "file":
         Path(root).write_bytes(b"x")
     kwargs = {k: _value(v) for k, v in args.items()}
-    if "warn" in kwargs and not callable(kwargs["warn"]) and kwargs["warn"] is not None:
-        pass                             # a warn that is no function: the API must say so
     try:
         if fn == "analyze":
             msoverflow.analyze(root, **kwargs)
         else:
             msoverflow.compare(root, root, **kwargs)
-    except (TypeError, ValueError, UserError):     # a wrong type, a value out of range (naming the argument)
+    except (TypeError, ValueError) as exc:      # a wrong type or a value out of range, naming the argument
+        if not any(name in str(exc) for name in kwargs):
+            _fail(f"{type(exc).__name__} that names no argument ({exc}): {fn}({args})")
+    except UserError:
         pass
 
 

@@ -215,3 +215,11 @@ def test_the_clean_headline_counts_what_was_read_and_says_what_was_skipped(tmp_p
     files = 60 if fmt == "npy" else 3
     assert (f"no inf, NaN or out-of-range value in the outputs of 30 op run(s) read from {files} file(s)" in text
             and "not read, on purpose: the inputs of ops whose outputs are fine" in text), text
+
+
+@pytest.mark.parametrize("steps", [10 ** 5000, [10 ** 5000]], ids=["int", "listed"])
+def test_a_selection_of_5000_digits_is_named_briefly(tmp_path, steps):
+    """Found by the api_args target: the message printed the number (ValueError: int too large to convert)."""
+    root = steps_dump(tmp_path / "d", steps=1, ops=1)
+    with pytest.raises(UserError, match="integer of 16610 bits is not a step or rank id"):
+        msoverflow.compare(str(root), str(root), steps=steps)
