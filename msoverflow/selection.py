@@ -144,7 +144,7 @@ def _bounded(value, what: str, text) -> int:
     except (TypeError, ValueError):
         raise SelectionError(f"{_said(what, text)}: expected {GRAMMAR}") from None
     if not 0 <= number <= MAX_ID:
-        from .safeio import brief        # an int of 5,000 digits does not convert to text
+        from .safeio import brief  # an int of 5,000 digits does not convert to text
         raise SelectionError(f"{_said(what, text)}: {brief(number)} is not a step or rank id (0 to {MAX_ID})")
     return number
 

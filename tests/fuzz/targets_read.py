@@ -20,9 +20,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 import numpy as np
 from hypothesis import strategies as st
@@ -279,7 +278,7 @@ PARALLEL_SEEDS = [b"dp=2,tp=1,pp=1", b"dp=1,mp=2", b"pp=2", b"dp=4,tp=2,pp=2,wor
 
 
 def cli_parallel(path: str, work: str):
-    from tests.fuzz.harness import SEEDS, run_cli, tree_digest
+    from tests.fuzz.harness import run_cli, tree_digest
     data = Path(path).read_bytes()
     root = shutil.copytree(_template("npy", 2, True, bool(data[:1] and data[0] & 1)), os.path.join(work, "dump"),
                            copy_function=shutil.copyfile)
@@ -360,7 +359,7 @@ def _place(where: str, work: str, dump: str, other: str, name: str) -> str:
 
 
 def output_paths(path: str, work: str):
-    from tests.fuzz.harness import OP, SEEDS, run_cli, tree_digest
+    from tests.fuzz.harness import SEEDS, run_cli, tree_digest
     try:
         plan = json.loads(Path(path).read_bytes())
         cmd, opt, where = plan["cmd"], plan["opt"], plan["where"]
@@ -379,7 +378,7 @@ def output_paths(path: str, work: str):
     report = os.path.join(work, "report.json")
     Path(report).write_text(json.dumps({
         "schema_version": 1, "verdict": "anomaly", "dump_dir": dump, "first": {
-            "op_name": f"Default_network-Net_Add-op2", "op_type": "Add", "rank": 0, "iteration": 1, "graph": "0",
+            "op_name": "Default_network-Net_Add-op2", "op_type": "Add", "rank": 0, "iteration": 1, "graph": "0",
             "forward_op": "Add", "cell": "network", "cell_type": "Net",
             "source": {"file": os.path.join(src, "model.py"), "line": 7, "code": "return x @ x"},
             "inputs": [{"slot": 0, "dtype": "float16"}], "outputs": [{"slot": 0, "dtype": "float16"}]}}))

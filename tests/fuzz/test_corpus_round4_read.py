@@ -4,8 +4,8 @@ Each builds the smallest dump that showed the class (the formats as tests/suppor
 synth_dump.py write them, labelled there) and runs the real CLI in-process under the harness contract (exit code in
 0/1/2/3, no traceback). The long fuzz targets of these classes are in tests/fuzz/targets_read.py.
 """
-import io
 import contextlib
+import io
 import itertools
 import os
 from pathlib import Path
