@@ -39,14 +39,21 @@ class SavedGraphs:
             self._cache[key] = self.built.get(key)
             root = self.rank_roots.get(key)
             if root and self._cache[key] is None:
-                from .readers.ir_graph import graph_files, load_ir
+                from .readers.ir_graph import graph_files, load_ir, numbered_before
                 for path in graph_files(root, graph):
                     try:
-                        self._cache[key] = load_ir(path)
+                        self._cache[key] = load_ir(path, numbered_before(root, graph))
                         break
                     except OSError as exc:
                         self.warn(f"{path}: cannot read saved graph ({exc.strerror})")
         return self._cache[key]
+
+    def of_rank(self, rank: int) -> list:
+        """The rank's saved graphs that could be read, in graph-id order (a branch graph that did not run in a step
+        is among them when it ran in another)."""
+        ids = {g for r, g in list(self.built) + list(self.rank_roots) if r == rank}
+        found = [self.graph(rank, g) for g in sorted(ids, key=lambda g: (not g.isdigit(), int(g) if g.isdigit() else 0, g))]
+        return [g for g in found if g is not None]
 
     def node(self, ex: OpExecution):
         """(the op's GraphNode or None, its graph or None)."""

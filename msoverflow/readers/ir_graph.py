@@ -2,19 +2,34 @@
 
 Per kernel node it gives the full scoped name, the producers of its inputs, inferred vs kernel dtype,
 backend-inserted casts, the forward node of a gradient node, and the user's source line.
+
+Names: a dump file names its kernel by scope, op type and a number (`.../Cast-op3`), and MindSpore numbers the
+kernels of each scope and type in the graph's topological order from its output (inputs first, left to right).
+The `Fullname with scope` the .ir prints carries numbers given earlier, before later passes removed and added
+nodes. Seen on MindSpore 2.10 CPU (the demo's fp16 NormHead, graph mode, one and two ranks, with a loss-scale
+cell): 28-34 of ~170 dumped kernel names are not in the .ir at all, and 33-69 of its data-flow edges joined files
+that do not hold the same tensor (an AllReduce-op0 file held the gradient the .ir calls AllReduce-op5's). Numbered
+again in topological order, every dumped name is a node and at most one edge disagrees (an optimizer's in-place
+input, which the dump reads after the kernel wrote it). So when the graph has its `Return`, its nodes are named
+that way; a graph without one keeps the printed names.
 """
 from __future__ import annotations
 
 import os
 import re
-from typing import Dict, Iterable, List, Optional
+from functools import lru_cache
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from .. import safeio
 from ..model import GraphNode
 from ..names import scope_to_file_name
 
 _NODE = re.compile(r"^\s+%(\w+)\([^)]*\) = ([\w.]+)\(")
+_RETURN = re.compile(r"^\s+Return\(")
+_OP_NUMBER = re.compile(r"^(.*)-op\d+$")
+MAX_WRAPPED_LINES = 4096     # continuation lines of one node call (a constant tensor printed in full) kept
 _PARAM = re.compile(r"^%(para\d+)_(\S+?):")
+_PARAM_SHAPE = re.compile(r"Tensor\[\w+\]\], \(([\d, ]*)\)")     # a parameter line's `<Ref[Tensor[Float32]], (16, 32)`
 # `%12`, `%para3` (older dialects) or `%para3_fc.bias` (MindSpore 2.x names the parameter in every reference; its
 # name may hold dots)
 _REF = re.compile(r"%([\w.]+)")
@@ -87,9 +102,12 @@ def _args(line: str, start: int) -> List[str]:
 class GraphIndex:
     """Nodes of one saved graph, looked up by full name or by the name as written in dump files."""
 
-    def __init__(self, nodes: List[GraphNode], path: Optional[str] = None):
+    def __init__(self, nodes: List[GraphNode], path: Optional[str] = None, returns: Optional[List[str]] = None,
+                 parameter_shapes: Optional[Dict[str, Tuple[int, ...]]] = None):
         self.nodes = nodes
         self.path = path
+        self.returns = returns or []          # full names of what the graph's Return hands out (a MakeTuple, ...)
+        self.parameter_shapes = parameter_shapes or {}     # weight name -> shape (the .ir's parameter lines)
         self.by_full: Dict[str, GraphNode] = {n.full_name: n for n in nodes}
         self.by_file: Dict[str, GraphNode] = {scope_to_file_name(n.full_name): n for n in nodes}
         short: Dict[str, List[GraphNode]] = {}
@@ -105,13 +123,48 @@ class GraphIndex:
         return [n for n in self.nodes if full_name in n.inputs]
 
 
-def parse_ir(lines: Iterable[str]) -> GraphIndex:
+def _call_closes(line: str, start: int) -> bool:
+    """The node call opened just before `start` closes on this text."""
+    depth = 1
+    for ch in line[start:]:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return True
+    return False
+
+
+def _node_start(m: "re.Match", line: str, line_number: int) -> dict:
+    """What a node line says: its id, op type, input references ("const" for literals), attributes."""
+    op = m.group(2)
+    op_type = op[len("PrimFunc_"):] if op.startswith("PrimFunc_") else op
+    args = [a[1:] if _REF.fullmatch(a) else "const" for a in _args(line, m.end())]
+    current = {"id": m.group(1), "op_type": op_type, "inputs": args, "line": line_number,
+               "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0,
+               "open": line.count("{") - line.count("}")}
+    u = _UNIQUE.search(line.split("cnode_primal_attrs", 1)[-1]) if "cnode_primal_attrs" in line else None
+    f = _FORWARD.search(line)
+    if f:
+        current["forward"] = (f.group(1), f.group(2))
+    elif u:
+        current["unique"] = u.group(1)
+    return current
+
+
+def parse_ir(lines: Iterable[str], numbered_before: Optional[Mapping[str, int]] = None) -> GraphIndex:
+    """numbered_before: per scope and type (`Default/Cast`), how many kernels the rank's earlier graphs numbered
+    (the count runs on across a process's graphs: graph 2's first Default/Cast is op6 when graph 0 has six)."""
     params: Dict[str, str] = {}
-    ids: Dict[str, str] = {}            # %113 -> full name (filled once the node's Fullname line is seen)
-    unique: Dict[str, str] = {}         # unique_id -> full name
+    shapes: Dict[str, Tuple[int, ...]] = {}
+    ids: Dict[str, int] = {}            # %113 -> index of its node (filled once the node's Fullname line is seen)
+    unique: Dict[str, int] = {}         # unique_id -> index of its node
     nodes: List[GraphNode] = []
     pending_forward: Dict[int, str] = {}
+    returns: List[str] = []             # what each subgraph's Return hands out (%ids)
     current: Optional[dict] = None
+    wrapped = None                      # (match, text so far, continuation lines, line number) of a wrapped call
 
     def finish():
         if current and current.get("full_name"):
@@ -122,34 +175,41 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             src = current.get("source")
             if src:
                 node.source_file, node.source_line, node.source_code = src
-            ids[current["id"]] = node.full_name
+            ids[current["id"]] = len(nodes)
             if current.get("unique"):
-                unique[current["unique"]] = node.full_name
+                unique[current["unique"]] = len(nodes)
             if current.get("forward"):
                 pending_forward[len(nodes)] = current["forward"]
             nodes.append(node)
 
     for line_number, line in enumerate(lines, 1):
+        if _RETURN.match(line):
+            finish()
+            current = None
+            returns.extend(a[1:] for a in _args(line, line.index("(") + 1) if _REF.fullmatch(a))
+            continue
+        if wrapped is not None:         # a node call whose arguments run on (a constant tensor's values)
+            wrapped[2].append(line.strip())
+            text = wrapped[1] + " " + " ".join(wrapped[2])
+            if _call_closes(text, wrapped[0].end()) or len(wrapped[2]) >= MAX_WRAPPED_LINES:
+                current = _node_start(wrapped[0], text, wrapped[3])
+                wrapped = None
+            continue
         m = _NODE.match(line)
         if m:
             finish()
-            op = m.group(2)
-            op_type = op[len("PrimFunc_"):] if op.startswith("PrimFunc_") else op
-            args = [a[1:] if _REF.fullmatch(a) else "const" for a in _args(line, m.end())]
-            current = {"id": m.group(1), "op_type": op_type, "inputs": args, "line": line_number,
-                       "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0,
-                       "open": line.count("{") - line.count("}")}
-            u = _UNIQUE.search(line.split("cnode_primal_attrs", 1)[-1]) if "cnode_primal_attrs" in line else None
-            f = _FORWARD.search(line)
-            if f:
-                current["forward"] = (f.group(1), f.group(2))
-            elif u:
-                current["unique"] = u.group(1)
+            if not _call_closes(line, m.end()):
+                current, wrapped = None, (m, line.rstrip("\n"), [], line_number)
+                continue
+            current = _node_start(m, line, line_number)
             continue
         if current is None:
             p = _PARAM.match(line)
             if p:
                 params[p.group(1)] = p.group(2)
+                shape = _PARAM_SHAPE.search(line, p.end())
+                if shape and "is_parameter" in line:
+                    shapes[p.group(2)] = tuple(int(d) for d in shape.group(1).replace(" ", "").split(",") if d)
             continue
         stripped = line.strip()
         if stripped.startswith(": ("):
@@ -183,12 +243,14 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             finish()
             current = None
     finish()
+    if returns:
+        _name_as_dumped(nodes, ids, returns, numbered_before or {})
 
     def resolved(ref: str) -> str:
         if ref == "const":
             return ref
         if ref in ids:
-            return ids[ref]
+            return nodes[ids[ref]].full_name
         m = _PARAM_REF.match(ref)
         if m and m.group(1) in params and ref in (m.group(1), f"{m.group(1)}_{params[m.group(1)]}"):
             return f"param:{params[m.group(1)]}"
@@ -198,15 +260,84 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
         node.inputs = [resolved(i) for i in node.inputs]
     for index, (fwd_name, fwd_unique) in pending_forward.items():
         node = nodes[index]
-        node.forward_name = unique.get(fwd_unique or "") or fwd_name
-    return GraphIndex(nodes)
+        found = unique.get(fwd_unique or "")
+        node.forward_name = nodes[found].full_name if found is not None else fwd_name
+    return GraphIndex(nodes, returns=[nodes[ids[r]].full_name for r in returns if r in ids], parameter_shapes=shapes)
 
 
-def load_ir(path: str) -> GraphIndex:
+def _name_as_dumped(nodes: List[GraphNode], ids: Dict[str, int], returns: List[str],
+                    numbered_before: Mapping[str, int]) -> None:
+    """Number each scope's kernels of one type as the dump files do (module docstring): in topological order
+    from the graph's Return, a node after its inputs, inputs left to right. Nodes the Return does not reach keep
+    counting after them. Iterative: a graph of 10^5 kernels is no recursion."""
+    order: List[int] = []
+    seen = set()
+    for root in returns:
+        if root not in ids or ids[root] in seen:
+            continue
+        seen.add(ids[root])
+        stack = [(ids[root], 0)]
+        while stack:
+            index, position = stack[-1]
+            inputs = nodes[index].inputs
+            while position < len(inputs) and (inputs[position] not in ids or ids[inputs[position]] in seen):
+                position += 1
+            if position < len(inputs):
+                child = ids[inputs[position]]
+                seen.add(child)
+                stack[-1] = (index, position + 1)
+                stack.append((child, 0))
+            else:
+                stack.pop()
+                order.append(index)
+    order += [i for i in range(len(nodes)) if i not in seen]
+    counters: Dict[str, int] = dict(numbered_before)
+    for index in order:
+        numbered = _OP_NUMBER.match(nodes[index].full_name)
+        if numbered:
+            prefix = numbered.group(1)
+            nodes[index].full_name = f"{prefix}-op{counters.get(prefix, 0)}"
+            counters[prefix] = counters.get(prefix, 0) + 1
+
+
+def load_ir(path: str, numbered_before: Optional[Mapping[str, int]] = None) -> GraphIndex:
     with safeio.open_regular(path, "r", encoding="utf-8", errors="replace") as fh:
-        graph = parse_ir(safeio.bounded_lines(fh))
+        graph = parse_ir(safeio.bounded_lines(fh), numbered_before)
     graph.path = path
     return graph
+
+
+def numbered_before(rank_root: str, graph: str) -> Dict[str, int]:
+    """Per scope and type, the numbered kernels of the rank's saved graphs with a lower id than `graph` (what
+    MindSpore counted before it numbered this graph's kernels). Each graph file is scanned once per version."""
+    if not graph.isdigit():
+        return {}
+    totals: Dict[str, int] = {}
+    for earlier in range(int(graph)):
+        for path in graph_files(rank_root, str(earlier))[:1]:
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            for prefix, count in _numbered_counts(path, (info.st_mtime_ns, info.st_size)).items():
+                totals[prefix] = totals.get(prefix, 0) + count
+    return totals
+
+
+@lru_cache(maxsize=64)
+def _numbered_counts(path: str, _version) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    try:
+        with safeio.open_regular(path, "r", encoding="utf-8", errors="replace") as fh:
+            for line in safeio.bounded_lines(fh):
+                stripped = line.strip()
+                if stripped.startswith(_FULLNAME_PREFIX):
+                    numbered = _OP_NUMBER.match(_full_name(stripped) or "")
+                    if numbered:
+                        counts[numbered.group(1)] = counts.get(numbered.group(1), 0) + 1
+    except OSError:
+        return {}
+    return counts
 
 
 def graph_files(rank_root: str, graph: str) -> List[str]:
