@@ -291,6 +291,21 @@ MULTI_RANK_CASES: List[Case] = [
                                                 2: ("received", 1, "AllReduce"), 3: ("origin", 2, "Div")})),
     ),
     Case(
+        name="dp4_skip_on_overflow",
+        description="4 ranks (msrun, MCCL), data parallel, the demo TinyBaichuan (fp16 NormHead) under a "
+                    "loss-scale-style cell whose optimizer runs only inside `if every reduced gradient is finite`; "
+                    "rank 2 trains step 1 of 2 with loss scale 256, every other (rank, step) with 1.",
+        shows="SqrtGrad in NormHead's backward overflows on rank 2 at step 1; the NormHead weight's inf gradient "
+              "reaches every rank through the gradient AllReduce, and the step runs no optimizer kernel (skipped "
+              "on overflow): the parameters hit come from the gradients, through the saved graph.",
+        argv=(_DP, "--model", "normhead", "--steps", "2", "--bad", "2:1", "--skip-on-overflow"),
+        workers=4, dump_settings=_ALL_DEVICES,
+        expected=_expect("anomaly", layout={0: [0, 1], 2: [0]}, **{**_NORMHEAD_OVERFLOW, "iteration": 1},
+                         expected_origin_rank=2,
+                         expected_ranks=_ranks({0: ("received", 1, "AllReduce"), 1: ("received", 1, "AllReduce"),
+                                                2: ("origin", 1, "SqrtGrad"), 3: ("received", 1, "AllReduce")})),
+    ),
+    Case(
         name="dp4_rank_dump_empty",
         description="The dp4_two_origins dump (a real 4-rank run) with rank 2's directory emptied afterwards, as "
                     "when one node's dump was lost or never copied. Derived from a real run, not a run of its own.",
