@@ -5,6 +5,8 @@ Two kinds of evidence in a dump:
     input of the same shape is its gradient (or moment). The parameter's name comes from the op's node line in
     the saved graph (`SGD(%para4_head.weight, ...)`), else the op is named instead;
   - a `Parameter` file whose value is non-finite (the weight itself went bad);
+  - a framework dump's parameter gradients (msprobe `{Cell}.parameters_grad`: the reader names each output slot
+    that holds one, GraphNode.parameter_grads);
   - when the step ran no optimizer kernel (a loss-scale cell skips the update on overflow), a gradient
     collective's bad output: the gradient reducer hands its reduced gradients on in the order of the weights (the
     graph's output tuple), and the optimizer call takes them in the same order, so the k-th reduced gradient is
@@ -59,21 +61,48 @@ def parameter_hits(executions: Dict[int, List[OpExecution]], rank_status: List[R
                     hit = _value_hit(ex, row, stats_of)
                 else:
                     hit = _update_hit(ex, row, stats_of, node_of, lines, is_collective, computed_here)
-                key = (row.rank, hit.name.replace(".", "_")) if hit is not None else None
-                if hit is not None and key not in seen:
-                    seen.add(key)
-                    hits.append(hit)
-                    found += 1
+                found += _add(hit, row, hits, seen)
+            found += sum(_add(hit, row, hits, seen) for hit in _framework_grads(step, row, stats_of, node_of,
+                                                                                computed_here))
             if not found:       # no optimizer kernel ran with a bad input: the gradients say which parameters
-                for hit in gradients.hits(step, row, stats_of, node_of, computed_here):
-                    key = (row.rank, hit.name.replace(".", "_"))
-                    if key not in seen and len(hits) < MAX_HITS:
-                        seen.add(key)
-                        hits.append(hit)
-                        found += 1
+                found += sum(_add(hit, row, hits, seen)
+                             for hit in gradients.hits(step, row, stats_of, node_of, computed_here))
             if found:
                 break
     return hits
+
+
+def _add(hit: Optional[ParameterHit], row: RankStatus, hits: List[ParameterHit], seen: set) -> int:
+    """Adds a hit not seen on its rank yet (names compared with dots as underscores); 1 when added."""
+    key = (row.rank, hit.name.replace(".", "_")) if hit is not None else None
+    if hit is None or key in seen or len(hits) >= MAX_HITS:
+        return 0
+    seen.add(key)
+    hits.append(hit)
+    return 1
+
+
+def _framework_grads(step: List[OpExecution], row: RankStatus, stats_of, node_of,
+                     computed_here: bool) -> List[ParameterHit]:
+    """The bad parameter gradients a framework dump names (msprobe parameters_grad, GraphNode.parameter_grads)."""
+    found = []
+    for ex in step:
+        node, _graph = node_of(ex)
+        names = getattr(node, "parameter_grads", None)
+        if not names:
+            continue
+        for event in ex.outputs:
+            if event.slot in names and _bad(event, stats_of):
+                if computed_here:
+                    how = "gradient computed on this rank"
+                elif row.via:
+                    how = f"gradient non-finite after the rank received via {row.via}"
+                else:
+                    how = "gradient non-finite; no dumped op on this rank made it"
+                found.append(ParameterHit(name=names[event.slot], rank=ex.rank, step=ex.step, shape=event.shape,
+                                          how=how + f" (msprobe parameters_grad of {ex.op_name})",
+                                          op_name=ex.op_name, coords=row.coords))
+    return found
 
 
 def _bad(event, stats_of) -> bool:
