@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, Mapping, Optional, Tuple
 
-from .model import GraphNode, OpExecution, Source
+from .model import GraphNode, NamedRun, OpExecution, Source
 from .scope import cell_of, forward_in_scope, is_backward
 
 
@@ -55,7 +55,7 @@ class SavedGraphs:
         found = [self.graph(rank, g) for g in sorted(ids, key=lambda g: (not g.isdigit(), int(g) if g.isdigit() else 0, g))]
         return [g for g in found if g is not None]
 
-    def node(self, ex: OpExecution):
+    def node(self, ex: NamedRun):
         """(the op's GraphNode or None, its graph or None)."""
         graph = self.graph(ex.rank, ex.graph)
         return (graph.find(ex.op_name) if graph else None), graph

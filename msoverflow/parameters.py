@@ -37,7 +37,7 @@ def parameter_hits(executions: Dict[int, List[OpExecution]], rank_status: List[R
     hits: List[ParameterHit] = []
     lines = _NodeLines()
     gradients = _ReducedGradients(lines, is_collective, is_state_update, graphs_of_rank)
-    seen = set()
+    seen: Set[Tuple[int, str]] = set()
     for row in rank_status:
         if row.step is None or (row.status not in (RANK_ORIGIN, RANK_RECEIVED) and not row.via):
             continue
@@ -52,7 +52,7 @@ def parameter_hits(executions: Dict[int, List[OpExecution]], rank_status: List[R
             # of parameters not named yet (their file names spell dots as underscores)
             updates = [ex for ex in step if is_state_update(ex.op_type) and len(ex.inputs) > 1]
             values = [ex for ex in step if ex.is_parameter]
-            found = 0
+            found: int = 0
             for ex in updates + values:
                 if len(hits) >= MAX_HITS:
                     warn(f"more than {MAX_HITS} parameters were hit: the table lists the first {MAX_HITS}")
@@ -62,20 +62,22 @@ def parameter_hits(executions: Dict[int, List[OpExecution]], rank_status: List[R
                 else:
                     hit = _update_hit(ex, row, stats_of, node_of, lines, is_collective, computed_here)
                 found += _add(hit, row, hits, seen)
-            found += sum(_add(hit, row, hits, seen) for hit in _framework_grads(step, row, stats_of, node_of,
-                                                                                computed_here))
+            for hit in _framework_grads(step, row, stats_of, node_of, computed_here):
+                found += _add(hit, row, hits, seen)
             if not found:       # no optimizer kernel ran with a bad input: the gradients say which parameters
-                found += sum(_add(hit, row, hits, seen)
-                             for hit in gradients.hits(step, row, stats_of, node_of, computed_here))
+                for hit in gradients.hits(step, row, stats_of, node_of, computed_here):
+                    found += _add(hit, row, hits, seen)
             if found:
                 break
     return hits
 
 
-def _add(hit: Optional[ParameterHit], row: RankStatus, hits: List[ParameterHit], seen: set) -> int:
+def _add(hit: Optional[ParameterHit], row: RankStatus, hits: List[ParameterHit], seen: Set[Tuple[int, str]]) -> int:
     """Adds a hit not seen on its rank yet (names compared with dots as underscores); 1 when added."""
-    key = (row.rank, hit.name.replace(".", "_")) if hit is not None else None
-    if hit is None or key in seen or len(hits) >= MAX_HITS:
+    if hit is None:
+        return 0
+    key = (row.rank, hit.name.replace(".", "_"))
+    if key in seen or len(hits) >= MAX_HITS:
         return 0
     seen.add(key)
     hits.append(hit)
@@ -188,7 +190,7 @@ class _ReducedGradients:
     def __init__(self, lines: "_NodeLines", is_collective, is_state_update, graphs_of_rank):
         self.lines, self.is_collective, self.is_state_update = lines, is_collective, is_state_update
         self.graphs_of_rank = graphs_of_rank
-        self._calls: Dict[int, object] = {}
+        self._calls: Dict[int, List[Tuple[Optional[str], Optional[Tuple[int, ...]]]]] = {}
 
     def hits(self, step: List[OpExecution], row: RankStatus, stats_of, node_of,
              computed_here: bool) -> List[ParameterHit]:

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from tests.support import gen_compare_pairs
 from msoverflow.cli import main
+from tests.support import gen_compare_pairs
 
 pytestmark = pytest.mark.mindspore
 EXIT = {"diverged": 1, "equivalent": 0, "inconclusive": 3}
@@ -134,6 +134,7 @@ def test_backward_ops_pair_through_their_forward_op(compare_pairs, tmp_path):
     it meets its own, and the runs stay equivalent. Without the saved graphs the backward ops pair wrongly: their
     outputs' shapes differ, which no divergence explains (inconclusive, never diverged)."""
     import shutil
+
     import msoverflow
     baseline, target = compare_pairs["identical_rerun"]
     moved = tmp_path / "moved"
