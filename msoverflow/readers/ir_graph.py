@@ -2,34 +2,21 @@
 
 Per kernel node it gives the full scoped name, the producers of its inputs, inferred vs kernel dtype,
 backend-inserted casts, the forward node of a gradient node, and the user's source line.
-
-Names: a dump file names its kernel by scope, op type and a number (`.../Cast-op3`), and MindSpore numbers the
-kernels of each scope and type in the graph's topological order from its output (inputs first, left to right).
-The `Fullname with scope` the .ir prints carries numbers given earlier, before later passes removed and added
-nodes. Seen on MindSpore 2.10 CPU (the demo's fp16 NormHead, graph mode, one and two ranks, with a loss-scale
-cell): 28-34 of ~170 dumped kernel names are not in the .ir at all, and 33-69 of its data-flow edges joined files
-that do not hold the same tensor (an AllReduce-op0 file held the gradient the .ir calls AllReduce-op5's). Numbered
-again in topological order, every dumped name is a node and at most one edge disagrees (an optimizer's in-place
-input, which the dump reads after the kernel wrote it). So when the graph has its `Return`, its nodes are named
-that way; a graph without one keeps the printed names.
 """
 from __future__ import annotations
 
 import os
 import re
-from functools import lru_cache
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from .. import safeio
 from ..model import GraphNode
 from ..names import scope_to_file_name
 
 _NODE = re.compile(r"^\s+%(\w+)\([^)]*\) = ([\w.]+)\(")
-_RETURN = re.compile(r"^\s+Return\(")
-_OP_NUMBER = re.compile(r"^(.*)-op\d+$")
-MAX_WRAPPED_LINES = 4096     # continuation lines of one node call (a constant tensor printed in full) kept
 _PARAM = re.compile(r"^%(para\d+)_(\S+?):")
 _PARAM_SHAPE = re.compile(r"Tensor\[\w+\]\], \(([\d, ]*)\)")     # a parameter line's `<Ref[Tensor[Float32]], (16, 32)`
+_RETURN = re.compile(r"^\s+Return\(")
 # `%12`, `%para3` (older dialects) or `%para3_fc.bias` (MindSpore 2.x names the parameter in every reference; its
 # name may hold dots)
 _REF = re.compile(r"%([\w.]+)")
@@ -101,6 +88,40 @@ def _args(line: str, start: int) -> List[str]:
     return [a for a in args if a]
 
 
+# A node's call and attributes span a few lines; in a broken file the joining stops here (memory stays flat).
+MAX_JOINED_CHARS = 1 << 20
+_OPENING, _CLOSING = "([{", ")]}"
+
+
+def _depth(text: str) -> int:
+    return sum(text.count(c) for c in _OPENING) - sum(text.count(c) for c in _CLOSING)
+
+
+def _logical_lines(lines: Iterable[str]):
+    """(number of the first line, text): a node line whose brackets stay open is joined with the lines they run
+    on to (a tensor constant printed over several lines, attributes wrapped by older versions), so its arguments
+    and the comment lines after it are read as one node."""
+    pending, depth, start, size = None, 0, 0, 0
+    for number, line in enumerate(lines, 1):
+        if pending is not None:
+            pending.append(line.strip())
+            depth += _depth(line)
+            size += len(line)
+            if depth <= 0 or size >= MAX_JOINED_CHARS:
+                yield start, " ".join(pending)
+                pending = None
+            continue
+        if _NODE.match(line) and _depth(line) > 0:
+            pending, depth, start, size = [line.rstrip("\n")], _depth(line), number, len(line)
+            continue
+        yield number, line
+    if pending is not None:
+        yield start, " ".join(pending)
+
+
+_OP_NUMBER = re.compile(r"^(.*)-op(\d+)$")
+
+
 class GraphIndex:
     """Nodes of one saved graph, looked up by full name or by the name as written in dump files."""
 
@@ -112,62 +133,53 @@ class GraphIndex:
         self.parameter_shapes = parameter_shapes or {}     # weight name -> shape (the .ir's parameter lines)
         self.by_full: Dict[str, GraphNode] = {n.full_name: n for n in nodes}
         self.by_file: Dict[str, GraphNode] = {scope_to_file_name(n.full_name): n for n in nodes}
+        self.dumped_as: Dict[str, str] = {}     # full name -> its name in dump files, where that differs
+        self._by_dumped: Dict[str, GraphNode] = {}
         short: Dict[str, List[GraphNode]] = {}
         for n in nodes:
             short.setdefault(n.full_name.rsplit("/", 1)[-1], []).append(n)
         self.by_short = {k: v[0] for k, v in short.items() if len(v) == 1}
 
+    def number_as_dumped(self, counts: Dict[str, int], runs_kernel: Callable[[str], bool]) -> None:
+        """MindSpore 2.x dump files number a kernel's `-opN` per scope and op type, from 0, in kernel order across
+        the session's graphs (graph-id order); the saved graph keeps the numbers its compile passes left (gaps, and
+        another order), so `fc1-Dense/Cast-op3` in the .ir can be `fc1-Dense_Cast-op1` in the files (seen on real
+        MindSpore 2.10 CPU dumps, checked there by every tensor's shape). counts: kernels of each scope and type in
+        the earlier graphs (updated); runs_kernel(op_type): the node runs a kernel (Load, Depend ... do not)."""
+        for node in self.nodes:
+            match = _OP_NUMBER.match(node.full_name)
+            if match is None or not runs_kernel(node.op_type):
+                continue
+            number = counts.get(match.group(1), 0)
+            counts[match.group(1)] = number + 1
+            dumped = scope_to_file_name(f"{match.group(1)}-op{number}")
+            self._by_dumped[dumped] = node
+            if dumped != scope_to_file_name(node.full_name):
+                self.dumped_as[node.full_name] = dumped
+
+    def file_name(self, full_name: str) -> str:
+        """How dump files name the node of this full name."""
+        return self.dumped_as.get(full_name) or scope_to_file_name(full_name)
+
     def find(self, op_name: str) -> Optional[GraphNode]:
-        """The node of a dump file's op name: full-scope (2.x) or short (`Conv2D-op12`, older versions)."""
-        return self.by_file.get(op_name) or self.by_full.get(op_name) or self.by_short.get(op_name)
+        """The node of a dump file's op name: full-scope (2.x, numbered as dumped) or short (`Conv2D-op12`, older
+        versions)."""
+        return (self._by_dumped.get(op_name) or self.by_file.get(op_name) or self.by_full.get(op_name)
+                or self.by_short.get(op_name))
 
     def consumers(self, full_name: str) -> List[GraphNode]:
         return [n for n in self.nodes if full_name in n.inputs]
 
 
-def _call_closes(line: str, start: int) -> bool:
-    """The node call opened just before `start` closes on this text."""
-    depth = 1
-    for ch in line[start:]:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
-                return True
-    return False
-
-
-def _node_start(m: "re.Match", line: str, line_number: int) -> dict:
-    """What a node line says: its id, op type, input references ("const" for literals), attributes."""
-    op = m.group(2)
-    op_type = op[len("PrimFunc_"):] if op.startswith("PrimFunc_") else op
-    args = [a[1:] if _REF.fullmatch(a) else "const" for a in _args(line, m.end())]
-    current = {"id": m.group(1), "op_type": op_type, "inputs": args, "line": line_number,
-               "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0,
-               "open": line.count("{") - line.count("}")}
-    u = _UNIQUE.search(line.split("cnode_primal_attrs", 1)[-1]) if "cnode_primal_attrs" in line else None
-    f = _FORWARD.search(line)
-    if f:
-        current["forward"] = (f.group(1), f.group(2))
-    elif u:
-        current["unique"] = u.group(1)
-    return current
-
-
-def parse_ir(lines: Iterable[str], numbered_before: Optional[Mapping[str, int]] = None) -> GraphIndex:
-    """numbered_before: per scope and type (`Default/Cast`), how many kernels the rank's earlier graphs numbered
-    (the count runs on across a process's graphs: graph 2's first Default/Cast is op6 when graph 0 has six)."""
+def parse_ir(lines: Iterable[str]) -> GraphIndex:
     params: Dict[str, str] = {}
     shapes: Dict[str, Tuple[int, ...]] = {}
-    ids: Dict[str, int] = {}            # %113 -> index of its node (filled once the node's Fullname line is seen)
-    unique: Dict[str, int] = {}         # unique_id -> index of its node
+    returns: List[str] = []             # what each subgraph's Return hands out (%ids)
+    ids: Dict[str, str] = {}            # %113 -> full name (filled once the node's Fullname line is seen)
+    unique: Dict[str, str] = {}         # unique_id -> full name
     nodes: List[GraphNode] = []
     pending_forward: Dict[int, Tuple[str, str]] = {}
-    returns: List[str] = []             # what each subgraph's Return hands out (%ids)
     current: Optional[dict] = None
-    # (match, text so far, continuation lines, line number) of a wrapped call
-    wrapped: Optional[Tuple["re.Match[str]", str, List[str], int]] = None
 
     def finish():
         if current and current.get("full_name"):
@@ -178,33 +190,33 @@ def parse_ir(lines: Iterable[str], numbered_before: Optional[Mapping[str, int]] 
             src = current.get("source")
             if src:
                 node.source_file, node.source_line, node.source_code = src
-            ids[current["id"]] = len(nodes)
+            ids[current["id"]] = node.full_name
             if current.get("unique"):
-                unique[current["unique"]] = len(nodes)
+                unique[current["unique"]] = node.full_name
             if current.get("forward"):
                 pending_forward[len(nodes)] = current["forward"]
             nodes.append(node)
 
-    for line_number, line in enumerate(lines, 1):
+    for line_number, line in _logical_lines(lines):
         if _RETURN.match(line):
             finish()
             current = None
             returns.extend(a[1:] for a in _args(line, line.index("(") + 1) if _REF.fullmatch(a))
             continue
-        if wrapped is not None:         # a node call whose arguments run on (a constant tensor's values)
-            wrapped[2].append(line.strip())
-            text = wrapped[1] + " " + " ".join(wrapped[2])
-            if _call_closes(text, wrapped[0].end()) or len(wrapped[2]) >= MAX_WRAPPED_LINES:
-                current = _node_start(wrapped[0], text, wrapped[3])
-                wrapped = None
-            continue
         m = _NODE.match(line)
         if m:
             finish()
-            if not _call_closes(line, m.end()):
-                current, wrapped = None, (m, line.rstrip("\n"), [], line_number)
-                continue
-            current = _node_start(m, line, line_number)
+            op = m.group(2)
+            op_type = op[len("PrimFunc_"):] if op.startswith("PrimFunc_") else op
+            args = [a[1:] if _REF.fullmatch(a) else "const" for a in _args(line, m.end())]
+            current = {"id": m.group(1), "op_type": op_type, "inputs": args, "line": line_number,
+                       "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0}
+            u = _UNIQUE.search(line.split("cnode_primal_attrs", 1)[-1]) if "cnode_primal_attrs" in line else None
+            f = _FORWARD.search(line)
+            if f:
+                current["forward"] = (f.group(1), f.group(2))
+            elif u:
+                current["unique"] = u.group(1)
             continue
         if current is None:
             p = _PARAM.match(line)
@@ -240,20 +252,16 @@ def parse_ir(lines: Iterable[str], numbered_before: Optional[Mapping[str, int]] 
                 if rank <= current.get("source_rank", 99):
                     current["source"] = src
                     current["source_rank"] = rank
-        elif current.get("open", 0) > 0:      # attributes of the node line wrapped onto this line
-            current["open"] += stripped.count("{") - stripped.count("}")
         elif not stripped.startswith("#") and not stripped.startswith(":") and stripped and current:
             finish()
             current = None
     finish()
-    if returns:
-        _name_as_dumped(nodes, ids, returns, numbered_before or {})
 
     def resolved(ref: str) -> str:
         if ref == "const":
             return ref
         if ref in ids:
-            return nodes[ids[ref]].full_name
+            return ids[ref]
         m = _PARAM_REF.match(ref)
         if m and m.group(1) in params and ref in (m.group(1), f"{m.group(1)}_{params[m.group(1)]}"):
             return f"param:{params[m.group(1)]}"
@@ -263,84 +271,15 @@ def parse_ir(lines: Iterable[str], numbered_before: Optional[Mapping[str, int]] 
         node.inputs = [resolved(i) for i in node.inputs]
     for index, (fwd_name, fwd_unique) in pending_forward.items():
         node = nodes[index]
-        found = unique.get(fwd_unique or "")
-        node.forward_name = nodes[found].full_name if found is not None else fwd_name
-    return GraphIndex(nodes, returns=[nodes[ids[r]].full_name for r in returns if r in ids], parameter_shapes=shapes)
+        node.forward_name = unique.get(fwd_unique or "") or fwd_name
+    return GraphIndex(nodes, returns=[ids[r] for r in returns if r in ids], parameter_shapes=shapes)
 
 
-def _name_as_dumped(nodes: List[GraphNode], ids: Dict[str, int], returns: List[str],
-                    numbered_before: Mapping[str, int]) -> None:
-    """Number each scope's kernels of one type as the dump files do (module docstring): in topological order
-    from the graph's Return, a node after its inputs, inputs left to right. Nodes the Return does not reach keep
-    counting after them. Iterative: a graph of 10^5 kernels is no recursion."""
-    order: List[int] = []
-    seen = set()
-    for root in returns:
-        if root not in ids or ids[root] in seen:
-            continue
-        seen.add(ids[root])
-        stack = [(ids[root], 0)]
-        while stack:
-            index, position = stack[-1]
-            inputs = nodes[index].inputs
-            while position < len(inputs) and (inputs[position] not in ids or ids[inputs[position]] in seen):
-                position += 1
-            if position < len(inputs):
-                child = ids[inputs[position]]
-                seen.add(child)
-                stack[-1] = (index, position + 1)
-                stack.append((child, 0))
-            else:
-                stack.pop()
-                order.append(index)
-    order += [i for i in range(len(nodes)) if i not in seen]
-    counters: Dict[str, int] = dict(numbered_before)
-    for index in order:
-        numbered = _OP_NUMBER.match(nodes[index].full_name)
-        if numbered:
-            prefix = numbered.group(1)
-            nodes[index].full_name = f"{prefix}-op{counters.get(prefix, 0)}"
-            counters[prefix] = counters.get(prefix, 0) + 1
-
-
-def load_ir(path: str, numbered_before: Optional[Mapping[str, int]] = None) -> GraphIndex:
+def load_ir(path: str) -> GraphIndex:
     with safeio.open_regular(path, "r", encoding="utf-8", errors="replace") as fh:
-        graph = parse_ir(safeio.bounded_lines(fh), numbered_before)
+        graph = parse_ir(safeio.bounded_lines(fh))
     graph.path = path
     return graph
-
-
-def numbered_before(rank_root: str, graph: str) -> Dict[str, int]:
-    """Per scope and type, the numbered kernels of the rank's saved graphs with a lower id than `graph` (what
-    MindSpore counted before it numbered this graph's kernels). Each graph file is scanned once per version."""
-    if not graph.isdigit():
-        return {}
-    totals: Dict[str, int] = {}
-    for earlier in range(int(graph)):
-        for path in graph_files(rank_root, str(earlier))[:1]:
-            try:
-                info = os.stat(path)
-            except OSError:
-                continue
-            for prefix, count in _numbered_counts(path, (info.st_mtime_ns, info.st_size)).items():
-                totals[prefix] = totals.get(prefix, 0) + count
-    return totals
-
-
-@lru_cache(maxsize=64)
-def _numbered_counts(path: str, _version) -> Dict[str, int]:
-    counts: Dict[str, int] = {}
-    try:
-        with safeio.open_regular(path, "r", encoding="utf-8", errors="replace") as fh:
-            for line in safeio.bounded_lines(fh):
-                stripped = line.strip()
-                if stripped.startswith(_FULLNAME_PREFIX):
-                    numbered = _OP_NUMBER.match(_full_name(stripped) or "")
-                    if numbered:
-                        counts[numbered.group(1)] = counts.get(numbered.group(1), 0) + 1
-    except OSError:
-        return {}
-    return counts
 
 
 def graph_files(rank_root: str, graph: str) -> List[str]:
@@ -384,3 +323,34 @@ def collective_groups(rank_root: str) -> Dict[str, str]:
         except OSError:
             continue
     return found
+
+
+_SAVED_GRAPH = re.compile(r"^(?:ms_output_)?trace_code_graph_(\w+)\.ir$")
+
+
+def saved_graph_ids(rank_root: str) -> List[str]:
+    """The graph ids whose saved graph is in the rank's graphs/ folder (numeric ids in number order)."""
+    try:
+        names = os.listdir(os.path.join(rank_root, "graphs"))
+    except OSError:
+        return []
+    ids = {m.group(1) for m in map(_SAVED_GRAPH.match, names) if m}
+    return sorted(ids, key=lambda graph: (not graph.isdigit(), int(graph) if graph.isdigit() else 0, graph))
+
+
+def load_saved_graphs(rank_root: str, runs_kernel: Callable[[str], bool],
+                      warn: Callable[[str], None]) -> Dict[str, GraphIndex]:
+    """graph id -> GraphIndex of every saved graph of a rank, numbered as its dump files name the kernels
+    (GraphIndex.number_as_dumped: the numbering runs on across the graphs)."""
+    graphs: Dict[str, GraphIndex] = {}
+    counts: Dict[str, int] = {}
+    for graph in saved_graph_ids(rank_root):
+        for path in graph_files(rank_root, graph):
+            try:
+                graphs[graph] = load_ir(path)
+            except OSError as exc:
+                warn(f"{path}: cannot read saved graph ({exc.strerror})")
+                continue
+            graphs[graph].number_as_dumped(counts, runs_kernel)
+            break
+    return graphs
