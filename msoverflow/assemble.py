@@ -59,7 +59,7 @@ def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, graph
         judged_runs.setdefault(ex.rank, []).append(ex)
     hits = parameter_hits(judged_runs, rank_status, access.stats, graphs.node,
                           lambda op_type: op_type in kn.state_updates, kn.is_collective, note,
-                          {(ex.rank, ex.step) for ex, _v in decision.judged})
+                          {(ex.rank, ex.step) for ex, _v in decision.judged}, graphs.of_rank)
     scanned_units = [u for u in plan.units if u.step in walked.scanned.get(u.rank, ())]
     # msprobe's dump.json records the order of its entries, not when they ran: no step span, no time into a step.
     clocked = LAYOUT_MSPROBE not in walked.layouts

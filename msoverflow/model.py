@@ -174,6 +174,9 @@ class GraphNode:
     # A framework dump's Cell/Module entry (msprobe) is not one op but the whole Cell: the scope it covers. A bad
     # value first made by an op inside that scope is not a second origin when the Cell's own output shows it.
     wraps_scope: Optional[str] = None
+    # A framework dump's Cell entry whose outputs include its parameters' gradients (msprobe parameters_grad):
+    # output slot -> the parameter's name ("lm_head.weight").
+    parameter_grads: Optional[Dict[int, str]] = None
 
 
 class NamedRun(Protocol):

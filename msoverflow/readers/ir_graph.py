@@ -15,6 +15,8 @@ from ..names import scope_to_file_name
 
 _NODE = re.compile(r"^\s+%(\w+)\([^)]*\) = ([\w.]+)\(")
 _PARAM = re.compile(r"^%(para\d+)_(\S+?):")
+_PARAM_SHAPE = re.compile(r"Tensor\[\w+\]\], \(([\d, ]*)\)")     # a parameter line's `<Ref[Tensor[Float32]], (16, 32)`
+_RETURN = re.compile(r"^\s+Return\(")
 # `%12`, `%para3` (older dialects) or `%para3_fc.bias` (MindSpore 2.x names the parameter in every reference; its
 # name may hold dots)
 _REF = re.compile(r"%([\w.]+)")
@@ -123,9 +125,12 @@ _OP_NUMBER = re.compile(r"^(.*)-op(\d+)$")
 class GraphIndex:
     """Nodes of one saved graph, looked up by full name or by the name as written in dump files."""
 
-    def __init__(self, nodes: List[GraphNode], path: Optional[str] = None):
+    def __init__(self, nodes: List[GraphNode], path: Optional[str] = None, returns: Optional[List[str]] = None,
+                 parameter_shapes: Optional[Dict[str, Tuple[int, ...]]] = None):
         self.nodes = nodes
         self.path = path
+        self.returns = returns or []          # full names of what the graph's Return hands out (a MakeTuple, ...)
+        self.parameter_shapes = parameter_shapes or {}     # weight name -> shape (the .ir's parameter lines)
         self.by_full: Dict[str, GraphNode] = {n.full_name: n for n in nodes}
         self.by_file: Dict[str, GraphNode] = {scope_to_file_name(n.full_name): n for n in nodes}
         self.dumped_as: Dict[str, str] = {}     # full name -> its name in dump files, where that differs
@@ -168,6 +173,8 @@ class GraphIndex:
 
 def parse_ir(lines: Iterable[str]) -> GraphIndex:
     params: Dict[str, str] = {}
+    shapes: Dict[str, Tuple[int, ...]] = {}
+    returns: List[str] = []             # what each subgraph's Return hands out (%ids)
     ids: Dict[str, str] = {}            # %113 -> full name (filled once the node's Fullname line is seen)
     unique: Dict[str, str] = {}         # unique_id -> full name
     nodes: List[GraphNode] = []
@@ -191,6 +198,11 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             nodes.append(node)
 
     for line_number, line in _logical_lines(lines):
+        if _RETURN.match(line):
+            finish()
+            current = None
+            returns.extend(a[1:] for a in _args(line, line.index("(") + 1) if _REF.fullmatch(a))
+            continue
         m = _NODE.match(line)
         if m:
             finish()
@@ -210,6 +222,9 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             p = _PARAM.match(line)
             if p:
                 params[p.group(1)] = p.group(2)
+                shape = _PARAM_SHAPE.search(line, p.end())
+                if shape and "is_parameter" in line:
+                    shapes[p.group(2)] = tuple(int(d) for d in shape.group(1).replace(" ", "").split(",") if d)
             continue
         stripped = line.strip()
         if stripped.startswith(": ("):
@@ -257,7 +272,7 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
     for index, (fwd_name, fwd_unique) in pending_forward.items():
         node = nodes[index]
         node.forward_name = unique.get(fwd_unique or "") or fwd_name
-    return GraphIndex(nodes)
+    return GraphIndex(nodes, returns=[ids[r] for r in returns if r in ids], parameter_shapes=shapes)
 
 
 def load_ir(path: str) -> GraphIndex:

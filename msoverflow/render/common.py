@@ -255,9 +255,9 @@ def scanned_text(report: Report) -> str:
             + (f"; ... {more} more rank(s) (--format json)" if more > 0 else ""))
 
 
-def provenance_text(report: Report) -> str:
+def provenance_text(report) -> str:
     """`msoverflow 0.4.0 on host, 2026-12-01T03:40:00Z: msoverflow analyze DUMP (MindSpore 2.10.0)`; "" when the
-    Report carries none."""
+    Report (or Comparison) carries none."""
     p = report.provenance or {}
     if not p:
         return ""

@@ -11,7 +11,7 @@ import os
 from typing import List, Optional
 
 from ..comparison import Comparison, OpDiff, TensorDiff, comparison_dict
-from .common import parallel_text, rank_phrase
+from .common import parallel_text, provenance_text, rank_phrase
 from .safe import md, md_code, plain, plot_label
 
 MAX_UNMATCHED_SHOWN = 20
@@ -129,6 +129,8 @@ def render_compare_text(c: Comparison) -> str:
         out.append(f"inconclusive: {line}")
     if c.warnings:
         out.append(f"{len(c.warnings)} warning(s) (--format json lists them)")
+    if provenance_text(c):
+        out.append(f"-- {provenance_text(c)}")
     return "\n".join(plain(line) for line in out) + "\n"     # names from a dump never drive the terminal
 
 
@@ -170,6 +172,8 @@ def render_compare_markdown(c: Comparison) -> str:
     if c.parallel:
         out += [f"Layout: {md(parallel_text(c.parallel))}.", ""]
     out += [f"- caveat: {md(x)}" for x in c.caveats] + [f"- inconclusive: {md(x)}" for x in c.reasons]
+    if provenance_text(c):
+        out += ["", f"Made by {md(provenance_text(c))}."]
     return "\n".join(out) + "\n"
 
 
@@ -292,6 +296,8 @@ def render_compare_html(c: Comparison, page_dir: Optional[str] = None) -> str:
                  + "".join(f"<p class=note>inconclusive: {esc(x)}</p>" for x in c.reasons)
                  + ("<ul class=warn>" + "".join(f"<li>{esc(w)}</li>" for w in c.warnings[:300]) + "</ul>"
                     if c.warnings else "") + links.note() + "</section>")    # last: every link is made
+    if provenance_text(c):
+        parts.append(f'<footer id="provenance" class="note"><p>Made by {esc(provenance_text(c))}</p></footer>')
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{esc('msoverflow compare: ' + c.verdict)}</title><style>{CSS}</style></head><body><main>"

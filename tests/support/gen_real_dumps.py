@@ -345,6 +345,21 @@ MULTI_RANK_CASES: List[Case] = [
                                                 2: ("received", 1, "AllReduce"), 3: ("origin", 2, "Div")})),
     ),
     Case(
+        name="dp4_skip_on_overflow",
+        description="4 ranks (msrun, MCCL), data parallel, the demo TinyBaichuan (fp16 NormHead) under a "
+                    "loss-scale-style cell whose optimizer runs only inside `if every reduced gradient is finite`; "
+                    "rank 2 trains step 1 of 2 with loss scale 256, every other (rank, step) with 1.",
+        shows="SqrtGrad in NormHead's backward overflows on rank 2 at step 1; the NormHead weight's inf gradient "
+              "reaches every rank through the gradient AllReduce, and the step runs no optimizer kernel (skipped "
+              "on overflow): the parameters hit come from the gradients, through the saved graph.",
+        argv=(_DP, "--model", "normhead", "--steps", "2", "--bad", "2:1", "--skip-on-overflow"),
+        workers=4, dump_settings=_ALL_DEVICES,
+        expected=_expect("anomaly", layout={0: [0, 1], 2: [0]}, **{**_NORMHEAD_OVERFLOW, "iteration": 1},
+                         expected_origin_rank=2,
+                         expected_ranks=_ranks({0: ("received", 1, "AllReduce"), 1: ("received", 1, "AllReduce"),
+                                                2: ("origin", 1, "SqrtGrad"), 3: ("received", 1, "AllReduce")})),
+    ),
+    Case(
         name="dp2_loss_scale_calibrating",
         description="2 ranks (msrun, MCCL), data parallel, the loss_scale_calibration_fp16 regressor (dynamic loss "
                     "scale from 2^24, the cell's AllReduced gradients and overflow status); rank 1's batches are 8x "
