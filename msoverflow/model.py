@@ -145,6 +145,12 @@ class GraphNode:
     # A framework dump's Cell/Module entry (msprobe) is not one op but the whole Cell: the scope it covers. A bad
     # value first made by an op inside that scope is not a second origin when the Cell's own output shows it.
     wraps_scope: Optional[str] = None
+    # The node's literal arguments (slot -> text as the .ir writes it: `Bool(1)`, `I64(-1)`, `(I64(0), I64(1))`)
+    # and its primitive attributes (the text inside `primitive_attrs: {...}`), parsed only when an op is
+    # recomputed (msoverflow/readers/ir_graph.py literal(), attributes()).
+    literals: Dict[int, str] = field(default_factory=dict)
+    attrs_text: str = ""
+    types_text: str = ""      # the node's inferred types line: `(<Tensor[Float32], (2, 4)>, ...) -> (...)`
 
 
 @dataclass(slots=True)
@@ -213,6 +219,52 @@ class Source:
     code: str
 
 
+# Causes of an origin (Finding.cause): what recomputing the op from its dumped inputs says made its bad value.
+CAUSE_PRECISION = "precision"   # bad in the low-precision dtype, finite in float32: a precision patch is the fix
+CAUSE_DOMAIN = "domain"         # bad in every training dtype from finite inputs: sqrt/log of a negative, 0/0, x/0,
+                                # inf - inf, or a value beyond float32's range
+CAUSE_DATA = "data"             # a zero token/mask count as a denominator, or the data batch itself holds the value
+CAUSE_DEVICE = "device"         # the inputs recompute finite where the dump is not: a kernel bug or a hardware fault
+CAUSE_UNKNOWN = "unknown"       # it could not be recomputed (the reason says why)
+CAUSES = (CAUSE_PRECISION, CAUSE_DOMAIN, CAUSE_DATA, CAUSE_DEVICE, CAUSE_UNKNOWN)
+
+
+@dataclass
+class Recomputed:
+    """The origin op recomputed from its dumped inputs in one precision."""
+    dtype: str                       # float16 | bfloat16 | float32 | float64
+    finite: bool                     # every value of the recomputed output is finite
+    max_abs: Optional[float]         # largest finite |x|
+    nonfinite: int = 0
+    agrees: Optional[bool] = None    # the dump holds what this gives, seen in the coarser dtype (None: not comparable)
+    mismatches: int = 0              # elements where they differ
+
+
+@dataclass
+class Sample:
+    """One bad element: its dumped value beside the recomputed ones (repro prints these)."""
+    index: Tuple[int, ...]
+    dumped: float
+    recomputed: Dict[str, float] = field(default_factory=dict)   # precision -> value
+
+
+@dataclass
+class Cause:
+    """Why an origin made its bad value (msoverflow/diagnosis/cause.py)."""
+    cause: str                       # CAUSE_*
+    reason: str                      # one sentence: what the recompute showed
+    advice: str = ""
+    by: str = ""                     # what recomputed it: "numpy" | "mindspore" | "" (not recomputed)
+    output_slot: Optional[int] = None
+    recompute: List[Recomputed] = field(default_factory=list)
+    where: str = ""                  # "all 8 values", "all 30 in batch row 1", "spread across the tensor: ..."
+    axes: Dict[str, List[int]] = field(default_factory=dict)
+    pattern: str = ""                # "bit flip" | "memory stomp" | "overflow" | ""
+    pattern_text: str = ""
+    evidence: List[str] = field(default_factory=list)
+    samples: List[Sample] = field(default_factory=list)
+
+
 @dataclass
 class Finding:
     """One op execution that produced a bad value, with what the rules concluded about it."""
@@ -238,6 +290,7 @@ class Finding:
     producers: List[str] = field(default_factory=list)   # the graph's inputs of this op (full names), for edges
     ir_file: Optional[str] = None     # the saved graph (.ir) holding this op
     ir_line: Optional[int] = None
+    cause: Optional[Cause] = None     # what made the bad value (origins; diagnosis)
 
 
 @dataclass

@@ -1,0 +1,128 @@
+"""The diagnose stage: every origin of a Report gets its cause (Finding.cause), recomputed from the dump.
+
+It reads again only the (rank, step) units holding origins (their op runs and saved graph), and the tensors of the
+origin ops: the walk's cost does not change, and a dump without origins costs nothing here.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..evaluate import TensorAccess
+from ..model import (CROSS_RANK, LIKELY_ORIGIN, ORIGIN, CAUSE_UNKNOWN, Cause, Finding, OpExecution, Report,
+                     TensorEvent)
+from ..rules.knowledge import knowledge
+from .cause import diagnose
+
+Warn = Callable[[str], None]
+
+
+class _Step:
+    """One (rank, step) unit read whole, once, on first need."""
+
+    def __init__(self, unit, warn: Warn):
+        self.unit, self.warn = unit, warn
+        self._read = None
+        self._graphs: Dict[str, object] = {}
+
+    @property
+    def read(self):
+        if self._read is None:
+            from ..walk import read_unit
+            self._read = read_unit(self.unit, self.warn)
+        return self._read
+
+    def executions(self) -> List[OpExecution]:
+        return self.read.executions
+
+    def graph(self, rank: int, graph: str):
+        key = str(graph)
+        if key not in self._graphs:
+            found = self.read.graphs.get((rank, graph)) or self.read.graphs.get((rank, key))
+            root = self.read.rank_roots.get((rank, graph)) or self.read.rank_roots.get((rank, key))
+            if found is None and root:
+                from ..readers.ir_graph import graph_files, load_ir
+                for path in graph_files(root, key):
+                    try:
+                        found = load_ir(path)
+                        break
+                    except OSError as exc:
+                        self.warn(f"{path}: cannot read saved graph ({exc.strerror})")
+            self._graphs[key] = found
+        return self._graphs[key]
+
+
+def diagnose_report(report: Report, *, warn: Warn = lambda message: None, mindspore: bool = True) -> None:
+    """Set `cause` on the report's origins (first, anomalies, likely origin)."""
+    units = {(u.rank, u.iteration): u for u in report.scanned_units}
+    steps: Dict[Tuple[int, int], _Step] = {}
+    access = TensorAccess(warn)
+    seen = set()
+    for finding in [report.first, report.likely_origin, *report.anomalies]:
+        if finding is None or id(finding) in seen or finding.role not in (ORIGIN, LIKELY_ORIGIN):
+            continue
+        seen.add(id(finding))
+        key = (finding.rank, finding.iteration)
+        if key not in units:
+            finding.cause = Cause(CAUSE_UNKNOWN, "not recomputed: its step was not scanned")
+            continue
+        step = steps.setdefault(key, _Step(units[key], warn))
+        finding.cause = diagnose_finding(finding, step, access, mindspore=mindspore)
+
+
+def diagnose_finding(finding: Finding, step: _Step, access: TensorAccess, *, mindspore: bool = True) -> Cause:
+    if finding.kind == CROSS_RANK:
+        return Cause(CAUSE_UNKNOWN, "not recomputed: a collective delivered the value; its cause is on the rank "
+                     "that sent it")
+    graph = step.graph(finding.rank, finding.graph)
+    node = graph.find(finding.op_name) if graph is not None else None
+    runs = step.executions()
+    ex = _execution(runs, finding)
+    if ex is None:
+        return Cause(CAUSE_UNKNOWN, "not recomputed: the op's own files were not found in its step")
+    produced = _produced(ex, runs, node, graph, access)
+    return diagnose(ex, access, node=node, graph=graph, produced=produced, step=step.executions,
+                    mindspore=mindspore)
+
+
+def _execution(runs: Sequence[OpExecution], finding: Finding) -> Optional[OpExecution]:
+    names = {finding.op_name}
+    if finding.full_name:
+        from ..names import scope_to_file_name
+        names.add(scope_to_file_name(finding.full_name))
+    matches = [ex for ex in runs if ex.op_name in names and ex.graph == finding.graph]
+    if not matches:
+        return None
+    return min(matches, key=lambda ex: abs(ex.time - finding.timestamp))
+
+
+def _produced(ex: OpExecution, runs, node, graph, access) -> Optional[List[TensorEvent]]:
+    """Where the op's results are when its outputs were not dumped: the inputs it writes in place, or, in an
+    inputs-only dump, the input of a consumer it feeds (found through the saved graph)."""
+    if ex.outputs:
+        return None
+    written = knowledge().written_inputs(ex.op_type)
+    own = [e for e in ex.inputs if e.slot in written]
+    if own:
+        return own
+    if node is None or graph is None:
+        return None
+    fed = []
+    for consumer in runs:
+        if consumer.iteration != ex.iteration or consumer.graph != ex.graph:
+            continue
+        cnode = graph.find(consumer.op_name)
+        if cnode is None or node.full_name not in cnode.inputs:
+            continue
+        for event in consumer.inputs:
+            if event.slot < len(cnode.inputs) and cnode.inputs[event.slot] == node.full_name:
+                fed.append(event)
+    bad = [e for e in fed if access.bad(e)]
+    if bad:
+        bad[0].slot = 0 if bad[0].slot is None else bad[0].slot
+    return [_as_output(bad[0])] if bad else None
+
+
+def _as_output(event: TensorEvent) -> TensorEvent:
+    """A consumer's input read as the producer's output 0 (a copy: the walk's event is left as it was)."""
+    from dataclasses import replace
+    return replace(event, io="output", slot=0)
