@@ -193,3 +193,29 @@ def test_recompute_error_is_never_raised_out_of_diagnose(real_dumps):
     assert cause.cause == "unknown" and "could not be read" in cause.reason
     with pytest.raises(RecomputeError):
         reproduce(ex, TensorAccess(lambda message: None), ["float32"], mindspore=False)
+
+
+# Real msprobe dumps (scripts/gen_msprobe_dumps.py): the cause each origin gets, and why.
+MSPROBE_CAUSES = {
+    "l1_tensor_step2": ("precision", "overflows float16"),         # Sqrt.backward fed by its forward entry's output
+    "mix_tensor_step2": ("precision", "overflows float16"),
+    "l1_statistics_stepk": ("unknown", "statistics only"),
+    "l0_statistics": ("unknown", "statistics only"),
+    "dp2_l1_statistics_rank1": ("unknown", "statistics only"),
+    "l0_tensor_stepk": ("unknown", "framework-level entry"),       # a whole Cell's backward is not one op
+}
+
+
+def test_every_msprobe_fixture_keeps_its_origin_and_gets_a_cause(msprobe_dumps):
+    import json
+    for name, root in msprobe_dumps.items():
+        expected = json.loads((root / "case.json").read_text())["expected"]
+        report = analyze(str(root / "dump"), progress=False)
+        diagnose_report(report)
+        assert report.verdict == expected["verdict"], name
+        if name not in MSPROBE_CAUSES:
+            assert report.first is None, name
+            continue
+        assert report.first.op_name == expected["op_name"], name
+        cause, words = MSPROBE_CAUSES[name]
+        assert report.first.cause.cause == cause and words in report.first.cause.reason, (name, report.first.cause)

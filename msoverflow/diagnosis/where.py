@@ -215,8 +215,12 @@ def describe(values: np.ndarray, mask: np.ndarray, *, reference: Optional[np.nda
     placement = place(mask)
     if reproduced is not True:
         text = stomp(mask)
-        if text:
+        if text and (reproduced is False or "aligned" in text):
             placement.pattern, placement.pattern_text = MEMORY_STOMP, f"{text}: the pattern of a memory stomp"
+            return placement
+        if text:      # whole rows also come from one bad input row carried through a product: not proof alone
+            placement.pattern_text = (f"{text}: the layout of a memory stomp, or of one bad input row carried "
+                                      "through the op; a recompute would tell")
             return placement
         text = bit_flip(values, mask, reference if reproduced is False else None)
         if text:
