@@ -144,7 +144,8 @@ def literal(text: str):
         m = _TENSOR_VALUE.search(text)
         if m:
             value = m.group(1)
-            numbers = [float(v) for v in value.strip("[]").replace(",", " ").split()]
+            kind = int if re.search(r"dtype=U?Int", text) else float
+            numbers = [kind(float(v)) for v in value.strip("[]").replace(",", " ").split()]
             return tuple(numbers) if value.startswith("[") else numbers[0]
     raise ValueError(f"not a literal: {text[:40]}")
 
