@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..evaluate import TensorAccess
-from ..model import (CROSS_RANK, LIKELY_ORIGIN, ORIGIN, CAUSE_UNKNOWN, Cause, Finding, OpExecution, Report,
-                     TensorEvent)
+from ..model import (CAUSE_DEVICE, CAUSE_UNKNOWN, CROSS_RANK, LIKELY_ORIGIN, ORIGIN, Cause, Finding, OpExecution,
+                     Report, TensorEvent)
 from ..rules.knowledge import knowledge
-from .cause import diagnose
+from .cause import ADVICE, diagnose
 
 Warn = Callable[[str], None]
 
@@ -51,22 +51,80 @@ class _Step:
         return self._graphs[key]
 
 
+class _Steps:
+    """The (rank, step) units diagnosis reads, each read once: the scanned ones, and others of the dump on demand
+    (a data-parallel peer's step the walk did not need)."""
+
+    def __init__(self, report: Report, warn: Warn):
+        self.report, self.warn = report, warn
+        self.units = {(u.rank, u.iteration): u for u in report.scanned_units}
+        self.steps: Dict[Tuple[int, int], Optional[_Step]] = {}
+
+    def get(self, rank: int, iteration: int) -> Optional[_Step]:
+        key = (rank, iteration)
+        if key not in self.steps:
+            unit = self.units.get(key)
+            if unit is None:
+                from ..walk import units
+                found = units(self.report.dump_dir, ranks=[rank], steps=[iteration], warn=self.warn)
+                unit = found[0] if found else None
+            self.steps[key] = _Step(unit, self.warn) if unit is not None else None
+        return self.steps[key]
+
+
 def diagnose_report(report: Report, *, warn: Warn = lambda message: None, mindspore: bool = True) -> None:
     """Set `cause` on the report's origins (first, anomalies, likely origin)."""
-    units = {(u.rank, u.iteration): u for u in report.scanned_units}
-    steps: Dict[Tuple[int, int], _Step] = {}
+    steps = _Steps(report, warn)
     access = TensorAccess(warn)
+    coords = {row.rank: row.coords for row in report.rank_status}
     seen = set()
     for finding in [report.first, report.likely_origin, *report.anomalies]:
         if finding is None or id(finding) in seen or finding.role not in (ORIGIN, LIKELY_ORIGIN):
             continue
         seen.add(id(finding))
-        key = (finding.rank, finding.iteration)
-        if key not in units:
+        step = steps.get(finding.rank, finding.iteration) if (finding.rank, finding.iteration) in steps.units \
+            else None
+        if step is None:
             finding.cause = Cause(CAUSE_UNKNOWN, "not recomputed: its step was not scanned")
             continue
-        step = steps.setdefault(key, _Step(units[key], warn))
         finding.cause = diagnose_finding(finding, step, access, mindspore=mindspore)
+        reached = [f.op_name for f in report.propagation if f.rank == finding.rank
+                   and f.iteration == finding.iteration] if finding is report.first else []
+        _replica_evidence(finding, reached, coords, steps, access)
+
+
+def _replica_evidence(finding: Finding, reached: List[str], coords, steps: _Steps, access: TensorAccess) -> None:
+    """Data-parallel replicas of what the origin made (and what its value reached) on the other ranks of its dp
+    group: a rank holding a copy its peers do not is the suspect device. Only for origins the recompute calls
+    a device fault or could not decide: the others need no more reading."""
+    from .replicas import compare, dp_group
+    cause = finding.cause
+    if cause is None or cause.cause not in (CAUSE_DEVICE, CAUSE_UNKNOWN):
+        return
+    group = dp_group(finding.rank, coords)
+    if len(group) < 2:
+        if len(coords) > 1:
+            cause.evidence.append("replicas: not compared (the data-parallel groups are not known; --parallel "
+                                  "dp=N,tp=M gives them)")
+        return
+    own = steps.get(finding.rank, finding.iteration)
+    graph = own.graph(finding.rank, finding.graph) if own is not None else None
+
+    def runs_of(rank: int):
+        step = steps.get(rank, finding.iteration)
+        return step.executions() if step is not None else []
+
+    check = compare(finding.rank, group, runs_of, access, knowledge(),
+                    getattr(graph, "data_inputs", frozenset()), only=[finding.op_name, *reached])
+    cause.evidence.append(check.text)
+    if check.suspect and cause.cause == CAUSE_UNKNOWN:
+        first = next(d for d in check.differences if finding.rank in d.odd)
+        peers = ", ".join(str(r) for r in check.group if r not in first.odd)
+        cause.evidence.insert(0, f"the recompute alone could not decide: {cause.reason}")
+        cause.cause = CAUSE_DEVICE
+        cause.reason = (f"its data-parallel replicas disagree: rank {finding.rank}'s {first.name} differs from ranks "
+                        f"{peers}, which agree ({first.detail})")
+        cause.advice = ADVICE[CAUSE_DEVICE]
 
 
 def diagnose_finding(finding: Finding, step: _Step, access: TensorAccess, *, mindspore: bool = True) -> Cause:
