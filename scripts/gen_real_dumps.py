@@ -241,6 +241,20 @@ CASES: List[Case] = [
                                                     "scope_contains": "Grad_ReduceSum"}),
     ),
     Case(
+        name="nan_in_batch",
+        description="fp32 sequence regressor fed a batch whose row 1 holds NaN at sequence positions 1-4, every "
+                    "channel, one step.",
+        shows="The first bad value is in the data batch, a graph input (inputs0), before any op ran. Observed: "
+              "the Parameter files are written at the end of the step, so the first bad tensor in time is the input "
+              "0 of the Reshape that reads the batch (produced by `parameter inputs0` in the .ir).",
+        argv=("nan_in_batch.py",),
+        expected=_expect("anomaly", op_type="Reshape", iteration=0, kind="invalid", forward_op="Reshape",
+                         cell="Dense", source_contains="self.fc(x)", expected_cause="data",
+                         expected_first_op_scope_contains="fc-Dense_Reshape",
+                         expected_first_bad_tensor={"op_type": "Reshape", "io": "input", "slot": 0,
+                                                    "scope_contains": "fc-Dense_Reshape"}),
+    ),
+    Case(
         name="kernel_zoo",
         description="fp32 network through many kinds of op (MatMul/BatchMatMul with each transpose flag, LayerNorm, "
                     "Softmax, LogSoftmax, elementwise math, reductions, a Cast to float16), one clean SGD step.",

@@ -219,3 +219,10 @@ def test_every_msprobe_fixture_keeps_its_origin_and_gets_a_cause(msprobe_dumps):
         assert report.first.op_name == expected["op_name"], name
         cause, words = MSPROBE_CAUSES[name]
         assert report.first.cause.cause == cause and words in report.first.cause.reason, (name, report.first.cause)
+
+
+def test_data_names_the_batch_rows_of_a_bad_graph_input(real_dumps):
+    cause = _check_cause(real_dumps["nan_in_batch"], real_dumps.case("nan_in_batch"))
+    assert "graph input inputs0" in cause.reason and cause.by == ""
+    assert cause.where == "all 12 in batch row 1, sequence positions 1-4 (of 60 values)"
+    assert cause.pattern == ""

@@ -26,7 +26,7 @@ def test_concentrated_in_positions_and_channels():
     assert where.place(mask).text == "sequence positions 3-4 entirely (32 of 256 values)"
     mask = np.zeros((2, 16, 8), dtype=bool)
     mask[0, 2:9, 7] = True
-    assert where.place(mask).text == "all 7 in batch row 0, channel 7 (of 256 values)"
+    assert where.place(mask).text == "all 7 in batch row 0, sequence positions 2-8, channel 7 (of 256 values)"
 
 
 def test_few_values_are_named_one_by_one_and_many_are_spread():

@@ -65,7 +65,11 @@ def diagnose(ex: OpExecution, access, *, node: Optional[GraphNode] = None, graph
     (a framework dump's forward entry, a zero denominator's producer), asked only when needed."""
     kn = kn or knowledge()
     if ex.is_parameter:
-        return _parameter(ex, graph)
+        return _parameter(ex, graph, access)
+    written = kn.written_inputs(ex.op_type)
+    bad_inputs = [e for e in ex.inputs if e.slot not in written and access.bad(e)]
+    if bad_inputs:
+        return _made_before(ex, bad_inputs[0], node, graph, access)
     produced = list(produced if produced is not None else ex.outputs)
     out = next((e for e in produced if access.bad(e)), None)
     if out is None:
@@ -446,14 +450,35 @@ def _empty_rows(mask: np.ndarray) -> str:
     return f"is 0 in {count} of {total} positions, empty in {label}"
 
 
-def _parameter(ex: OpExecution, graph) -> Cause:
+def _parameter(ex: OpExecution, graph, access) -> Cause:
     name = ex.op_name
     if graph is not None and name in getattr(graph, "data_inputs", ()):
-        event = ex.outputs[0] if ex.outputs else None
-        return Cause(cause=CAUSE_DATA, reason=f"the data batch itself: graph input {name} already holds the bad "
-                     "value when the step starts", advice=ADVICE[CAUSE_DATA],
-                     evidence=[f"{name} is an input of the graph, not a weight"] if event is not None else [])
+        return _data_input(name, next((e for e in ex.outputs if access.bad(e)), None), access)
     return _unknown(f"{name} was already bad when this dump starts: nothing in it to recompute the value from")
+
+
+def _made_before(ex: OpExecution, event: TensorEvent, node, graph, access) -> Cause:
+    """The op's input was already bad (no dumped op made the value): the batch itself when that input is a graph
+    input, else an op, step or rank the dump does not hold."""
+    producer = node.inputs[event.slot] if node is not None and event.slot < len(node.inputs) else None
+    if producer and producer.startswith("param:") and graph is not None and \
+            producer[len("param:"):] in getattr(graph, "data_inputs", ()):
+        return _data_input(producer[len("param:"):], event, access)
+    return _unknown(f"its input {event.slot} was already bad: the op that made the value"
+                    + (f" ({producer})" if producer and producer != "const" else "") + " is not in the dump")
+
+
+def _data_input(name: str, event: Optional[TensorEvent], access) -> Cause:
+    cause = Cause(cause=CAUSE_DATA, reason=f"the data batch itself: graph input {name} holds the bad values before "
+                  "any op ran", advice=ADVICE[CAUSE_DATA], evidence=[f"{name} is an input of the graph, not a weight"])
+    values = access.array(event) if event is not None else None
+    if values is not None:
+        values = np.asarray(values)
+        mask = bad_mask(values, event.dtype)
+        placement = where.place(mask)          # the data explain the values: no device pattern is looked for
+        cause.reason += f" ({_bad_words(values, mask, event.dtype)}; {placement.text})"
+        cause.where, cause.axes = placement.text, placement.axes
+    return cause
 
 
 def _unknown(why: str) -> Cause:

@@ -79,7 +79,10 @@ def diagnose_report(report: Report, *, warn: Warn = lambda message: None, mindsp
     coords = {row.rank: row.coords for row in report.rank_status}
     seen = set()
     for finding in [report.first, report.likely_origin, *report.anomalies]:
-        if finding is None or id(finding) in seen or finding.role not in (ORIGIN, LIKELY_ORIGIN):
+        # the first finding may be an op first seen with a bad input (no dumped op made the value): its cause is
+        # then where that input came from
+        if finding is None or id(finding) in seen or (finding.role not in (ORIGIN, LIKELY_ORIGIN)
+                                                      and finding is not report.first):
             continue
         seen.add(id(finding))
         step = steps.get(finding.rank, finding.iteration) if (finding.rank, finding.iteration) in steps.units \

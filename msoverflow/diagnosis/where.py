@@ -83,7 +83,8 @@ def place(mask: np.ndarray) -> Placement:
     concentrated = []
     for k in range(len(shape)):
         distinct = np.unique(idx[:, k])
-        if shape[k] > 1 and len(distinct) <= 3 and len(distinct) < shape[k]:
+        contiguous = distinct[-1] - distinct[0] + 1 == len(distinct)
+        if shape[k] > 1 and (len(distinct) <= 3 or contiguous) and len(distinct) < shape[k]:
             concentrated.append((k, distinct))
     if concentrated:
         k, distinct = concentrated[0]
@@ -92,7 +93,7 @@ def place(mask: np.ndarray) -> Placement:
             text = f"{_plural(names[k], len(distinct))} {spans(distinct)} entirely ({count} of {total} values)"
         else:
             text = f"all {count} in {_plural(names[k], len(distinct))} {spans(distinct)}"
-            for k2, distinct2 in concentrated[1:2]:
+            for k2, distinct2 in concentrated[1:]:
                 text += f", {_plural(names[k2], len(distinct2))} {spans(distinct2)}"
             text += f" (of {total} values)"
         return Placement(count, total, text, axes)
