@@ -166,7 +166,7 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
     scanned_units = [u for u in units if u.iteration in walked.scanned.get(u.rank, ())]
     # msprobe's dump.json records the order of its entries, not when they ran: no step span, no time into a step.
     clocked = LAYOUT_MSPROBE not in walked.layouts
-    return Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
+    report = Report(dump_dir=os.path.abspath(path), first=first, anomalies=anomalies, propagation=propagation,
                   warnings=warnings, ranks=sorted(walked.runs), iterations=iterations_seen,
                   files=walked.files, tensors_read=access.tensors_read, layout=",".join(walked.layouts),
                   tail_clean=walked.scanned_all, extra=extra, rank_status=rank_status, coverage=limits,
@@ -175,6 +175,10 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
                   scanned_steps={rank: steps for rank, steps in scanned_steps.items() if steps},
                   edges=_edges(first, propagation), completeness=incomplete, likely_origin=likely,
                   scanned_units=scanned_units, parallel=layout, parameters=hit)
+    # diagnose: the cause of every origin, recomputed from its dumped inputs (msoverflow/diagnosis)
+    from .diagnosis.stage import diagnose_report
+    diagnose_report(report, warn=note)
+    return report
 
 
 def _arrivals(walked, clocked: bool = True) -> List[Arrival]:
@@ -460,7 +464,7 @@ def _finding(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: _GraphCa
                    forward_op=forward_op, cell=cell, cell_type=cell_type, source=source, inputs=inputs,
                    outputs=outputs, flags=list(ex.flags),
                    recommendation=kn.recommend(v.advice, **values) if v.role in (ORIGIN, SUSPECT) else "",
-                   evidence=evidence, producers=list(node.inputs) if node else [],
+                   evidence=evidence, producers=list(node.inputs) if node else [], advice=v.advice,
                    ir_file=getattr(graph, "path", None) if node else None, ir_line=node.ir_line if node else None)
 
 

@@ -291,6 +291,7 @@ class Finding:
     ir_file: Optional[str] = None     # the saved graph (.ir) holding this op
     ir_line: Optional[int] = None
     cause: Optional[Cause] = None     # what made the bad value (origins; diagnosis)
+    advice: str = ""                  # the recommendation's key in op_knowledge.yaml (the cause may replace it)
 
 
 @dataclass
@@ -402,6 +403,11 @@ class Report:
         """Bad values were read although no origin is named (a rank received one, a likely origin was found)."""
         return self.first is not None or self.likely_origin is not None or any(
             row.status in (RANK_ORIGIN, RANK_RECEIVED, RANK_FLAGGED) for row in self.rank_status)
+
+    @property
+    def cause(self) -> Optional[Cause]:
+        """What made the first origin's bad value (precision, domain, data, device or unknown), or None."""
+        return self.first.cause if self.first is not None else None
 
     @property
     def verdict(self) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..evaluate import TensorAccess
-from ..model import (CAUSE_DEVICE, CAUSE_UNKNOWN, CROSS_RANK, LIKELY_ORIGIN, ORIGIN, Cause, Finding, OpExecution,
+from ..model import (CAUSE_DATA, CAUSE_DEVICE, CAUSE_DOMAIN, CAUSE_UNKNOWN, CROSS_RANK, LIKELY_ORIGIN, ORIGIN, Cause, Finding, OpExecution,
                      Report, TensorEvent)
 from ..rules.knowledge import knowledge
 from .cause import ADVICE, diagnose
@@ -90,10 +90,27 @@ def diagnose_report(report: Report, *, warn: Warn = lambda message: None, mindsp
         if step is None:
             finding.cause = Cause(CAUSE_UNKNOWN, "not recomputed: its step was not scanned")
             continue
-        finding.cause = diagnose_finding(finding, step, access, mindspore=mindspore)
+        # MindSpore's subprocess (seconds) only for the first origin; the others get what numpy can say
+        finding.cause = diagnose_finding(finding, step, access, mindspore=mindspore and finding is report.first)
         reached = [f.op_name for f in report.propagation if f.rank == finding.rank
                    and f.iteration == finding.iteration] if finding is report.first else []
         _replica_evidence(finding, reached, coords, steps, access)
+        _follow_the_cause(finding)
+
+
+# Recommendations (op_knowledge.yaml keys) that prescribe a wider dtype: wrong for a cause no dtype fixes.
+_PRECISION_ADVICE = frozenset({"overflow", "invalid", "overflow_cast", "saturation", "flagged"})
+
+
+def _follow_the_cause(finding: Finding) -> None:
+    """The recommendation follows the cause: a device fault or a value no dtype holds gets the cause's advice,
+    not a precision fix."""
+    cause = finding.cause
+    if cause is None or not cause.advice:
+        return
+    if cause.cause == CAUSE_DEVICE or (cause.cause in (CAUSE_DOMAIN, CAUSE_DATA) and
+                                       finding.advice in _PRECISION_ADVICE):
+        finding.recommendation = cause.advice
 
 
 def _replica_evidence(finding: Finding, reached: List[str], coords, steps: _Steps, access: TensorAccess) -> None:

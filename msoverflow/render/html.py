@@ -23,9 +23,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..dtypes import dtype_max
 from ..model import (RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED,
                      Finding, Report, TensorSummary)
-from .common import (arrival_text, clean_text, coords_phrase, coords_text, count_cell, counts_note, parallel_text,
-                     producer_text, provenance_text, rank_where, ranks_shown, scanned_text, steps_text,
-                     tensors_shown)
+from .common import (arrival_text, cause_values_text, clean_text, coords_phrase, coords_text, count_cell,
+                     counts_note, parallel_text, producer_text, provenance_text, rank_where, ranks_shown,
+                     recompute_rows, recompute_title, sample_texts, scanned_text, steps_text, tensors_shown)
 from .safe import plain, plot_label
 from .text import max_abs_text, op_label, range_used_text, shape_text
 
@@ -462,6 +462,10 @@ def _verdict_card(report: Report) -> str:
                  ("kind", _e(f.kind)),
                  ("where", f"{_e(rank_where(f.rank, report))}, step {f.iteration}, graph {_e(f.graph)}"),
                  ("what", _e(f.detail)),
+                 *((("cause", f'<strong class="cause">{_e(f.cause.cause)}</strong>: {_e(f.cause.reason)}'),)
+                   if f.cause is not None else ()),
+                 *((("values", _e(cause_values_text(f.cause))),) if f.cause is not None and cause_values_text(f.cause)
+                   else ()),
                  ("Cell", _e(f"{f.cell or '-'}" + (f" ({f.cell_type})" if f.cell_type else ""))),
                  ("source", (f"{_file_link(f.source.file, f.source.file, f.source.line)} "
                              f"<code>{_e(f.source.code)}</code>") if f.source else "not known (no saved graph)"),
@@ -588,9 +592,28 @@ def _finding_block(f: Finding, index: int) -> str:
             + "</ul>")
     if f.evidence:
         out.append("<ul>" + "".join(f"<li>{_e(item)}</li>" for item in f.evidence) + "</ul>")
+    if f.cause is not None:
+        out.append(_cause_block(f.cause))
     if f.recommendation:
         out.append(f"<p><strong>fix:</strong> {_e(f.recommendation)}</p>")
     out.append("</article>")
+    return "\n".join(out)
+
+
+def _cause_block(cause) -> str:
+    """The cause of an origin: what the recompute showed, per precision, and the bad values beside the recomputed
+    ones."""
+    out = [f'<div class="cause"><p><strong>cause: {_e(cause.cause)}</strong> · {_e(cause.reason)}</p>']
+    if cause.recompute:
+        rows = "".join("<tr>" + "".join(f"<td>{_e(cell)}</td>" for cell in row) + "</tr>"
+                       for row in recompute_rows(cause))
+        out.append(f"<table><caption style='text-align:left'>{_e(recompute_title(cause))}</caption><thead><tr>"
+                   "<th>dtype</th><th>finite</th><th>max |x|</th><th>agrees with the dump</th></tr></thead><tbody>"
+                   + rows + "</tbody></table>")
+    items = sample_texts(cause) + ([cause_values_text(cause)] if cause_values_text(cause) else []) + cause.evidence
+    if items:
+        out.append("<ul>" + "".join(f"<li>{_e(item)}</li>" for item in items) + "</ul>")
+    out.append("</div>")
     return "\n".join(out)
 
 
@@ -614,10 +637,12 @@ def _origins_table(report: Report) -> str:
     for i, f in enumerate(report.anomalies[:MAX_TABLE_ROWS]):
         rows.append(f'<tr><td class="num">{i + 1}</td><td class="num">{f.rank}</td><td class="num">{f.iteration}</td>'
                     f'<td>{_e(f.kind)}</td><td><a href="#{_finding_id(i)}">{_e(f.op_type)}</a></td>'
-                    f'<td>{_e(f.cell or f.cell_type or "-")}</td><td>{_e(f.detail)}</td></tr>')
+                    f'<td>{_e(f.cell or f.cell_type or "-")}</td><td>{_e(f.cause.cause if f.cause else "-")}</td>'
+                    f'<td>{_e(f.detail)}</td></tr>')
     more = len(report.anomalies) - MAX_TABLE_ROWS
     return ('<section id="origins"><h2>All origins (time order per rank, ranks by step)</h2><table><thead><tr>'
-            "<th>#</th><th>rank</th><th>step</th><th>kind</th><th>op</th><th>Cell</th><th>what</th></tr></thead>"
+            "<th>#</th><th>rank</th><th>step</th><th>kind</th><th>op</th><th>Cell</th><th>cause</th><th>what</th>"
+            "</tr></thead>"
             "<tbody>" + "".join(rows) + "</tbody></table>"
             + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "") + "</section>")
 

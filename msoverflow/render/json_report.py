@@ -59,7 +59,25 @@ def finding_dict(f: Finding) -> dict:
         "overflow_flags": [{"unit": r.unit, "status": r.status, "status_words": r.status_words,
                             "task_id": r.task_id, "stream_id": r.stream_id, "source": r.source} for r in f.flags],
         "recommendation": f.recommendation, "evidence": f.evidence,
+        "cause": f.cause.cause if f.cause else None,
+        "recompute": [asdict(r) for r in f.cause.recompute] if f.cause else [],
+        "diagnosis": cause_dict(f.cause) if f.cause else None,
     }
+
+
+def _value(x: float):
+    """A value that may be non-finite: the number, or 'nan' / 'inf' / '-inf' (JSON has no such numbers)."""
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def cause_dict(cause) -> dict:
+    return {"reason": cause.reason, "advice": cause.advice, "by": cause.by, "output_slot": cause.output_slot,
+            "where": cause.where, "axes": cause.axes, "pattern": cause.pattern, "pattern_text": cause.pattern_text,
+            "evidence": cause.evidence,
+            "samples": [{"index": list(s.index), "dumped": _value(s.dumped),
+                         "recomputed": {k: _value(v) for k, v in s.recomputed.items()}} for s in cause.samples]}
 
 
 def report_dict(report: Report) -> dict:
