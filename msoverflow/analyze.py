@@ -103,9 +103,12 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
             note("no dumped op created the first bad value: it is first seen as an input; dump without filters")
     _order_candidates(walked, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs))
     findings = []
+    runs_of: Dict[int, OpExecution] = {}      # finding -> the op run it describes (the diagnose step reads it)
     for ex, v in candidates:
         with reading(_file_of(ex)):
             findings.append(_finding(ex, v, access, graphs, full=True))
+        if findings[-1].op_name == ex.op_name:
+            runs_of[id(findings[-1])] = ex
     from_candidates = findings[0] if findings else None
     findings += [_unmatched_finding(record) for record in unmatched]
     findings.sort(key=lambda f: f.iteration)      # stable: an unmatched record goes last in its step
@@ -177,7 +180,7 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
                   scanned_units=scanned_units, parallel=layout, parameters=hit)
     # diagnose: the cause of every origin, recomputed from its dumped inputs (msoverflow/diagnosis)
     from .diagnosis.stage import diagnose_report
-    diagnose_report(report, warn=note)
+    diagnose_report(report, warn=note, runs=runs_of, graph_of=graphs.node)
     return report
 
 

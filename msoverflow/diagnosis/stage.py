@@ -23,6 +23,7 @@ class _Step:
         self.unit, self.warn = unit, warn
         self._read = None
         self._graphs: Dict[str, object] = {}
+        self._by_name: Optional[Dict[str, List[OpExecution]]] = None
 
     @property
     def read(self):
@@ -33,6 +34,14 @@ class _Step:
 
     def executions(self) -> List[OpExecution]:
         return self.read.executions
+
+    def named(self, name: str) -> List[OpExecution]:
+        """The step's runs of one op name (indexed once: a step may hold thousands of origins)."""
+        if self._by_name is None:
+            self._by_name = {}
+            for ex in self.read.executions:
+                self._by_name.setdefault(ex.op_name, []).append(ex)
+        return self._by_name.get(name, [])
 
     def graph(self, rank: int, graph: str):
         key = str(graph)
@@ -72,8 +81,12 @@ class _Steps:
         return self.steps[key]
 
 
-def diagnose_report(report: Report, *, warn: Warn = lambda message: None, mindspore: bool = True) -> None:
-    """Set `cause` on the report's origins (first, anomalies, likely origin)."""
+def diagnose_report(report: Report, *, warn: Warn = lambda message: None, mindspore: bool = True,
+                    runs: Optional[Dict[int, OpExecution]] = None, graph_of=None) -> None:
+    """Set `cause` on the report's origins (first, anomalies, likely origin). runs: id(finding) -> the op run the
+    walk built it from; graph_of: op run -> (its saved-graph node, the graph). With them a step is read again only
+    when a cause needs more of it (a zero denominator's producer, a forward entry, a consumer's input); without
+    them every origin's step is read once."""
     steps = _Steps(report, warn)
     access = TensorAccess(warn)
     coords = {row.rank: row.coords for row in report.rank_status}
@@ -91,7 +104,8 @@ def diagnose_report(report: Report, *, warn: Warn = lambda message: None, mindsp
             finding.cause = Cause(CAUSE_UNKNOWN, "not recomputed: its step was not scanned")
             continue
         # MindSpore's subprocess (seconds) only for the first origin; the others get what numpy can say
-        finding.cause = diagnose_finding(finding, step, access, mindspore=mindspore and finding is report.first)
+        finding.cause = diagnose_finding(finding, step, access, mindspore=mindspore and finding is report.first,
+                                         run=(runs or {}).get(id(finding)), graph_of=graph_of)
         reached = [f.op_name for f in report.propagation if f.rank == finding.rank
                    and f.iteration == finding.iteration] if finding is report.first else []
         _replica_evidence(finding, reached, coords, steps, access)
@@ -147,33 +161,36 @@ def _replica_evidence(finding: Finding, reached: List[str], coords, steps: _Step
         cause.advice = ADVICE[CAUSE_DEVICE]
 
 
-def diagnose_finding(finding: Finding, step: _Step, access: TensorAccess, *, mindspore: bool = True) -> Cause:
+def diagnose_finding(finding: Finding, step: _Step, access: TensorAccess, *, mindspore: bool = True,
+                     run: Optional[OpExecution] = None, graph_of=None) -> Cause:
     if finding.kind == CROSS_RANK:
         return Cause(CAUSE_UNKNOWN, "not recomputed: a collective delivered the value; its cause is on the rank "
                      "that sent it")
-    graph = step.graph(finding.rank, finding.graph)
-    node = graph.find(finding.op_name) if graph is not None else None
-    runs = step.executions()
-    ex = _execution(runs, finding)
+    ex = run if run is not None else _execution(step, finding)
     if ex is None:
         return Cause(CAUSE_UNKNOWN, "not recomputed: the op's own files were not found in its step")
-    produced = _produced(ex, runs, node, graph, access)
+    if graph_of is not None and run is not None:
+        node, graph = graph_of(ex)
+    else:
+        graph = step.graph(finding.rank, finding.graph)
+        node = graph.find(finding.op_name) if graph is not None else None
+    produced = _produced(ex, step, node, graph, access)
     return diagnose(ex, access, node=node, graph=graph, produced=produced, step=step.executions,
                     mindspore=mindspore)
 
 
-def _execution(runs: Sequence[OpExecution], finding: Finding) -> Optional[OpExecution]:
+def _execution(step: _Step, finding: Finding) -> Optional[OpExecution]:
     names = {finding.op_name}
     if finding.full_name:
         from ..names import scope_to_file_name
         names.add(scope_to_file_name(finding.full_name))
-    matches = [ex for ex in runs if ex.op_name in names and ex.graph == finding.graph]
+    matches = [ex for name in names for ex in step.named(name) if ex.graph == finding.graph]
     if not matches:
         return None
     return min(matches, key=lambda ex: abs(ex.time - finding.timestamp))
 
 
-def _produced(ex: OpExecution, runs, node, graph, access) -> Optional[List[TensorEvent]]:
+def _produced(ex: OpExecution, step: _Step, node, graph, access) -> Optional[List[TensorEvent]]:
     """Where the op's results are when its outputs were not dumped: the inputs it writes in place, or, in an
     inputs-only dump, the input of a consumer it feeds (found through the saved graph)."""
     if ex.outputs:
@@ -185,7 +202,7 @@ def _produced(ex: OpExecution, runs, node, graph, access) -> Optional[List[Tenso
     if node is None or graph is None:
         return None
     fed = []
-    for consumer in runs:
+    for consumer in step.executions():
         if consumer.iteration != ex.iteration or consumer.graph != ex.graph:
             continue
         cnode = graph.find(consumer.op_name)
