@@ -69,12 +69,12 @@ def render_markdown(report: Report, top: int = 10) -> str:
     else:
         out.append("")
         out.append(f"- what: {md(f.detail)}")
+        if f.source:
+            out.append(f"- source: {md_code(f'{f.source.file}:{f.source.line}')} {md_code(f.source.code)}")
         if f.cause is not None:
             out.append(f"- cause: **{md(f.cause.cause)}**: {md(f.cause.reason)}")
             if cause_values_text(f.cause):
                 out.append(f"- values: {md(cause_values_text(f.cause))}")
-        if f.source:
-            out.append(f"- source: {md_code(f'{f.source.file}:{f.source.line}')} {md_code(f.source.code)}")
         out.append(f"- op: {md_code(f.full_name or f.op_name)}")
         if f.recommendation:
             out.append(f"- fix: {md(f.recommendation)}")

@@ -129,12 +129,12 @@ def render_text(report: Report, top: int = 10) -> str:
             lines.append(f"ANOMALY: {f.kind} {made} {op_label(f)}")
         lines.append(f"  where : {_where(f, report)}")
         lines.append(f"  what  : {f.detail}")
+        if f.source:
+            lines.append(f"  source: {f.source.file}:{f.source.line}  {f.source.code}")
         if f.cause is not None:
             lines.append(f"  cause : {cause_text(f.cause)}")
             if cause_values_text(f.cause):
                 lines.append(f"  values: {cause_values_text(f.cause)}")
-        if f.source:
-            lines.append(f"  source: {f.source.file}:{f.source.line}  {f.source.code}")
         if f.recommendation:
             lines.append(f"  fix   : {f.recommendation}")
         lines.append("")
