@@ -67,6 +67,10 @@ def test_exponent_flips_find_the_bits_a_flip_changed():
     one = (np.float32(1.5).view(np.uint32) ^ np.uint32(1 << 30)).view(np.float32)
     assert np.isnan(one) and where.exponent_flips(one, 1.5, scale=2.0) == 1
     assert where.exponent_flips(np.float32(np.nan), 0.5, scale=1.0) is None   # the default NaN is far from 0.5
+    # without a recompute, the inf an overflow writes and the NaN an invalid op writes say nothing of a flip
+    assert where.exponent_flips(np.float32(np.inf), None, scale=4.0) is None
+    assert where.exponent_flips(np.float32(np.nan), None, scale=4.0) is None
+    assert where.exponent_flips(np.float16(np.inf), None, scale=4.0) is None
 
 
 def test_bit_flip_needs_few_isolated_values():

@@ -147,6 +147,12 @@ def exponent_flips(value, reference: Optional[float], scale: float) -> Optional[
         return None
     uint, mantissa, width = layout
     bits = value.view(uint)
+    if reference is None:
+        # An overflow writes inf (no mantissa) and an invalid op the canonical NaN (only the quiet bit): either is
+        # an exponent flip away from some round value, so without a recompute they say nothing of a flip.
+        fraction = int(bits) & ((1 << mantissa) - 1)
+        if not np.isfinite(value) and fraction in (0, 1 << (mantissa - 1)):
+            return None
     exponent_bits = [mantissa + k for k in range(width)]
     for flips in ([b] for b in exponent_bits), ([a, b] for i, a in enumerate(exponent_bits) for b in exponent_bits[i + 1:]):
         for chosen in flips:
