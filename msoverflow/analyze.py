@@ -178,9 +178,11 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
                   scanned_steps={rank: steps for rank, steps in scanned_steps.items() if steps},
                   edges=_edges(first, propagation), completeness=incomplete, likely_origin=likely,
                   scanned_units=scanned_units, parallel=layout, parameters=hit)
-    # diagnose: the cause of every origin, recomputed from its dumped inputs (msoverflow/diagnosis)
-    from .diagnosis.stage import diagnose_report
-    diagnose_report(report, warn=note, runs=runs_of, graph_of=graphs.node)
+    # diagnose: the cause of every origin, recomputed from its dumped inputs (msoverflow/diagnosis); a report
+    # without findings does not even import it
+    if first is not None or likely is not None or anomalies:
+        from .diagnosis.stage import diagnose_report
+        diagnose_report(report, warn=note, runs=runs_of, graph_of=graphs.node)
     return report
 
 
