@@ -78,3 +78,14 @@ def test_an_op_with_no_bad_output_says_so(tmp_path):
     ex = read_unit(units(str(tmp_path / "d"))[0]).executions[0]
     cause = diagnose(ex, TensorAccess(lambda message: None), mindspore=False)
     assert cause.cause == "unknown" and "no bad value" in cause.reason
+
+
+def test_transpose_flags_nobody_gave_are_read_from_the_shapes(tmp_path):
+    """An Ascend-style dump: MatMul's inputs only, no flag inputs and no saved graph; b is (out, in): transpose_b."""
+    a = np.full((2, 3), 200.0, F16)
+    b = np.full((4, 3), 100.0, F16)                       # 2x3 @ (4x3)^T = 2x4 of 60000, fits float16
+    out = np.full((2, 4), 60000.0, F16)
+    out[1, 2] = np.inf
+    cause = _first_cause(tmp_path, lambda d: d.op(0, "MatMul", "Default_MatMul-op0", [a, b], [out]))
+    assert cause.by == "numpy" and any("transpose_b=True from the shapes" in e for e in cause.evidence)
+    assert cause.samples[0].recomputed["float32"] == 60000.0

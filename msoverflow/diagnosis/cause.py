@@ -52,6 +52,8 @@ class _Inputs:
     args: Dict[str, object]
     by_slot: Dict[int, np.ndarray] = field(default_factory=dict)   # the kernel's tensor inputs by its slot
     kernel: str = ""
+    defaulted: List[str] = field(default_factory=list)     # arguments neither the dump nor the graph gave
+    notes: List[str] = field(default_factory=list)         # how the recompute read what it was not told
 
 
 def diagnose(ex: OpExecution, access, *, node: Optional[GraphNode] = None, graph=None,
@@ -165,7 +167,8 @@ def _gather(ex: OpExecution, access, node: Optional[GraphNode], step) -> _Inputs
             tensors.append(np.asarray(_literal(node, slot), dtype=np.float32))
             continue
         tensors.append(_array(access, event, f"input {slot}"))
-    args = {}
+    args: Dict[str, object] = {}
+    defaulted: List[str] = []
     attrs = None
     for name, (slot, default) in signature.args.items():
         if slot is not None and slot in by_slot:
@@ -184,7 +187,8 @@ def _gather(ex: OpExecution, access, node: Optional[GraphNode], step) -> _Inputs
                 args[name] = attrs[name]
                 continue
         args[name] = default
-    return _Inputs(tensors, args, dict(enumerate(tensors)), kernel=ex.op_type)
+        defaulted.append(name)
+    return _Inputs(tensors, args, dict(enumerate(tensors)), kernel=ex.op_type, defaulted=defaulted)
 
 
 def _shapings(tensors: List[np.ndarray], node: Optional[GraphNode], kernel: str, out_shape):
@@ -207,6 +211,33 @@ def _shapings(tensors: List[np.ndarray], node: Optional[GraphNode], kernel: str,
         reshaped = [t.reshape(out_shape) if t.shape != tuple(out_shape) and t.size == size else t for t in tensors]
         if any(a is not b for a, b in zip(reshaped, tensors)):
             yield reshaped
+
+
+_TRANSPOSES = ("transpose_a", "transpose_b")
+
+
+def _transposes_from_shapes(gathered: _Inputs, tensors: List[np.ndarray], out_shape) -> Dict[str, object]:
+    """A product whose transpose flags neither the dump nor the saved graph gives: the flags whose result has the
+    dumped output's shape (the first such, in the order no/b/a/both; several fitting square shapes are said)."""
+    if gathered.kernel not in ("MatMul", "BatchMatMul") or not set(_TRANSPOSES) & set(gathered.defaulted) \
+            or len(tensors) < 2 or min(t.ndim for t in tensors[:2]) < 2:
+        return gathered.args
+    a, b = tensors[0].shape, tensors[1].shape
+    fitting = []
+    for ta, tb in ((False, False), (False, True), (True, False), (True, True)):
+        rows, inner = (a[-1], a[-2]) if ta else (a[-2], a[-1])
+        inner_b, cols = (b[-1], b[-2]) if tb else (b[-2], b[-1])
+        if inner == inner_b and (rows, cols) == tuple(out_shape[-2:]):
+            fitting.append((ta, tb))
+    if not fitting:
+        return gathered.args
+    ta, tb = fitting[0]
+    note = (f"transpose flags not in the dump or the saved graph: transpose_a={ta}, transpose_b={tb} from the "
+            "shapes" + (f" ({len(fitting)} combinations fit these shapes; the first was taken)" if len(fitting) > 1
+                        else ""))
+    if note not in gathered.notes:
+        gathered.notes.append(note)
+    return {**gathered.args, "transpose_a": ta, "transpose_b": tb}
 
 
 def _literal(node: GraphNode, slot: int):
@@ -244,8 +275,9 @@ def _run(gathered: _Inputs, precisions: List[str], out_dtypes, node, mindspore: 
         size = int(np.prod(out_shape, dtype=np.int64))
         failure = None
         for tensors in _shapings(gathered.tensors, node, gathered.kernel, out_shape):
+            args = _transposes_from_shapes(gathered, tensors, out_shape)
             try:
-                results = {p: recompute.run(gathered.kernel, tensors, gathered.args, p, out_dtypes)
+                results = {p: recompute.run(gathered.kernel, tensors, args, p, out_dtypes)
                            for p in precisions}
             except RecomputeError as exc:
                 failure = failure or exc
@@ -306,7 +338,8 @@ def _decide(ex, out, dumped, mask, outputs: Dict[str, np.ndarray], gathered: _In
     home_bad = bad_mask(shaped[home], home)[mask] | (np.abs(shaped[home][mask]) > limit)
     wide32 = shaped["float32"][mask]
     wide64 = shaped["float64"][mask]
-    cause = Cause(cause=CAUSE_UNKNOWN, reason="", by=by, output_slot=out.slot, recompute=summaries)
+    cause = Cause(cause=CAUSE_UNKNOWN, reason="", by=by, output_slot=out.slot, recompute=summaries,
+                  evidence=list(gathered.notes))
     cause.samples = _samples(dumped, mask, shaped)
     reproduced = bool(home_bad.all())
     if not home_bad.any():
