@@ -89,3 +89,25 @@ def test_transpose_flags_nobody_gave_are_read_from_the_shapes(tmp_path):
     cause = _first_cause(tmp_path, lambda d: d.op(0, "MatMul", "Default_MatMul-op0", [a, b], [out]))
     assert cause.by == "numpy" and any("transpose_b=True from the shapes" in e for e in cause.evidence)
     assert cause.samples[0].recomputed["float32"] == 60000.0
+
+
+def test_a_tensor_that_fails_to_read_during_diagnosis_is_a_warning(tmp_path, monkeypatch):
+    import msoverflow.diagnosis.stage as stage
+    dump = SynthDump(str(tmp_path / "d"))
+    dump.op(0, "Exp", "Default_Exp-op0", [np.array([12.0, 1.0], F16)], [np.array([np.inf, 2.719], F16)])
+
+    def vanished(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory")
+    monkeypatch.setattr(stage, "diagnose", vanished)
+    report = analyze(str(tmp_path / "d"), progress=False)
+    assert report.first.cause.cause == "unknown" and "FileNotFoundError" in report.first.cause.reason
+    assert any("its cause could not be found" in w for w in report.warnings)
+    assert report.verdict == "anomaly"
+
+
+def test_an_output_too_large_to_hold_is_unknown_and_says_so(tmp_path, monkeypatch):
+    import msoverflow.diagnosis.cause as cause_module
+    monkeypatch.setattr(cause_module, "MAX_ELEMENTS", 1)
+    cause = _first_cause(tmp_path, lambda d: d.op(0, "Exp", "Default_Exp-op0", [np.array([12.0, 1.0], F16)],
+                                                 [np.array([np.inf, 2.719], F16)]))
+    assert cause.cause == "unknown" and "more than the 1 recomputed" in cause.reason

@@ -82,6 +82,9 @@ def diagnose(ex: OpExecution, access, *, node: Optional[GraphNode] = None, graph
     dumped = access.array(out)
     if dumped is None:
         return _unknown(_unread_why(out, "output"))
+    if int(np.prod(np.shape(dumped), dtype=np.int64)) > MAX_ELEMENTS:
+        return _unknown(f"its output holds {int(np.prod(np.shape(dumped), dtype=np.int64)):,} elements, more than "
+                        f"the {MAX_ELEMENTS:,} recomputed and located in memory")
     dumped = np.asarray(dumped)
     mask = bad_mask(dumped, out.dtype)
     if not mask.any():                       # saturation: values pinned at the dtype's max

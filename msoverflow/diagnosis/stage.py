@@ -14,6 +14,8 @@ from ..rules.knowledge import knowledge
 from .cause import ADVICE, diagnose
 
 Warn = Callable[[str], None]
+# What reading a dump's tensors again may raise (a file truncated or replaced since the walk, a header that lies)
+READ_FAULTS = (OSError, ValueError, IndexError, TypeError, OverflowError, MemoryError)
 
 
 class _Step:
@@ -104,8 +106,13 @@ def diagnose_report(report: Report, *, warn: Warn = lambda message: None, mindsp
             finding.cause = Cause(CAUSE_UNKNOWN, "not recomputed: its step was not scanned")
             continue
         # MindSpore's subprocess (seconds) only for the first origin; the others get what numpy can say
-        finding.cause = diagnose_finding(finding, step, access, mindspore=mindspore and finding is report.first,
-                                         run=(runs or {}).get(id(finding)), graph_of=graph_of)
+        try:
+            finding.cause = diagnose_finding(finding, step, access, mindspore=mindspore and finding is report.first,
+                                             run=(runs or {}).get(id(finding)), graph_of=graph_of)
+        except READ_FAULTS as exc:     # a file that changed or lies about itself: a warning, never fatal
+            warn(f"{finding.op_name}: its cause could not be found ({type(exc).__name__}: {exc})")
+            finding.cause = Cause(CAUSE_UNKNOWN, f"not recomputed: {type(exc).__name__} while reading its tensors")
+            continue
         reached = [f.op_name for f in report.propagation if f.rank == finding.rank
                    and f.iteration == finding.iteration] if finding is report.first else []
         _replica_evidence(finding, reached, coords, steps, access)
