@@ -5,7 +5,7 @@ origin ops: the walk's cost does not change, and a dump without origins costs no
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..evaluate import TensorAccess
 from ..model import (CAUSE_DATA, CAUSE_DEVICE, CAUSE_DOMAIN, CAUSE_UNKNOWN, CROSS_RANK, LIKELY_ORIGIN, ORIGIN, Cause, Finding, OpExecution,
