@@ -138,6 +138,8 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
         expected = {rank: f"no file of step {iterations} on this rank ({why})"
                     for rank, why in expected.items()}
     rank_status = table.rows(expected, ranks, unmatched)
+    from .parallel_layout import label_ranks     # coordinates, and the ranks a layout declares that are not dumped
+    layout = label_ranks(parallel, path, rank_status, walked.rank_roots, note, selected=ranks)
     meta = _metadata(walked, note)
     limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {}, walked.facts,
                              len(walked.records), framework_dump=LAYOUT_MSPROBE in walked.layouts)
@@ -157,8 +159,6 @@ def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, p
         if advice:
             note(f"no rank holds the origin: a collective delivered the first bad value; {advice}")
     extra = {"tensors_read_to_decide": reads_to_decide, "mindspore": meta["summary"]}
-    from .parallel_layout import label_ranks
-    layout = label_ranks(parallel, path, rank_status, walked.rank_roots, note)
     from .parameters import parameter_hits
     judged_runs: Dict[int, List[OpExecution]] = {}
     for ex, _v in judged:

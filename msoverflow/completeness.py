@@ -297,7 +297,7 @@ def _counts(listings: List[_Listing], at_step, of_graph, problems, last_step: Di
     for (rank, graph), items in by_graph.items():
         root = items[0].d.rank_root
         order = execution_order(root, graph, warn) if root else {}
-        listed = len(order)
+        listed = getattr(order, "listed", len(order))     # counted even when too many to keep their names
         ordered[(rank, graph)] = hash(tuple(order)) if order else None
         most = max(item.files for item in items)
         full = [item for item in items if item.files == most]

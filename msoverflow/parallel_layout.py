@@ -31,17 +31,17 @@ import argparse
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import safeio
 from .errors import UserError
-from .strategy_checkpoint import (StrategyError, StrategyFacts, looks_like_json_strategy, rank_stages,
-                                  read_strategy, strategy_files)
+from .readers.exec_order import execution_order
+from .strategy_checkpoint import StrategyError, StrategyFacts, rank_stages, read_strategy, strategy_files
 
 MAX_SIZE = 1 << 16
 _SPEC_KEYS = {"dp": "dp", "data_parallel": "dp", "tp": "tp", "mp": "tp", "model_parallel": "tp", "pp": "pp",
               "pipeline_stage": "pp", "pipeline_stages": "pp"}
-_YAML_LIMIT = 1 << 20
+_YAML_LIMIT = 256 << 10     # MindFormers configs are a few KiB; pure-Python ruamel.yaml loads tens of KiB a second
 _MAX_FILES_LOOKED_AT = 200
 ORDER = "rank = pp * (dp_size * tp_size) + dp * tp_size + tp (MindSpore/MindFormers: pipeline-major, tp fastest)"
 
@@ -64,6 +64,8 @@ class ParallelLayout:
     source: str
     stages: Dict[int, List[int]] = field(default_factory=dict)   # inferred: stage -> ranks (no dp/tp then)
     notes: List[str] = field(default_factory=list)
+    declared: List[Tuple[int, int]] = field(default_factory=list)   # ranks the source declares: (first, last) runs
+    per_stage: Optional[int] = None      # strategy checkpoints: devices of one stage (stage = rank // per_stage)
     _stage_of: Optional[Dict[int, int]] = field(default=None, repr=False, compare=False)
 
     @property
@@ -71,21 +73,24 @@ class ParallelLayout:
         return bool(self.stages)
 
     def coords(self, rank: int) -> Optional[Dict[str, int]]:
+        """{"pp", "dp", "tp"} (stages only: {"pp"}), in the order the rank number is built from them."""
         if self.inferred:
             if self._stage_of is None:
                 self._stage_of = {r: s for s, ranks in self.stages.items() for r in ranks}
             stage = self._stage_of.get(rank)
+            if stage is None and self.per_stage and any(first <= rank <= last for first, last in self.declared):
+                stage = rank // self.per_stage
             return None if stage is None else {"pp": stage}
         if rank < 0 or rank >= self.dp * self.tp * self.pp:
             return None
         per_stage = self.dp * self.tp
-        return {"dp": (rank % per_stage) // self.tp, "tp": rank % self.tp, "pp": rank // per_stage}
+        return {"pp": rank // per_stage, "dp": (rank % per_stage) // self.tp, "tp": rank % self.tp}
 
     def to_dict(self) -> Dict[str, object]:
         if self.inferred:
             return {"pp": self.pp, "source": self.source, "stages": {str(k): v for k, v in self.stages.items()},
                     "notes": self.notes}
-        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "source": self.source, "order": ORDER,
+        return {"pp": self.pp, "dp": self.dp, "tp": self.tp, "source": self.source, "order": ORDER,
                 "notes": self.notes}
 
 
@@ -95,10 +100,13 @@ def parse_spec(text: str) -> ParallelSpec:
     """`dp=4,tp=2,pp=2` (also mp= for tp, any subset, any order) or a file holding the layout."""
     text = text.strip()
     if "=" not in text:
-        if not text or not os.path.exists(text):
-            raise UserError(f"--parallel {text!r}: expected sizes like dp=4,tp=2,pp=2, a MindFormers YAML, a rank "
-                            "table or MindSpore strategy checkpoint(s)")
-        return spec_from_file(text)
+        if text and os.path.lexists(text):
+            return spec_from_file(text)
+        files = "a MindFormers YAML, an HCCL rank table or MindSpore strategy checkpoint(s)"
+        if os.sep in text or text.lower().endswith((".yaml", ".yml", ".json", ".ckpt")):
+            raise UserError(f"{text}: no such file (a layout is sizes like dp=4,tp=2,pp=2, or {files})")
+        raise UserError(f"--parallel {text!r}: expected sizes like dp=4,tp=2,pp=2, or {files} (no file of that "
+                        "name)")
     spec = ParallelSpec(source=f"--parallel {text}")
     for part in text.split(","):
         key, _, value = part.partition("=")
@@ -153,22 +161,17 @@ def spec_from_file(path: str) -> ParallelSpec:
         return _strategy_spec([path], path, fail=True)
     if lower.endswith(".json"):
         count = rank_table_size(path)
-        if count is None:
-            if _json_strategy(path):
-                return _strategy_spec([path], path, fail=True)
-            raise UserError(f"{path}: neither an HCCL rank table (server_list[].device[].rank_id) nor a strategy "
-                            "checkpoint (parallel_strategy_item, parallel_layout_item)")
-        return ParallelSpec(dp=count, tp=1, pp=1, source=f"rank table {os.path.basename(path)} ({count} devices, "
-                                                          "data parallel)")
+        if count is not None:
+            return ParallelSpec(dp=count, tp=1, pp=1, source=f"rank table {os.path.basename(path)} ({count} "
+                                                              "devices, data parallel)")
+        try:
+            return ParallelSpec(source=f"strategy checkpoint {os.path.basename(path)}",
+                                strategies=[read_strategy(path)])
+        except (StrategyError, OSError) as exc:
+            raise UserError(f"{path}: neither an HCCL rank table (server_list[].device[].rank_id) nor a readable "
+                            f"strategy checkpoint ({getattr(exc, 'strerror', None) or exc})") from None
     raise UserError(f"{path}: --parallel reads a MindFormers YAML (.yaml), an HCCL rank table (.json) or MindSpore "
                     "strategy checkpoint(s) (.ckpt, .json, or their folder)")
-
-
-def _json_strategy(path: str) -> bool:
-    try:
-        return looks_like_json_strategy(safeio.load_json(path, limit=1 << 28))
-    except (OSError, ValueError, RecursionError):
-        return False
 
 
 def _strategy_spec(files: List[str], where: str, fail: bool, warn=None) -> Optional[ParallelSpec]:
@@ -192,20 +195,18 @@ def _strategy_spec(files: List[str], where: str, fail: bool, warn=None) -> Optio
 
 
 def _yaml_spec(path: str) -> Optional[ParallelSpec]:
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
     try:
         text = safeio.read_text(path, _YAML_LIMIT, errors="replace")
+    except safeio.TooLarge:
+        raise UserError(f"{path}: larger than {_YAML_LIMIT >> 10} KiB, not a MindFormers YAML (they are a few KiB)")
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror or exc})")
     if "parallel_config" not in text:
         return None
-    if safeio.source_nesting(text) > 64:
-        raise UserError(f"{path}: nested too deeply to be a MindFormers YAML")
-    try:
-        doc = YAML(typ="safe").load(text)
-    except (YAMLError, ValueError, RecursionError) as exc:
-        raise UserError(f"{path}: not valid YAML ({type(exc).__name__})")
+    try:       # nesting and alias expansion bounded before anything is built (an alias bomb is refused)
+        doc = safeio.loads_yaml(text)
+    except ValueError as exc:
+        raise UserError(f"{path}: not a readable YAML ({exc})")
     config = doc.get("parallel_config") if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         return None
@@ -215,7 +216,8 @@ def _yaml_spec(path: str) -> Optional[ParallelSpec]:
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
-            raise UserError(f"{path}: parallel_config.{key} is {str(value)[:40]!r}, not a size from 1 to {MAX_SIZE}")
+            raise UserError(f"{path}: parallel_config.{key} is {safeio.brief(value)}, not a size from 1 to "
+                            f"{MAX_SIZE}")
         sizes[name] = value
     return ParallelSpec(source=f"MindFormers YAML {os.path.basename(path)} (parallel_config)", **sizes)
 
@@ -238,13 +240,14 @@ def _beside(path: str) -> List[str]:
     return found
 
 
+_DUMPED = "the dump's ranks"
 _WORKER_LOG = re.compile(r"^worker_([0-9]{1,6})\.log$")
 _RANK_TABLE = re.compile(r"(rank_table|hccl).*\.json$", re.IGNORECASE)
 
 
 def world_size(path: str, expected_ranks: Sequence[int]) -> Tuple[int, str]:
     """The number of ranks in the job, and what says so."""
-    size, why = (max(expected_ranks) + 1, "the dump's ranks") if expected_ranks else (0, "")
+    size, why = (max(expected_ranks) + 1, _DUMPED) if expected_ranks else (0, "")
     files = _beside(path)
     workers = {int(m.group(1)) for f in files for m in [_WORKER_LOG.match(os.path.basename(f))] if m}
     if workers and max(workers) + 1 > size:
@@ -285,17 +288,38 @@ def _yaml_beside(path: str, warn) -> Optional[ParallelSpec]:
 
 def resolve(spec: Optional[ParallelSpec], path: str, expected_ranks: Sequence[int], rank_roots: Dict[int, str],
             warn: Callable[[str], None]) -> Optional[ParallelLayout]:
-    """The layout to label ranks with (None: unknown). rank_roots: rank -> its rank_N directory."""
+    """The layout to label ranks with (None: unknown). rank_roots: rank -> its rank_N directory. A layout whose
+    pipeline stages the saved execution orders contradict is not used (a warning says why); the stages the
+    graphs show, if any, are used instead."""
+    named = spec is not None           # the user's --parallel: what does not fit is a usage error
     spec = spec or _yaml_beside(path, warn) or _strategy_beside(path, warn)
     world, world_why = world_size(path, expected_ranks)
+    groups = _graph_kernels(rank_roots, warn)
     if spec is None:
-        return infer_stages(rank_roots)
+        return _inferred(groups, rank_roots)
     if spec.strategies:
         layout = _strategy_layout(spec, world, world_why, sorted(rank_roots), warn)
-        if layout is None:
-            return infer_stages(rank_roots)
-        _check_against_graphs(layout, rank_roots, warn)
+    else:
+        try:
+            layout = _sizes_layout(spec, world, world_why, warn)
+        except UserError as exc:       # a file found beside the dump: not used, said
+            if named:
+                raise
+            warn(f"{exc}; not used")
+            layout = None
+    if layout is None:
+        return _inferred(groups, rank_roots)
+    refused = _contradicted(layout, groups, rank_roots)
+    if refused is None:
         return layout
+    warn(refused)
+    inferred = _inferred(groups, rank_roots)
+    if inferred is not None:
+        inferred.notes.insert(0, refused)
+    return inferred
+
+
+def _sizes_layout(spec: ParallelSpec, world: int, world_why: str, warn) -> ParallelLayout:
     sizes = {"dp": spec.dp, "tp": spec.tp, "pp": spec.pp}
     notes: List[str] = []
     for name in ("tp", "pp"):          # a model/pipeline size left out is 1
@@ -307,39 +331,81 @@ def resolve(spec: Optional[ParallelSpec], path: str, expected_ranks: Sequence[in
                             f"{rest}; give dp too")
         sizes["dp"] = world // rest
         notes.append(f"dp={sizes['dp']} from the world size {world} ({world_why})")
-    layout = ParallelLayout(dp=sizes["dp"], tp=sizes["tp"], pp=sizes["pp"], source=spec.source, notes=notes)
-    total = layout.dp * layout.tp * layout.pp
-    if world and total != world:
-        message = (f"{spec.source}: dp*tp*pp = {total}, but the job has {world} ranks ({world_why}); ranks past "
-                   f"{total - 1} get no coordinates" if total < world else
-                   f"{spec.source}: dp*tp*pp = {total}, but the job has {world} ranks ({world_why})")
+    total = sizes["dp"] * sizes["tp"] * sizes["pp"]
+    layout = ParallelLayout(dp=sizes["dp"], tp=sizes["tp"], pp=sizes["pp"], source=spec.source, notes=notes,
+                            declared=[(0, total - 1)])
+    # Ranks past dp*tp*pp get no coordinates; ranks it declares beyond the dump are listed as not dumped, and
+    # only a count from outside the dump (msrun's logs, a rank table) that disagrees is a warning.
+    if world and (total < world or (total > world and world_why != _DUMPED)):
+        message = (f"{spec.source}: dp*tp*pp = {total}, but the job has {world} ranks ({world_why})"
+                   + (f"; ranks past {total - 1} get no coordinates" if total < world else ""))
         warn(message)
         notes.append(message)
-    _check_against_graphs(layout, rank_roots, warn)
     return layout
 
 
-def _check_against_graphs(layout: ParallelLayout, rank_roots: Dict[int, str], warn) -> None:
-    inferred = infer_stages(rank_roots)
-    if inferred is None or layout.pp <= 1:
-        return
-    disagree = [min(ranks) for ranks in inferred.stages.values()
-                if len({(layout.coords(r) or {}).get("pp") for r in ranks}) > 1]
-    if disagree:
-        message = (f"the layout splits ranks that run the same kernels (those of rank(s) "
-                   f"{', '.join(map(str, disagree[:8]))}) over several pipeline stages: check --parallel")
-        warn(message)
-        layout.notes.append(message)
+def _contradicted(layout: ParallelLayout, graphs: Optional[Dict[frozenset, List[int]]],
+                  rank_roots: Dict[int, str]) -> Optional[str]:
+    """Why the saved execution orders contradict the layout's pipeline stages, or None. Ranks of different
+    stages run different kernels (other layers, the Send/Receive between stages): a layout that puts ranks with
+    the same kernels in different stages is wrong. When every dumped rank runs the same kernels it is data
+    parallel, and the message says what spans them (a collective over the world group, or no Send/Receive)."""
+    if layout.pp <= 1 or graphs is None:
+        return None
+    stage_of = {rank: (layout.coords(rank) or {}).get("pp") for rank in rank_roots}
+    split = [ranks for ranks in graphs.values() if len({stage_of[r] for r in ranks if stage_of[r] is not None}) > 1]
+    if not split:
+        return None
+    if len(graphs) == 1:
+        ranks = split[0]
+        kernels = next(iter(graphs))
+        evidence = _spans_every_rank(rank_roots[ranks[0]], kernels)
+        advice = ("the strategy of another job?" if layout.inferred else
+                  "--parallel dp=..,tp=.. without pp gives the other coordinates")
+        return (f"{layout.source}: not used: every dumped rank ({_span_text(ranks)}) runs the same {len(kernels)} "
+                f"kernels{evidence}: data parallel, not {layout.pp} pipeline stages; no stages are claimed "
+                f"({advice})")
+    pairs = "; ".join(f"ranks {_span_text(ranks)} run the same kernels but are put in stages "
+                      f"{', '.join(str(s) for s in sorted({stage_of[r] for r in ranks if stage_of[r] is not None}))}"
+                      for ranks in split[:3])
+    return (f"{layout.source}: not used: the saved execution orders contradict its pipeline stages ({pairs}); the "
+            "stages the graphs show are used instead")
+
+
+def _spans_every_rank(rank_root: str, kernels: frozenset) -> str:
+    """' and AllReduce over mccl_world_group spans them all' (a saved graph shows it), ' and none sends to
+    another' (no Send/Receive kernel), or ''."""
+    from .readers.ir_graph import collective_groups
+    world = next(((group, op) for group, op in collective_groups(rank_root).items()
+                  if group.endswith("_world_group")), None)
+    if world:
+        return f" and {world[1]} over {world[0]} spans them all"
+    if not any(_kernel_type(name).startswith(("Send", "Receive")) for name in kernels):
+        return " and none sends to another (no Send/Receive kernel)"
+    return ""
+
+
+def _span_text(ranks: Sequence[int]) -> str:
+    ranks = sorted(ranks)
+    if len(ranks) > 2 and ranks[-1] - ranks[0] + 1 == len(ranks):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(map(str, ranks[:8])) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
 
 
 def _strategy_layout(spec: ParallelSpec, world: int, world_why: str, dumped_ranks: List[int],
                      warn) -> Optional[ParallelLayout]:
     """Pipeline stages from strategy checkpoints: a file that names its rank and holds one stage's ops gives that
-    rank's stage; otherwise MindSpore's own rule, stage = rank // (devices in a stage)."""
+    rank's stage; otherwise MindSpore's own rule, stage = rank // (devices in a stage). The ranks the files
+    declare: those they name, and devices per stage x the stages their ops are in."""
     facts = spec.strategies
     per_stage = max((f.stage_devices for f in facts if f.stage_devices), default=None)
     own = {rank: stage for rank, stage in rank_stages(facts).items() if 0 <= rank < MAX_SIZE}
-    ranks = set(range(world)) if world else set(dumped_ranks) | set(own)
+    named = {f.rank for f in facts if f.rank is not None and 0 <= f.rank < MAX_SIZE}
+    listed_stages = max((max(f.stages) + 1 for f in facts if f.stages), default=1)
+    declared = _merge_spans([(r, r) for r in named] + ([(0, min(per_stage * listed_stages, MAX_SIZE) - 1)]
+                                                        if per_stage else []))
+    ranks = set(dumped_ranks) | set(own) | set(range(min(world, MAX_SIZE)))
+    ranks.update(rank for first, last in declared for rank in range(first, last + 1))
     notes = [f"pipeline stages from {spec.source}: a rank's own file gives its stage, else stage = rank // "
              f"{per_stage or '?'} (the devices of one stage, from the parameter layouts' device matrix, as MindSpore "
              "computes it); a strategy checkpoint does not record dp and tp (give --parallel dp=..,tp=..,pp=..)"]
@@ -369,13 +435,25 @@ def _strategy_layout(spec: ParallelSpec, world: int, world_why: str, dumped_rank
     for rank, stage in sorted(stage_of.items()):
         stages.setdefault(stage, []).append(rank)
     stages = dict(sorted(stages.items()))
-    pp = max(max(stages) + 1, max((max(f.stages) + 1 for f in facts if f.stages), default=1))
-    return ParallelLayout(dp=0, tp=0, pp=pp, source=spec.source, stages=stages, notes=notes)
+    pp = max(max(stages) + 1, listed_stages)
+    return ParallelLayout(dp=0, tp=0, pp=pp, source=spec.source, stages=stages, notes=notes, declared=declared,
+                          per_stage=per_stage)
+
+
+def _merge_spans(spans: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    merged: List[Tuple[int, int]] = []
+    for first, last in sorted(spans):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return merged
 
 
 def label_ranks(spec: Optional[ParallelSpec], path: str, rank_status, rank_roots: Dict[Tuple[int, str], str],
-                warn: Callable[[str], None]) -> Optional[Dict[str, object]]:
-    """Give every rank row its coordinates; returns Report.parallel (None: the layout is unknown)."""
+                warn: Callable[[str], None], selected=None) -> Optional[Dict[str, object]]:
+    """Give every rank row its coordinates, and add a `not dumped` row for the ranks the layout declares that the
+    dump does not hold (unless `selected` ranks were asked for); returns Report.parallel (None: unknown)."""
     roots: Dict[int, str] = {}
     for (rank, _graph), root in sorted(rank_roots.items(), key=lambda item: (item[0][0], str(item[0][1]))):
         if root:
@@ -385,38 +463,92 @@ def label_ranks(spec: Optional[ParallelSpec], path: str, rank_status, rank_roots
         return None
     for row in rank_status:
         row.coords = layout.coords(row.rank)
-    return layout.to_dict()
+    parallel = layout.to_dict()
+    if selected is None:
+        missing = declared_not_dumped(layout, rank_status)
+        if missing:
+            rank_status.extend(missing)
+            rank_status.sort(key=lambda row: row.rank)
+            parallel["declared_not_dumped"] = [[row.rank, row.last_rank if row.last_rank is not None else row.rank]
+                                               for row in missing]
+    return parallel
 
 
-def _kernels(rank_root: str) -> Tuple[frozenset, List[str]]:
-    """The kernel names of a rank's saved execution orders, and their order (graph 0 first)."""
-    folder = os.path.join(rank_root, "execution_order")
-    names: List[str] = []
-    try:
-        files = sorted(n for n in os.listdir(folder) if n.startswith("ms_execution_order_graph_")
-                       and n.endswith(".csv"))[:16]
-    except OSError:
-        return frozenset(), []
-    for name in files:
-        try:
-            with safeio.open_regular(os.path.join(folder, name), "r", encoding="utf-8", errors="replace") as fh:
-                for position, line in enumerate(safeio.bounded_lines(fh, 1 << 12)):
-                    if position > 200_000:
-                        break
-                    line = line.strip()
-                    if line and not line.startswith("NodeExecutionOrder"):
-                        names.append(line)
-        except OSError:
+def declared_not_dumped(layout: ParallelLayout, rank_status) -> list:
+    """`not dumped` rows (one per run of ranks) for the ranks the layout declares and no row covers."""
+    from .model import RANK_NOT_DUMPED, RankStatus
+    covered = _merge_spans([(row.rank, row.last_rank if row.last_rank is not None else row.rank)
+                            for row in rank_status])
+    rows = []
+    for first, last in layout.declared:
+        for gap_first, gap_last in _gaps(first, last, covered):
+            row = RankStatus(gap_first, RANK_NOT_DUMPED, note=f"declared by {layout.source}",
+                             last_rank=gap_last if gap_last > gap_first else None)
+            if gap_first == gap_last:
+                row.coords = layout.coords(gap_first)
+            rows.append(row)
+    return rows
+
+
+def _gaps(first: int, last: int, covered: List[Tuple[int, int]]) -> Iterator[Tuple[int, int]]:
+    """The runs of [first, last] that no span in `covered` (sorted, merged) holds."""
+    at = first
+    for lo, hi in covered:
+        if hi < at:
             continue
-    return frozenset(names), names
+        if lo > last:
+            break
+        if lo > at:
+            yield at, lo - 1
+        at = max(at, hi + 1)
+        if at > last:
+            return
+    if at <= last:
+        yield at, last
 
 
-def _p2p_key(order: List[str]) -> Tuple[int, int]:
+def _graph_kernels(rank_roots: Dict[int, str], warn) -> Optional[Dict[frozenset, List[int]]]:
+    """The ranks grouped by the kernels of their saved execution orders (every graph of the rank); None when
+    a rank has none (nothing to compare). `warn` hears why an order could not be used."""
+    groups: Dict[frozenset, List[int]] = {}
+    for rank in sorted(rank_roots):
+        kernels = frozenset(name for graph in _graph_ids(rank_roots[rank])
+                            for name in execution_order(rank_roots[rank], graph, warn))
+        if not kernels:
+            return None
+        groups.setdefault(kernels, []).append(rank)
+    return groups or None
+
+
+def _quiet(_message: str) -> None:
+    """An order read again (already read, and its problems said, by _graph_kernels)."""
+
+
+_ORDER_FILE = re.compile(r"^ms_execution_order_graph_([0-9]{1,9})\.csv$")
+
+
+def _graph_ids(rank_root: str) -> List[str]:
+    try:
+        names = os.listdir(os.path.join(rank_root, "execution_order"))
+    except OSError:
+        return []
+    return sorted((m.group(1) for m in map(_ORDER_FILE.match, names) if m), key=int)[:16]
+
+
+def _kernel_type(name: str) -> str:
+    """`Default_network-Net_Send-op3` (a file-style kernel name) -> `Send-op3`."""
+    return name.rsplit("_", 1)[-1]
+
+
+def _p2p_key(rank_root: str) -> Tuple[int, int]:
     """Stage order from Send/Receive: a stage whose first point-to-point op is a Send is first; after it, the
     fewer kernels between a stage's first Receive and its first Send, the earlier (the last stage runs its whole
     forward, loss and backward in between)."""
+    order = [name for graph in _graph_ids(rank_root)
+             for name, _ in sorted(execution_order(rank_root, graph, _quiet).items(), key=lambda item: item[1])]
+
     def first(kind: str) -> Optional[int]:
-        return next((i for i, n in enumerate(order) if n.rsplit("/", 1)[-1].startswith(kind)), None)
+        return next((i for i, n in enumerate(order) if _kernel_type(n).startswith(kind)), None)
     send, receive = first("Send"), first("Receive")
     if send is None and receive is None:
         return (2, 0)
@@ -425,23 +557,19 @@ def _p2p_key(order: List[str]) -> Tuple[int, int]:
     return (1, (send - receive) if send is not None else 1 << 30)
 
 
-def infer_stages(rank_roots: Dict[int, str]) -> Optional[ParallelLayout]:
+def infer_stages(rank_roots: Dict[int, str], warn: Callable[[str], None] = _quiet) -> Optional[ParallelLayout]:
     """Pipeline stages from the graphs; None when the graphs are missing or every rank runs the same kernels."""
-    groups: Dict[frozenset, List[int]] = {}
-    orders: Dict[frozenset, List[str]] = {}
-    for rank in sorted(rank_roots):
-        kernels, order = _kernels(rank_roots[rank])
-        if not kernels:
-            return None
-        groups.setdefault(kernels, []).append(rank)
-        orders.setdefault(kernels, order)
-    if len(groups) < 2:
+    return _inferred(_graph_kernels(rank_roots, warn), rank_roots)
+
+
+def _inferred(groups: Optional[Dict[frozenset, List[int]]], rank_roots: Dict[int, str]) -> Optional[ParallelLayout]:
+    if groups is None or len(groups) < 2:
         return None
-    keys = sorted(groups, key=lambda k: (_p2p_key(orders[k]), groups[k][0]))
-    p2p = [_p2p_key(orders[k]) for k in keys]
+    p2p = {kernels: _p2p_key(rank_roots[ranks[0]]) for kernels, ranks in groups.items()}
+    keys = sorted(groups, key=lambda k: (p2p[k], groups[k][0]))
     notes = ["pipeline stages inferred from the saved execution orders: ranks with the same kernels form a stage, "
              "Send/Receive order the stages; dp and tp unknown (give --parallel)"]
-    if len(set(p2p)) < len(p2p) or any(k[0] == 2 for k in p2p):
+    if len(set(p2p.values())) < len(p2p) or any(key[0] == 2 for key in p2p.values()):
         notes.append("the Send/Receive order does not tell every stage apart: stage numbers follow the lowest rank "
                      "where it does not")
     stages = {i: groups[k] for i, k in enumerate(keys)}

@@ -19,10 +19,11 @@ import numpy as np
 from .errors import UserError, reading
 
 # Backward kernels re-run through their forward op's gradient: how the forward input is rebuilt from the
-# kernel's inputs (y = forward output, dy = incoming gradient). Others run as the kernel primitive itself.
+# kernel's inputs (y = forward output, dy = incoming gradient), by a named rule of the written script (its REBUILD
+# table; "x" says it in words). Others run as the kernel primitive itself.
 VJP_FORMS = {
-    "SqrtGrad": {"forward": "Sqrt", "x": "y * y", "y": 0, "dy": 1},
-    "RsqrtGrad": {"forward": "Rsqrt", "x": "1.0 / (y * y)", "y": 0, "dy": 1},
+    "SqrtGrad": {"forward": "Sqrt", "rebuild": "square", "x": "y * y", "y": 0, "dy": 1},
+    "RsqrtGrad": {"forward": "Rsqrt", "rebuild": "reciprocal_square", "x": "1.0 / (y * y)", "y": 0, "dy": 1},
 }
 
 
@@ -204,6 +205,8 @@ import numpy as np
 
 SPEC = __SPEC__
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The forward input x rebuilt from the forward output y (SPEC["vjp"]["rebuild"] names the rule).
+REBUILD = {"square": lambda y: y * y, "reciprocal_square": lambda y: 1.0 / (y * y)}
 
 
 def load_inputs():
@@ -223,7 +226,9 @@ def run(ms, dtype_name, arrays):
     vjp = SPEC["vjp"]
     if vjp:
         y, dy = tensors[vjp["y"]], tensors[vjp["dy"]]
-        x = eval(vjp["x"], {}, {"y": y})          # the forward input, rebuilt from the forward output
+        if vjp["rebuild"] not in REBUILD:
+            raise SystemExit(f"{vjp['rebuild']}: no rule to rebuild {vjp['forward']}'s input")
+        x = REBUILD[vjp["rebuild"]](y)          # the forward input, e.g. y * y for Sqrt (vjp["x"])
         primitive = getattr(P, vjp["forward"])()
         _, backward = ms.vjp(lambda t: primitive(t), x)
         outputs = backward(dy)
@@ -256,6 +261,21 @@ def sampled(outputs, slot):
     return found
 
 
+def error_text(exc):
+    """The error in one line: its first line that says something (MindSpore's can start with blank or ----- lines),
+    else where it was raised. Never cut mid-word."""
+    import traceback
+    lines = [line.strip() for line in str(exc).splitlines()]
+    text = next((line for line in lines if line.strip("-=* ")), "")
+    if not text:
+        frames = traceback.extract_tb(exc.__traceback__)
+        text = (f"no message; raised in {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} "
+                f"({frames[-1].name})" if frames else "no message")
+    if len(text) > 300:
+        text = text[:300].rsplit(" ", 1)[0] + " ..."
+    return f"{type(exc).__name__}: {text}"
+
+
 def describe(values):
     finite = values[np.isfinite(values)]
     return {"max_abs": float(np.abs(finite).max()) if finite.size else float("nan"),
@@ -282,7 +302,7 @@ def main():
         try:
             outputs = run(ms, name, arrays)
         except Exception as exc:  # bf16 kernels are missing on some devices
-            print(f"  {name:<9}: not run on {args.device} ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+            print(f"  {name:<9}: not run on {args.device} ({error_text(exc)})")
             continue
         at_samples[name] = sampled(outputs, SPEC["sample_output"])
         bad[name] = False

@@ -9,8 +9,9 @@
   (256 MiB, MSOVERFLOW_MAX_READ_BYTES overrides it); a text line is cut at MAX_LINE_CHARS; tensors are never read
   whole (memory maps scanned in chunks, see stats.py).
 - JSON nesting is at most MAX_JSON_DEPTH, integers in JSON at most MAX_INT_DIGITS digits, NaN/Infinity are
-  not JSON. Tensor shapes have at most MAX_DIMS dimensions of non-negative integers; a DumpData header lists at
-  most MAX_TENSOR_SLOTS inputs and outputs.
+  not JSON. YAML nesting is at most MAX_YAML_DEPTH, and its aliases expand to at most MAX_YAML_NODES nodes
+  (counted from the parser's events before anything is built). Tensor shapes have at most MAX_DIMS dimensions
+  of non-negative integers; a DumpData header lists at most MAX_TENSOR_SLOTS inputs and outputs.
 - Output paths are resolved (realpath, symlinks followed) and refused inside a dump, judged from the dump's
   ROOT (the directory holding rank_*/, time or step directories), not only the directory given.
 """
@@ -204,6 +205,98 @@ def load_json(path, *, limit: Optional[int] = None, max_depth: int = MAX_JSON_DE
     """A JSON file: regular, bounded in size and nesting. OSError for the file, JsonError (ValueError) for the
     text, UnicodeDecodeError (ValueError) for bytes that are not UTF-8."""
     return loads_json(read_text(path, limit), max_depth=max_depth, allow_nan=allow_nan)
+
+
+# ---- YAML ---------------------------------------------------------------------------------------------------
+
+MAX_YAML_NODES = 1 << 17     # nodes of a document with every alias expanded (a MindFormers config has ~2,000)
+MAX_YAML_DEPTH = 64
+
+
+class YamlError(ValueError):
+    """Text that is not YAML msoverflow accepts (syntax, nesting, aliases that expand past the bound)."""
+
+
+def yaml_nodes(text: str, *, max_depth: int = MAX_YAML_DEPTH, max_nodes: int = MAX_YAML_NODES) -> int:
+    """The nodes of the text's documents with every alias expanded, counted from the parser's events in one pass
+    (nothing is built): a 600-byte alias bomb expands to 10**9 nodes, and anything that walks or prints it
+    (str(), a tree search) never ends. YamlError when the count or the nesting passes its bound."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+    from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
+    expanded = {}               # anchor -> nodes of the anchored node, aliases inside it expanded
+    open_nodes: list = []       # [nodes so far, anchor] of each collection being read
+    total = 0
+    try:
+        for event in YAML(typ="safe", pure=True).parse(text):
+            if isinstance(event, CollectionStartEvent):
+                open_nodes.append([1, event.anchor])
+                if len(open_nodes) > max_depth:
+                    raise YamlError(f"nested more than {max_depth} levels deep")
+                continue
+            if isinstance(event, CollectionEndEvent):
+                count, anchor = open_nodes.pop()
+            elif isinstance(event, ScalarEvent):
+                count, anchor = 1, event.anchor
+            elif isinstance(event, AliasEvent):
+                count, anchor = expanded.get(event.anchor, 1), None
+            else:
+                continue
+            if anchor is not None:
+                expanded[anchor] = count
+            if open_nodes:
+                open_nodes[-1][0] += count
+                count = open_nodes[-1][0]
+            else:
+                total += count
+                count = total
+            if count > max_nodes:
+                raise YamlError(f"its aliases expand to more than {max_nodes} nodes (an alias bomb?)")
+    except YAMLError as exc:
+        raise YamlError(_yaml_problem(exc)) from None
+    return total
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """ruamel.yaml's error in one short line: what is wrong, and where ("line 3: found duplicate key ...")."""
+    problem = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}: " if getattr(mark, "line", None) is not None else ""
+    return (where + " ".join(str(problem).split()))[:200]
+
+
+def loads_yaml(text: str, *, typ: str = "safe", max_depth: int = MAX_YAML_DEPTH,
+               max_nodes: int = MAX_YAML_NODES) -> Any:
+    """YAML text, bounded in nesting and in the nodes its aliases expand to (yaml_nodes), then loaded by
+    ruamel.yaml (`typ` "safe", or "rt" to keep comments for a patch). YamlError (a ValueError) when refused."""
+    import warnings
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+    yaml_nodes(text, max_depth=max_depth, max_nodes=max_nodes)
+    try:
+        with warnings.catch_warnings():     # e.g. one ReusedAnchorWarning per repeated anchor, on stderr
+            warnings.simplefilter("ignore")
+            return YAML(typ=typ).load(text)
+    except YAMLError as exc:
+        raise YamlError(_yaml_problem(exc)) from None
+    except (ValueError, RecursionError) as exc:       # e.g. an integer of more digits than Python converts
+        raise YamlError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def brief(value: Any, width: int = 40) -> str:
+    """A value from a user's file in a few characters, for a message. Never str() of the whole: a YAML alias
+    bomb is a small object that prints as gigabytes, and an int of 5,000 digits does not convert."""
+    if value is None or isinstance(value, (bool, float)):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if value.bit_length() <= 128 else f"an integer of {value.bit_length()} bits"
+    if isinstance(value, str):
+        return repr(value[:width]) + ("..." if len(value) > width else "")
+    if isinstance(value, dict):
+        return f"a mapping of {len(value)} key(s)"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} item(s)"
+    return f"a {type(value).__name__}"
 
 
 def json_safe(value: Any) -> Any:

@@ -27,9 +27,13 @@ from . import safeio
 from .readers import _protobuf as pb
 
 MAX_FILE_BYTES = 256 << 20      # a large model's strategy file is a few MB
+MAX_JSON_BYTES = 32 << 20       # JSON is parsed whole into objects (~10x its size in memory)
 MAX_STAGE = 1 << 16
 MAX_DEVICES = 1 << 20
 MAX_DIMS = 64                   # a device matrix or tensor map has a handful of dimensions
+MAX_ITEMS = 1 << 17             # operators or parameters in one file (a 70B-parameter model has ~10^4)
+MAX_INPUTS = 1 << 12            # fields of one operator's strategy: its stage and one strategy per input
+MAX_LAYOUT_FIELDS = 1 << 14     # fields of one parameter's layouts (device matrix, tensor map, split shapes, ...)
 _RANK_IN_NAME = re.compile(r"rank_?([0-9]{1,6})(?![0-9])")
 
 
@@ -72,26 +76,34 @@ def _product(dims: List[int]) -> Optional[int]:
     return total if dims else None
 
 
-def _messages(buf: bytes, span: Tuple[int, int], number: int) -> Iterator[Tuple[int, int]]:
-    """The spans of the length-delimited fields `number` of the message at `span`."""
-    for n, wire, value in pb.iter_fields(buf, *span):
+def _messages(buf: bytes, span: Tuple[int, int], number: int, max_fields: int) -> Iterator[Tuple[int, int]]:
+    """The spans of the length-delimited fields `number` of the message at `span` (at most max_fields fields)."""
+    for n, wire, value in pb.iter_fields(buf, *span, max_fields=max_fields):
         if n == number and wire == pb.LEN:
             yield value
 
 
 def _from_protobuf(data: bytes) -> Tuple[set, set]:
+    """Every field count is bounded and every stage range-checked as it is decoded: a file of 20 million stage
+    varints is refused after a few thousand, never collected."""
     stages, devices = set(), set()
-    whole = (0, len(data))
     try:
-        for item in _messages(data, whole, 2):                       # ParallelStrategyItem
-            for strategys in _messages(data, item, 2):               # ParallelStrategys
-                stages.update(v for n, w, v in pb.iter_fields(data, *strategys) if n == 1 and w == pb.VARINT)
-        for item in _messages(data, whole, 3):                       # ParallelLayoutItem
-            for layouts in _messages(data, item, 2):                 # ParallelLayouts
-                for matrix in _messages(data, layouts, 1):           # DevMatrix
-                    count = _product(_dims(data, matrix))
-                    if count:
-                        devices.add(count)
+        for number, wire, item in pb.iter_fields(data, max_fields=2 * MAX_ITEMS + 16):
+            if wire != pb.LEN:
+                continue
+            if number == 2:                                            # ParallelStrategyItem
+                for strategys in _messages(data, item, 2, max_fields=16):                  # ParallelStrategys
+                    for n, w, stage in pb.iter_fields(data, *strategys, max_fields=MAX_INPUTS):
+                        if n == 1 and w == pb.VARINT:
+                            if stage > MAX_STAGE:
+                                raise StrategyError(f"a pipeline stage beyond {MAX_STAGE}")
+                            stages.add(stage)
+            elif number == 3:                                          # ParallelLayoutItem
+                for layouts in _messages(data, item, 2, max_fields=16):                    # ParallelLayouts
+                    for matrix in _messages(data, layouts, 1, max_fields=MAX_LAYOUT_FIELDS):    # DevMatrix
+                        count = _product(_dims(data, matrix))
+                        if count:
+                            devices.add(count)
     except pb.ProtobufError as exc:
         raise StrategyError(str(exc)) from None
     return stages, devices
@@ -105,27 +117,32 @@ def _from_json(doc: object) -> Tuple[set, set]:
     layouts = doc.get("parallel_layout_item") or {}
     if not isinstance(items, dict) or not isinstance(layouts, dict):
         raise StrategyError("parallel_strategy_item and parallel_layout_item must be objects")
+    if len(items) > MAX_ITEMS or len(layouts) > MAX_ITEMS:
+        raise StrategyError(f"more than {MAX_ITEMS} operators or parameters")
     for entry in items.values():
         stage = entry.get("stage") if isinstance(entry, dict) else None
         if isinstance(stage, int) and not isinstance(stage, bool):
+            if not 0 <= stage <= MAX_STAGE:
+                raise StrategyError(f"a pipeline stage of {safeio.brief(stage)}, not 0 to {MAX_STAGE}")
             stages.add(stage)
     for entry in layouts.values():
         matrix = entry.get("dev_matrix") if isinstance(entry, dict) else None
-        if isinstance(matrix, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in matrix):
+        if isinstance(matrix, list) and len(matrix) <= MAX_DIMS \
+                and all(isinstance(d, int) and not isinstance(d, bool) for d in matrix):
             count = _product(matrix)
             if count:
                 devices.add(count)
     return stages, devices
 
 
-def looks_like_json_strategy(doc: object) -> bool:
-    return isinstance(doc, dict) and bool({"parallel_strategy_item", "parallel_layout_item"} & set(doc))
-
-
 def read_strategy(path: str) -> StrategyFacts:
     """The facts of one strategy checkpoint; StrategyError (or OSError) when it cannot be read as one."""
-    data = safeio.read_bytes(path, MAX_FILE_BYTES)
-    if path.lower().endswith(".json"):
+    json_file = path.lower().endswith(".json")
+    try:
+        data = safeio.read_bytes(path, MAX_JSON_BYTES if json_file else MAX_FILE_BYTES)
+    except safeio.TooLarge as exc:
+        raise StrategyError(exc.strerror) from None
+    if json_file:
         try:
             doc = safeio.loads_json(data.decode("utf-8", errors="replace"))
         except (ValueError, RecursionError) as exc:
@@ -135,8 +152,6 @@ def read_strategy(path: str) -> StrategyFacts:
         stages, devices = _from_protobuf(data)
     if not stages and not devices:
         raise StrategyError("no operator strategies and no parameter layouts in it")
-    if any(s > MAX_STAGE for s in stages):
-        raise StrategyError(f"a pipeline stage beyond {MAX_STAGE}")
     match = _RANK_IN_NAME.search(os.path.basename(path))
     return StrategyFacts(path=path, stages=frozenset(stages), stage_devices=max(devices) if devices else None,
                          rank=int(match.group(1)) if match else None, device_counts=frozenset(devices))
@@ -163,4 +178,4 @@ def rank_stages(facts: List[StrategyFacts]) -> Dict[int, int]:
 
 
 __all__ = ["StrategyFacts", "StrategyError", "read_strategy", "strategy_files", "rank_stages",
-           "looks_like_json_strategy", "is_strategy_name"]
+           "is_strategy_name"]

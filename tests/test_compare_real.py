@@ -171,8 +171,8 @@ def test_parallel_layout_places_every_rank_the_report_lists(dp2_answers):
         fmt_code, body = dp2_answers[fmt]
         body = html.unescape(body)
         assert fmt_code == code
-        assert "rank 1 (pipeline stage 0, tp 0, dp 1)" in body and "rank 0 (pipeline stage 0, tp 0, dp 0)" in body
-        assert "dp=2, tp=1, pp=1 (--parallel dp=2)" in body
+        assert "rank 1 (pp 0, dp 1, tp 0)" in body and "rank 0 (pp 0, dp 0, tp 0)" in body
+        assert "pp=1, dp=2, tp=1 (--parallel dp=2)" in body
 
 
 def test_without_a_layout_compare_lists_bare_ranks(answers):

@@ -136,6 +136,13 @@ def test_real_normhead_patch_is_small_and_never_casts_a_write_target(version, pa
              and l.startswith("+        ")]
     assert len(removed) == 3, removed             # square(weight), the culprit, real_div(weight, ...)
     assert all("# msoverflow:" in l for l in added if l.strip("+ ") and not l.strip("+ ").startswith(("if ", "return", '"""')))
+    # the helpers follow the file's own imports (a try block among them) and use its names: nothing imported
+    body = ast.parse(patched.patched).body
+    last_import = max(i for i, n in enumerate(body) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    helpers = [i for i, n in enumerate(body) if isinstance(n, ast.FunctionDef) and n.name.startswith("_msoverflow")]
+    assert helpers and min(helpers) == last_import + 1, [ast.unparse(n)[:60] for n in body[last_import - 1:]]
+    assert "import mindspore\n" not in patched.patched and "isinstance(x, Tensor)" in patched.patched
+    assert "ops.cast(x, mstype.float32)" in patched.patched
     # a second plan on the patched file is "already patched"
     path = patched.path + ".patched.py"
     with open(path, "w") as fh:

@@ -139,8 +139,8 @@ def test_bfloat16_patch_structure(model_copy):
     tree = ast.parse(patch.patched)
     helper = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_msoverflow_widen_bfloat16")
     helper_code = ast.unparse(helper)
-    assert "x.dtype in (ms.float16,)" in helper_code          # bf16 and fp32 inputs are left alone, fp16 widened
-    assert "ms.ops.cast(x, ms.bfloat16)" in helper_code
+    assert "x.dtype in (mstype.float16,)" in helper_code      # bf16 and fp32 inputs are left alone, fp16 widened
+    assert "ops.cast(x, mstype.bfloat16)" in helper_code and "isinstance(x, Tensor)" in helper_code
     construct = ast.unparse(_norm_head_construct(patch.patched))
     assert "_msoverflow_widen_bfloat16(self.weight)" in construct
     assert "self.cast(hidden_states, self.compute_dtype)" in construct   # boundary op keeps its dtype
@@ -158,7 +158,73 @@ def test_casts_to_int_or_float32_are_left_alone(tmp_path):
         "        return ops.cast(probs, mstype.float32) * mask\n")
     patch = source_patch.plan(str(path), 8, "float32")
     assert "ops.cast(mask, mstype.int32)  # keep" in patch.patched
-    assert "ops.softmax(ops.cast(scores, mindspore.float32), -1)" in patch.patched
-    assert "import mindspore\n" in patch.patched               # no mindspore alias in the file: added
+    assert "ops.softmax(ops.cast(scores, mstype.float32), -1)" in patch.patched     # the script's own names
+    assert "import mindspore\n" not in patch.patched
     assert "return ops.cast(probs, mstype.float32) * mask" in patch.patched
     compile(patch.patched, str(path), "exec")
+
+
+def _top_level(patched):
+    """(kind, name) of each top-level statement: ("import", line) / ("def", name) / ("class", name) / ("other", ...)."""
+    out = []
+    for node in ast.parse(patched).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(("import", ast.unparse(node)))
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out.append(("def" if isinstance(node, ast.FunctionDef) else "class", node.name))
+        else:
+            out.append(("other", ast.unparse(node)[:40]))
+    return out
+
+
+CELL = ("class Head(nn.Cell):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.weight = Parameter(Tensor(np.ones((4, 4)), {dtype}.float16), name='w')\n\n"
+        "    def construct(self, x):\n"
+        "        norm = ops.sqrt(ops.reduce_sum(self.weight * self.weight))\n"
+        "        return x / norm\n")
+
+
+@pytest.mark.parametrize("header,names", [
+    # MindFormers' style: no `import mindspore`, an import-only try block in the middle of the imports
+    ("import numpy as np\nimport mindspore.common.dtype as mstype\ntry:\n    from mindspore._checkparam import "
+     "Validator\nexcept ImportError:\n    import mindspore._checkparam as Validator\nfrom mindspore import Tensor, "
+     "nn, ops\nfrom mindspore.common.parameter import Parameter\n", ("Tensor", "ops.cast", "mstype")),
+    # a user script: `ms`, imported after a sys.path line
+    ("import sys\nsys.path.insert(0, '.')\nimport numpy as np\nimport mindspore as ms\nfrom mindspore import nn, "
+     "Parameter\nops = ms.ops\n", ("ms.Tensor", "ms.ops.cast", "ms")),
+])
+def test_helpers_follow_the_scripts_imports_and_use_its_names(tmp_path, header, names):
+    """Issue 27: the helpers went above the script's own MindSpore import and `import mindspore` was added beside
+    `import mindspore as ms` / MindFormers' `mstype`, `Tensor`, `ops`. They go after the last import (before the
+    first definition) and use the script's names; nothing is imported."""
+    tensor, cast, dtype = names
+    path = tmp_path / "head.py"
+    path.write_text(header + "\n\n" + CELL.format(dtype=dtype))
+    line = path.read_text().splitlines().index("        norm = ops.sqrt(ops.reduce_sum(self.weight * self.weight))") + 1
+    patch = source_patch.plan(str(path), line, "float32")
+    assert not any("import mindspore added" in c for c in patch.changes), patch.changes
+    assert patch.patched.count("import mindspore\n") == header.count("import mindspore\n")
+    layout = _top_level(patch.patched)
+    helpers = [i for i, (kind, name) in enumerate(layout) if kind == "def" and name.startswith("_msoverflow")]
+    last_import = max(i for i, (kind, _) in enumerate(layout) if kind == "import")
+    first_class = next(i for i, (kind, _) in enumerate(layout) if kind == "class")
+    assert helpers and last_import < min(helpers) and max(helpers) < first_class, layout
+    helper = ast.unparse(next(n for n in ast.parse(patch.patched).body if isinstance(n, ast.FunctionDef)))
+    assert f"isinstance(x, {tensor})" in helper and f"{cast}(x, {dtype}.float32)" in helper, helper
+    assert f"{dtype}.float16" in helper
+    compile(patch.patched, str(path), "exec")
+
+
+def test_import_mindspore_is_added_after_the_imports_when_no_name_serves(tmp_path):
+    path = tmp_path / "head.py"
+    path.write_text("import numpy as np\nimport mindspore.nn as nn\nfrom mindspore.common.parameter import Parameter"
+                    "\nfrom mindspore.common.tensor import Tensor\nfrom mindspore.ops import operations as P\n\n\n"
+                    + CELL.format(dtype="mindspore").replace("ops.", "P."))
+    line = next(i + 1 for i, text in enumerate(path.read_text().splitlines()) if "P.sqrt" in text)
+    patch = source_patch.plan(str(path), line, "float32")
+    layout = _top_level(patch.patched)
+    assert [entry for entry in layout if entry[0] == "import"][-1] == ("import", "import mindspore"), layout
+    helper = ast.unparse(next(n for n in ast.parse(patch.patched).body if isinstance(n, ast.FunctionDef)))
+    assert "isinstance(x, mindspore.Tensor)" in helper and "mindspore.ops.cast(x, mindspore.float32)" in helper

@@ -66,3 +66,20 @@ def test_refuses_an_output_dir_inside_the_dump(real_dumps, tmp_path, capsys):
     assert cli.main(["repro", "--from", str(report), "-o", str(dump / "repro")]) == 2
     assert "inside the dump" in capsys.readouterr().err
     assert _snapshot(dump) == before
+
+
+def _calls(path, names):
+    import ast
+    tree = ast.parse(open(path).read())
+    return [node.func.id for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names]
+
+
+def test_script_has_no_eval_and_says_why_bf16_did_not_run(real_dumps, tmp_path):
+    """Issue 27: the written script used eval() to rebuild SqrtGrad's forward input, and printed an empty
+    `TypeError: ` when bf16 has no CPU kernel. The rule is a named function now, and the error its real text."""
+    code, lines = _repro(real_dumps, "normhead_fp16_overflow", tmp_path)
+    assert code == 0
+    assert _calls(tmp_path / "repro" / "repro.py", {"eval", "exec", "compile"}) == []
+    bf16 = next(line for line in lines if line.strip().startswith("bfloat16"))
+    assert "not run on CPU (TypeError: Select CPU operator[Sqrt] fail! Unsupported data type!)" in bf16, bf16

@@ -7,6 +7,7 @@ loaded without importing MindSpore) and the JSON ones follow the writer's `to_js
 import importlib.util
 import json
 import os
+import shutil
 
 import pytest
 
@@ -85,21 +86,26 @@ def test_strategy_files_beside_the_dump_give_every_rank_its_stage(pp_job):
     assert report.parallel["source"] == "strategy checkpoint 8 files in " + str(pp_job / "strategy")
     assert report.parallel["stages"] == {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}
     assert [row.coords for row in report.rank_status] == [{"pp": 0}] * 4 + [{"pp": 1}] * 4
-    assert not any("several pipeline stages" in w for w in report.warnings)     # agrees with the graphs
+    assert not any("not used" in w for w in report.warnings)     # agrees with the graphs
     text = render(report, "text")
-    assert "rank 5 (pipeline stage 1), step 1" in text
+    assert "rank 5 (pp 1), step 1" in text
     assert "strategy checkpoint" in render(report, "markdown") and "strategy checkpoint" in render(report, "html")
 
 
-def test_a_rank_file_that_disagrees_with_the_graphs_is_warned(pp_job, tmp_path):
+def test_a_rank_file_that_contradicts_the_graphs_is_not_used(pp_job, tmp_path):
+    """Rank 1's file claims the last stage, but rank 1 runs the kernels of ranks 0, 2 and 3: the files are refused
+    with a warning, and the stages the graphs show are used (rank 1 is never said to be in stage 1)."""
     folder = tmp_path / "strategy"
-    for rank in range(8):       # rank 1's file claims the last stage
+    for rank in range(8):
         write_protobuf(str(folder / f"ckpt_strategy_rank_{rank}.ckpt"), stage=1 if rank in (1, 4, 5, 6, 7) else 0,
                        dev_matrix=[4, 1])
     report = analyze(str(pp_job / "dump"), parallel=str(folder))
-    assert report.rank_status[1].coords == {"pp": 1}
+    assert [row.coords for row in report.rank_status] == [{"pp": 0}] * 4 + [{"pp": 1}] * 4
+    assert report.parallel["source"] == "inferred from the graphs"
     assert any("rank(s) 1 hold the ops of another stage" in w for w in report.warnings)
-    assert any("several pipeline stages" in w for w in report.warnings)
+    refused = [w for w in report.warnings if "not used: the saved execution orders contradict" in w]
+    assert len(refused) == 1 and "ranks 0-3 run the same kernels but are put in stages 0, 1" in refused[0], refused
+    assert refused[0] in report.parallel["notes"]
 
 
 def test_one_json_strategy_file_stage_from_the_device_matrix(tmp_path):
@@ -160,3 +166,42 @@ def test_model_weights_checkpoint_beside_the_dump_is_not_read(tmp_path):
     report = analyze(str(root))
     assert report.parallel["source"] == "inferred from the graphs"
     assert not any("strategy" in w for w in report.warnings)
+
+
+# ---- checked against the real msrun data-parallel dump (issue 26 item 2) ---------------------------------------
+
+@pytest.mark.mindspore
+@pytest.mark.parametrize("form", ["json", "protobuf"])
+def test_strategy_declaring_ranks_4_to_7_beside_a_dump_of_0_to_3(multirank_dumps, tmp_path, form):
+    """A 2-stage job of 4 devices per stage, of which only stage 0 (ranks 0-3, the real msrun dump) was dumped:
+    0-3 get stage 0, and 4-7 are listed as declared, not dumped (rank table, JSON), never silently dropped."""
+    job = tmp_path / "job"
+    shutil.copytree(multirank_dumps["dp4_two_origins"], job / "dump")
+    if form == "json":       # one whole-network file: ops of both stages, 4 devices per stage
+        write_json(job / "strategy.json", {"Default/MatMul-op0": 0, "Default/MatMul-op9": 1}, dev_matrix=[4, 1])
+    else:                    # MindFormers' per-rank files, output/strategy/ckpt_strategy_rank_N.ckpt
+        for rank in range(8):
+            write_protobuf(str(job / "strategy" / f"ckpt_strategy_rank_{rank}.ckpt"), stage=rank // 4,
+                           dev_matrix=[4, 1])
+    report = analyze(str(job / "dump"))
+    assert [row.coords for row in report.rank_status[:4]] == [{"pp": 0}] * 4
+    last = report.rank_status[-1]
+    assert (last.rank_label, last.status) == ("4-7", "not dumped") and last.note.startswith("declared by strategy")
+    assert report.parallel["stages"] == {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}
+    assert report.parallel["declared_not_dumped"] == [[4, 7]]
+    assert not any("not used" in w for w in report.warnings)
+    doc = json.loads(render(report, "json"))
+    assert [(r["rank"], r.get("last_rank"), r["status"]) for r in doc["ranks"]][-1] == (4, 7, "not dumped")
+    text = render(report, "text")
+    assert "4-7   not dumped  -             declared by strategy checkpoint" in text
+
+
+@pytest.mark.mindspore
+def test_strategy_that_the_execution_orders_contradict_is_refused(multirank_dumps, tmp_path):
+    """2 devices per stage would put ranks 0-1 and 2-3 in different stages; they run the same kernels."""
+    write_json(tmp_path / "strategy.json", {"Default/MatMul-op0": 0, "Default/MatMul-op9": 1}, dev_matrix=[2, 1])
+    report = analyze(str(multirank_dumps["dp4_two_origins"]), parallel=str(tmp_path / "strategy.json"))
+    refused = [w for w in report.warnings if w.startswith("strategy checkpoint strategy.json: not used")]
+    assert len(refused) == 1 and "AllReduce over mccl_world_group spans them all" in refused[0], report.warnings
+    assert report.parallel is None and all(row.coords is None for row in report.rank_status)
+    assert all(row.status != "not dumped" for row in report.rank_status)     # a refused layout declares nothing

@@ -77,8 +77,75 @@ def _code(node) -> str:
     return cst.Module(body=[]).code_for_node(node)
 
 
+@dataclass
+class MindSporeNames:
+    """How a script spells MindSpore: the names its own top-level imports bind (None: not imported that way).
+    Code the patches add uses these names, and `import mindspore` is added only when one is missing."""
+    module: Optional[str] = None      # import mindspore [as ms]
+    tensor: Optional[str] = None      # from mindspore import Tensor [as T]
+    ops: Optional[str] = None         # from mindspore import ops; import mindspore.ops as ops
+    dtype: Optional[str] = None       # import mindspore.common.dtype as mstype; from mindspore import dtype as ...
+
+    def need_import(self, *, tensor: bool = False, ops: bool = False, dtype: bool = False) -> bool:
+        """Whether code using these kinds of names needs `import mindspore` added (some are not imported)."""
+        return self.module is None and ((tensor and not self.tensor) or (ops and not self.ops)
+                                        or (dtype and not self.dtype))
+
+    @property
+    def root(self) -> str:
+        return self.module or "mindspore"
+
+    def tensor_class(self) -> str:
+        return self.tensor or f"{self.root}.Tensor"
+
+    def op(self, name: str) -> str:
+        """`ops.cast`, `ms.ops.maximum`: an op of mindspore.ops in the script's spelling."""
+        return f"{self.ops}.{name}" if self.ops else f"{self.root}.ops.{name}"
+
+    def dtype_of(self, name: str) -> str:
+        return f"{self.dtype}.{name}" if self.dtype else f"{self.root}.{name}"
+
+
+_DTYPE_MODULES = {"mindspore.common.dtype", "mindspore.dtype"}
+
+
+def mindspore_names(module: cst.Module) -> MindSporeNames:
+    """The MindSpore names bound by the module's top-level import lines (imports inside functions or
+    try/except blocks are not relied on)."""
+    names = MindSporeNames()
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    dotted = _dotted(alias.name)
+                    bound = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) \
+                        else None
+                    if dotted == "mindspore":
+                        names.module = names.module or bound or "mindspore"
+                    elif bound and dotted == "mindspore.ops":
+                        names.ops = names.ops or bound
+                    elif bound and dotted in _DTYPE_MODULES:
+                        names.dtype = names.dtype or bound
+            elif isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None \
+                    and not isinstance(small.names, cst.ImportStar):
+                source = _dotted(small.module)
+                for alias in small.names:
+                    imported = _dotted(alias.name)
+                    bound = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) \
+                        else imported
+                    if source == "mindspore" and imported == "Tensor":
+                        names.tensor = names.tensor or bound
+                    elif source == "mindspore" and imported == "ops":
+                        names.ops = names.ops or bound
+                    elif (source, imported) in (("mindspore", "dtype"), ("mindspore.common", "dtype")):
+                        names.dtype = names.dtype or bound
+    return names
+
+
 class _Locate(cst.CSTVisitor):
-    """The innermost function around `line`, its class, and the mindspore import alias."""
+    """The innermost function around `line` and its class."""
     METADATA_DEPENDENCIES = (PositionProvider,)
 
     def __init__(self, line: int):
@@ -86,7 +153,6 @@ class _Locate(cst.CSTVisitor):
         self.function: Optional[cst.FunctionDef] = None
         self.klass: Optional[cst.ClassDef] = None
         self._classes: List[cst.ClassDef] = []
-        self.ms_alias: Optional[str] = None
 
     def visit_ClassDef(self, node):
         self._classes.append(node)
@@ -99,11 +165,6 @@ class _Locate(cst.CSTVisitor):
         if pos.start.line <= self.line <= pos.end.line:
             self.function = node
             self.klass = self._classes[-1] if self._classes else None
-
-    def visit_Import(self, node):
-        for alias in node.names:
-            if _dotted(alias.name) == "mindspore":
-                self.ms_alias = alias.asname.name.value if alias.asname else "mindspore"
 
 
 def _self_attrs_assigned(klass: Optional[cst.ClassDef]):
@@ -372,8 +433,8 @@ def _self_reads_in_order(node) -> List[str]:
 class _Island(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (ParentNodeProvider, PositionProvider)
 
-    def __init__(self, region: _Region, reads: Set[str], args: Set[str], primitives: dict, ms: str, dtype: str,
-                 widen: str, like: str, changes: List[str], line: int):
+    def __init__(self, region: _Region, reads: Set[str], args: Set[str], primitives: dict, ms: MindSporeNames,
+                 dtype: str, widen: str, like: str, changes: List[str], line: int):
         self.region = region
         self.reads = reads
         self.args = args
@@ -387,9 +448,11 @@ class _Island(cst.CSTTransformer):
         self.current: Optional[cst.SimpleStatementLine] = None
         self.notes: List[str] = []
         self.used_like = False
+        self.used_dtype = False
 
     def _island_dtype(self) -> cst.BaseExpression:
-        return cst.parse_expression(f"{self.ms}.{self.dtype}")
+        self.used_dtype = True
+        return cst.parse_expression(self.ms.dtype_of(self.dtype))
 
     def visit_SimpleStatementLine(self, node):
         if node in self.region.members:
@@ -486,8 +549,8 @@ class _Island(cst.CSTTransformer):
         dtype_code = _code(original.args[index].value)
         if not (_LOW_DTYPE_TEXT.search(dtype_code) or _DTYPE_ATTR.search(dtype_code.split(".")[-1])):
             return updated   # casts to int/bool/float32 are not part of the overflow
-        if dtype_code == f"{self.ms}.{self.dtype}":
-            return updated
+        if dtype_code.rsplit(".", 1)[-1] == self.dtype:
+            return updated     # already the island dtype, however the script spells it
         args[index] = args[index].with_changes(value=self._island_dtype())
         self.notes.append(f"cast to {dtype_code} -> {self.dtype}")
         return updated.with_changes(args=args)
@@ -544,20 +607,20 @@ def _is_docstring(stmt) -> bool:
             and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))
 
 
-def _helper_source(ms: str, dtype: str, name: str) -> str:
-    narrow = ", ".join(f"{ms}.{d}" for d in NARROWER[dtype])
+def _helper_source(ms: MindSporeNames, dtype: str, name: str) -> str:
+    narrow = ", ".join(ms.dtype_of(d) for d in NARROWER[dtype])
     return (f"def {name}(x):\n"
             f"    \"\"\"msoverflow precision patch: widen narrower float tensors to {dtype}, leave other values alone.\"\"\"\n"
-            f"    if isinstance(x, {ms}.Tensor) and x.dtype in ({narrow},):\n"
-            f"        return {ms}.ops.cast(x, {ms}.{dtype})\n"
+            f"    if isinstance(x, {ms.tensor_class()}) and x.dtype in ({narrow},):\n"
+            f"        return {ms.op('cast')}(x, {ms.dtype_of(dtype)})\n"
             f"    return x\n")
 
 
-def _like_source(ms: str, name: str) -> str:
+def _like_source(ms: MindSporeNames, name: str) -> str:
     return (f"def {name}(x, ref):\n"
             f"    \"\"\"msoverflow precision patch: x in ref's dtype (the dtype it had before the island).\"\"\"\n"
-            f"    if isinstance(x, {ms}.Tensor) and isinstance(ref, {ms}.Tensor):\n"
-            f"        return {ms}.ops.cast(x, ref.dtype)\n"
+            f"    if isinstance(x, {ms.tensor_class()}) and isinstance(ref, {ms.tensor_class()}):\n"
+            f"        return {ms.op('cast')}(x, ref.dtype)\n"
             f"    return x\n")
 
 
@@ -567,26 +630,48 @@ def _is_future_import(stmt) -> bool:
         for s in stmt.body)
 
 
+def _is_import_block(stmt) -> bool:
+    """An import line, or a module-level try/if whose branches hold only imports (and pass), like MindFormers'
+    `try: from mindspore._checkparam import Validator / except ImportError: import ... as Validator`."""
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body) and all(
+            isinstance(s, (cst.Import, cst.ImportFrom, cst.Pass)) for s in stmt.body)
+    blocks = []
+    if isinstance(stmt, cst.Try):
+        blocks = [stmt.body] + [h.body for h in stmt.handlers] + [b.body for b in (stmt.orelse, stmt.finalbody) if b]
+    elif isinstance(stmt, cst.If):
+        branch = stmt
+        while isinstance(branch, cst.If):
+            blocks.append(branch.body)
+            branch = branch.orelse
+        if branch is not None:
+            blocks.append(branch.body)
+    else:
+        return False
+    lines = [line for block in blocks for line in getattr(block, "body", ())]
+    return bool(lines) and all(isinstance(line, cst.SimpleStatementLine) and all(
+        isinstance(s, (cst.Import, cst.ImportFrom, cst.Pass)) for s in line.body) for line in lines)
+
+
 def insertion_point(module: cst.Module, names: Sequence[str]) -> int:
-    """Where new imports and helpers go: after the leading import block, but never below the first top-level
-    statement that uses one of `names` (a late import after `TrainOneStepCell(...)` must not push the import
-    below its first use), and never above the docstring or a `from __future__` import."""
+    """Where new imports and helpers go: after the script's own imports (the last import line, or import-only
+    try/if block, before its first def or class), never above the docstring or a `from __future__` import,
+    and never below the first top-level statement other than an import that uses one of `names` (a late
+    import after `TrainOneStepCell(...)` must not push a helper below its first use)."""
     body = list(module.body)
-    last_import = -1
-    for i, stmt in enumerate(body):
-        if isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, (cst.Import, cst.ImportFrom))
-                                                             for s in stmt.body):
-            last_import = i
-        elif i > 0 and not _is_docstring(stmt) and last_import >= 0:
-            break
     earliest = 1 if body and _is_docstring(body[0]) else 0
     while earliest < len(body) and _is_future_import(body[earliest]):
         earliest += 1
-    insert_at = max(last_import + 1, earliest)
+    insert_at = earliest
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            break
+        if i >= earliest and _is_import_block(stmt):
+            insert_at = i + 1
     if names:
         used = re.compile(r"\b(?:" + "|".join(re.escape(n) for n in names) + r")\b")
         for i in range(earliest, insert_at):
-            if used.search(module.code_for_node(body[i])):
+            if not _is_import_block(body[i]) and used.search(module.code_for_node(body[i])):
                 return i
     return insert_at
 
@@ -603,6 +688,13 @@ def _insert_module_parts(module: cst.Module, need_import: bool, helpers: List[st
         helper = cst.parse_statement(helper_code)
         helper = helper.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         new.append(helper)
+    if helpers and insert_at < len(body):      # two blank lines after a definition, as around any other
+        after = body[insert_at]
+        blank = next((i for i, line in enumerate(after.leading_lines) if line.comment is not None),
+                     len(after.leading_lines))
+        if blank < 2:
+            body[insert_at] = after.with_changes(leading_lines=[cst.EmptyLine()] * (2 - blank)
+                                                 + list(after.leading_lines))
     body[insert_at:insert_at] = new
     return module.with_changes(body=body)
 
@@ -740,7 +832,7 @@ def plan(path: str, line: int, dtype: str = "float32", code: str = "") -> Source
         result.patched = original
         return result
     params, constants = _self_attrs_assigned(locate.klass)
-    ms = locate.ms_alias or "mindspore"
+    ms = mindspore_names(module)
     statements = _Statements(locate.function)
     wrapper.visit(statements)
     culprit = next((i for i, (a, b) in enumerate(zip(statements.lines, statements.end_lines)) if a <= line <= b),
@@ -764,10 +856,11 @@ def plan(path: str, line: int, dtype: str = "float32", code: str = "") -> Source
     if island.used_like and f"def {like}(" not in original:
         helpers.append(_like_source(ms, like))
         changes.append(f"helper {like}() added after the imports: casts a value back to a reference's dtype")
-    patched_module = _insert_module_parts(patched_module, locate.ms_alias is None, helpers,
-                                          uses=([ms] if locate.ms_alias is None else []) + [widen, like])
-    if locate.ms_alias is None:
-        changes.append("import mindspore added")
+    need_import = ms.need_import(tensor=bool(helpers), ops=bool(helpers), dtype=bool(helpers) or island.used_dtype)
+    patched_module = _insert_module_parts(patched_module, need_import, helpers,
+                                          uses=(["mindspore"] if need_import else []) + [widen, like])
+    if need_import:
+        changes.append("import mindspore added (the script imports no mindspore name the patch can use)")
     result.patched = patched_module.code
     result.changes = changes
     cst.parse_module(result.patched)   # the patch itself must be valid Python

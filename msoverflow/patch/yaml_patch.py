@@ -170,13 +170,11 @@ class YamlPatch:
 
 
 def _load_rt(text: str, path: str):
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
-    yaml = YAML(typ="rt")
-    try:
-        return yaml.load(text)
-    except YAMLError as exc:
-        raise UserError(f"{path}: not valid YAML ({str(exc).splitlines()[0]}); refusing to patch")
+    from ..safeio import loads_yaml
+    try:       # nesting and alias expansion bounded (safeio): the config is searched and compared as a tree
+        return loads_yaml(text, typ="rt")
+    except ValueError as exc:
+        raise UserError(f"{path}: not valid YAML ({exc}); refusing to patch")
 
 
 def _find_model_config(data, path: str):

@@ -329,3 +329,34 @@ def graph_files(rank_root: str, graph: str) -> List[str]:
         found = sorted(os.path.join(folder, n) for n in os.listdir(folder)
                        if n.endswith(f"_graph_{graph}.ir") and safeio.is_regular(os.path.join(folder, n)))
     return found
+
+
+_COLLECTIVE_NODE = re.compile(r"^\s+%\w+\([^)]*\) = (?:PrimFunc_)?(AllReduce|AllGather|ReduceScatter|Broadcast|"
+                              r"AlltoAll|AllToAll|AlltoAllV)\(")
+_GROUP = re.compile(r'\bgroup: "([^"\n]{1,256})"')
+MAX_GRAPH_FILES = 16
+
+
+def collective_groups(rank_root: str) -> Dict[str, str]:
+    """Communication group -> the first collective (op type) seen in it, in a rank's saved graphs (`group:` of
+    its primitive attributes, e.g. "mccl_world_group": every rank of the job). Streamed, bounded lines."""
+    folder = os.path.join(rank_root, "graphs")
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".ir"))[:MAX_GRAPH_FILES]
+    except OSError:
+        return {}
+    found: Dict[str, str] = {}
+    for name in names:
+        try:
+            with safeio.open_regular(os.path.join(folder, name), "r", encoding="utf-8", errors="replace") as fh:
+                pending: Optional[str] = None      # a collective whose attributes may wrap onto the next line
+                for line in safeio.bounded_lines(fh):
+                    node = _COLLECTIVE_NODE.match(line)
+                    if node or pending:
+                        group = _GROUP.search(line)
+                        if group:
+                            found.setdefault(group.group(1), node.group(1) if node else pending)
+                        pending = node.group(1) if node and not group else None
+        except OSError:
+            continue
+    return found

@@ -326,9 +326,10 @@ def read_step_dir(d, warn: Warn) -> Tuple[List[TensorEvent], List[GraphNode], in
                        where=f"{entry} {io} {i}") for i, r in enumerate(records)]
 
     grads_of = _parameter_grads_by_owner(data)
+    orphans = set(grads_of.get(None, ()))       # a set: 80,000 gradients are one look-up each, not a list scan
     for order, (entry, body) in enumerate(data):
         if _match(_PARAM_GRAD, entry):
-            if entry in grads_of.get(None, ()):   # no backward entry of that Cell: the gradients stand alone
+            if entry in orphans:   # no backward entry of that Cell: the gradients stand alone
                 events.extend(make(list(_tensors(body, entry, unread)), entry, OUTPUT, order))
                 nodes.append(_node(entry, parents, stacks))
             continue

@@ -81,20 +81,16 @@ def ranks_shown(rows: List[RankStatus], limit: int = MAX_RANK_ROWS) -> Tuple[Lis
     return shown, note
 
 
-def coords_text(coords: Optional[Dict[str, int]]) -> str:
-    return " ".join(f"{k}{v}" for k, v in coords.items()) if coords else ""
-
-
 def coords_phrase(coords: Optional[Dict[str, int]]) -> str:
-    """"pipeline stage 1, tp 1, dp 0": a rank's coordinates in words (verdicts, parameter tables)."""
+    """"pp 1, dp 0, tp 1": a rank's coordinates, the one notation of every view (headline, rank and parameter
+    tables; JSON `coords` has the same keys in the same order: pipeline-major, tp fastest, as ranks are numbered)."""
     if not coords:
         return ""
-    parts = [f"pipeline stage {coords['pp']}"] if "pp" in coords else []
-    return ", ".join(parts + [f"{key} {coords[key]}" for key in ("tp", "dp") if key in coords])
+    return ", ".join(f"{key} {coords[key]}" for key in ("pp", "dp", "tp") if key in coords)
 
 
 def rank_phrase(rank: int, coords: Optional[Dict[str, int]]) -> str:
-    """"rank 5 (pipeline stage 1, tp 1, dp 0)"; "rank 5" without coordinates."""
+    """"rank 5 (pp 1, dp 0, tp 1)"; "rank 5" without coordinates."""
     where = coords_phrase(coords)
     return f"rank {rank} ({where})" if where else f"rank {rank}"
 
@@ -125,7 +121,7 @@ def parallel_text(parallel: Dict[str, object]) -> str:
         if len(items) > MAX_STAGES_SHOWN:
             stages += f"; {len(items) - MAX_STAGES_SHOWN} more stages (--format json lists all)"
         return f"{stages} ({parallel.get('source')}; dp and tp unknown: give --parallel)"
-    return f"dp={parallel.get('dp')}, tp={parallel.get('tp')}, pp={parallel.get('pp')} ({parallel.get('source')})"
+    return f"pp={parallel.get('pp')}, dp={parallel.get('dp')}, tp={parallel.get('tp')} ({parallel.get('source')})"
 
 
 MAX_PARAMETER_ROWS = 40

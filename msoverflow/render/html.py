@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..dtypes import dtype_max
 from ..model import (RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED,
                      Finding, Report, TensorSummary)
-from .common import (arrival_text, cause_values_text, clean_text, coords_phrase, coords_text, count_cell,
+from .common import (arrival_text, cause_values_text, clean_text, coords_phrase, count_cell,
                      counts_note, parallel_text, producer_text, provenance_text, rank_where, ranks_shown,
                      recompute_rows, recompute_title, sample_texts, scanned_text, steps_text, tensors_shown)
 from .safe import plain, plot_label
@@ -501,7 +501,7 @@ def _rank_table(report: Report) -> str:
                    + f'<td class="num">{_e(label)}</td>'
                    f'<td class="status">{_e(s.status)}</td>'
                    f'<td class="num">{"-" if s.iteration is None else s.iteration}</td>'
-                   + (f'<td class="coords">{_e(coords_text(s.coords))}</td>' if with_coords else "")
+                   + (f'<td class="coords">{_e(coords_phrase(s.coords))}</td>' if with_coords else "")
                    + f'<td>{op}</td><td>{_e(s.via or "-")}</td><td>{_e(s.note)}</td></tr>')
     out.append("</tbody></table></div>")
     if left_out:

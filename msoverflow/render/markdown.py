@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import List
 
 from ..model import SUSPECT, Report, TensorSummary
-from .common import (arrival_text, arrivals_shown, cause_values_text, clean_text, coords_phrase, coords_text,
+from .common import (arrival_text, arrivals_shown, cause_values_text, clean_text, coords_phrase,
                      count_cell, counts_note, parallel_text, parameters_shown, producer_text, provenance_text,
                      rank_where, ranks_shown, recompute_rows, recompute_title, sample_texts, scanned_text,
                      tensors_shown)
@@ -117,7 +117,7 @@ def render_markdown(report: Report, top: int = 10) -> str:
         out += ["", "Ranks:", "", "| rank | status | step |" + (" coords |" if with_coords else "")
                 + " first bad op / how |", "|---|---|---|" + ("---|" if with_coords else "") + "---|"]
         out += [f"| {label} | {md(r.status)} | {'-' if r.iteration is None else r.iteration} | "
-                + (f"{md(coords_text(r.coords))} | " if with_coords else "") + f"{md(rank_text(r))} |"
+                + (f"{md(coords_phrase(r.coords))} | " if with_coords else "") + f"{md(rank_text(r))} |"
                 for label, r in shown_ranks]
         if left_out:
             out += ["", f"- ... {md(left_out)}"]

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 from ..model import SUSPECT, Finding, RankStatus, Report, TensorSummary
 from .common import (arrival_text, arrivals_shown, cause_text, cause_values_text, clean_text, coords_phrase,
-                     coords_text, count_cell, counts_note, parallel_text, parameters_shown, provenance_text,
+                     count_cell, counts_note, parallel_text, parameters_shown, provenance_text,
                      rank_where, ranks_shown, recompute_rows, recompute_title, sample_texts, scanned_text,
                      producer_text, steps_text, tensors_shown)
 from .safe import plain
@@ -234,13 +234,8 @@ def rank_table(rows: List[RankStatus]) -> str:
     shown, left_out = ranks_shown(rows)
     for label, row in shown:
         table.add_row(*_cells(label, row.status, "-" if row.iteration is None else row.iteration,
-                              *((coords_text(row.coords),) if with_coords else ()), rank_text(row)))
+                              *((coords_phrase(row.coords),) if with_coords else ()), rank_text(row)))
     return _print(table) + (f"\n  ... {left_out}" if left_out else "")
-
-
-def _middle(text: str, width: int) -> str:
-    """Long text cut in the middle: the start says what happened, the end names the op."""
-    return text if len(text) <= width else text[:width // 2 - 2] + "..." + text[-(width // 2 - 1):]
 
 
 def parameter_table(report: Report) -> str:
@@ -248,12 +243,13 @@ def parameter_table(report: Report) -> str:
     from rich.table import Table
     table = Table(title=f"Parameters hit ({len(report.parameters)}: first non-finite gradient or value, per rank)",
                   title_justify="left", box=None, pad_edge=False, show_edge=False)
-    for column in ("rank", "coordinates", "step", "parameter", "shape", "how"):
+    for column in ("rank", "coordinates", "step", "parameter", "shape"):
         table.add_column(column, overflow="fold")
+    table.add_column("how", ratio=1, overflow="fold")     # whole sentences, wrapped between words
     shown, left_out = parameters_shown(report)
     for hit in shown:
         table.add_row(*_cells(hit.rank, coords_phrase(hit.coords) or "-", hit.iteration, _short(hit.name, 60),
-                              shape_text(hit.shape), _middle(hit.how, 72)))
+                              shape_text(hit.shape), hit.how))
     return _print(table) + (f"\n  ... {left_out}" if left_out else "")
 
 

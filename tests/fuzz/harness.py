@@ -140,6 +140,11 @@ def _seeds() -> Dict[str, bytes]:
         "guard_source": GUARD_SOURCE,
         "options": b"0-3,5 1,2-4 2",
         "convert_name": f"MatMul.{OP}.1.0.100".encode(),
+        "layout_yaml": (b"model:\n  arch: llama\nparallel_config: &pc\n  data_parallel: 2\n  model_parallel: 1\n"
+                        b"  pipeline_stage: 2\nrecompute: {<<: *pc, select: [1, 2]}\n"),
+        "preset": (b"description: \"cpu overflow\"\npurpose: overflow\ndevice: cpu\nms_version: \"2.10\"\n"
+                   b"jit_level: O0\nsteps: \"0-1\"\nranks: [0, 1]\nkernels: [SqrtGrad]\ninputs: false\n"
+                   b"statistic_category: [max, min]\noverflow_number: 5\n"),
         "strategy_ckpt": _strategy_protobuf(),
         "strategy_json": json.dumps({"current_stage": 1, "parallel_strategy_item": {
             "Default/MatMul-op0": {"stage": 1, "parallel_strategy": [[2, 1], [1, 1]]}},
@@ -375,9 +380,7 @@ def _read_exec_order(path: str, work: str):
     root = os.path.join(work, "rank_0")
     os.makedirs(os.path.join(root, "execution_order"), exist_ok=True)
     shutil.copyfile(path, os.path.join(root, "execution_order", "ms_execution_order_graph_0.csv"))
-    shutil.copyfile(path, os.path.join(root, "execution_order", "ms_global_execution_order_graph_0.csv"))
     exec_order.execution_order(root, "0", _warnings().append)
-    exec_order.graph_iterations(root, "0")
 
 
 def _read_file_name(path: str, work: str):
@@ -669,6 +672,8 @@ TARGETS: Dict[str, tuple] = {
     "exec_order": ("exec_order", _read_exec_order),
     "strategy_ckpt": ("strategy_ckpt", lambda p, w: _read_strategy(p, w, "ckpt_strategy_rank_1.ckpt")),
     "strategy_json": ("strategy_json", lambda p, w: _read_strategy(p, w, "strategy.json")),
+    "layout_yaml": ("layout_yaml", lambda p, w: _read_layout_yaml(p, w)),
+    "config_preset": ("preset", lambda p, w: _cli_config_preset(p, w)),
     "cli_analyze": ("statistic_csv", _cli_analyze),
     "cli_analyze_npy": ("npy", lambda p, w: _cli_analyze(
         p, w, f"MatMul.{OP}.1.0.101.output.1.DefaultFormat.Float16.npy")),
@@ -689,6 +694,25 @@ TARGETS: Dict[str, tuple] = {
 }
 READER_TARGETS = [k for k in TARGETS if not k.startswith(("cli_", "config_", "patch_"))]
 CLI_TARGETS = [k for k in TARGETS if k not in READER_TARGETS]
+
+def _read_layout_yaml(path: str, work: str):
+    """A MindFormers YAML beside a dump (read without --parallel: only warnings), then named by --parallel."""
+    from msoverflow import parallel_layout
+    from msoverflow.errors import UserError
+    os.makedirs(os.path.join(work, "dump"), exist_ok=True)
+    shutil.copyfile(path, os.path.join(work, "run.yaml"))
+    parallel_layout.resolve(None, os.path.join(work, "dump"), [0, 1, 2, 3], {}, _warnings().append)
+    try:
+        parallel_layout.parse_spec(os.path.join(work, "run.yaml"))
+    except UserError:
+        pass
+
+
+def _cli_config_preset(path: str, work: str):
+    preset = os.path.join(work, "mine.yaml")
+    shutil.copyfile(path, preset)
+    run_cli(["config", "--preset", preset, "--path", "/tmp/dump", "-o", os.path.join(work, "cfg.json")])
+
 
 def _read_strategy(path: str, work: str, name: str):
     """A strategy checkpoint found beside a dump, as analyze finds MindFormers' output/strategy/ files."""
