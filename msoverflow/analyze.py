@@ -30,7 +30,7 @@ from .ranks import RankTable, expected_ranks
 from .rules import Verdict
 from .rules.knowledge import knowledge
 from .walk import plan_units, survey
-from .scope import cell_of, enclosing_class
+from .scope import cell_of, enclosing_class, forward_in_scope, is_backward
 
 
 def analyze(path: str, *, ranks=None, iterations=None, scan_all: bool = False, progress: Optional[bool] = None,
@@ -431,8 +431,8 @@ def _finding(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: _GraphCa
         forward_name.rsplit("/", 1)[-1].rsplit("_", 1)[0] if forward_name else kn.forward_of(op_type))
     scope_name = full_name or op_name
     cell, cell_type = cell_of(scope_name, from_file_name=full_name is None)
-    if forward_op is None and not scope_name.startswith("Gradients"):
-        forward_op = op_type
+    if forward_op is None:      # a backward op's scope names its forward op (Grad_Div); a forward op is its own
+        forward_op = forward_in_scope(full_name) if is_backward(scope_name) else op_type
     source = None
     src_node = node if (node and node.source_file) else forward_node
     if src_node is not None and src_node.source_file:

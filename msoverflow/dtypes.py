@@ -13,6 +13,9 @@ FLOAT_MAX = {
     "float64": 1.7976931348623157e308,
 }
 
+# Floats whose range a training value can outgrow (fp16's 65504; bf16 keeps fp32's exponent but 8 bits of mantissa).
+LOW_PRECISION_FLOATS = ("float16", "bfloat16")
+
 _ALIASES = {
     "float16": "float16", "half": "float16", "fp16": "float16", "f16": "float16", "dt_float16": "float16",
     "float32": "float32", "float": "float32", "fp32": "float32", "f32": "float32", "dt_float": "float32",

@@ -14,6 +14,21 @@ _ROOTS = ("Gradients", "Default", "recompute_Default", "Expand")
 _CLASS_THEN_ATTR = re.compile(r"^(_?[A-Za-z0-9]+)_(.+)$")
 
 
+def is_backward(name: Optional[str]) -> bool:
+    """An op of the backward pass: its scope (full or file-name form) starts with `Gradients`."""
+    return bool(name) and name.startswith("Gradients")
+
+
+def forward_in_scope(full_name: Optional[str]) -> Optional[str]:
+    """The forward op a backward op's full name says it differentiates: `.../Grad_Div/Div-op0` -> `Div`."""
+    if not is_backward(full_name) or "/" not in full_name:
+        return None
+    for segment in reversed(full_name.split("/")[:-1]):
+        if segment.startswith("Grad_") and "-" not in segment:
+            return segment[len("Grad_"):] or None
+    return None
+
+
 def cells_in_scope(full_name: str) -> List[Tuple[str, str]]:
     """[(attribute, class)] for each Cell segment of a full scoped name."""
     cells = []

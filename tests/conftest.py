@@ -97,3 +97,14 @@ def msprobe_dumps():
         pytest.skip("mindspore and mindstudio-probe are not installed (pip install 'msoverflow[mindspore,msprobe]')")
     return gen_msprobe_dumps.ensure_cases(
         progress=lambda msg: print(f"[msprobe dumps] {msg}", file=sys.__stderr__, flush=True))
+
+
+@pytest.fixture(scope="session")
+def hunt_runs():
+    """Real `msoverflow hunt` and `run --two-pass` runs (scripts/gen_hunt_runs.py): case name -> its directory
+    (report.json, run.log, case.json and the hunt's or dump's folder), generated once and cached."""
+    import gen_hunt_runs
+    if not gen_hunt_runs.available():
+        pytest.skip("mindspore is not installed")
+    return gen_hunt_runs.ensure_cases(
+        progress=lambda msg: print(f"[hunt runs] {msg}", file=sys.__stderr__, flush=True))

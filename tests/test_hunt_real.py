@@ -12,15 +12,6 @@ import pytest
 pytestmark = pytest.mark.mindspore
 
 
-@pytest.fixture(scope="session")
-def hunt_runs():
-    import gen_hunt_runs
-    if not gen_hunt_runs.available():
-        pytest.skip("mindspore is not installed")
-    return gen_hunt_runs.ensure_cases(
-        progress=lambda msg: print(f"[hunt runs] {msg}", file=sys.__stderr__, flush=True))
-
-
 def _case(hunt_runs, name):
     root = hunt_runs[name]
     case = json.loads((root / "case.json").read_text())

@@ -35,6 +35,21 @@ def test_fp16_declared_file_holding_fp32_bytes_over_65504_is_an_overflow_origin(
     assert len(r.anomalies) == 1            # the Cast propagated it, it did not create it
 
 
+@pytest.mark.parametrize("y, dy, cause", [
+    (np.array([0.5, 2e-3, 0.8, 0.9], F32), 400.0, True),     # dy fits fp16; 1/(2 sqrt) of a tiny sqrt blows it up
+    (np.array([0.5, 0.6, 0.8, 0.9], F32), 7e4, False),       # the numerator alone is past fp16's max
+])
+def test_a_division_that_overflows_names_its_tiny_denominator_when_that_is_the_cause(tmp_path, y, dy, cause):
+    d = SynthDump(str(tmp_path))
+    dx = (dy * 0.5 / y).astype(F32)
+    d.op(0, "SqrtGrad", "Gradients_Default_a-A_Grad_Sqrt_SqrtGrad-op0", [y, fin(4, value=dy)], [dx],
+         declared="float16")
+    r = analyze(str(tmp_path))
+    assert (r.first.op_type, r.first.kind) == ("SqrtGrad", "overflow")
+    smallest = f"{float(np.abs(y).min()):.6g}"
+    assert (f"the denominator (input 0) goes down to |x| = {smallest}" in r.first.detail) == cause, r.first.detail
+
+
 def test_zero_over_zero_names_the_denominator(tmp_path):
     d = SynthDump(str(tmp_path))
     d.op(0, "ReduceSum", "Default_loss-L_ReduceSum-op0", [np.zeros(8, F32)], [np.zeros((), F32)])

@@ -107,7 +107,8 @@ def deliver(args, report) -> int:
     from ..render import render
     from ..safeio import refuse_output_inside
     fmt = args.format or _format_of(args.output)
-    text = render(report, fmt, args.top)
+    page_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else None   # HTML links from there
+    text = render(report, fmt, args.top, page_dir=page_dir)
     if args.output and not report.files:
         # No file was understood, so where the dump begins is unknown: DUMP_DIR may be a subdirectory of it.
         # Its parent is guarded too (unless that is where the user stands).

@@ -1,6 +1,8 @@
 """`msoverflow compare BASELINE TARGET`: the first operator where two runs part."""
 from __future__ import annotations
 
+import os
+
 from ..errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_CODES_HELP, EXIT_INCONCLUSIVE
 from ..selection import argument
 from .analyze import _format_of, write_output
@@ -51,7 +53,7 @@ def run(args) -> int:
     result = compare(args.baseline, args.target, ranks=args.rank, steps=args.iteration, tolerance_ulps=tolerance,
                      top=args.top, warn=lambda message: log.debug("warning: %s", message), parallel=args.parallel)
     fmt = args.format or _format_of(args.output)
-    text = render_comparison(result, fmt)
+    text = render_comparison(result, fmt, os.path.dirname(os.path.abspath(args.output)) if args.output else None)
     if args.output:
         write_output(args.output, text, fmt)
     else:

@@ -51,7 +51,7 @@ def run(args) -> int:
     html_path = os.path.join(workdir, "report.html")
     for path, fmt in ((report_path, "json"), (html_path, "html")):
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(render(report, fmt))
+            fh.write(render(report, fmt, page_dir=workdir))
     print(f"(reports: {report_path}, and {html_path} to open in a browser)")
     if report.first is None:
         print("The demo run did not overflow: nothing to patch.")

@@ -10,7 +10,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from ..model import RANK_CLEAN, RANK_NOT_DUMPED, Arrival, RankStatus, Report, TensorSummary
 
-MAX_RANK_ROWS = 64        # text and markdown; the HTML shows more (render/html.py)
+MAX_RANK_ROWS = 64        # text and markdown; the HTML shows more (render/html/)
 MAX_ARRIVALS = 64
 MAX_TENSOR_ROWS = 16      # per input/output table: the bad tensors first
 

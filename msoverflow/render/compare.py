@@ -17,7 +17,12 @@ from .safe import md, md_code, plain, plot_label
 SCHEMA_VERSION = 1
 MAX_UNMATCHED_SHOWN = 20
 MAX_PLOT_PANELS = 4
-MAX_PLOT_CELLS = 12
+MAX_PLOT_CELLS = 16
+# Cells of the error plot: ten colours (matplotlib's tab10) and seven markers, cycled together, so that the first
+# seventy Cells each get a pair no other has
+SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+                 "#17becf")
+SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
 def _num(x: Optional[float]):
@@ -218,25 +223,30 @@ def render_compare_markdown(c: Comparison) -> str:
 
 def error_svg(c: Comparison):
     """Error (ulps, log scale) of each matched op run along the baseline's execution order, one panel per
-    (rank, step), coloured by Cell; the first divergence marked."""
-    from .html import _figure, _plot_settings, _svg
-    with _plot_settings():
-        return _error_svg(c, _figure, _svg)
+    (rank, step), one colour and marker per Cell; the first divergence marked."""
+    from .html.plots import plot_settings
+    with plot_settings():
+        return _error_svg(c)
 
 
-def _error_svg(c: Comparison, _figure, _svg):
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+def _error_svg(c: Comparison):
+    from .html.plots import figure, inline_svg
     units = sorted({(r, s) for r, s, *_ in c.series})
     if not units:
         return None, "nothing was compared"
     first = c.first_divergence
     chosen = [u for u in units if first is not None and u == (first.rank, first.iteration)]
     chosen += [u for u in units if u not in chosen][:MAX_PLOT_PANELS - len(chosen)]
-    fig = _figure(10, 2.4 * len(chosen))
+    fig = figure(10, 2.4 * len(chosen))
     cells = {}
     for cell in (p[3] for p in c.series):
         cells[cell] = cells.get(cell, 0) + 1
     named = [cell for cell, _n in sorted(cells.items(), key=lambda kv: -kv[1])[:MAX_PLOT_CELLS]]
+    # one style per Cell on every panel, each a colour and a marker no other Cell has
+    style = {cell: dict(color=SERIES_COLORS[k % len(SERIES_COLORS)], marker=SERIES_MARKERS[k % len(SERIES_MARKERS)])
+             for k, cell in enumerate(named)}
+    style["(other)"] = dict(color="#9e9e9e", marker=".")
+    handles = {}
     floor = 1e-1
     for i, unit in enumerate(chosen):
         ax = fig.add_subplot(len(chosen), 1, i + 1)
@@ -245,64 +255,69 @@ def _error_svg(c: Comparison, _figure, _svg):
             mine = [p for p in points if (p[3] if p[3] in named else "(other)") == cell]
             if not mine:
                 continue
-            ax.scatter([p[2] for p in mine], [max(p[4] or 0.0, floor) for p in mine], s=9,
-                       label=plot_label(cell or "(no Cell)", 40))
+            handles[cell] = ax.scatter([p[2] for p in mine], [max(p[4] or 0.0, floor) for p in mine], s=12,
+                                       linewidths=0.4, edgecolors="white", **style[cell])
         if first is not None and unit == (first.rank, first.iteration):
             ax.axvline(first.position, color="#c62828", linewidth=1)
             ax.annotate(plot_label(f"first divergence: {first.op_type}"),
-                        (first.position, max(first.error_ulps or 1, 1)), color="#c62828", fontsize=8)
+                        (first.position, max(first.error_ulps or 1, 1)), color="#c62828", fontsize=8,
+                        xytext=(4, 4), textcoords="offset points",
+                        bbox=dict(boxstyle="square,pad=0.15", fc="white", ec="none", alpha=0.85))
         ax.axhline(c.tolerance_ulps, color="#888", linestyle="--", linewidth=0.8)
-        ax.set_yscale("log")
-        # plain tick text: mathtext is off for every plot (names from a dump are never parsed as math)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_yscale("log")       # tick labels in plain text: html.plots.inline_svg
         ax.set_ylabel("error (ulps)")
         ax.set_title(plot_label(f"{rank_phrase(unit[0], c.coords.get(unit[0]))}, step {unit[1]}"), fontsize=9)
         if i == len(chosen) - 1:
             ax.set_xlabel("op run in the baseline's execution order")
     fig.subplots_adjust(hspace=0.45)
-    fig.axes[0].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    order = [cell for cell in named + ["(other)"] if cell in handles]
+    fig.legend([handles[cell] for cell in order],
+               [plot_label(cell or "(no Cell)", 40) + (f" ({len(cells) - len(named)} more Cells)"
+                                                        if cell == "(other)" else "") for cell in order],
+               fontsize=7, loc="upper left", bbox_to_anchor=(0.91, 0.89), markerscale=1.4, frameon=False)
     note = (f"{len(units)} (rank, step) unit(s), {len(chosen)} drawn; dashed line: the tolerance; errors below "
             f"{floor} ulps drawn at {floor}")
-    return _svg(fig, "error-plot", "error along execution order"), note
+    return inline_svg(fig, "error-plot", "error along execution order"), note
 
 
-def render_compare_html(c: Comparison) -> str:
-    from .html import CSS, _e, _file_link
+def render_compare_html(c: Comparison, page_dir: Optional[str] = None) -> str:
+    """The compare page; files under page_dir (default: the current directory) are linked relatively."""
+    from .html.page import CSS, Links, esc
+    links = Links(page_dir)
     badge = {"diverged": "anomaly", "equivalent": "clean"}.get(c.verdict, "inconclusive")
     f = c.first_divergence
-    parts = [f'<section id="verdict"><div class="card {badge}"><span class="badge {badge}">{_e(c.verdict.upper())}'
-             f'</span> {_e(headline(c))}<dl>'
-             f"<dt>baseline</dt><dd>{_file_link(c.baseline, c.baseline)}</dd>"
-             f"<dt>target</dt><dd>{_file_link(c.target, c.target)}</dd>"]
+    parts = [f'<section id="verdict"><div class="card {badge}"><span class="badge {badge}">{esc(c.verdict.upper())}'
+             f'</span> {esc(headline(c))}<dl>'
+             f"<dt>baseline</dt><dd>{links.file(c.baseline, c.baseline, folder=True)}</dd>"
+             f"<dt>target</dt><dd>{links.file(c.target, c.target, folder=True)}</dd>"]
     if f is not None:
-        parts.append(f"<dt>op</dt><dd><code>{_e(f.op_type)}</code> <code>{_e(f.op_name)}</code></dd>"
-                     f"<dt>rank, step</dt><dd>{_e(rank_phrase(f.rank, f.coords))}, {f.iteration}</dd>"
-                     f"<dt>Cell</dt><dd>{_e(f.cell)} ({_e(f.cell_type)})</dd>")
+        parts.append(f"<dt>op</dt><dd><code>{esc(f.op_type)}</code> <code>{esc(f.op_name)}</code></dd>"
+                     f"<dt>rank, step</dt><dd>{esc(rank_phrase(f.rank, f.coords))}, {f.iteration}</dd>"
+                     f"<dt>Cell</dt><dd>{esc(f.cell)} ({esc(f.cell_type)})</dd>")
         if f.source:
-            parts.append(f"<dt>source</dt><dd>{_file_link(f.source.file, None, f.source.line)} "
-                         f"<code>{_e(f.source.code)}</code></dd>")
+            parts.append(f"<dt>source</dt><dd>{links.file(f.source.file, None, f.source.line)} "
+                         f"<code>{esc(f.source.code)}</code></dd>")
         if f.dtype_change:
-            parts.append(f"<dt>dtype</dt><dd>{_e(f.dtype_change)}</dd>")
-        parts.append(f"<dt>why</dt><dd>{_e(_role_text(f))} {_e(f.note)}</dd>")
+            parts.append(f"<dt>dtype</dt><dd>{esc(f.dtype_change)}</dd>")
+        parts.append(f"<dt>why</dt><dd>{esc(_role_text(f))} {esc(f.note)}</dd>")
     parts.append("</dl></div></section>")
     if f is not None:
         rows = "".join(
-            f"<tr><td>{_e(t.io)} {t.slot}</td><td>{_e(t.baseline_dtype)} / {_e(t.target_dtype)}</td>"
+            f"<tr><td>{esc(t.io)} {t.slot}</td><td>{esc(t.baseline_dtype)} / {esc(t.target_dtype)}</td>"
             f"<td class=\"{'bad' if t.agree is False else ''}\">{ {True: 'yes', False: 'no', None: '-'}[t.agree]}</td>"
             f"<td class=num>{_g(t.max_abs_error)}</td><td class=num>{_g(t.max_rel_error)}</td>"
-            f"<td class=num>{_g(t.cosine, 6)}</td><td class=num>{_g(t.error_ulps)} ({_e(t.ulp_dtype or 'exact')})</td>"
-            f"<td>{_file_link(t.baseline_file)}<br>{_file_link(t.target_file)}</td></tr>" for t in f.inputs + f.outputs)
+            f"<td class=num>{_g(t.cosine, 6)}</td><td class=num>{_g(t.error_ulps)} ({esc(t.ulp_dtype or 'exact')})</td>"
+            f"<td>{links.file(t.baseline_file)}<br>{links.file(t.target_file)}</td></tr>" for t in f.inputs + f.outputs)
         parts.append('<section id="tensors"><h2>Tensors of the first divergence</h2><table><tr><th>tensor</th>'
                      "<th>dtypes (baseline / target)</th><th>agrees</th><th>max abs err</th><th>max rel err</th>"
                      f"<th>cosine</th><th>error</th><th>files (baseline, target)</th></tr>{rows}</table></section>")
     svg, note = error_svg(c)
     parts.append('<section id="errors"><h2>Error along execution order, per Cell</h2>'
-                 + (f'<div class="plot">{svg}</div>' if svg else "") + f'<p class="note">{_e(note)}</p></section>')
+                 + (f'<div class="plot">{svg}</div>' if svg else "") + f'<p class="note">{esc(note)}</p></section>')
     if c.worst:
-        rows = "".join(f"<tr><td class=num>{_g(op.error_ulps)}</td><td>{_e(op.role)}</td>"
-                       f"<td>{_e(rank_phrase(op.rank, op.coords))}</td>"
-                       f"<td>{op.iteration}</td><td><code>{_e(op.op_type)}</code> {_e(op.op_name)}</td></tr>"
+        rows = "".join(f"<tr><td class=num>{_g(op.error_ulps)}</td><td>{esc(op.role)}</td>"
+                       f"<td>{esc(rank_phrase(op.rank, op.coords))}</td>"
+                       f"<td>{op.iteration}</td><td><code>{esc(op.op_type)}</code> {esc(op.op_name)}</td></tr>"
                        for op in c.worst)
         parts.append(f'<section id="worst"><h2>Largest differences ({len(c.worst)} of {c.diverged_ops})</h2>'
                      f"<table><tr><th>ulps</th><th>role</th><th>rank</th><th>step</th><th>op</th></tr>{rows}"
@@ -310,25 +325,27 @@ def render_compare_html(c: Comparison) -> str:
     unmatched = _unmatched_lines(c)
     shown = c.unmatched[:MAX_UNMATCHED_SHOWN]
     parts.append('<section id="unmatched"><h2>Present on one side only</h2>'
-                 + ("".join(f"<p>{_e(line)}</p>" for line in unmatched) or '<p class="note">none</p>')
+                 + ("".join(f"<p>{esc(line)}</p>" for line in unmatched) or '<p class="note">none</p>')
                  + ("<table><tr><th>side</th><th>rank</th><th>step</th><th>op</th></tr>" + "".join(
-                     f"<tr><td>{_e(u.side)}</td><td>{_e(rank_phrase(u.rank, u.coords))}</td><td>{u.iteration}</td>"
-                     f"<td><code>{_e(u.op_type)}"
-                     f"</code> {_e(u.op_name)}</td></tr>" for u in shown) + "</table>" if shown else "")
+                     f"<tr><td>{esc(u.side)}</td><td>{esc(rank_phrase(u.rank, u.coords))}</td><td>{u.iteration}</td>"
+                     f"<td><code>{esc(u.op_type)}"
+                     f"</code> {esc(u.op_name)}</td></tr>" for u in shown) + "</table>" if shown else "")
                  + "</section>")
     scope = (f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs ({c.target_ops} in the target); "
              f"{c.tensors_compared} tensors compared; tolerance {_g(c.tolerance_ulps)} ulps.")
-    parts.append(f'<section id="scope"><h2>Scope</h2><p>{_e(scope)}</p>'
-                 + (f"<p>layout: {_e(parallel_text(c.parallel))}</p>" if c.parallel else "")
-                 + "".join(f"<p class=note>caveat: {_e(x)}</p>" for x in c.caveats)
-                 + "".join(f"<p class=note>inconclusive: {_e(x)}</p>" for x in c.reasons)
-                 + ("<ul class=warn>" + "".join(f"<li>{_e(w)}</li>" for w in c.warnings[:300]) + "</ul>"
-                    if c.warnings else "") + "</section>")
+    parts.append(f'<section id="scope"><h2>Scope</h2><p>{esc(scope)}</p>'
+                 + (f"<p>layout: {esc(parallel_text(c.parallel))}</p>" if c.parallel else "")
+                 + "".join(f"<p class=note>caveat: {esc(x)}</p>" for x in c.caveats)
+                 + "".join(f"<p class=note>inconclusive: {esc(x)}</p>" for x in c.reasons)
+                 + ("<ul class=warn>" + "".join(f"<li>{esc(w)}</li>" for w in c.warnings[:300]) + "</ul>"
+                    if c.warnings else "") + links.note() + "</section>")    # last: every link is made
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_e('msoverflow compare: ' + c.verdict)}</title><style>{CSS}</style></head><body><main>"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{esc('msoverflow compare: ' + c.verdict)}</title><style>{CSS}</style></head><body><main>"
             f"<h1>msoverflow compare</h1>\n" + "\n".join(parts) + "\n</main></body></html>\n")
 
 
-def render_comparison(c: Comparison, fmt: str) -> str:
-    return {"json": render_compare_json, "html": render_compare_html,
-            "markdown": render_compare_markdown}.get(fmt, render_compare_text)(c)
+def render_comparison(c: Comparison, fmt: str, page_dir: Optional[str] = None) -> str:
+    if fmt == "html":
+        return render_compare_html(c, page_dir)
+    return {"json": render_compare_json, "markdown": render_compare_markdown}.get(fmt, render_compare_text)(c)

@@ -3,7 +3,7 @@ files anyone can write: the terminal must not run their escape sequences, a mark
 HTML, a plot must not parse them as mathtext, and none may stop a page from being written as UTF-8.
 
 One function per output: `plain` (text, and the base of the others), `md` / `md_code` (markdown), `plot_label`
-(matplotlib). The HTML escapes with `html.escape(plain(...))` (render/html.py `_e`).
+(matplotlib). The HTML escapes with `html.escape(plain(...))` (render/html/page.py `esc`).
 """
 from __future__ import annotations
 
@@ -50,6 +50,6 @@ def md_code(text, table: bool = False) -> str:
 
 def plot_label(text, width: int = 60) -> str:
     """A plot label: safe characters, one line, at most `width` characters (mathtext is off for every plot:
-    render/html.py draws under `text.parse_math: False`)."""
+    render/html/plots.py draws under `text.parse_math: False`)."""
     flat = plain(text).replace("\n", " ")
     return flat if len(flat) <= width else flat[: width - 1] + "…"

@@ -5,6 +5,7 @@ import io
 from typing import List, Optional
 
 from ..model import SUSPECT, Finding, RankStatus, Report, TensorSummary
+from ..scope import is_backward
 from .common import (arrival_text, arrivals_shown, cause_text, cause_values_text, clean_text, coords_phrase,
                      count_cell, counts_note, parallel_text, parameters_shown, provenance_text,
                      rank_where, ranks_shown, recompute_rows, recompute_title, sample_texts, scanned_text,
@@ -45,9 +46,11 @@ def _where(f: Finding, report: Optional[Report] = None) -> str:
 
 
 def op_label(f: Finding) -> str:
+    """`SqrtGrad (backward of Sqrt) in network.lm_head (NormHead)`: a backward op is named as one, also when it has
+    its forward op's type (the gradient of a Div is a Div)."""
     label = f.op_type
-    if f.forward_op and f.forward_op != f.op_type:
-        label += f" (backward of {f.forward_op})"
+    if (f.forward_op and f.forward_op != f.op_type) or is_backward(f.full_name or f.op_name):
+        label += f" (backward of {f.forward_op})" if f.forward_op else " (backward)"
     if f.cell:
         label += f" in {f.cell} ({f.cell_type})"
     elif f.cell_type:

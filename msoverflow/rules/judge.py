@@ -254,7 +254,39 @@ def _fault_kind(ex: OpExecution, bad_outs: List[TensorEvent], access: TensorAcce
     else:
         detail = (f"overflow: output {out.slot} has {st.count_text('posinf')} +inf, {st.count_text('neginf')} -inf"
                   + (f", {st.count_text('nan')} NaN" if st.nan else "") + f" of {st.count} values")
+    if division is not None:
+        detail += _small_denominator(access, by_slot, division, limit)
     return Verdict(ORIGIN, OVERFLOW, detail, advice="overflow")
+
+
+def _small_denominator(access: TensorAccess, by_slot: Dict[int, TensorEvent], division: dict,
+                       limit: Optional[float]) -> str:
+    """Why a division overflowed when its numerator fits the output's range: a denominator close to 0 (SqrtGrad's
+    dy / (2 sqrt(x)) with a tiny sqrt). Its smallest |x| is the cause, so the detail states it; "" otherwise."""
+    den = by_slot.get(division.get("denominator"))
+    num = by_slot.get(division["numerator"]) if division.get("numerator") is not None else None
+    smallest = _min_abs(access, den)
+    num_max = _max_abs(access, num) if num is not None else 1.0
+    if smallest is None or num_max is None or not 0 < smallest < 1 or (limit and num_max > limit):
+        return ""
+    numerator = f"input {num.slot}" if num is not None else "1"
+    return (f"; the denominator (input {den.slot}) goes down to |x| = {_fmt(smallest)} while the numerator "
+            f"({numerator}) reaches only {_fmt(num_max)}")
+
+
+def _min_abs(access: TensorAccess, event: Optional[TensorEvent]) -> Optional[float]:
+    """The smallest |x| of a tensor: from its values when readable, else from min/max when they share a sign."""
+    if event is None:
+        return None
+    values = access.array(event)
+    if values is not None:
+        finite = np.abs(np.asarray(values, dtype=np.float64))
+        finite = finite[np.isfinite(finite)]
+        return float(finite.min()) if finite.size else None
+    st = access.stats(event)
+    if st is None or st.min is None or st.max is None:
+        return None
+    return st.min if st.min >= 0 else -st.max if st.max <= 0 else None
 
 
 def den_size(event: TensorEvent, access: TensorAccess) -> int:

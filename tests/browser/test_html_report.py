@@ -14,8 +14,9 @@ from msoverflow.render import render
 
 
 def _write(report, tmp_path, name):
+    """The page as `analyze -o tmp_path/NAME.html` writes it (links relative to tmp_path)."""
     path = tmp_path / f"{name}.html"
-    path.write_text(render(report, "html"), encoding="utf-8")
+    path.write_text(render(report, "html", page_dir=str(tmp_path)), encoding="utf-8")
     return path
 
 
@@ -38,7 +39,10 @@ def _open(browser, path, artifacts, name):
     return page
 
 
-def _check_links(page):
+def _check_links(page, page_path):
+    """Every link resolves: in-page anchors to one element, file links relative to the page's folder (never an
+    absolute file:// link, which breaks once the page is moved or served). A file outside that folder is named,
+    not linked, and the page lists its folder."""
     hrefs = page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
     # markers in the plots link to their evidence (SVG anchors use xlink:href)
     hrefs += page.eval_on_selector_all("svg a", "els => els.map(e => e.getAttribute('xlink:href')"
@@ -49,9 +53,22 @@ def _check_links(page):
             assert page.locator(f"[id='{href[1:]}']").count() == 1, href
         else:
             url = urlparse(href)
-            assert url.scheme == "file", href
-            assert os.path.exists(unquote(url.path)), href
+            assert not url.scheme and not url.path.startswith("/"), href
+            assert (page_path.parent / unquote(url.path)).exists(), href
+    unlinked = page.eval_on_selector_all("code.unlinked", "els => els.map(e => e.getAttribute('title'))")
+    if unlinked:
+        listed = page.locator("#unlinked").inner_text()
+        for path in unlinked:
+            assert not Path(path).resolve().is_relative_to(page_path.parent.resolve()), path
+            assert any(line.split(" (")[0] in path for line in listed.splitlines()[1:] if line.strip()), path
     return hrefs
+
+
+def _copy_dump(dump, tmp_path):
+    """The dump copied beside the page (a page links only files under its own folder)."""
+    copy = tmp_path / "dump"
+    shutil.copytree(dump, copy)
+    return copy
 
 
 def _plot(page, element_id):
@@ -87,10 +104,11 @@ def _rank_rows(page, report):
 
 @pytest.mark.mindspore
 def test_single_rank_real_overflow(real_dumps, browser, artifacts, tmp_path):
-    report = analyze(str(real_dumps["normhead_fp16_overflow"]), progress=False)
+    report = analyze(str(_copy_dump(real_dumps["normhead_fp16_overflow"], tmp_path)), progress=False)
     first = report.first
     assert first is not None and first.op_type == "SqrtGrad"
-    page = _open(browser, _write(report, tmp_path, "single_rank"), artifacts, "single_rank_overflow")
+    path = _write(report, tmp_path, "single_rank")
+    page = _open(browser, path, artifacts, "single_rank_overflow")
     card = page.locator("#verdict").inner_text()
     assert "ANOMALY" in card and "SqrtGrad" in card and "NormHead" in card
     assert f"{os.path.basename(first.source.file)}:{first.source.line}" in card
@@ -104,9 +122,11 @@ def test_single_rank_real_overflow(real_dumps, browser, artifacts, tmp_path):
     assert "float16 max 65504" in bars and "SqrtGrad in1" in bars
     evidence = page.locator("#finding-0").inner_text()
     assert "range used" in evidence and "float16" in evidence
-    hrefs = _check_links(page)
+    hrefs = _check_links(page, path)
     assert any(h.endswith(".npy") for h in hrefs)                  # tensor files
     assert any(".ir" in h for h in hrefs)                          # the saved graph
+    assert first.source.file in page.locator("#unlinked").inner_text() or \
+        str(Path(first.source.file).parent) in page.locator("#unlinked").inner_text()   # the source: elsewhere
     _rank_rows(page, report)
 
 
@@ -116,7 +136,8 @@ def test_multi_rank_seed_scenario(browser, artifacts, tmp_path):
     scenario = build_seed_scenario(str(tmp_path / "dump"))
     report = analyze(str(tmp_path / "dump"), progress=False)
     assert report.first is not None and report.first.rank == scenario["true_earliest"]["rank"]
-    page = _open(browser, _write(report, tmp_path, "multi_rank"), artifacts, "multi_rank_seed")
+    path = _write(report, tmp_path, "multi_rank")
+    page = _open(browser, path, artifacts, "multi_rank_seed")
     assert "SqrtGrad" in page.locator("#verdict").inner_text()
     timeline = _plot(page, "timeline-svg")
     assert "hardware overflow flag" in timeline and "SqrtGrad" in timeline
@@ -128,21 +149,23 @@ def test_multi_rank_seed_scenario(browser, artifacts, tmp_path):
     _rank_rows(page, report)
     assert len(report.overflow_records) > 1
     assert f"hardware overflow records: {len(report.overflow_records)}" in page.locator("#scan").inner_text()
-    _check_links(page)
+    _check_links(page, path)
 
 
 @pytest.mark.mindspore
 def test_clean_real_dump(real_dumps, browser, artifacts, tmp_path):
     report = analyze(str(real_dumps["clean_fp32"]), progress=False)
     assert report.verdict == "clean"
-    page = _open(browser, _write(report, tmp_path, "clean"), artifacts, "clean")
+    path = _write(report, tmp_path, "clean")
+    page = _open(browser, path, artifacts, "clean")
     assert "CLEAN" in page.locator("#verdict").inner_text()
     assert "clean rank" in _plot(page, "timeline-svg")
     assert page.locator("#propagation").count() == 0 and page.locator("#headroom").count() == 0
     _rank_rows(page, report)
     for status in report.rank_status:
         assert status.status == RANK_CLEAN
-    _check_links(page)
+    _check_links(page, path)
+    assert "dump" in page.locator("#unlinked").inner_text()      # the dump is elsewhere: named, not linked
 
 
 @pytest.mark.mindspore
@@ -158,14 +181,15 @@ def test_inconclusive_real_dump(real_dumps, browser, artifacts, tmp_path):
     if report.verdict != "inconclusive":
         # The analysis does not (yet) call this inconclusive: the renderer is still shown the reason it would give.
         report.inconclusive.append(f"{len(cut)} tensor files of step 1 could not be read")
-    page = _open(browser, _write(report, tmp_path, "inconclusive"), artifacts, "inconclusive")
+    path = _write(report, tmp_path, "inconclusive")
+    page = _open(browser, path, artifacts, "inconclusive")
     card = page.locator("#verdict").inner_text()
     assert "INCONCLUSIVE" in card
     for reason in report.inconclusive:
         assert reason in card and reason in page.locator("#inconclusive").inner_text()
     assert page.locator("#warnings li").count() == min(len(report.warnings), 300) > 0
     _plot(page, "timeline-svg")
-    _check_links(page)
+    _check_links(page, path)
 
 
 @pytest.mark.mindspore
@@ -175,7 +199,8 @@ def test_four_rank_timeline_shows_every_arrival(multirank_dumps, browser, artifa
     in the arrivals list, and the marker links there."""
     report = analyze(str(multirank_dumps["dp4_two_origins"]), progress=False)
     assert (3, 1) in {(a.rank, a.iteration) for a in report.arrivals}
-    page = _open(browser, _write(report, tmp_path, "dp4"), artifacts, "dp4_two_origins")
+    path = _write(report, tmp_path, "dp4")
+    page = _open(browser, path, artifacts, "dp4_two_origins")
     titles = page.eval_on_selector_all("#timeline-svg a title", "els => els.map(e => e.textContent)")
     for a in report.arrivals:
         assert any(t.startswith("arrived via") and f"(rank {a.rank}, step {a.iteration}" in t for t in titles), a
@@ -186,4 +211,4 @@ def test_four_rank_timeline_shows_every_arrival(multirank_dumps, browser, artifa
     assert page.evaluate("() => location.hash") == "#arrival-3-1"
     assert "rank 1: 0,1 (not scanned: 2)" in page.locator("#scanned-steps").inner_text()
     _rank_rows(page, report)
-    _check_links(page)
+    _check_links(page, path)
