@@ -269,7 +269,7 @@ def _columns_of_one_form(filenames, fields: int, with_dtype: bool) -> Optional[N
 def parse_many(filenames) -> NpyNames:
     """The bulk form of parse() for npy names, as columns. A dump's names share one form, so the columns come
     from one right split per name with each check made once per column; names of mixed or odd forms go one by
-    one through parse(), so both always agree (tests/test_names_layout.py)."""
+    one through parse(), so both always agree (tests/unit/test_names_layout.py)."""
     if filenames:
         for fields, with_dtype in ((5, True), (4, False)):
             columns = _columns_of_one_form(filenames, fields, with_dtype)

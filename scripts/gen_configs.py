@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 CONFIGS = REPO / "configs"
 DUMP_PATH = "/path/to/msoverflow_dump"    # MindSpore wants an absolute path: edit it, or regenerate with --path

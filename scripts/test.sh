@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # The README's test command: sets up .venv, installs the browser the HTML tests drive (Debian's chromium, when
-# running as root with apt-get and it is missing), then runs the whole suite (real MindSpore dumps included).
+# running as root with apt-get and it is missing), then runs the whole suite (real MindSpore dumps included; the
+# docs site build, `mkdocs build --strict`, is one of its tests). CI runs exactly this (.ci/run).
+#   ./scripts/test.sh              the whole suite
+#   ./scripts/test.sh quick [ARGS] the fast subset: tests/unit and tests/cli without real MindSpore runs
+#   ./scripts/test.sh ARGS         pytest ARGS (e.g. tests/real -k msprobe)
 # Without a browser the browser tests skip with the reason; under CI (CI=true) they fail instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+if [ "${1:-}" = quick ]; then
+  shift
+  exec .venv/bin/python -m pytest -q -p no:cacheprovider -m "not mindspore" tests/unit tests/cli "$@"
+fi
 if [ -z "${MSOVERFLOW_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "scripts/test.sh: installing chromium for the browser tests (apt-get)" >&2

@@ -1,4 +1,4 @@
-"""Shared pytest set-up: the `mindspore` marker and the session-scoped real-dump fixture.
+"""Shared pytest set-up: the `mindspore` marker (declared in setup.cfg) and the session-scoped real-run fixtures.
 
 Nothing heavy is imported here: MindSpore runs only in the generator's subprocesses, and only when a test asks
 for `real_dumps`.
@@ -6,13 +6,9 @@ for `real_dumps`.
 import importlib.util
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-# Test modules import the fixture writers in scripts/ (synth_dump, ascend_fixtures, gen_real_dumps) directly.
-sys.path.insert(0, str(REPO / "scripts"))
 # Set to a directory to generate/reuse the real dumps there instead of .fixture-cache/realdumps/<key>/.
 OUT_DIR_ENV = "MSOVERFLOW_REAL_DUMPS_DIR"
 # `msoverflow analyze DIR` saves ./report.json by default: not from tests run in the repository (the quick-start
@@ -25,17 +21,16 @@ def mindspore_available() -> bool:
     return importlib.util.find_spec("mindspore") is not None
 
 
-def load_generator():
-    """scripts/gen_real_dumps.py (scripts/ is on sys.path for every test module)."""
-    import gen_real_dumps
-    return gen_real_dumps
+# The session fixtures below run MindSpore (once per session): a test that asks for one is a `mindspore` test, so
+# `-m "not mindspore"` (./scripts/test.sh quick) never starts a real run.
+REAL_RUN_FIXTURES = frozenset({"real_dumps", "multirank_dumps", "compare_pairs", "msprobe_dumps", "hunt_runs"})
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "mindspore: runs real MindSpore on CPU (skipped when mindspore is not installed)")
-
-
+@pytest.hookimpl(tryfirst=True)        # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if REAL_RUN_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.mindspore)
     if mindspore_available():
         return
     skip = pytest.mark.skip(reason="mindspore is not installed (pip install 'msoverflow[mindspore]')")
@@ -55,7 +50,7 @@ def real_dumps():
     """
     if not mindspore_available():
         pytest.skip("mindspore is not installed (pip install 'msoverflow[mindspore]')")
-    generator = load_generator()
+    from tests.support import gen_real_dumps as generator
     out_dir = os.environ.get(OUT_DIR_ENV) or None
     # sys.__stderr__ so the one-time ~30 s pause is explained even under pytest's output capture.
     return generator.ensure_cases([case.name for case in generator.CASES], out_dir=out_dir,
@@ -68,7 +63,7 @@ def multirank_dumps():
     workers, MCCL collectives; about 2.5 min on 2 cores the first time, cached like the others)."""
     if not mindspore_available():
         pytest.skip("mindspore is not installed (pip install 'msoverflow[mindspore]')")
-    generator = load_generator()
+    from tests.support import gen_real_dumps as generator
     out_dir = os.environ.get(OUT_DIR_ENV) or None
     return generator.ensure_cases([case.name for case in generator.MULTI_RANK_CASES], out_dir=out_dir, jobs=1,
                                   progress=lambda msg: print(f"[real dumps] {msg}", file=sys.__stderr__, flush=True))
@@ -76,12 +71,12 @@ def multirank_dumps():
 
 @pytest.fixture(scope="session")
 def compare_pairs():
-    """Pairs of real MindSpore CPU runs for `msoverflow compare` (scripts/gen_compare_pairs.py): pair name ->
+    """Pairs of real MindSpore CPU runs for `msoverflow compare` (tests/support/gen_compare_pairs.py): pair name ->
     (baseline dump, target dump); `.pair(name).expected` holds the intended answer. Generated once (about 3 min
     on 2 cores, msrun and mindstudio-probe runs included) and cached under .fixture-cache/compare/<key>/."""
     if not mindspore_available():
         pytest.skip("mindspore is not installed (pip install 'msoverflow[mindspore]')")
-    import gen_compare_pairs
+    from tests.support import gen_compare_pairs
     if not gen_compare_pairs.available(msprobe=True):
         pytest.skip("mindstudio-probe is not installed (pip install 'msoverflow[msprobe]')")
     return gen_compare_pairs.ensure_pairs(
@@ -90,9 +85,9 @@ def compare_pairs():
 
 @pytest.fixture(scope="session")
 def msprobe_dumps():
-    """Mapping case name -> Path of a real msprobe case (scripts/gen_msprobe_dumps.py: mindstudio-probe's
+    """Mapping case name -> Path of a real msprobe case (tests/support/gen_msprobe_dumps.py: mindstudio-probe's
     PrecisionDebugger over MindSpore PyNative on CPU), generated once and cached like `real_dumps`."""
-    import gen_msprobe_dumps
+    from tests.support import gen_msprobe_dumps
     if not gen_msprobe_dumps.available():
         pytest.skip("mindspore and mindstudio-probe are not installed (pip install 'msoverflow[mindspore,msprobe]')")
     return gen_msprobe_dumps.ensure_cases(
@@ -101,9 +96,9 @@ def msprobe_dumps():
 
 @pytest.fixture(scope="session")
 def hunt_runs():
-    """Real `msoverflow hunt` and `run --two-pass` runs (scripts/gen_hunt_runs.py): case name -> its directory
+    """Real `msoverflow hunt` and `run --two-pass` runs (tests/support/gen_hunt_runs.py): case name -> its directory
     (report.json, run.log, case.json and the hunt's or dump's folder), generated once and cached."""
-    import gen_hunt_runs
+    from tests.support import gen_hunt_runs
     if not gen_hunt_runs.available():
         pytest.skip("mindspore is not installed")
     return gen_hunt_runs.ensure_cases(

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..evaluate import TensorAccess
-from ..model import (CAUSE_DATA, CAUSE_DEVICE, CAUSE_DOMAIN, CAUSE_UNKNOWN, CROSS_RANK, LIKELY_ORIGIN, ORIGIN, Cause, Finding, OpExecution,
-                     Report, TensorEvent)
+from ..model import (CAUSE_DATA, CAUSE_DEVICE, CAUSE_DOMAIN, CAUSE_UNKNOWN, CROSS_RANK, LIKELY_ORIGIN, ORIGIN,
+                     Cause, Finding, OpExecution, Report, TensorEvent)
 from ..rules.knowledge import knowledge
 from .cause import ADVICE, diagnose
 

@@ -154,7 +154,9 @@ def exponent_flips(value, reference: Optional[float], scale: float) -> Optional[
         if not np.isfinite(value) and fraction in (0, 1 << (mantissa - 1)):
             return None
     exponent_bits = [mantissa + k for k in range(width)]
-    for flips in ([b] for b in exponent_bits), ([a, b] for i, a in enumerate(exponent_bits) for b in exponent_bits[i + 1:]):
+    singles = ([b] for b in exponent_bits)
+    pairs = ([a, b] for i, a in enumerate(exponent_bits) for b in exponent_bits[i + 1:])
+    for flips in (singles, pairs):
         for chosen in flips:
             mask = uint(sum(1 << b for b in chosen))
             candidate = float((bits ^ mask).view(value.dtype))

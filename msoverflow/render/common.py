@@ -217,8 +217,9 @@ def recompute_rows(cause) -> List[Tuple[str, str, str, str]]:
     rows = []
     for r in cause.recompute:
         finite = "yes" if r.finite else f"no ({r.nonfinite} non-finite)"
+        several = r.mismatches != 1
         agrees = ("-" if r.agrees is None else "yes" if r.agrees else
-                  f"no ({r.mismatches} value{'s' if r.mismatches != 1 else ''} differ{'' if r.mismatches != 1 else 's'})")
+                  f"no ({r.mismatches} value{'s' if several else ''} differ{'' if several else 's'})")
         rows.append((r.dtype, finite, value_text(r.max_abs), agrees))
     return rows
 

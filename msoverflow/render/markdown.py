@@ -37,7 +37,8 @@ def _tensor_block(title: str, tensors: List[TensorSummary]) -> List[str]:
 def _cause_block(cause) -> List[str]:
     out: List[str] = []
     if cause.recompute:
-        out += ["", f"{md(recompute_title(cause)[:1].upper() + recompute_title(cause)[1:])}:", "", "| dtype | finite | max abs | agrees with the dump |",
+        title = recompute_title(cause)
+        out += ["", f"{md(title[:1].upper() + title[1:])}:", "", "| dtype | finite | max abs | agrees with the dump |",
                 "|---|---|---|---|"]
         out += ["| " + " | ".join(md(cell) for cell in row) + " |" for row in recompute_rows(cause)]
         out += [""] + [f"- {md(text)}" for text in sample_texts(cause)]

@@ -132,7 +132,7 @@ def test_single_rank_real_overflow(real_dumps, browser, artifacts, tmp_path):
 
 def test_multi_rank_seed_scenario(browser, artifacts, tmp_path):
     """8 ranks, 2 pipeline stages, Opdebug + binary + statistic.csv (documented formats, not a device recording)."""
-    from ascend_fixtures import build_seed_scenario
+    from tests.support.ascend_fixtures import build_seed_scenario
     scenario = build_seed_scenario(str(tmp_path / "dump"))
     report = analyze(str(tmp_path / "dump"), progress=False)
     assert report.first is not None and report.first.rank == scenario["true_earliest"]["rank"]

@@ -3,7 +3,7 @@ against the contract (no traceback, no hang, bounded memory, the dump tree uncha
 
 Targets are in-process calls (fast enough for 100k cases): each reader at its public entry point, and the CLI
 (`msoverflow.cli.main`) for analyze, convert, config --check and patch --from. Hangs and memory are watched from
-outside by scripts/fuzz.py, which runs this module in worker processes (RLIMIT_AS, a per-case heartbeat).
+outside by tests/fuzz/run_long.py, which runs this module in worker processes (RLIMIT_AS, a per-case heartbeat).
 """
 from __future__ import annotations
 
@@ -23,14 +23,12 @@ from typing import Callable, Dict, List
 import numpy as np
 from hypothesis import strategies as st
 
+from msoverflow import cli
+from msoverflow.readers import _protobuf as pb
+from tests.support import ascend_fixtures as af  # writers of the documented formats
+from tests.support.synth_dump import ir_node
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
-
-import ascend_fixtures as af  # noqa: E402  (scripts/: writers of the documented formats)
-from synth_dump import ir_node  # noqa: E402
-
-from msoverflow import cli  # noqa: E402
-from msoverflow.readers import _protobuf as pb  # noqa: E402
 
 MAX_CASE_BYTES = 4 << 20           # inputs stay small enough that the harness itself never dominates memory
 CONTRACT_EXITS = {0, 1, 2, 3}     # 4 (internal error) on hostile input is a bug the harness reports
@@ -51,7 +49,7 @@ def _tensor_record(high: float, low: float = -1.0, shape=(4, 8)) -> dict:
             "Mean": 0.5, "Norm": 3.0}
 
 
-# A small msprobe L1 statistics dump (the shape of the real ones in scripts/gen_msprobe_dumps.py): Square's
+# A small msprobe L1 statistics dump (the shape of the real ones in tests/support/gen_msprobe_dumps.py): Square's
 # output overflows; its Cell chain and user frame come from construct.json and stack.json.
 MSPROBE_DUMP = {"task": "statistics", "level": "L1", "framework": "mindspore", "dump_data_dir": None, "data": {
     "Functional.mean.0.forward": {"input_args": [_tensor_record(2.0)], "input_kwargs": {

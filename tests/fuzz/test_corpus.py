@@ -17,11 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-from harness import FULL, OP, tree_digest  # noqa: E402
-
-from msoverflow.readers import _protobuf as pb  # noqa: E402
+from msoverflow.readers import _protobuf as pb
+from tests.fuzz import harness
+from tests.fuzz.harness import FULL, OP, tree_digest
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 NPY = f"MatMul.{OP}.1.0.100.output.0.DefaultFormat.Float16.npy"

@@ -16,10 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import harness  # noqa: E402
-from harness import MSPROBE_CONSTRUCT, MSPROBE_DUMP, MSPROBE_STACK, OP, tree_digest  # noqa: E402
-from test_corpus import clean_dump, contract, dumpdata, msoverflow  # noqa: E402
+from tests.fuzz import harness
+from tests.fuzz.harness import MSPROBE_CONSTRUCT, MSPROBE_DUMP, MSPROBE_STACK, OP, tree_digest
+from tests.fuzz.test_corpus import clean_dump, contract, dumpdata, msoverflow
 
 INF = float("inf")
 

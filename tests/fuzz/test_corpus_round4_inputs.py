@@ -8,20 +8,17 @@ where memory was the failure, under an address-space limit the old code exceeds.
 """
 import json
 import os
-import sys
 from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_corpus import clean_dump, contract, msoverflow  # noqa: E402
-from test_corpus_round3 import msprobe_dump, record, run_limited  # noqa: E402
-
-from msoverflow import safeio  # noqa: E402
-from msoverflow.config.presets import load_preset  # noqa: E402
-from msoverflow.errors import UserError  # noqa: E402
-from msoverflow.readers import msprobe  # noqa: E402
+from msoverflow import safeio
+from msoverflow.config.presets import load_preset
+from msoverflow.errors import UserError
+from msoverflow.readers import msprobe
+from tests.fuzz.test_corpus import clean_dump, contract, msoverflow
+from tests.fuzz.test_corpus_round3 import msprobe_dump, record, run_limited
 
 INF = float("inf")
 

@@ -1,6 +1,7 @@
 """The bounded fuzz run of the test suite: every target of tests/fuzz/harness.py, a few dozen hypothesis cases
-each, in one watched worker (scripts/fuzz.py: per-case timeout, RLIMIT_AS, peak RSS, tree hashes, exit codes).
-About a minute on 2 cores; `scripts/fuzz.py --cases 100000` is the long run (README)."""
+each, in one watched worker (tests/fuzz/run_long.py: per-case timeout, RLIMIT_AS, peak RSS, tree hashes, exit
+codes). About a minute on 2 cores; `python -m tests.fuzz.run_long --cases 100000` is the long run
+(docs/robustness.md)."""
 import json
 import subprocess
 import sys
@@ -14,9 +15,9 @@ CASES = 1500
 
 @pytest.mark.slow
 def test_fuzz_every_target_within_budget(tmp_path):
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "fuzz.py"), "--one-worker", "--cases", str(CASES),
+    proc = subprocess.run([sys.executable, "-m", "tests.fuzz.run_long", "--one-worker", "--cases", str(CASES),
                            "--seed", "20261130", "--case-timeout", "30", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["failures"] == [], proc.stdout[-3000:]
     ran = summary["summary"]["cases"]

@@ -1,0 +1,1 @@
+"""The bounded fuzz run, its regression corpus and the long run (python -m tests.fuzz.run_long)."""

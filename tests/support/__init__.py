@@ -1,0 +1,1 @@
+"""Fixture writers and case models the tests, benchmarks and the long fuzz run share (importable as tests.support)."""

@@ -1,0 +1,62 @@
+"""What the real-run fixture generators share (gen_real_dumps.py, gen_msprobe_dumps.py, gen_hunt_runs.py,
+gen_compare_pairs.py):
+installed versions, msrun launching on CPU, and pruning a cache that several checkouts share.
+
+Only the standard library: tests import the generators.
+"""
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import List, Optional
+
+# Checkouts that share one cache hold different keys at the same time: only keys unused this long are removed.
+STALE_AFTER_S = 86400
+
+
+def version(dist: str) -> Optional[str]:
+    """The installed version of a distribution, None when it is not installed."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def msrun_prefix(python: str, workers: int, log_dir: Path) -> List[str]:
+    """`msrun` on this machine's CPU workers (MCCL collectives); msrun starts the script with `python` from PATH,
+    so callers put `python`'s directory first on PATH."""
+    return [str(Path(python).parent / "msrun"), f"--worker_num={workers}", f"--local_worker_num={workers}",
+            f"--master_port={free_port()}", "--join=True", f"--log_dir={log_dir}"]
+
+
+def worker_logs(log_dir: Path, tail: int = 20000) -> str:
+    """The end of every msrun worker log, for run.log."""
+    if not log_dir.is_dir():
+        return ""
+    return "".join(p.read_text(errors="replace")[-tail:] for p in sorted(log_dir.glob("worker_*.log")))
+
+
+def prune_stale(cache_root: Path, current: Path) -> None:
+    """Remove other keys' directories under cache_root that nobody has used for STALE_AFTER_S. A generator opens
+    its key's .lock on every use; a key without one counts from its directory's time."""
+    if not cache_root.exists():
+        return
+    for other in cache_root.iterdir():
+        if other == current or not other.is_dir():
+            continue
+        lock = other / ".lock"
+        try:
+            last_used = (lock if lock.exists() else other).stat().st_mtime
+        except OSError:
+            continue
+        if time.time() - last_used > STALE_AFTER_S:
+            shutil.rmtree(other, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""Fast in-process tests of the library (the quick subset with tests/cli: ./scripts/test.sh quick)."""
