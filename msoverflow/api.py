@@ -10,6 +10,7 @@ Library code (patch --verify, config/run) calls these, never `cli.main([...])`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Callable, Iterable, Optional, Sequence, Union
 
 from .model import Report
@@ -49,3 +50,23 @@ def compare(baseline: str, target: str, *, ranks: Optional[Iterable[int]] = None
     from .comparison import DEFAULT_ULPS, compare as _compare
     return _compare(baseline, target, ranks=ranks, steps=steps, top=top, warn=warn, parallel=parallel,
                     tolerance_ulps=DEFAULT_ULPS if tolerance_ulps is None else tolerance_ulps)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What analyze() takes besides the dump, as one value: the commands build it from their arguments and hand
+    it to the library code that analyses a dump it made (run, run --two-pass, patch --verify)."""
+    ranks: Union[None, str, Iterable[int]] = None
+    steps: Union[None, str, Iterable[int]] = None
+    scan_all: bool = False
+    jobs: Optional[int] = None
+    scheduler: Optional[str] = None
+    finished: bool = False
+    parallel: object = None
+    progress: Optional[bool] = False
+    warn: Optional[Callable[[str], None]] = None
+
+
+def analyze_with(path: str, options: Options, command: Union[None, str, Sequence[str]] = None) -> Report:
+    """analyze(path) with the Options' values."""
+    return analyze(path, command=command, **{f.name: getattr(options, f.name) for f in fields(options)})

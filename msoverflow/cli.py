@@ -23,6 +23,7 @@ COMMANDS = {
     "repro": "write a standalone script that re-runs the origin op alone, from its dumped inputs",
     "demo": "overflow -> dump -> analyze -> patch -> verify, on a tiny real MindSpore model",
 }
+ALIASES = {"analyse": "analyze"}      # other spellings a command answers to (its module registers them too)
 
 
 def _command_in(argv) -> str:
@@ -30,8 +31,8 @@ def _command_in(argv) -> str:
     for word in argv:
         if word == "--":
             break
-        if word in COMMANDS:
-            return word
+        if word in COMMANDS or word in ALIASES:
+            return ALIASES.get(word, word)
     return ""
 
 
@@ -53,7 +54,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
             except ModuleNotFoundError as exc:
                 if exc.name != f"{__package__}.commands.{name}":
                     raise
-        sub.add_parser(name, help=help_text, add_help=False)
+        sub.add_parser(name, help=help_text, add_help=False,
+                       aliases=[alias for alias, command in ALIASES.items() if command == name])
     return parser
 
 
@@ -88,7 +90,9 @@ def main(argv=None) -> int:
         return EXIT_USAGE
     args.command_line = argv     # reports record what produced them (msoverflow.provenance)
     try:
+        from .commands._output import check_paths
         from .logs import session as logging_session
+        check_paths(args)     # every path the command writes, against every dump it reads: before anything exists
         with logging_session(args, argv):
             return int(args.run(args) or 0)
     except UserError as exc:

@@ -3,14 +3,18 @@
 Messages about the run (where a report was written, each warning as it is met, timings) go to the `msoverflow`
 logger, never into the report. On stderr: errors only with -q, notes by default, details with -v. --log-file FILE
 appends every detail with a timestamp, whatever -v/-q say: keep it for long runs (analysis of a large dump,
-`run`, `patch --verify`) to see afterwards what was read, skipped and written, and how long it took.
+`run`, `patch --verify`) to see afterwards what was read, skipped and written, and how long it took. The file
+is created only once the command is past its usage checks (a refused command, exit 2, leaves none), and from the
+start of a training run (`started`) it is written as things happen.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import logging
+import logging.handlers
 import sys
+from typing import Optional
 
 log = logging.getLogger("msoverflow")
 
@@ -49,29 +53,61 @@ class _Stderr(logging.StreamHandler):
 
 
 _depth = 0
+_held: "Optional[_Held]" = None
 
 
 @contextlib.contextmanager
 def session(args: argparse.Namespace, argv=None):
     """Configure logging for one command. A command run inside another (patch --dump runs analyze) keeps the
-    outer command's settings: its -q or --log-file still hold."""
+    outer command's settings: its -q or --log-file still hold. The --log-file is created only once the command
+    is past its usage checks (see `started`): a command refused with exit 2 leaves none behind."""
     global _depth
+    from .errors import UserError
     if _depth == 0:
         setup(args, argv)
     _depth += 1
+    refused = False
     try:
         yield
+    except UserError:
+        refused = True
+        raise
     finally:
         _depth -= 1
+        if _depth == 0:
+            _finish(keep=not refused)
+
+
+def started() -> None:
+    """The command's arguments were accepted and its long work begins (a training run): what the --log-file holds
+    so far is written, and every later record goes straight to it, for `tail -f`."""
+    if _held is not None:
+        _held.write_through()
+
+
+def _finish(keep: bool) -> None:
+    global _held
+    if _held is None:
+        return
+    if keep or _held.writing:
+        _held.flush()
+    _held.buffer.clear()
+    log.removeHandler(_held)
+    _held.close()
+    if _held.target is not None:
+        _held.target.close()
+    _held = None
 
 
 def setup(args: argparse.Namespace, argv=None) -> None:
+    global _held
     verbose = getattr(args, "verbose", 0) or 0
     quiet = bool(getattr(args, "quiet", False))
     log_file = getattr(args, "log_file", None)
     for handler in list(log.handlers):
         log.removeHandler(handler)
         handler.close()
+    _held = None
     log.propagate = False
     log.setLevel(logging.DEBUG)
     stderr = _Stderr()
@@ -79,64 +115,74 @@ def setup(args: argparse.Namespace, argv=None) -> None:
     stderr.setFormatter(logging.Formatter("msoverflow: %(message)s"))
     log.addHandler(stderr)
     if log_file:
-        dump_dir = getattr(args, "dump_dir", None)
-        if dump_dir and _inside(log_file, dump_dir):
-            from .errors import UserError
-            raise UserError(f"{log_file}: refusing to write the log into the dump directory {dump_dir}")
-        handler = _open_log_file(log_file)
-        handler.setLevel(logging.DEBUG)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        log.addHandler(handler)
+        _check_log_file(log_file)
+        target = _LogFile(log_file, encoding="utf-8", delay=True)    # the file is opened at the first write
+        target.setLevel(logging.DEBUG)
+        target.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        _held = _Held(target)
+        log.addHandler(_held)
         from . import __version__
         log.debug("msoverflow %s: %s", __version__, " ".join(sys.argv[1:] if argv is None else argv))
-        handler.check()
+
+
+class _Held(logging.handlers.MemoryHandler):
+    """Holds the --log-file's records until the command is past its usage checks (or has ended without a usage
+    error); many records are written early anyway, so memory stays bounded."""
+
+    CAPACITY = 5000
+
+    def __init__(self, target: logging.Handler):
+        super().__init__(self.CAPACITY, flushLevel=logging.CRITICAL + 1, target=target, flushOnClose=False)
+        self.writing = False
+
+    def write_through(self) -> None:
+        self.writing = True
+        self.capacity = 1
+        self.flush()
+
+    def shouldFlush(self, record) -> bool:
+        if len(self.buffer) >= self.capacity:
+            self.writing = True
+            return True
+        return False
 
 
 class _LogFile(logging.FileHandler):
-    """A log file that fails loudly once: the first write is checked (exit 2, one line); a later failure (disk
-    full) drops the handler with one line on stderr instead of logging's traceback per message."""
-
-    def check(self) -> None:
-        from .errors import UserError
-        try:
-            self.flush()
-            if self.stream is not None:
-                self.stream.flush()
-        except OSError as exc:
-            log.removeHandler(self)
-            raise UserError(f"{self.baseFilename}: cannot write the log file ({exc.strerror or exc})") from None
-        if getattr(self, "failed", None):
-            log.removeHandler(self)
-            raise UserError(f"{self.baseFilename}: cannot write the log file ({self.failed})")
+    """A log file whose first failure (disk full, a race with the checks) is said once on stderr, after which
+    logging to it stops, instead of logging's traceback per message."""
 
     def handleError(self, record) -> None:
         exc = sys.exc_info()[1]
         if getattr(self, "failed", None) is None:
             self.failed = getattr(exc, "strerror", None) or str(exc)
-            if _depth:     # after the start-up check: say it once, stop logging to the file
-                print(f"msoverflow: {self.baseFilename}: cannot write the log file ({self.failed}); "
-                      "logging to it stopped", file=sys.stderr)
-                log.removeHandler(self)
+            print(f"msoverflow: {self.baseFilename}: cannot write the log file ({self.failed}); "
+                  "logging to it stopped", file=sys.stderr)
+            if _held is not None:
+                log.removeHandler(_held)
 
 
-def _open_log_file(path: str) -> _LogFile:
-    """Append to a regular file (or /dev/null): a FIFO would block, a device like /dev/full fails every write."""
+def _check_log_file(path: str) -> None:
+    """Appending to `path` can work: a regular file (or /dev/null) that may be written, or a new name in a
+    directory that may be written. Checked without creating anything: a FIFO would block, a device like /dev/full
+    fails every write."""
+    import errno
     import os
     import stat
     from .errors import UserError
     try:
         mode = os.stat(path).st_mode
-    except OSError:
-        mode = None
-    if mode is not None and not stat.S_ISREG(mode) and os.path.realpath(path) != os.devnull:
-        raise UserError(f"{path}: cannot use as the log file (not a regular file)")
-    try:
-        return _LogFile(path, encoding="utf-8")
     except OSError as exc:
-        raise UserError(f"{path}: cannot open the log file ({exc.strerror or exc})") from None
-
-
-def _inside(path: str, directory: str) -> bool:
-    import os
-    path, directory = os.path.realpath(path), os.path.realpath(directory)
-    return path.startswith(directory.rstrip(os.sep) + os.sep)
+        if exc.errno not in (errno.ENOENT, None):
+            raise UserError(f"{path}: cannot open the log file ({exc.strerror or exc})") from None
+        mode = None
+    if mode is not None:
+        if not stat.S_ISREG(mode) and os.path.realpath(path) != os.devnull:
+            raise UserError(f"{path}: cannot use as the log file (not a regular file)")
+        if not os.access(path, os.W_OK):
+            raise UserError(f"{path}: cannot open the log file (permission denied)")
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UserError(f"{path}: cannot open the log file ({parent} is not a directory)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{path}: cannot open the log file (permission denied in {parent})")

@@ -414,3 +414,9 @@ class Report:
         if self.first is not None:
             return VERDICT_ANOMALY
         return VERDICT_INCONCLUSIVE if self.inconclusive else VERDICT_CLEAN
+
+    @property
+    def exit_code(self) -> int:
+        """The process exit code of this verdict: 0 clean, 1 anomaly, 3 inconclusive (msoverflow/errors.py)."""
+        from .errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_INCONCLUSIVE   # errors imports nothing of ours
+        return {VERDICT_ANOMALY: EXIT_ANOMALY, VERDICT_INCONCLUSIVE: EXIT_INCONCLUSIVE}.get(self.verdict, EXIT_CLEAN)

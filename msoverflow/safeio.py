@@ -13,10 +13,13 @@
   (counted from the parser's events before anything is built). Tensor shapes have at most MAX_DIMS dimensions
   of non-negative integers; a DumpData header lists at most MAX_TENSOR_SLOTS inputs and outputs.
 - Output paths are resolved (realpath, symlinks followed) and refused inside a dump, judged from the dump's
-  ROOT (the directory holding rank_*/, time or step directories), not only the directory given.
+  ROOT (the directory holding rank_*/, time or step directories), not only the directory given: check_output is
+  the one check every command's outputs go through (commands/_output.py) before anything is created. Reports
+  are written through open_output (a FIFO or device without blocking), whole files through write_atomic.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
@@ -450,3 +453,74 @@ def refuse_output_inside(output, *protected, what: str = "the dump directory") -
                 raise UserError(f"{printable(output)}: refusing to write inside {what} {printable(guarded)} "
                                 f"(msoverflow never writes into a dump); choose a path outside it")
     return real
+
+
+def check_output(output, protected=(), *, what: str, directory: bool = False) -> str:
+    """The one check every path a command writes goes through (-o, --save, --log-file, --workdir, --out-dir ...),
+    before anything is created: its real path, or UserError (exit 2, one line) when it lies inside one of the
+    `protected` input dumps (each widened to its dump root, symlinks followed), or is the wrong kind of thing:
+    a directory where a file is written, a file where a directory is made. `what` says what the path is for
+    ("the report (-o)").
+    A FIFO or device is accepted for a file (open_output writes to it without blocking on open)."""
+    from .errors import UserError
+    real = refuse_output_inside(output, *protected)
+    try:
+        mode = os.stat(real).st_mode
+    except OSError:
+        mode = None
+    shown = printable(output)
+    if directory and mode is not None and not stat.S_ISDIR(mode):
+        raise UserError(f"{shown}: cannot use as {what}: it is {'a file' if stat.S_ISREG(mode) else _kind(mode)}, "
+                        "not a directory")
+    if not directory and mode is not None and stat.S_ISDIR(mode):
+        raise UserError(f"{shown}: cannot write {what} here: it is a directory; give a file name")
+    above = os.path.dirname(real)
+    while mode is None and above and not os.path.exists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    if mode is None and above and not os.path.isdir(above):
+        raise UserError(f"{shown}: cannot create {what}: {printable(above)} is not a directory")
+    return real
+
+
+def open_output(path, *, what: str = "the report"):
+    """A text file opened for writing (created or truncated). A FIFO or device is opened without blocking: a FIFO
+    nobody reads is refused at once (UserError), never waited on."""
+    from .errors import UserError
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise UserError(f"{printable(path)}: cannot write {what}: a FIFO that nothing is reading") from None
+        raise UserError(f"{printable(path)}: cannot write {what} ({exc.strerror or exc})") from None
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)      # a reader is there: write at its pace
+    return os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace")
+
+
+def write_atomic(path, text: str, *, what: str = "the file", newline: Optional[str] = None) -> None:
+    """`text` into a regular file through a temporary file beside it and a rename: a reader never sees half of
+    it, and a file that was there keeps its mode. UserError (one line) when `path` exists and is not a regular
+    file (the rename would replace a FIFO or device) or cannot be written."""
+    import tempfile
+    from .errors import UserError
+    real = os.path.realpath(path)
+    if os.path.lexists(real) and not is_regular(real):
+        raise UserError(f"{printable(path)}: cannot write {what} there (not a regular file)")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".msoverflow-", suffix=".tmp", dir=os.path.dirname(real))
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline=newline) as fh:
+            fh.write(text)
+        if os.path.exists(real):
+            os.chmod(tmp, stat.S_IMODE(os.stat(real).st_mode))
+        else:       # mkstemp makes 0600 files: a new file gets the usual 0666 less the umask
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, real)
+    except OSError as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise UserError(f"{printable(path)}: cannot write {what} ({exc.strerror or exc})") from None

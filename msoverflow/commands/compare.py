@@ -1,11 +1,9 @@
 """`msoverflow compare BASELINE TARGET`: the first operator where two runs part."""
 from __future__ import annotations
 
-import os
-
-from ..errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_CODES_HELP, EXIT_INCONCLUSIVE
+from ..errors import EXIT_CODES_HELP
 from ..selection import argument
-from .analyze import _format_of, write_output
+from ._output import FORMATS, Paths, Written, declare_paths
 
 
 def register(sub):
@@ -28,12 +26,13 @@ def register(sub):
     p.add_argument("--ulps", type=float, default=None, metavar="N",
                    help="tolerance in ulps of the compared dtype (default 8)")
     p.add_argument("--top", type=int, default=10, help="largest differences to list (default 10)")
-    p.add_argument("--format", choices=["text", "json", "markdown", "html"],
+    p.add_argument("--format", choices=list(FORMATS),
                    help="default: from -o's extension (.html, .json, .md), else text")
     p.add_argument("-o", "--output", metavar="FILE", help="write the answer here instead of stdout")
     from ..parallel_layout import add_parallel_option
     add_parallel_option(p)
     p.set_defaults(run=run)
+    declare_paths(p, lambda args: Paths((args.baseline, args.target), (Written(args.output, "the answer (-o)"),)))
     return p
 
 
@@ -41,21 +40,11 @@ def run(args) -> int:
     from ..comparison import DEFAULT_ULPS, compare
     from ..errors import UserError
     from ..logs import log
-    from ..render.compare import render_comparison
-    from ..safeio import refuse_output_inside
+    from ._output import deliver_comparison
 
     tolerance = DEFAULT_ULPS if args.ulps is None else args.ulps
     if not tolerance >= 0:
         raise UserError(f"--ulps {args.ulps}: expected 0 or more")
-    if args.output:     # never inside either dump (resolved through symlinks, against each dump's root)
-        refuse_output_inside(args.output, args.baseline)
-        refuse_output_inside(args.output, args.target)
     result = compare(args.baseline, args.target, ranks=args.rank, steps=args.iteration, tolerance_ulps=tolerance,
                      top=args.top, warn=lambda message: log.debug("warning: %s", message), parallel=args.parallel)
-    fmt = args.format or _format_of(args.output)
-    text = render_comparison(result, fmt, os.path.dirname(os.path.abspath(args.output)) if args.output else None)
-    if args.output:
-        write_output(args.output, text, fmt)
-    else:
-        print(text, end="")
-    return {"diverged": EXIT_ANOMALY, "inconclusive": EXIT_INCONCLUSIVE}.get(result.verdict, EXIT_CLEAN)
+    return deliver_comparison(args, result)

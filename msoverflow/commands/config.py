@@ -14,8 +14,8 @@ def register(subparsers):
         "config", help="write or check a MindSpore dump config",
         description="Write the MINDSPORE_DUMP_CONFIG JSON for a purpose on your MindSpore version, device and jit "
                     "level, with the shell variables to set and a summary of what it will and will not capture. "
-                    "With --check FILE, explain what is wrong with an existing config (exit 0 ok, 1 problems, "
-                    "2 unreadable).")
+                    "With --check FILE, explain what is wrong with an existing config (exit 0 ok or warnings "
+                    "only, 1 errors (--strict: or warnings), 2 unreadable).")
     parser.add_argument("purpose", nargs="?", choices=["overflow", "statistics", "tensors", "exception"],
                         help=PURPOSE_HELP + " (default: overflow, or the preset's)")
     add_config_options(parser)
@@ -28,12 +28,20 @@ def register(subparsers):
     parser.add_argument("--json", dest="format", action="store_const", const="json",
                         help="the same as --format json (old spelling)")
     parser.add_argument("--check", metavar="FILE", help="validate an existing dump config and explain each problem")
+    parser.add_argument("--strict", action="store_true",
+                        help="with --check: warnings fail too (exit 1), e.g. in CI; without it only errors do")
     parser.add_argument("--list-presets", action="store_true", help="list the presets in msoverflow/data/presets/")
     parser.set_defaults(run=run)
+    from ._output import Paths, Written, declare_paths
+    # the config never lands inside the dump it configures (--path; a preset's path is checked by build)
+    declare_paths(parser, lambda args: Paths((args.path,), (Written(args.output, "the config (-o)"),)))
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.strict and not args.check:
+        from ..errors import UserError
+        raise UserError("--strict is an option of --check FILE")
     if args.list_presets:
         from ..config.presets import list_presets, presets_dir
 
@@ -52,15 +60,19 @@ def _check(args) -> int:
     from ..config.checker import check
 
     problems = check(args.check, ms_version=args.ms_version, device=args.device, jit_level=args.jit_level)
-    real = [p for p in problems if p.severity in ("error", "warning")]
+    errors = sum(p.severity == "error" for p in problems)
+    warnings = sum(p.severity == "warning" for p in problems)
+    failed = bool(errors or (args.strict and warnings))
     if args.format == "json":
-        print(json.dumps({"file": args.check, "ok": not real, "problems": [p.to_dict() for p in problems]}, indent=2))
+        print(json.dumps({"file": args.check, "ok": not failed, "errors": errors, "warnings": warnings,
+                          "strict": args.strict, "problems": [p.to_dict() for p in problems]}, indent=2))
     else:
         for problem in problems:
             print(f"{args.check}: {problem}")
-        errors = sum(p.severity == "error" for p in problems)
-        print(f"{args.check}: " + ("ok" if not real else f"{errors} error(s), {len(real) - errors} warning(s)"))
-    return EXIT_PROBLEMS if real else EXIT_OK
+        counts = f"{errors} error(s), {warnings} warning(s)"
+        print(f"{args.check}: " + ("ok" if not (errors or warnings) else
+                                   counts if failed else f"ok with {counts} (--strict fails on warnings)"))
+    return EXIT_PROBLEMS if failed else EXIT_OK
 
 
 def _generate(args) -> int:
@@ -74,9 +86,6 @@ def _generate(args) -> int:
     purpose, options = options_from_args(args)
     to_stdout = args.output == "-"
     config_path = None if to_stdout else os.path.abspath(args.output or DEFAULT_CONFIG_NAME)
-    if config_path and isinstance(options.get("path"), str):
-        from ..safeio import refuse_output_inside   # the config never lands inside the dump it configures
-        refuse_output_inside(config_path, options["path"])
     result = build(purpose, config_path=config_path, **options)
     replaced = bool(config_path) and os.path.lexists(config_path)
     if replaced and not args.force:   # a hand-edited config is never lost silently

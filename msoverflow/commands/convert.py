@@ -21,7 +21,19 @@ def register(subparsers):
     parser.add_argument("-o", "--output", metavar="OUTDIR",
                         help="where to write (required for a directory; default for a file: the current directory)")
     parser.set_defaults(run=run)
+    from ._output import Paths, Written, declare_paths
+    declare_paths(parser, lambda args: Paths((_src_dir(args),), (Written(_out_root(args), "OUTDIR (-o)",
+                                                                         directory=True),)))
     return parser
+
+
+def _src_dir(args) -> str:
+    src = os.path.abspath(args.src)
+    return src if os.path.isdir(src) else os.path.dirname(src)
+
+
+def _out_root(args) -> str:
+    return os.path.abspath(args.output or os.getcwd())
 
 
 MAX_FILE_NAME = 255
@@ -84,17 +96,7 @@ def run(args) -> int:
         raise UserError(f"{args.src}: no such file or directory")
     if os.path.isdir(src) and not args.output:
         raise UserError(f"{args.src} is a directory: give -o OUTDIR (convert never writes into the dump)")
-    out_root = os.path.abspath(args.output or os.getcwd())
-    src_dir = src if os.path.isdir(src) else os.path.dirname(src)
-    from ..safeio import refuse_output_inside
-    refuse_output_inside(out_root, src_dir)
-    if os.path.exists(out_root) and not os.path.isdir(out_root):
-        raise UserError(f"{out_root}: output exists and is not a directory")
-    above = os.path.dirname(out_root)
-    while above and not os.path.exists(above) and os.path.dirname(above) != above:
-        above = os.path.dirname(above)
-    if above and not os.path.isdir(above):
-        raise UserError(f"{out_root}: cannot be created: {above} is not a directory")
+    out_root = _out_root(args)      # checked against SRC's dump before anything was made (cli.main)
 
     def say(message):
         if not getattr(args, "quiet", False):     # -q/--quiet: the shared option (msoverflow.logs)

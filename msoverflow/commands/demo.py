@@ -47,11 +47,10 @@ def run(args) -> int:
     _title(2, "analyze the dump (msoverflow analyze)")
     report = analyze(str(outcome.dump_dir), command=getattr(args, "command_line", None))
     print(render(report, "text"), end="")
-    report_path = os.path.join(workdir, "report.json")
+    from ._output import save_json, write_output
+    report_path = save_json(report, os.path.join(workdir, "report.json"))
     html_path = os.path.join(workdir, "report.html")
-    for path, fmt in ((report_path, "json"), (html_path, "html")):
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(render(report, fmt, page_dir=workdir))
+    write_output(html_path, render(report, "html", page_dir=workdir), "html")
     print(f"(reports: {report_path}, and {html_path} to open in a browser)")
     if report.first is None:
         print("The demo run did not overflow: nothing to patch.")
@@ -67,8 +66,7 @@ def run(args) -> int:
           "without touching the file.")
 
     _title(4, "re-run with the patch and verify (msoverflow patch --verify)")
-    result = verify(report_path, train + ["--steps", str(args.steps)], "float32", os.path.join(workdir, "verify"),
-                    echo=False)
+    result = verify(report_path, train + ["--steps", str(args.steps)], "float32", os.path.join(workdir, "verify"))
     print(result.render())
     print(f"\nDemo files: {workdir}")
     return result.exit_code

@@ -68,20 +68,30 @@ def register(subparsers):
                         help="also write the result (target, patch, verification) as JSON here (--json: old spelling)")
     add_training_command(parser)
     parser.set_defaults(run=run)
+    from ._output import declare_paths
+    declare_paths(parser, _paths)
     return parser
+
+
+def _paths(args):
+    from ._output import Paths, Written, report_dump_dir
+    return Paths((args.dump, report_dump_dir(args.report)),
+                 (Written(args.json_out, "the result (-o)"), Written(args.workdir, "the --workdir", directory=True)))
 
 
 def _report_from_dump(dump_dir: str) -> dict:
     from ..errors import UserError
+    from ..logs import log
     from ..patch.verify import analyse
+    from ._output import save_json
     if not os.path.isdir(dump_dir):
         raise UserError(f"{dump_dir}: not a directory")
-    out = os.path.join(tempfile.mkdtemp(prefix="msoverflow-patch-"), "report.json")
-    report, error = analyse(dump_dir, out)
+    report, error = analyse(dump_dir)
     if report is None:
         raise UserError(f"{dump_dir}: analysis failed: {error}")
-    print(f"analysed {dump_dir} -> {out}")
-    return report
+    out = save_json(report, os.path.join(tempfile.mkdtemp(prefix="msoverflow-patch-"), "report.json"))
+    log.info("analysed %s -> %s", dump_dir, out)
+    return report.to_dict()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,14 +101,12 @@ def run(args: argparse.Namespace) -> int:
     command = training_command(args)
     if command and not args.verify:
         raise UserError("a command after '--' is only used with --verify")
-    if args.verify and not command:
-        raise UserError("--verify needs the training command after '--', e.g. -- python train.py")
-
-    if args.dump:   # nothing msoverflow writes may land inside the dump being read
-        from ..safeio import refuse_output_inside
-        for output in (args.json_out, args.workdir):
-            if output:
-                refuse_output_inside(output, args.dump)
+    if args.verify:
+        from ..job import check_command
+        check_command(command, "msoverflow patch --verify")
+    if args.report and os.path.isdir(args.report):
+        raise UserError(f"{args.report}: --from takes a JSON report and this is a directory; did you mean "
+                        f"--dump {args.report}?")
     report = None
     if args.report and args.dump:
         raise UserError("give either --from REPORT or --dump DIR, not both")
@@ -145,22 +153,34 @@ def run(args: argparse.Namespace) -> int:
         if how in ("yaml", "source", "guard") and not args.write:
             raise UserError(f"--verify with --how {how} runs the files on disk: add --write (or verify the runtime "
                             f"patch with --how runtime)")
+        from .. import logs
         from ..patch.verify import verify
-        print(f"verifying: re-running with dump on ({'runtime patch' if how == 'runtime' else how + ' patch on disk'})")
+        from ._output import save_json
+        print(f"verifying: re-running with dump on ({'runtime patch' if how == 'runtime' else how + ' patch on disk'})",
+              flush=True)
+        logs.started()
         outcome = verify(target, command, args.dtype, args.workdir, how="runtime" if how == "runtime" else "none",
-                         widen=not args.no_widen, baseline=report is None,
+                         widen=not args.no_widen, baseline=report is None, echo=_echo,
                          dump_options={k: v for k, v in (("device", args.device), ("jit_level", args.jit_level),
                                                          ("ms_version", args.ms_version)) if v},
                          title="zero-token guard (written to the source)" if how == "guard" else None)
+        for run_ in outcome.runs:       # each run's report beside its dump, for `patch --from` or a look
+            if run_.report is not None:
+                run_.report_path = save_json(run_.report, os.path.join(os.path.dirname(run_.dump_dir),
+                                                                       "report.json"))
         print(outcome.render())
         result["verify"] = outcome.to_dict()
         code = outcome.exit_code
     if args.json_out:
-        with open(args.json_out, "w", encoding="utf-8", errors="backslashreplace") as fh:
-            json.dump(result, fh, indent=2, default=str)
-        from ..logs import log
-        log.info("wrote %s", os.path.abspath(args.json_out))
+        from ._output import write_output
+        write_output(args.json_out, json.dumps(result, indent=2, default=str) + "\n", "json")
     return code
+
+
+def _echo(line: str) -> None:
+    """The training's own output during --verify, indented under the run it belongs to."""
+    if "[WARNING]" not in line and "[INFO]" not in line:
+        print("    | " + line, flush=True)
 
 
 _DIVISION_OPS = {"Div", "RealDiv", "DivNoNan", "Divide", "DivExt"}

@@ -5,9 +5,9 @@ import argparse
 import os
 
 
-def _device(text: str) -> str:
-    """config and patch spell devices in lower case: accept that spelling too."""
-    return {"cpu": "CPU", "ascend": "Ascend", "gpu": "GPU"}.get(text.lower(), text)
+# The command line spells devices in lower case, as config, run and patch do (any case is accepted); the script
+# it writes calls mindspore.set_device, which takes MindSpore's spelling.
+MINDSPORE_DEVICE = {"cpu": "CPU", "ascend": "Ascend", "gpu": "GPU"}
 
 
 def register(subparsers):
@@ -21,10 +21,13 @@ def register(subparsers):
                         help="msoverflow analyze's JSON report (report.json)")
     parser.add_argument("-o", "--output", metavar="DIR",
                         help="where to write the script and inputs (default: ./repro_<op type>; never in the dump)")
-    parser.add_argument("--device", default="CPU", choices=["CPU", "Ascend", "GPU"], type=_device,
-                        help="the script's default device (it also takes --device); any case, as in config/patch")
+    parser.add_argument("--device", default="cpu", choices=list(MINDSPORE_DEVICE), type=str.lower,
+                        help="the script's default device (it also takes --device); default cpu")
     parser.add_argument("--dump", metavar="DIR", help="the dump directory, when it moved since the analysis")
     parser.set_defaults(run=run)
+    from ._output import Paths, Written, declare_paths, report_dump_dir
+    declare_paths(parser, lambda args: Paths((args.dump, report_dump_dir(args.report)),
+                                             (Written(args.output, "the repro directory (-o)", directory=True),)))
     return parser
 
 
@@ -34,6 +37,6 @@ def run(args: argparse.Namespace) -> int:
     report = load_report(args.report)
     op = ((report.get("first") or {}).get("op_type") or "origin").replace(os.sep, "_")
     out_dir = args.output or os.path.join(os.getcwd(), f"repro_{op}")
-    result = write(report, out_dir, device=args.device, dump_dir=args.dump)
+    result = write(report, out_dir, device=MINDSPORE_DEVICE[args.device], dump_dir=args.dump)
     print(result.describe())
     return 0

@@ -121,14 +121,12 @@ class DumpConfigResult:
     def write(self, config_path: Union[str, os.PathLike]) -> str:
         """Write the JSON config; returns its absolute path and points MINDSPORE_DUMP_CONFIG at it."""
         config_path = os.path.abspath(os.fspath(config_path))
-        partial = config_path + ".partial"
-        try:     # whole or not at all: a config MindSpore half-reads fails hours later
+        try:
             os.makedirs(os.path.dirname(config_path), exist_ok=True)
-            with open(partial, "w", encoding="utf-8") as fh:
-                fh.write(self.to_json())
-            os.replace(partial, config_path)
         except OSError as exc:
             raise UserError(f"{config_path}: cannot write the config ({exc.strerror})") from exc
+        from ..safeio import write_atomic    # whole or not at all: a config MindSpore half-reads fails hours later
+        write_atomic(config_path, self.to_json(), what="the config")
         self.set_config_path(config_path)
         return config_path
 

@@ -168,7 +168,7 @@ def build_msprobe(purpose: str, target: Target, *, mode: str, path: Optional[str
                f"{level}: {unit} granularity), MindSpore {target.version_label}, {target.device}"
                + (f", jit_level {target.jit_level}" if target.jit_level else "") + ".",
                f"Will capture: {what}.",
-               "Steps: " + ("every step" if not config["step"] else f"steps {config['step']}") +
+               "Steps: " + ("every step" if not config["step"] else "steps " + ", ".join(map(str, config["step"]))) +
                " (msprobe counts debugger.step() calls).",
                f"Where: {where}."]
     warnings = list(target.notes)

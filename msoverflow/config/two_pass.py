@@ -13,9 +13,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
+from ..errors import EXIT_USAGE
+from ..logs import log
 from ..model import Report
+from .generator import build
 
 # Op-type names (matched as case-insensitive substrings of kernel names) of optimizer update kernels.
 OPTIMIZER_KERNELS = ("SGD", "ApplyMomentum", "Adam", "Lamb", "ApplyAdagrad", "ApplyRMSProp", "ApplyCenteredRMSProp",
@@ -45,6 +48,12 @@ class TwoPassOutcome:
     def command_exit(self) -> int:
         return next((p.command_exit for p in self.passes if p.command_exit), 0)
 
+    @property
+    def exit_code(self) -> int:
+        """The report's; a failed command with a clean report is 2, as for a single run."""
+        code = self.report.exit_code
+        return EXIT_USAGE if code == 0 and self.command_exit else code
+
 
 def dump_bytes(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
@@ -60,51 +69,66 @@ def pass1_plan(device: str, kernels: Optional[Sequence[str]]):
             "every step")
 
 
-def run_two_pass(command: Sequence[str], dump_dir=None, *, log, invoked_as=None, **config_options) -> TwoPassOutcome:
-    """invoked_as: the msoverflow command line, recorded in the reports' provenance."""
-    from ..api import analyze
+def run_two_pass(command: Sequence[str], dump_dir=None, *, options=None, invoked_as=None,
+                 on_plan: Optional[Callable[[str, object], None]] = None,
+                 on_start: Optional[Callable[[], None]] = None, **config_options) -> TwoPassOutcome:
+    """Both passes; the Report of pass 2 (or of pass 1 when it saw nothing). options: api.Options for both
+    analyses (finished=True implied). on_plan(label, RunPlan) is called before each pass runs, on_start once the
+    command and both configs were checked. invoked_as: the msoverflow command line, recorded in the reports'
+    provenance. Narration goes to the msoverflow logger."""
+    import dataclasses
+
+    from ..api import Options, analyze_with
+    from ..job import check_command
     from .detect import detect_device
-    from .runner import fresh_dump_dir, run_and_analyze
+    from .runner import check_output_against, execute, fresh_dump_dir, plan_run
+    command = check_command(command, "msoverflow run --two-pass")
     device = config_options.get("device") or detect_device()[0]
     config_options["device"] = device
     user_kernels = config_options.pop("kernels", None)
     user_steps = config_options.pop("steps", None)
-    if user_steps is not None:
-        print(f"msoverflow run --two-pass: --steps {user_steps} ignored: pass 1 watches every step", file=log)
     for option in ("inputs", "outputs"):
         config_options.pop(option, None)
+    purpose, pass1_options, what = pass1_plan(device, user_kernels)
+    build(purpose, **{**config_options, **pass1_options})    # refused here, before any directory exists
+    if user_steps is not None:
+        log.warning("run --two-pass: --steps %s ignored: pass 1 watches every step", user_steps)
     base = fresh_dump_dir(dump_dir)
-    purpose, options, what = pass1_plan(device, user_kernels)
+    options = dataclasses.replace(options or Options(), finished=True)     # each pass's command has exited
+    if on_start is not None:
+        on_start()
 
-    def one_pass(label: str, purpose: str, **options) -> PassResult:
+    def one_pass(label: str, purpose: str, **pass_options) -> PassResult:
         started = time.monotonic()
-        outcome = run_and_analyze(command, base / label, purpose=purpose, analyze=False, log=log,
-                                  **{**config_options, **options})
+        plan = plan_run(command, base / label, purpose=purpose, **{**config_options, **pass_options})
+        if on_plan is not None:
+            on_plan(label.replace("pass", "pass "), plan)
+        outcome = execute(plan, analyze=False)
         seconds = time.monotonic() - started
         result = PassResult(label, outcome.dump_dir, outcome.command_exit, outcome.files_written,
                             dump_bytes(outcome.dump_dir), seconds)
         if outcome.files_written:
-            result.report = analyze(str(outcome.dump_dir), finished=True, command=invoked_as)   # the command has exited
+            result.report = analyze_with(str(outcome.dump_dir), options, command=invoked_as)
+            check_output_against(result.report, outcome.output)
         return result
 
-    print(f"msoverflow run --two-pass: pass 1: {what}", file=log)
-    first = one_pass("pass1", purpose, **options)
+    log.info("run --two-pass: pass 1: %s", what)
+    first = one_pass("pass1", purpose, **pass1_options)
     passes = [first]
-    print(f"msoverflow run --two-pass: pass 1 wrote {first.files} files, {_size(first.bytes)} in {first.seconds:.1f} s",
-          file=log)
+    log.info("run --two-pass: pass 1 wrote %d files, %s in %.1f s", first.files, _size(first.bytes), first.seconds)
     if first.report is None or first.report.first is None:
         report = first.report or _empty(first)
-        print("msoverflow run --two-pass: pass 1 saw no bad value; no second pass", file=log)
-        return _finish(TwoPassOutcome(report, passes), command, log, invoked_as)
+        log.info("run --two-pass: pass 1 saw no bad value; no second pass")
+        return _finish(TwoPassOutcome(report, passes), command, invoked_as)
     step = first.report.first.iteration
     ranks = sorted({f.rank for f in first.report.anomalies if f.iteration == step})
-    print(f"msoverflow run --two-pass: first bad step {step} on rank(s) {', '.join(map(str, ranks))}; pass 2: "
-          f"every op's tensors of step {step} only", file=log)
+    log.info("run --two-pass: first bad step %s on rank(s) %s; pass 2: every op's tensors of step %s only", step,
+             ", ".join(map(str, ranks)), step)
     extra = {"ranks": ",".join(map(str, ranks))} if device != "cpu" else {}   # CPU dumps ignore support_device
     second = one_pass("pass2", "tensors", steps=str(step), **extra)
     passes.append(second)
-    print(f"msoverflow run --two-pass: pass 2 wrote {second.files} files, {_size(second.bytes)} in "
-          f"{second.seconds:.1f} s", file=log)
+    log.info("run --two-pass: pass 2 wrote %d files, %s in %.1f s", second.files, _size(second.bytes),
+             second.seconds)
     report = second.report or _empty(second)
     seen = {f.rank for f in report.anomalies if f.iteration == step}
     if not set(ranks) <= seen:
@@ -112,10 +136,10 @@ def run_two_pass(command: Sequence[str], dump_dir=None, *, log, invoked_as=None,
         report.inconclusive.insert(0, f"{NOT_REPRODUCED}: pass 1 saw a bad value at step {step} on rank(s) "
                                       f"{', '.join(map(str, missing))}, pass 2's full dump of that step holds none there")
         report.first, report.anomalies, report.propagation = None, [], []
-    return _finish(TwoPassOutcome(report, passes, step, ranks), command, log, invoked_as)
+    return _finish(TwoPassOutcome(report, passes, step, ranks), command, invoked_as)
 
 
-def _finish(outcome: TwoPassOutcome, command, log, invoked_as=None) -> TwoPassOutcome:
+def _finish(outcome: TwoPassOutcome, command, invoked_as=None) -> TwoPassOutcome:
     from ..provenance import collect, command_line
     if not outcome.report.provenance:       # a report made here, not by the API (nothing was dumped)
         outcome.report.provenance = collect(outcome.report, invoked_as)
@@ -126,9 +150,8 @@ def _finish(outcome: TwoPassOutcome, command, log, invoked_as=None) -> TwoPassOu
         "passes": [{"pass": p.label, "dump_dir": str(p.dump_dir), "files": p.files, "bytes": p.bytes,
                     "seconds": round(p.seconds, 2), "command_exit": p.command_exit} for p in outcome.passes]}
     total = sum(p.bytes for p in outcome.passes)
-    print("msoverflow run --two-pass: sizes: " + ", ".join(f"{p.label} {_size(p.bytes)}" for p in outcome.passes)
-          + f"; total {_size(total)}", file=log)
-    log.flush()
+    log.info("run --two-pass: sizes: %s; total %s",
+             ", ".join(f"{p.label} {_size(p.bytes)}" for p in outcome.passes), _size(total))
     return outcome
 
 

@@ -282,9 +282,18 @@ class Hunt:
         record = {"rank": rank, "pid": os.getpid(), "steps_seen": self.step, "found": self.found,
                   "steps_checked": sorted(self.steps) if self.steps else None, "counts": self.counts,
                   "seconds": round(time.time() - self.started, 3)}
-        os.makedirs(self.out_dir, exist_ok=True)
-        with open(os.path.join(self.out_dir, RECORD_NAME.format(rank=rank, pid=os.getpid())), "w") as fh:
-            json.dump(record, fh, indent=2)
+        self.save_record(record)
+
+    def save_record(self, record: dict) -> None:
+        """Written whole or not at all (temporary file and rename): a rank killed mid-write leaves no cut record."""
+        from ..errors import UserError
+        from ..safeio import write_atomic
+        try:
+            os.makedirs(self.out_dir, exist_ok=True)
+            write_atomic(os.path.join(self.out_dir, RECORD_NAME.format(rank=record["rank"], pid=os.getpid())),
+                         json.dumps(record, indent=2), what="the hunt record")
+        except (OSError, UserError) as exc:
+            sys.stderr.write(f"msoverflow hunt: {exc}\n")
 
 
 _hunt = None
@@ -425,9 +434,8 @@ def _first_call(hunt: Hunt, root) -> None:
     """A Cell called from outside any Cell: name its sub-Cells by attribute path, check the mode."""
     import mindspore as ms
     if ms.get_context("mode") == ms.GRAPH_MODE and not hunt.spec.get("allow_graph"):
-        sys.stderr.write("msoverflow hunt: this run is in graph mode: hunt cannot hook compiled graphs; use "
-                         "`msoverflow run --two-pass -- COMMAND` instead\n")
-        sys.stderr.flush()
+        # `msoverflow hunt` says so, once: the record tells it even when a launcher (msrun) changes the exit code
+        hunt.save_record({"rank": hunt.rank(), "pid": os.getpid(), "graph_mode": True})
         os._exit(EXIT_GRAPH_MODE)
     hunt.cell_paths[id(root)] = ("", type(root).__name__)
     for name, cell in root.cells_and_names():

@@ -8,16 +8,22 @@ and class, the source line, forward/backward, and how steps were counted. No Min
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
-import subprocess
+import re
+import shutil
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from ..errors import UserError
-from ..model import RANK_CLEAN, RANK_NOT_DUMPED, RANK_ORIGIN, RankStatus, Report, Source
+from ..model import RANK_CLEAN, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RankStatus, Report, Source
 from .layout import RECORD_NAME
+
+HOOK_DIR = ".hook"
+_RECORD_PARTS = re.compile(re.escape(RECORD_NAME).replace(r"\{rank\}", r"(\d+)").replace(r"\{pid\}", r"(\d+)"))
+_RECORD_TMP = re.compile(r"\.msoverflow-.*\.tmp")      # safeio.write_atomic's temporary file, of a killed rank
 
 GRAPH_MODE_LINE = ("hunt cannot hook compiled graphs (this run is in graph mode): use "
                    "`msoverflow run --two-pass -- COMMAND`, which finds the step with a cheap dump and then dumps "
@@ -36,6 +42,7 @@ class HuntOutcome:
     out_dir: str
     records: List[dict] = field(default_factory=list)
     seconds: float = 0.0
+    tensors_dir: Optional[str] = None    # where the first bad op's tensors were kept; None when nothing was found
 
 
 def default_out_dir() -> str:
@@ -49,39 +56,84 @@ def default_out_dir() -> str:
 
 
 def hunt(command: Sequence[str], out_dir: Optional[str] = None, steps: Optional[Sequence[int]] = None,
-         log=None) -> HuntOutcome:
-    """Run `command` with every op and Cell watched; the Report of the first bad value (or of none)."""
+         on_start: Optional[Callable[[], None]] = None) -> HuntOutcome:
+    """Run `command` with every op and Cell watched; the Report of the first bad value (or of none). The command
+    is checked before the out directory is made; its output passes through."""
     from ..config.runner import fresh_dump_dir
+    from ..job import check_command, start
     from ..patch.hook import write_hook
-    if not command:
-        raise UserError("msoverflow hunt needs a command after '--', e.g. msoverflow hunt -- python train.py")
-    out = str(fresh_dump_dir(out_dir or default_out_dir()))
+    command = check_command(command, "msoverflow hunt")
+    out = str(fresh_dump_dir(out_dir or default_out_dir(), "--out-dir"))
     spec = {"kind": "hunt", "out_dir": out, "steps": list(steps) if steps else None}
+    hook_dir = os.path.join(out, HOOK_DIR)
     env = dict(os.environ)
-    env.update(write_hook(os.path.join(out, ".hook"), spec, os.path.join(out, ".hook", "hunt_spec.json")))
-    started = time.monotonic()
+    env.update(write_hook(hook_dir, spec, os.path.join(hook_dir, "hunt_spec.json")))
+    if on_start is not None:
+        on_start()
     try:
-        completed = subprocess.run(list(command), env=env)
-    except FileNotFoundError as exc:
-        raise UserError(f"cannot run {command[0]!r}: {exc.strerror}") from exc
-    seconds = time.monotonic() - started
+        finished = start(command, env)
+    finally:
+        shutil.rmtree(hook_dir, ignore_errors=True)     # only the running processes needed it
     from .instrument import EXIT_GRAPH_MODE
-    if completed.returncode == EXIT_GRAPH_MODE:
-        raise UserError(GRAPH_MODE_LINE)
     records = load_records(out)
-    report = build_report(out, records, completed.returncode, command)
-    return HuntOutcome(report, completed.returncode, out, records, seconds)
+    if finished.returncode == EXIT_GRAPH_MODE or any(r.get("graph_mode") for r in records):
+        _remove_if_only_records(out)
+        raise UserError(GRAPH_MODE_LINE)
+    records = [r for r in records if not r.get("graph_mode")]
+    if not records and finished.returncode != 0:
+        _remove_if_only_records(out)
+        raise UserError(f"the command failed (exit {finished.returncode}) before any network ran, so nothing was "
+                        "watched (its own output above says why)")
+    report = build_report(out, records, finished.returncode, command)
+    kept = _remove_if_only_records(out) if not any(r.get("found") for r in records) else out
+    return HuntOutcome(report, finished.returncode, out, records, finished.seconds, tensors_dir=kept)
+
+
+def _remove_if_only_records(out_dir: str) -> Optional[str]:
+    """Nothing was found: the per-process records are in the Report; an out directory holding nothing else is
+    removed rather than left empty. The directory when something else is in it, else None."""
+    try:
+        names = os.listdir(out_dir)
+    except OSError:
+        return None
+    records = [n for n in names if _RECORD_PARTS.fullmatch(n) or _RECORD_TMP.fullmatch(n)]
+    if len(records) != len(names):
+        return out_dir
+    for name in records:
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(out_dir, name))
+    with contextlib.suppress(OSError):
+        os.rmdir(out_dir)
+    return None
 
 
 def load_records(out_dir: str) -> List[dict]:
+    """Each process's record. One that cannot be read (a rank killed while writing it) is kept as
+    {"rank", "pid", "unreadable": why}, with a warning: never fatal, never taken as a clean watch."""
+    from ..logs import log
     from ..safeio import load_json
-    pattern = os.path.join(out_dir, RECORD_NAME.format(rank="*", pid="*"))
-    return sorted((load_json(path) for path in glob.glob(pattern)), key=lambda r: (r.get("rank", 0), r.get("pid")))
+    records = []
+    for path in glob.glob(os.path.join(out_dir, RECORD_NAME.format(rank="*", pid="*"))):
+        named = _RECORD_PARTS.fullmatch(os.path.basename(path))
+        if named is None:
+            continue
+        try:
+            record = load_json(path)
+            if not isinstance(record, dict) or not isinstance(record.get("rank"), int):
+                raise ValueError("not a hunt record")
+        except (OSError, ValueError) as exc:
+            why = f"{os.path.basename(path)} is cut or unreadable ({exc})"
+            log.warning("hunt: %s: skipped; what rank %s watched is unknown", why, named.group(1))
+            record = {"rank": int(named.group(1)), "pid": int(named.group(2)), "unreadable": why}
+        records.append(record)
+    return sorted(records, key=lambda r: (r.get("rank", 0), r.get("pid") or 0))
 
 
 def build_report(out_dir: str, records: List[dict], command_exit: int, command: Sequence[str] = ()) -> Report:
+    unreadable = [r for r in records if r.get("unreadable")]
+    records = [r for r in records if not r.get("unreadable")]
     found = sorted((r["found"] for r in records if r.get("found")), key=lambda f: (f["step"], f["rank"]))
-    ranks = sorted({int(r["rank"]) for r in records})
+    ranks = sorted({int(r["rank"]) for r in records + unreadable})
     if found:
         from ..api import analyze
         report = analyze(out_dir, finished=True)   # the training has exited
@@ -94,18 +146,21 @@ def build_report(out_dir: str, records: List[dict], command_exit: int, command: 
         report.tensors_read = sum(int((r.get("counts") or {}).get("tensors", 0)) for r in records)
         report.coverage.append(WATCHED)
         report.coverage.append(f"{report.tensors_read} tensors checked on the device; {STEPS_NOTE}")
-        if not records:
+        if not records and not unreadable:
             report.inconclusive.append("no network was called in this run (no Cell ran in PyNative mode in any "
                                        "process): nothing was watched")
         elif command_exit != 0:
             report.inconclusive.append(f"the command exited with {command_exit} before the run finished: later "
                                        "steps were not watched")
+        for r in unreadable:
+            report.inconclusive.append(f"rank {r['rank']}: {r['unreadable']}: what that process watched is unknown")
+    report.warnings += [f"rank {r['rank']}: {r['unreadable']}" for r in unreadable]
     report.scanned_steps = {int(r["rank"]): _steps_checked(r) for r in records}
-    report.rank_status = _rank_table(report, records)
+    report.rank_status = _rank_table(report, records, unreadable)
     from ..provenance import collect
     report.provenance = {**collect(report), **report.provenance}
     report.provenance.update({"command": ["msoverflow", "hunt", "--", *command], "steps": STEPS_NOTE})
-    report.extra["hunt"] = {"records": records, "steps": STEPS_NOTE}
+    report.extra["hunt"] = {"records": records + unreadable, "steps": STEPS_NOTE}
     return report
 
 
@@ -148,9 +203,12 @@ def _enrich(report: Report, found: List[dict]) -> None:
             finding.evidence.append(fact["note"])
 
 
-def _rank_table(report: Report, records: List[dict]) -> List[RankStatus]:
-    """Every process that ran a network: a rank with nothing found was watched and clean, not "not dumped"."""
+def _rank_table(report: Report, records: List[dict], unreadable: Sequence[dict] = ()) -> List[RankStatus]:
+    """Every process that ran a network: a rank with nothing found was watched and clean, not "not dumped"; a
+    rank whose record is cut is incomplete, never clean."""
     rows = {row.rank: row for row in report.rank_status if row.status != RANK_NOT_DUMPED}
+    for r in unreadable:
+        rows.setdefault(int(r["rank"]), RankStatus(int(r["rank"]), RANK_INCOMPLETE, note="its hunt record is cut"))
     for r in records:
         rank = int(r["rank"])
         if rank in rows:
@@ -161,16 +219,3 @@ def _rank_table(report: Report, records: List[dict]) -> List[RankStatus]:
         else:
             rows[rank] = RankStatus(rank, RANK_CLEAN, note=f"watched {r.get('steps_seen', 0)} steps")
     return [rows[k] for k in sorted(rows)]
-
-
-def write_summary(outcome: HuntOutcome, log) -> None:
-    for record in outcome.records:
-        counts = record.get("counts") or {}
-        print(f"msoverflow hunt: rank {record['rank']}: {record['steps_seen']} optimizer updates, "
-              f"{counts.get('ops', 0)} ops, {counts.get('cells', 0)} Cell calls, {counts.get('grads', 0)} "
-              f"gradients, {counts.get('parameter_grads', 0)} parameter gradients watched"
-              + (f"; first bad value at step {record['found']['step']}" if record.get("found") else ""),
-              file=log)
-    print(f"msoverflow hunt: command exited with {outcome.command_exit} after {outcome.seconds:.1f} s; "
-          f"tensors of the first bad op in {outcome.out_dir}", file=log)
-    log.flush()

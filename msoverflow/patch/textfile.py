@@ -4,7 +4,6 @@ from __future__ import annotations
 import difflib
 import os
 import shutil
-import tempfile
 
 
 def unified_diff(path: str, original: str, patched: str) -> str:
@@ -21,15 +20,6 @@ def write_atomic(path: str, text: str) -> str:
         backup = f"{path}.orig.{n}"
         n += 1
     shutil.copy2(path, backup)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".msoverflow-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        shutil.copymode(path, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from ..safeio import write_atomic as write_whole
+    write_whole(path, text, what="the patched file", newline="")
     return backup

@@ -1,65 +1,83 @@
 """Prove a precision patch: re-run the user's training with dump on, analyse the new dump, compare before/after.
 
     result = verify(report, ["python", "train.py"], dtype="float32", workdir="/tmp/msov")
-    print(result.render()); sys.exit(result.exit_code)
+    result.render(), result.exit_code, [run.report for run in result.runs]
 
 The runtime patch reaches the unmodified script through msoverflow.patch.hook. With how="none" the command is
 run as it is (a source or YAML patch already written). An op-only target that does not fix the run is widened
-to its owning Cell (when the report names it) and run again.
+to its owning Cell (when the report names it) and run again. Nothing is printed here: the training's output goes
+to `echo` (when given), the narration to the msoverflow logger, and the caller shows the result.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import re
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
-from typing import List, Optional, Union
+from typing import Callable, Dict, List, Optional, Union
 
 from ..errors import UserError
+from ..job import OutputWatch
+from ..logs import log
+from ..model import Report
 from .targets import Target, check_dtype, load_report, target_from_report
 
-# "loss 2.3", "loss: 2.3", "loss=nan", "loss is 2.3" (LossMonitor), "loss: [2.3]", "scaled loss inf"
-_LOSS = re.compile(r"\bloss(?:\s+is)?\s*[:=]?\s*[\[(]?\s*([-+]?(?:\d+\.?\d*(?:e[-+]?\d+)?|nan|inf(?:inity)?))\b",
-                   re.I)
-_PARAMS_FINITE = re.compile(r"params(?:eters)?[ _]finite[:=]?\s*(true|false)", re.I)
 _DUMP_PATH_OK = re.compile(r"^[A-Za-z0-9\-_/]+$")
 
 
 @dataclass
-class RunOutcome:
+class VerifyRun:
+    """One training run of a verification: its exit code, its dump's Report, what its output said."""
     label: str                      # "baseline", "patched", "widened"
     target: Optional[Target]
     returncode: int
     dump_dir: str
-    report: Optional[dict] = None
-    report_path: Optional[str] = None
+    report: Optional[Report] = None
+    report_path: Optional[str] = None   # where the caller saved the Report's JSON
     analysis_error: Optional[str] = None
-    losses: List[float] = field(default_factory=list)
-    params_finite: List[bool] = field(default_factory=list)
+    output: OutputWatch = field(default_factory=OutputWatch)
+    per_rank: Dict[int, OutputWatch] = field(default_factory=dict)    # msrun: each worker's own output
     patch_log: Optional[dict] = None
-    output_tail: List[str] = field(default_factory=list)
-    per_rank: dict = field(default_factory=dict)     # rank -> {"losses": [...], "params_finite": [...]} (msrun)
-    skipped: List[str] = field(default_factory=list)  # zero-token guard: steps skipped, as the runs said
+
+    @functools.cached_property
+    def report_dict(self) -> Optional[dict]:
+        return self.report.to_dict() if self.report is not None else None
 
     @property
     def first(self) -> Optional[dict]:
-        return (self.report or {}).get("first")
+        return (self.report_dict or {}).get("first")
+
+    @property
+    def losses(self) -> List[float]:
+        return self.output.loss_values
+
+    @property
+    def params_finite(self) -> List[bool]:
+        return self.output.params_finite
+
+    @property
+    def skipped(self) -> List[str]:
+        """Zero-token guard: the steps the runs said they skipped."""
+        return sorted(set(self.output.skipped))
+
+    @property
+    def output_tail(self) -> List[str]:
+        return list(self.output.tail)
 
     @property
     def clean_dump(self) -> bool:
-        return self.report is not None and self.report.get("verdict") == "clean"
+        return self.report is not None and self.report.verdict == "clean"
 
     @property
     def loss_finite(self) -> Optional[bool]:
-        return all(math.isfinite(v) for v in self.losses) if self.losses else None
+        return self.output.loss_finite
 
     @property
     def weights_finite(self) -> Optional[bool]:
-        return all(self.params_finite) if self.params_finite else None
+        return self.output.weights_finite
 
     @property
     def patch_applied(self) -> Optional[bool]:
@@ -80,12 +98,12 @@ class VerifyResult:
     command: List[str]
     before: Optional[dict]           # the origin the patch is meant to remove
     workdir: str = ""
-    runs: List[RunOutcome] = field(default_factory=list)
+    runs: List[VerifyRun] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     title: Optional[str] = None      # what was applied, when it is not a precision island (e.g. the guard)
 
     @property
-    def final(self) -> Optional[RunOutcome]:
+    def final(self) -> Optional[VerifyRun]:
         patched = [r for r in self.runs if r.label != "baseline"]
         return patched[-1] if patched else None
 
@@ -102,10 +120,12 @@ class VerifyResult:
                 "fixed": self.fixed, "before": _brief(self.before), "notes": self.notes,
                 "runs": [{"label": r.label, "target": r.target.to_dict() if r.target else None,
                           "returncode": r.returncode, "dump_dir": r.dump_dir, "report": r.report_path,
-                          "verdict": (r.report or {}).get("verdict"), "first": _brief(r.first),
-                          "analysis_error": r.analysis_error, "losses": r.losses,
+                          "verdict": r.report.verdict if r.report is not None else None,
+                          "first": _brief(r.first), "analysis_error": r.analysis_error, "losses": r.losses,
                           "params_finite": r.params_finite, "patch_log": r.patch_log,
-                          "per_rank": r.per_rank, "skipped": r.skipped} for r in self.runs]}
+                          "per_rank": {rank: {"losses": w.loss_values, "params_finite": w.params_finite}
+                                       for rank, w in sorted(r.per_rank.items())},
+                          "skipped": r.skipped} for r in self.runs]}
 
     def render(self) -> str:
         lines = [f"verify: {self.title or self.target.describe() + ' in ' + self.dtype}",
@@ -179,12 +199,12 @@ def _same_region(before: Optional[dict], after: Optional[dict]) -> bool:
     return before.get("op_type") == after.get("op_type") and b == a
 
 
-def _describe_run(run: RunOutcome, before: Optional[dict]) -> List[str]:
+def _describe_run(run: VerifyRun, before: Optional[dict]) -> List[str]:
     out = []
-    log = run.patch_log
-    if log is not None:
-        if log.get("applied"):
-            for entry in log["applied"]:
+    patch_log = run.patch_log
+    if patch_log is not None:
+        if patch_log.get("applied"):
+            for entry in patch_log["applied"]:
                 kinds = {}
                 for c in entry.get("changes", []):
                     kinds.setdefault(c["kind"], []).append(c["where"])
@@ -192,37 +212,27 @@ def _describe_run(run: RunOutcome, before: Optional[dict]) -> List[str]:
                 out.append(f"patch applied in {entry['root']} at {', '.join(entry['cells'])}: {summary}")
                 out += [f"warning: {w}" for w in entry.get("warnings", [])]
         else:
-            searched = ", ".join(s["root"] for s in log.get("searched", [])) or "no Cell was called"
+            searched = ", ".join(s["root"] for s in patch_log.get("searched", [])) or "no Cell was called"
             out.append(f"PATCH TARGET NOT FOUND (searched: {searched})")
-        out += [f"patch error in {e['root']}: {e['message']}" for e in log.get("errors", [])]
-    steps = len(run.losses)
-    if steps:
-        out.append(f"exit {run.returncode}; {steps} step(s), loss {run.losses[0]:.4g} -> {run.losses[-1]:.4g} "
-                   f"({'finite' if run.loss_finite else 'NOT finite'})"
-                   + ("" if run.weights_finite is None else
-                      f"; parameters {'finite' if run.weights_finite else 'NOT finite'}"))
+        out += [f"patch error in {e['root']}: {e['message']}" for e in patch_log.get("errors", [])]
+    if run.per_rank:     # each rank's own first and last loss (one rank's first against another's last says nothing)
+        out.append(f"exit {run.returncode}")
+        out += [f"rank {rank}: {_losses_text(watch)}" for rank, watch in sorted(run.per_rank.items())]
     else:
-        out.append(f"exit {run.returncode}; no loss found in the output")
-    for rank in sorted(run.per_rank):
-        data = run.per_rank[rank]
-        losses, flags = data["losses"], data["params_finite"]
-        loss_ok = all(math.isfinite(v) for v in losses) if losses else None
-        out.append(f"rank {rank}: {len(losses)} step(s)"
-                   + (f", loss {losses[0]:.4g} -> {losses[-1]:.4g} ({'finite' if loss_ok else 'NOT finite'})"
-                      if losses else ", no loss found")
-                   + ("" if not flags else f"; parameters {'finite' if all(flags) else 'NOT finite'}"))
+        out.append(f"exit {run.returncode}; {_losses_text(run.output)}")
     if run.skipped:
         out.append("zero-token guard skipped: " + ", ".join(run.skipped))
-    summary = (run.report or {}).get("summary") or {}
+    report = run.report
     size = ""
-    if summary.get("files") is not None:
-        steps = sorted({i for its in (summary.get("iterations") or {}).values() for i in its})
-        size = f" ({summary['files']} files" + (f", {summary['tensors_read']} tensors read" if summary.get(
-            "tensors_read") is not None else "") + (f", iterations {steps[0]}-{steps[-1]}" if steps else "") + ")"
+    if report is not None:
+        from ..render.common import steps_text
+        steps = {s for its in report.iterations.values() for s in its}
+        size = (f" ({report.files} files, {report.tensors_read} tensors read"
+                + (f", steps {steps_text(steps)}" if steps else "") + ")")
     if run.analysis_error:
         out.append(f"analysis failed: {run.analysis_error}")
     elif run.clean_dump:
-        ranks = ", ".join(str(r) for r in (summary.get("ranks") or []))
+        ranks = ", ".join(str(r) for r in report.ranks[:16]) + (", ..." if len(report.ranks) > 16 else "")
         out.append(f"new dump{size}: no anomaly" + (f" on ranks {ranks}" if ranks else "")
                    + (" (the origin is gone)" if before else ""))
     elif run.label == "baseline":
@@ -236,31 +246,17 @@ def _describe_run(run: RunOutcome, before: Optional[dict]) -> List[str]:
     return out
 
 
-_RANK_LINE = re.compile(r"\brank\s*[:=]?\s*(\d+)\b", re.I)
-_GUARD_SKIP = re.compile(r"msoverflow guard: step (\d+) skipped on rank (\d+)")
-_LOG_DIR = re.compile(r"^--log_dir(?:=(.*))?$")
-
-
-def _launcher_log_dir(command: List[str], run_dir: str) -> (List[str], Optional[str]):
-    """msrun writes each worker's output to --log_dir/worker_N.log, not to its own stdout: give every verify
-    run its own log dir (so runs do not mix) and read the worker logs afterwards."""
-    if not command or os.path.basename(command[0]) != "msrun" and "msrun" not in command[:3]:
-        return command, None
-    out, log_dir, i = [], None, 0
-    while i < len(command):
-        m = _LOG_DIR.match(command[i])
-        if m and log_dir is None:
-            log_dir = os.path.join(run_dir, "msrun_logs")
-            if m.group(1) is None and i + 1 < len(command):
-                i += 1
-            out.append(f"--log_dir={log_dir}")
-        else:
-            out.append(command[i])
-        i += 1
-    if log_dir is None:
-        log_dir = os.path.join(run_dir, "msrun_logs")
-        out.insert(1, f"--log_dir={log_dir}")
-    return out, log_dir
+def _losses_text(watch: OutputWatch) -> str:
+    """`3 step(s), loss 2.31 -> 2.29 (finite); parameters finite` for one process's output."""
+    if not watch.losses:
+        text = "no loss found in the output"
+    else:
+        values = watch.loss_values
+        text = (f"{len(values)} step(s), loss {values[0]:.4g} -> {values[-1]:.4g} "
+                f"({'finite' if watch.loss_finite else 'NOT finite'})")
+    if watch.weights_finite is not None:
+        text += f"; parameters {'finite' if watch.weights_finite else 'NOT finite'}"
+    return text
 
 
 def _process_logs(log_path: str) -> List[dict]:
@@ -275,121 +271,62 @@ def _process_logs(log_path: str) -> List[dict]:
                     found.append(json.load(fh))
             except (OSError, ValueError):
                 continue
-    hooked = [log for log in found if log.get("hooked") and (log.get("applied") or log.get("searched")
-                                                             or log.get("errors"))]
+    hooked = [entry for entry in found if entry.get("hooked") and (entry.get("applied") or entry.get("searched")
+                                                                   or entry.get("errors"))]
     return hooked or found
 
 
 def _merge_logs(logs: List[dict]) -> dict:
     merged = dict(logs[0])
     for key in ("applied", "searched", "errors"):
-        merged[key] = [entry for log in logs for entry in log.get(key, [])]
+        merged[key] = [entry for one in logs for entry in one.get(key, [])]
     merged["processes"] = len(logs)
     return merged
 
 
-def _worker_lines(log_dir: str) -> dict:
-    """worker rank -> its output lines (msrun's worker_N.log)."""
-    found = {}
-    if not log_dir or not os.path.isdir(log_dir):
-        return found
-    for name in sorted(os.listdir(log_dir)):
-        m = re.fullmatch(r"worker_(\d+)\.log", name)
-        if m:
-            with open(os.path.join(log_dir, name), encoding="utf-8", errors="replace") as fh:
-                found[int(m.group(1))] = [l.rstrip("\n") for l in fh if "[WARNING]" not in l and "[INFO]" not in l]
-    return found
-
-
-def _parse_output(lines: List[str]):
-    losses, finite = [], []
-    for line in lines:
-        m = _LOSS.search(line)
-        if m:
-            text = m.group(1).lower()
-            losses.append(float("inf" if text.startswith("inf") else text))
-        m = _PARAMS_FINITE.search(line)
-        if m:
-            finite.append(m.group(1).lower() == "true")
-    return losses, finite
-
-
-def _dump_env(dump_dir: str, workdir: str, dump_options: Optional[dict] = None) -> (dict, list):
-    """Config file + environment for an overflow dump of every step, from msoverflow.config's generator (which
-    knows the MindSpore version, device and jit-level rules)."""
+def _dump_env(dump_dir: str, workdir: str, dump_options: Optional[dict] = None) -> dict:
+    """Environment for an overflow dump of every step, its config written into the workdir by msoverflow.config's
+    generator (which knows the MindSpore version, device and jit-level rules)."""
     from ..config.generator import build
     from ..config.runner import run_env
     config_path = os.path.join(workdir, f"dump_config_{os.path.basename(os.path.dirname(dump_dir))}.json")
     result = build("overflow", path=dump_dir, steps="all", **(dump_options or {}))
     result.write(config_path)
-    return run_env(result), list(result.warnings)
+    return run_env(result)
 
 
-def _run_with_dump(command: List[str], dump_dir: str, workdir: str, extra_env: dict, echo: bool, cwd=None,
-                   dump_options: Optional[dict] = None):
-    env, _ = _dump_env(dump_dir, workdir, dump_options)
-    env.update(extra_env)
-    lines = []
-    try:
-        proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace")
-    except OSError as exc:
-        raise UserError(f"{command[0]}: cannot run the training command ({exc.strerror})")
-    for line in proc.stdout:
-        lines.append(line.rstrip("\n"))
-        if echo and "[WARNING]" not in line and "[INFO]" not in line:
-            sys.stdout.write("    | " + line)
-            sys.stdout.flush()
-    return proc.wait(), lines
-
-
-def analyse(dump_dir: str, out_path: str):
-    """Analyse the run's dump through the Python API; writes the JSON report to `out_path` and returns
-    (its dict, None), or (None, the one-line reason) when the dump could not be analysed."""
+def analyse(dump_dir: str):
+    """The run's dump through the Python API: (its Report, None), or (None, the one-line reason) when it could not
+    be analysed (a crash in the analysis is reported, the verification goes on)."""
     from ..api import analyze
-    from ..errors import UserError
-    from ..logs import log
-    from ..render.json_report import render_json
     try:
-        report = analyze(dump_dir, finished=True, warn=lambda message: log.debug("warning: %s", message))
+        return analyze(dump_dir, finished=True, warn=lambda message: log.debug("warning: %s", message)), None
     except UserError as exc:
         return None, str(exc)
-    except Exception as exc:      # a crash in the analysis is reported, the verification goes on
+    except Exception as exc:      # noqa: BLE001
         return None, f"msoverflow analyze failed on {dump_dir}: {type(exc).__name__}: {exc}"
-    with open(out_path, "w", encoding="utf-8") as fh:
-        fh.write(render_json(report))
-    log.info("wrote %s (json, %d bytes)", os.path.abspath(out_path), os.path.getsize(out_path))
-    return report.to_dict(), None
 
 
 def run_once(label: str, command: List[str], workdir: str, target: Optional[Target], dtype: str,
-             echo: bool = True, cwd=None, dump_options: Optional[dict] = None) -> RunOutcome:
-    """One training run with dump on; with a target, the runtime patch is injected through the hook."""
+             echo: Optional[Callable[[str], None]] = None, cwd=None,
+             dump_options: Optional[dict] = None) -> VerifyRun:
+    """One training run with dump on; with a target, the runtime patch is injected through the hook. The
+    training's output lines go to `echo` (when given)."""
+    from ..job import start
     from .hook import write_hook
     run_dir = os.path.join(workdir, label)
     dump_dir = os.path.join(run_dir, "dump")
     os.makedirs(run_dir, exist_ok=True)
-    extra_env, log_path = {}, None
+    env, log_path = _dump_env(dump_dir, workdir, dump_options), None
     if target is not None:
         log_path = os.path.join(run_dir, "patch_log.json")
         spec = {"target": target.to_dict(), "dtype": dtype, "log": log_path}
-        extra_env = write_hook(os.path.join(run_dir, "hook"), spec, os.path.join(run_dir, "patch_spec.json"))
-    command, log_dir = _launcher_log_dir(command, run_dir)
-    if echo:
-        print(f"  {label} run: {' '.join(command)}", flush=True)
-    code, lines = _run_with_dump(command, dump_dir, workdir, extra_env, echo, cwd=cwd, dump_options=dump_options)
-    workers = _worker_lines(log_dir)
-    # with worker logs, they are the training's output (msrun's own stdout may repeat parts of them)
-    all_lines = [l for rank in sorted(workers) for l in workers[rank]] if workers else lines
-    losses, finite = _parse_output(all_lines)
-    outcome = RunOutcome(label=label, target=target, returncode=code, dump_dir=dump_dir,
-                         losses=losses, params_finite=finite,
-                         output_tail=[l for l in all_lines if "[WARNING]" not in l and "[INFO]" not in l][-5:])
-    for rank, rank_lines in workers.items():
-        rank_losses, rank_finite = _parse_output(rank_lines)
-        outcome.per_rank[rank] = {"losses": rank_losses, "params_finite": rank_finite}
-    outcome.skipped = sorted({f"step {m.group(1)} on rank {m.group(2)}" for l in all_lines
-                              for m in [_GUARD_SKIP.search(l)] if m})
+        env.update(write_hook(os.path.join(run_dir, "hook"), spec, os.path.join(run_dir, "patch_spec.json")))
+    log.info("verify: %s run: %s", label, " ".join(command))
+    finished = start(command, env, cwd=cwd, echo=echo if echo is not None else lambda line: None,
+                     log_dir=os.path.join(run_dir, "msrun_logs"))
+    outcome = VerifyRun(label=label, target=target, returncode=finished.returncode, dump_dir=dump_dir,
+                        output=finished.output, per_rank=finished.per_rank)
     if log_path:
         logs = _process_logs(log_path)
         if logs:
@@ -398,9 +335,7 @@ def run_once(label: str, command: List[str], workdir: str, target: Optional[Targ
             outcome.patch_log = {"applied": [], "searched": [], "errors": [
                 {"root": "-", "message": "the patch hook never ran (is the command a Python process?)"}]}
     if os.path.isdir(dump_dir):
-        report_path = os.path.join(run_dir, "report.json")
-        outcome.report, outcome.analysis_error = analyse(dump_dir, report_path)
-        outcome.report_path = report_path if outcome.report is not None else None
+        outcome.report, outcome.analysis_error = analyse(dump_dir)
     else:
         outcome.analysis_error = "the run wrote no dump (did it reach a training step?)"
     return outcome
@@ -419,18 +354,18 @@ def _resolve(report_or_target) -> (Target, Optional[dict]):
 
 def verify(report_or_target: Union[dict, str, Target], command: List[str], dtype: str = "float32",
            workdir: Optional[str] = None, *, how: str = "runtime", widen: bool = True,
-           baseline: Optional[bool] = None, echo: bool = True, cwd: Optional[str] = None,
+           baseline: Optional[bool] = None, echo: Optional[Callable[[str], None]] = None, cwd: Optional[str] = None,
            dump_options: Optional[dict] = None, title: Optional[str] = None) -> VerifyResult:
     """Re-run `command` with dump on and the patch in place; analyse; widen an op-only patch if it falls short.
 
     how: "runtime" injects msoverflow.patch.apply through the hook; "none" runs the command unchanged (the
     source or YAML patch was written beforehand). baseline: also run unpatched first (default: only when no
     report tells what the origin was). dump_options: msoverflow.config.build keywords for the re-run's dump
-    (device, jit_level, ms_version; detected when left out).
+    (device, jit_level, ms_version; detected when left out). echo: gets each line of the training's output.
     """
+    from ..job import check_command
     check_dtype(dtype)
-    if not command:
-        raise UserError("--verify needs the training command after `--`, e.g. -- python train.py")
+    command = check_command(command, "msoverflow patch --verify")
     if how not in ("runtime", "none"):
         raise UserError(f"verify: how must be 'runtime' or 'none', got {how!r}")
     target, before = _resolve(report_or_target)
@@ -438,7 +373,10 @@ def verify(report_or_target: Union[dict, str, Target], command: List[str], dtype
     if not _DUMP_PATH_OK.match(workdir):
         raise UserError(f"{workdir}: MindSpore dump paths may hold only letters, digits, '-', '_' and '/'; "
                         f"choose another --workdir")
-    os.makedirs(workdir, exist_ok=True)
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{workdir}: cannot create --workdir ({exc.strerror or exc})") from None
     result = VerifyResult(target=target, dtype=dtype, command=list(command), before=before, workdir=workdir,
                           title=title)
     if baseline if baseline is not None else before is None:

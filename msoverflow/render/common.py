@@ -150,8 +150,15 @@ def clean_text(report: Report) -> str:
     """What a clean verdict covers, in its headline: the files, ranks and steps read (a dump of step 0 alone is
     clean in step 0, not in the run)."""
     steps = {step for scanned in report.scanned_steps.values() for step in scanned}
-    return (f"no inf, NaN or out-of-range value in {report.files} files (ranks {steps_text(report.ranks)}; "
+    return (f"no inf, NaN or out-of-range value in {read_text(report)} (ranks {steps_text(report.ranks)}; "
             f"steps {steps_text(steps)})")
+
+
+def read_text(report: Report) -> str:
+    """What was read: "66 files" of a dump, or "1234 tensors checked live" by hunt (which reads no file)."""
+    if report.layout == "hunt" and not report.files:
+        return f"{report.tensors_read} tensors checked live"
+    return f"{report.files} files"
 
 
 def scanned_text(report: Report) -> str:

@@ -271,6 +271,9 @@ def scan_summary(report: Report) -> str:
     meta = report.extra.get("mindspore") or {}
     written_by = (f", MindSpore {meta['version']} {meta.get('device_target') or ''}".rstrip()
                   if meta.get("version") else "")
+    if report.layout == "hunt" and not report.files:
+        return (f"Checked {report.tensors_read} tensors live (hunt, no dump files); ranks "
+                f"{steps_text(report.ranks)}; {steps}")
     return (f"Scanned {report.files} files ({report.layout or 'unknown'} layout{written_by}), read "
             f"{report.tensors_read} tensors; ranks {steps_text(report.ranks)}; {steps}")
 

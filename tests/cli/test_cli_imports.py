@@ -34,7 +34,8 @@ def test_help_imports_no_command_module():
 def test_command_help_imports_only_that_command():
     proc, modules = _modules(["config", "--help"])
     assert "--check" in proc.stdout
-    assert {m for m in modules if m.startswith("msoverflow.commands.")} == {"msoverflow.commands.config"}
+    assert {m for m in modules if m.startswith("msoverflow.commands.")} == {"msoverflow.commands.config",
+                                                                           "msoverflow.commands._output"}
 
 
 def test_analyze_imports_no_config_patch_or_other_command(tmp_path):
@@ -43,7 +44,9 @@ def test_analyze_imports_no_config_patch_or_other_command(tmp_path):
     proc, modules = _modules(["analyze", str(tmp_path), "--format", "json", "--no-progress"])
     report = json.loads(proc.stdout[:proc.stdout.rindex("MODULES")])
     assert report["first"]["op_type"] == "Exp"
-    assert {m for m in modules if m.startswith("msoverflow.commands.")} == {"msoverflow.commands.analyze"}
+    # the command and the output module every command shares, nothing of another command
+    assert {m for m in modules if m.startswith("msoverflow.commands.")} == {"msoverflow.commands.analyze",
+                                                                           "msoverflow.commands._output"}
     assert not {m for m in modules if m.startswith(("msoverflow.config", "msoverflow.patch"))}, modules
     assert "mindspore" not in modules and "libcst" not in modules
 

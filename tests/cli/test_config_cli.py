@@ -128,7 +128,16 @@ def test_check_exit_codes(tmp_path, capsys):
     warn.write_text(json.dumps(config))
     code, out, _ = run_cli(["config", "--check", str(warn), "--ms-version", "2.4", "--device", "ascend",
                             "--jit-level", "O1"], capsys)
-    assert code == 1 and "silently uses 3" in out
+    # a warning alone does not fail the check; --strict makes it fail (CI)
+    assert code == 0 and "silently uses 3" in out and "ok with 0 error(s), 1 warning(s)" in out
+    code, out, _ = run_cli(["config", "--check", str(warn), "--strict", "--ms-version", "2.4", "--device", "ascend",
+                            "--jit-level", "O1"], capsys)
+    assert code == 1 and out.strip().endswith("0 error(s), 1 warning(s)")
+    code, out, _ = run_cli(["config", "--check", str(warn), "--strict", "--format", "json", "--ms-version", "2.4",
+                            "--device", "ascend", "--jit-level", "O1"], capsys)
+    assert code == 1 and json.loads(out)["ok"] is False and json.loads(out)["warnings"] == 1
+    code, _, err = run_cli(["config", "--strict"], capsys)
+    assert code == 2 and "--check" in err
 
 
 def test_check_unreadable_is_exit_2_without_traceback(tmp_path):

@@ -68,7 +68,7 @@ def test_bad_report_is_one_line_exit_2(tmp_path, capsys, content, message):
 def test_cli_argument_errors(tmp_path, capsys):
     report = write_report(tmp_path, hand_report())
     assert cli.main(["patch", "--from", str(report), "--verify"]) == 2
-    assert "needs the training command" in capsys.readouterr().err
+    assert "needs a command after '--'" in capsys.readouterr().err
     assert cli.main(["patch", "--from", str(report), "--", "python", "x.py"]) == 2
     assert "only used with --verify" in capsys.readouterr().err
     assert cli.main(["patch"]) == 2
@@ -81,18 +81,21 @@ def test_cli_argument_errors(tmp_path, capsys):
 
 def test_verify_reads_loss_and_parameter_finiteness_from_common_log_lines():
     import math
-    from msoverflow.patch.verify import _parse_output
-    losses, finite = _parse_output([
-        "step 0: loss 226.9761 params finite: True",          # msoverflow.demo.train
-        "epoch: 1 step: 1, loss is 2.302585",                  # mindspore.train.LossMonitor
-        "loss: [nan]",
-        "step 2: scaled loss inf grads finite: False",
-        "lossy 5",
-        "step 3: loss 1.0 params finite: False",
-    ])
+    from msoverflow.job import OutputWatch
+    watch = OutputWatch()
+    for line in ("step 0: loss 226.9761 params finite: True",          # msoverflow.demo.train
+                 "epoch: 1 step: 1, loss is 2.302585",                  # mindspore.train.LossMonitor
+                 "loss: [nan]",
+                 "step 2: scaled loss inf grads finite: False",
+                 "lossy 5",
+                 "step 3: loss 1.0 params finite: False"):
+        watch.feed(line)
+    losses, finite = watch.loss_values, watch.params_finite
     assert losses[:2] == [226.9761, 2.302585] and math.isnan(losses[2]) and losses[3] == math.inf
     assert losses[4:] == [1.0]
     assert finite == [True, False]
+    assert [loss.step for loss in watch.losses] == [0, 1, None, 2, 3]
+    assert watch.first_nonfinite.line == "loss: [nan]"
 
 
 @pytest.mark.parametrize("role", ["flagged", "propagator"])

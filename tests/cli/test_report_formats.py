@@ -131,7 +131,7 @@ def test_one_vocabulary_with_the_old_spellings_as_aliases(capsys):
     assert _parse(["config", "--step", "3", "--rank", "1"]).steps == "3"
     assert _parse(["patch", "--cell", "X", "--json", "f"]).json_out == "f"
     assert _parse(["patch", "--cell", "X", "-o", "f"]).json_out == "f"
-    assert _parse(["repro", "--from", "r.json", "--device", "ascend"]).device == "Ascend"
+    assert _parse(["repro", "--from", "r.json", "--device", "Ascend"]).device == "ascend"     # lower case, as elsewhere
     for name in ("analyze", "convert", "config", "run", "patch", "repro", "demo"):
         with pytest.raises(SystemExit):
             main([name, "--help"])

@@ -75,7 +75,7 @@ def test_hunt_under_msrun_watches_each_rank(hunt_runs):
 
 
 def test_hunt_of_a_finite_run_is_clean_and_says_what_it_watched(hunt_runs):
-    _, case, report, log = _case(hunt_runs, "hunt_pynative_clean")
+    root, case, report, log = _case(hunt_runs, "hunt_pynative_clean")
     assert case["exit"] == 0, log[-3000:]
     assert report["verdict"] == "clean" and report["first"] is None
     assert [(r["rank"], r["status"], r["iteration"], r["note"]) for r in report["ranks"]] == \
@@ -83,6 +83,9 @@ def test_hunt_of_a_finite_run_is_clean_and_says_what_it_watched(hunt_runs):
     assert any("counted as optimizer updates" in c for c in report["coverage"])
     _valid(report)
     assert "2 optimizer updates" in log
+    # nothing found: no "tensors of the first bad op in ...", and no folder left holding nothing
+    assert "tensors of the first bad op" not in log and "no bad value, so no tensors were kept" in log
+    assert not (root / "hunt").exists()
 
 
 def test_repro_from_a_hunt_report_overflows_in_fp16_and_not_in_fp32(hunt_runs, tmp_path):
@@ -127,6 +130,20 @@ def test_two_pass_that_does_not_reproduce_is_inconclusive(hunt_runs):
     assert "first bad step 1" in log
 
 
+def test_run_does_not_call_a_job_clean_when_it_blew_up_after_the_dumped_step(hunt_runs):
+    """Issue 26.5 (the field note: run's default step-0 dump of a job whose loss went inf at step 1 said CLEAN):
+    the dump holds no bad value, the job's own output does: INCONCLUSIVE (exit 3), with what to run instead."""
+    root, case, report, log = _case(hunt_runs, "run_blowup_after_dumped_step")
+    assert case["exit"] == 3, log[-3000:]
+    assert report["verdict"] == "inconclusive" and report["first"] is None
+    assert report["summary"]["iterations"] == {"0": case["expected"]["dumped_steps"]}
+    assert "params finite: False" in log          # the script's own line, passed through
+    reason = next(r for r in report["inconclusive"] if "the job's own output reported" in r)
+    assert f"step {case['expected']['blowup_step']}" in reason and "this dump (steps 0) holds no bad value" in reason
+    assert "re-run with --two-pass (or --steps 1" in reason
+    _valid(report)
+
+
 def test_hunt_refuses_graph_mode_and_points_to_two_pass(tmp_path):
     from tests.support import gen_hunt_runs
     proc = subprocess.run([sys.executable, "-m", "msoverflow", "hunt", "--out-dir", str(tmp_path / "h"), "--",
@@ -135,7 +152,8 @@ def test_hunt_refuses_graph_mode_and_points_to_two_pass(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("msoverflow: error:")]
     assert len(errors) == 1 and "cannot hook compiled graphs" in errors[0] and "run --two-pass" in errors[0]
-    assert not Path(tmp_path / "report.json").exists()
+    assert proc.stderr.count("graph mode") == 1, proc.stderr[-2000:]      # said once, not by each process too
+    assert not Path(tmp_path / "report.json").exists() and not (tmp_path / "h").exists()
 
 
 JIT_SCRIPT = '''

@@ -21,17 +21,18 @@ TRAIN = [sys.executable, "-m", "msoverflow.demo.train"]
 def overflow_report(tmp_path_factory):
     """A real dump of the unpatched demo (1 step), analysed by `msoverflow analyze`."""
     pytest.importorskip("mindspore")
+    from msoverflow.commands._output import save_json
     from msoverflow.patch.verify import run_once
     workdir = tmp_path_factory.mktemp("baseline")
-    run = run_once("baseline", TRAIN + ["--steps", "1"], str(workdir), None, "float32", echo=False)
+    run = run_once("baseline", TRAIN + ["--steps", "1"], str(workdir), None, "float32")
     assert run.returncode == 0, run.output_tail
     assert run.report is not None, run.analysis_error
-    first = run.report["first"]
-    assert run.report["verdict"] == "anomaly"
+    first = run.first
+    assert run.report.verdict == "anomaly" and run.report.exit_code == 1
     assert (first["op_type"], first["cell"], first["cell_type"]) == ("SqrtGrad", "network._backbone.lm_head",
                                                                      "NormHead")
     assert run.params_finite == [False], "the unpatched demo must leave non-finite weights"
-    return run.report_path
+    return save_json(run.report, str(workdir / "baseline" / "report.json"))
 
 
 def test_verify_runtime_patch_turns_the_demo_clean(overflow_report, tmp_path, capsys):
@@ -39,10 +40,14 @@ def test_verify_runtime_patch_turns_the_demo_clean(overflow_report, tmp_path, ca
     out = tmp_path / "result.json"
     code = cli.main(["patch", "--from", overflow_report, "--verify", "--workdir", str(workdir), "--json", str(out),
                      "--", *TRAIN, "--steps", "3"])
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert code == 0, text
     assert "FIXED" in text and "the origin is gone" in text
     assert "before: overflow in SqrtGrad" in text
+    # the runtime patch is shown once, by the verification (the hook in the training process stays quiet)
+    assert "runtime patch: Cell" not in text + captured.err
+    assert text.count("patch applied in CausalLMLoss at _backbone.lm_head") == 1
     result = json.loads(out.read_text())["verify"]
     assert result["fixed"] is True
     run = result["runs"][-1]
@@ -63,7 +68,7 @@ def test_sqrt_only_patch_is_shown_insufficient_then_widened(overflow_report, tmp
     from msoverflow.patch import load_report, target_from_args
     from msoverflow.patch.verify import verify
     target = target_from_args(op="Sqrt", report=load_report(overflow_report))
-    result = verify(target, TRAIN + ["--steps", "2"], "float32", str(tmp_path / "w"), echo=False)
+    result = verify(target, TRAIN + ["--steps", "2"], "float32", str(tmp_path / "w"))
     sqrt_only, widened = result.runs
     assert sqrt_only.label == "patched" and sqrt_only.target.op == "Sqrt"
     first_root, second_root = sqrt_only.patch_log["applied"]
@@ -118,7 +123,7 @@ def test_target_never_found_is_reported(overflow_report, tmp_path):
     from msoverflow.patch.verify import verify
     origin = load_report(overflow_report)["first"]
     result = verify(Target(cell="Attention", origin=origin), TRAIN + ["--steps", "1"], "float32",
-                    str(tmp_path / "w"), echo=False)
+                    str(tmp_path / "w"))
     assert result.exit_code == 1
     run = result.final
     assert run.patch_applied is False
@@ -163,7 +168,7 @@ def test_runtime_patch_reaches_a_network_called_only_inside_jit(overflow_report,
     script = tmp_path / "jit_train.py"
     script.write_text(JIT_TRAIN)
     result = verify(target_from_report(load_report(overflow_report)), [sys.executable, str(script)], "float32",
-                    str(tmp_path / "w"), echo=False)
+                    str(tmp_path / "w"))
     run = result.final
     assert run.patch_log["applied"][0]["root"] == "CausalLMLoss"
     assert run.params_finite == [True, True]

@@ -22,25 +22,31 @@ def quickstart_commands():
 
 
 def test_readme_quick_start_runs_as_written(tmp_path):
+    """As a user's script would run it: the block, in order, under `set -euo pipefail` (analyze's exit 1 for an
+    anomaly must not stop it before the patch)."""
     commands = quickstart_commands()
     assert len(commands) == 3
     env = dict(os.environ)
     env.pop("MSOVERFLOW_REPORT_JSON", None)            # the documented default: ./report.json
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    outputs = []
-    for command in commands:
-        proc = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=600)
-        outputs.append((command, proc.returncode, proc.stdout + proc.stderr))
-    (run_cmd, run_rc, _), (an_cmd, an_rc, an_out), (patch_cmd, patch_rc, patch_out) = outputs
-    assert run_rc == 0, outputs[0]
-    assert an_rc == 1 and "ANOMALY" in an_out and "SqrtGrad" in an_out, an_out[-2000:]
+    markers = [f"=== quickstart line {i} ===" for i in range(len(commands))]
+    script = "set -euo pipefail\n" + "".join(f"echo '{m}'\n{c}\n" for m, c in zip(markers, commands))
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=1200)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    _, an_out, patch_out = re.split("|".join(map(re.escape, markers[1:])), proc.stdout)
+    assert "ANOMALY" in an_out and "SqrtGrad" in an_out, an_out[-2000:]
+    assert "FIXED" in patch_out, patch_out[-2000:]
     assert (tmp_path / "report.json").is_file() and not list((tmp_path / "dump").rglob("report.json"))
+    # analyze's own exit code is the anomaly's (the `|| true` is only for scripts)
+    analyzed = subprocess.run([sys.executable, "-m", "msoverflow", "analyze", "dump", "--no-save"], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=300)
+    assert analyzed.returncode == 1, analyzed.stderr[-2000:]
     fix = next(l for l in an_out.splitlines() if l.strip().startswith("fix"))
     named = re.search(r"`(msoverflow [^`]+)`", fix)
     assert named, fix
-    assert named.group(1) in patch_cmd, "the fix line names the quick start's next command"
-    assert patch_rc == 0 and "FIXED" in patch_out, patch_out[-2000:]
+    assert named.group(1) in commands[2], "the fix line names the quick start's next command"
     # the command the fix line names works on its own, too (without --verify: shows the patch)
     proc = subprocess.run(["bash", "-c", named.group(1)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)

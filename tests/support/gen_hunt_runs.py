@@ -65,6 +65,11 @@ CASES: List[Case] = [
          "what pass 1 saw", ("run", "--two-pass", "--device", "cpu", "--dump-dir", "dump"),
          ("--mode", "graph", "--steps", "3", "--overflow-at", "1", "--scale", "65536", "--first-run-only",
           "first_run_done"), dict(verdict="inconclusive", iteration=1)),
+    Case("run_blowup_after_dumped_step", "graph mode, plain `run` (CPU dumps step 0 by default): Sqrt's backward "
+         "overflows at step 1, the weights and then the loss go non-finite; the dump of step 0 is clean, the job's "
+         "own output is not", ("run", "--device", "cpu", "--dump-dir", "dump"),
+         ("--mode", "graph", "--steps", "3", "--overflow-at", "1", "--scale", "65536"),
+         dict(verdict="inconclusive", dumped_steps=[0], blowup_step=1)),
 ]
 CASES_BY_NAME = {c.name: c for c in CASES}
 

@@ -76,3 +76,48 @@ def test_two_pass_first_pass_is_cheap_on_every_device():
     assert purpose == "tensors" and options["kernels"] == list(OPTIMIZER_KERNELS) and options["inputs"]
     assert "SGD" in what
     assert pass1_plan("gpu", ["MyAdam"])[1]["kernels"] == ["MyAdam"]
+
+
+def test_a_cut_record_is_skipped_with_a_warning_and_its_rank_is_not_clean(tmp_path, caplog):
+    """A rank killed while writing its record (28 D4): the others still count, that rank is incomplete, and with
+    nothing found anywhere the verdict is inconclusive, never clean."""
+    from msoverflow.hunt.session import load_records
+    _record(tmp_path, 0)
+    (tmp_path / "hunt_rank1_pid101.json").write_text('{"rank": 1, "pid": 101, "steps_se')     # cut mid-write
+    records = load_records(str(tmp_path))
+    assert [(r["rank"], bool(r.get("unreadable"))) for r in records] == [(0, False), (1, True)]
+    assert any("hunt_rank1_pid101.json is cut or unreadable" in m for m in caplog.messages)
+    report = build_report(str(tmp_path), records, 0)
+    assert report.verdict == "inconclusive" and report.exit_code == 3
+    assert [(r.rank, r.status) for r in report.rank_status] == [(0, "clean"), (1, "incomplete")]
+    assert any("rank 1: hunt_rank1_pid101.json is cut" in reason for reason in report.inconclusive)
+
+
+def test_the_records_are_written_whole(tmp_path, monkeypatch):
+    """The watched process writes its record through a temporary file and a rename: a crash in the middle of
+    the write leaves no record file (only the temporary one, which load_records never reads)."""
+    from msoverflow.hunt import instrument
+    from msoverflow.hunt.session import load_records
+    hunt = instrument.Hunt.__new__(instrument.Hunt)
+    hunt.out_dir = str(tmp_path)
+
+    def crash(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr("os.replace", crash)
+    hunt.save_record({"rank": 0, "pid": 1, "steps_seen": 2})
+    assert load_records(str(tmp_path)) == []
+    monkeypatch.undo()
+    hunt.save_record({"rank": 0, "pid": 1, "steps_seen": 2})
+    assert [r["steps_seen"] for r in load_records(str(tmp_path))] == [2]
+
+
+def test_a_clean_live_run_says_tensors_checked_not_files(tmp_path):
+    from msoverflow.hunt.session import load_records
+    from msoverflow.render import render
+    _record(tmp_path, 0)
+    text = render(build_report(str(tmp_path), load_records(str(tmp_path)), 0), "text")
+    assert "CLEAN: no inf, NaN or out-of-range value in 40 tensors checked live (ranks 0; steps 0-2)" in text
+    assert "0 files" not in text and "Checked 40 tensors live (hunt, no dump files)" in text
+    for fmt in ("markdown", "html"):
+        page = render(build_report(str(tmp_path), load_records(str(tmp_path)), 0), fmt)
+        assert "0 files" not in page and "40 tensors checked live" in page, fmt

@@ -10,8 +10,8 @@ from typing import Dict, List, Optional, Tuple
 
 from ...model import Finding, Report, TensorSummary
 from ..common import (arrival_text, cause_values_text, coords_phrase, count_cell, counts_note, parallel_text,
-                      producer_text, provenance_text, ranks_shown, recompute_rows, recompute_title, sample_texts,
-                      scanned_text, steps_text, tensors_shown)
+                      producer_text, provenance_text, ranks_shown, read_text, recompute_rows, recompute_title,
+                      sample_texts, scanned_text, steps_text, tensors_shown)
 from ..text import max_abs_text, op_label, range_used_text, shape_text
 from .page import CSS, STATUS_CLASS, Links, esc, finding_id, sample, verdict_card
 from .plots import headroom_svg, plot_settings, propagation_svg, timeline_svg
@@ -221,8 +221,10 @@ def _scan_section(report: Report, not_drawn: List[Tuple[str, str]], links: Links
     meta = report.extra.get("mindspore") or {}
     written_by = f", MindSpore {meta['version']} {meta.get('device_target') or ''}" if meta.get("version") else ""
     per_rank = "; ".join(f"rank {r}: {steps_text(v)}" for r, v in sorted(report.iterations.items())[:64])
-    items = [f"{report.files} files ({esc(report.layout or 'unknown')} layout{esc(written_by)}), "
-             f"{report.tensors_read} tensors read",
+    read = (f"{esc(read_text(report))} (hunt, no dump files)" if report.layout == "hunt" and not report.files else
+            f"{report.files} files ({esc(report.layout or 'unknown')} layout{esc(written_by)}), "
+            f"{report.tensors_read} tensors read")
+    items = [read,
              f"ranks {esc(steps_text(report.ranks))}; steps present: {esc(per_rank)}",
              f'<span id="scanned-steps">{esc(scanned_text(report))}</span>',
              f"hardware overflow records: {len(report.overflow_records)}"]
