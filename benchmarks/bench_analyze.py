@@ -1,7 +1,8 @@
 """Benchmark: `msoverflow analyze` against reference scripts, every case in one run, reported as ratios.
 
 SYNTHETIC MindSpore-layout dumps with one overflow origin deep in the timeline (last step, 90% through the ops,
-last rank); every method runs in its own process (wall time, peak RSS), min of --rounds:
+last rank); every method runs in its own process (wall time, peak RSS), the rounds interleaved (A B A B ...): a
+time is the median of --rounds, a ratio the median of the rounds' paired ratios:
   npy     R ranks x O ops x S steps, one input and one output file per op (--ranks/--ops/--steps/--elements)
             walk         os.walk + list every file (the floor: what any tool pays to see the dump)
             naive        np.load every file in timestamp order and check isfinite (what people script by hand)
@@ -23,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -171,21 +173,34 @@ def _run(argv):
     return time.perf_counter() - start, usage.ru_maxrss / 1024.0, out.decode(errors="replace")
 
 
-def measure(argv, rounds=1):
-    """min wall time of `rounds` runs (each in its own process), its peak RSS (MB) and output."""
+class Runs(tuple):
+    """(median wall s, median peak RSS MB, last output) of one command's rounds; `.walls`: each round's wall time."""
+
+    def __new__(cls, runs):
+        self = super().__new__(cls, (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs),
+                                     runs[-1][2]))
+        self.walls = [r[0] for r in runs]
+        return self
+
+
+def paired_ratio(a: Runs, b: Runs) -> float:
+    """a's wall time over b's, the median of the ratios of each round's pair (never the best of each side)."""
+    return statistics.median(x / y for x, y in zip(a.walls, b.walls))
+
+
+def measure(argv, rounds=1) -> Runs:
+    """`rounds` runs (each in its own process): median wall time, median peak RSS (MB), output."""
     return measure_together([argv], rounds)[0]
 
 
 def measure_together(commands, rounds=1):
-    """measure() of several commands, their runs interleaved round by round, so a ratio between them does not
-    depend on what else the machine was doing during one method's rounds."""
-    best = [None] * len(commands)
+    """measure() of several commands, their runs interleaved round by round (A B A B ...), so that paired_ratio()
+    pairs runs made under the same load."""
+    runs = [[] for _ in commands]
     for _ in range(rounds):
         for i, argv in enumerate(commands):
-            result = _run(argv)
-            if best[i] is None or result[0] < best[i][0]:
-                best[i] = result
-    return best
+            runs[i].append(_run(argv))
+    return [Runs(r) for r in runs]
 
 
 ANALYZE = [sys.executable, "-m", "msoverflow", "analyze", "--format", "json", "--no-progress", "--no-save"]
@@ -224,7 +239,7 @@ def main(argv=None):
     p.add_argument("--csv-ranks", type=int, default=8)
     p.add_argument("--csv-steps", type=int, default=2)
     p.add_argument("--scale-ranks", type=int, default=64)
-    p.add_argument("--rounds", type=int, default=3, help="runs per method; the fastest counts")
+    p.add_argument("--rounds", type=int, default=3, help="runs per method (the median counts; ratios are paired)")
     p.add_argument("--jobs", help="pass --jobs to analyze (default: its own choice)")
     p.add_argument("--dir", help="build the dumps under here and keep them (default: a temporary directory)")
     p.add_argument("--markdown", action="store_true", help="print the results as a Markdown table")
@@ -268,7 +283,8 @@ def main(argv=None):
                      (shape, "lower bound (outputs, os.read)", *lower[:2],
                       lower[2].strip().split(".")[1].rsplit("_", 1)[-1] if lower[2].strip() else "nothing", ""),
                      (shape, "msoverflow analyze", *ours[:2], _answer(ours[2]),
-                      f"{ours[0] / lower[0]:.2f}x lower bound (<= 2), {ours[0] / naive[0]:.2f}x naive (<= 0.2)")]
+                      f"{paired_ratio(ours, lower):.2f}x lower bound (<= 2), "
+                      f"{paired_ratio(ours, naive):.2f}x naive (<= 0.2)")]
         if "csv" in cases or "scale" in cases:
             csv_root = dump(f"csv-{args.csv_ranks}x{args.csv_steps}x{args.csv_rows}", "csv")
             csv_rows = args.csv_ranks * args.csv_steps * args.csv_rows
@@ -283,7 +299,7 @@ def main(argv=None):
         if "csv" in cases:
             rows += [(csv_shape, "pandas read_csv, all columns", *read_csv[:2], f"{read_csv[2].strip()} rows", ""),
                      (csv_shape, "msoverflow analyze", *csv_ours[:2], _answer(csv_ours[2]),
-                      f"{csv_ours[0] / read_csv[0]:.2f}x read_csv (<= 1.0), {csv_ours[1]:.0f} MB (<= 300)")]
+                      f"{paired_ratio(csv_ours, read_csv):.2f}x read_csv (<= 1.0), {csv_ours[1]:.0f} MB (<= 300)")]
         if "scale" in cases:
             scale_rows = args.scale_ranks * args.csv_rows
             per_row = (scale[0] / scale_rows) / (csv_ours[0] / csv_rows)
@@ -326,12 +342,13 @@ def _dask_case(root, shape, analyze_cmd, rounds):
                 "")
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=None, silence_logs=50) as cluster:
-        here, (wall, rss, out) = measure_together(
+        here, remote = measure_together(
             [analyze_cmd + ["--jobs", "1", root], analyze_cmd + ["--scheduler", cluster.scheduler_address, root]],
             rounds)
+    wall, rss, out = remote
     same = "same answer as in-process" if json.loads(out)["first"] == json.loads(here[2])["first"] else "DIFFERENT"
     return (shape, "analyze --scheduler (Dask LocalCluster, 2 workers)", wall, rss, f"{_answer(out)}, {same}",
-            f"{wall / here[0]:.2f}x in-process ({here[0]:.2f}s)")
+            f"{paired_ratio(remote, here):.2f}x in-process ({here[0]:.2f}s)")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """msoverflow: find the first operator that overflowed in a MindSpore run, explain it, and patch it.
 
-`msoverflow.analyze(path, ranks=..., steps=...)` returns the Report (msoverflow/api.py). Imported lazily so that
+`msoverflow.analyze(path, ranks=..., steps=...)` returns the Report, `msoverflow.events(report)` its tensor events
+as a table, `msoverflow.compare(baseline, target)` the Comparison (msoverflow/api.py). Imported lazily so that
 `import msoverflow` (and `msoverflow --help`) stays light.
 """
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401
 
-_API = ("analyze", "compare")
+_API = ("analyze", "compare", "events")
 
 
 def __getattr__(name):

@@ -5,7 +5,7 @@ import argparse
 import importlib
 import sys
 
-from . import __version__
+from .version import __version__
 from .errors import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_USAGE, UserError, file_of
 from .logs import add_options as add_logging_options
 

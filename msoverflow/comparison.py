@@ -1,8 +1,9 @@
 """Compare two runs (`msoverflow compare`, `msoverflow.compare()`; not named compare.py, which would shadow the
 lazy `msoverflow.compare` function): the first operator where a TARGET dump parts from a BASELINE dump.
 
-Both dumps are read by the same walk and readers as `analyze` (layout.discover -> walk.plan_units -> one
-(rank, step) unit at a time -> walk.read_unit_runs, through the reader registry).
+Both dumps are read by the same walk and readers as `analyze` (layout.Dump.open -> Dump.plan, the selection carried
+unexpanded -> one (rank, step) unit at a time -> walk.read_unit_runs, through the reader registry); where an op
+lives in the code comes from the same graphs.SavedGraphs.
 Ops are matched per (rank, step) by graph, op type, scope path
 without the `-opN` number, and occurrence in execution order: task ids, op numbers and timestamps change between
 compilations, the scope path and the order do not (a backward op's scope is its forward op's Cell and
@@ -26,13 +27,17 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from .errors import UserError, reading
+from .errors import READ_ERRORS, UserError, reading
 from .evaluate import TensorAccess, _take_header
-from .layout import discover
-from .model import OpExecution, Source, TensorEvent
+from .graphs import SavedGraphs
+from .layout import Dump, Plan
+from .logs import Notes
+from .model import IterationAlias, OpExecution, Source, TensorEvent
+from .report_dict import finite_or_none, graph_id
 from .rules.knowledge import knowledge
 from .scope import cell_of
-from .analyze import _GraphCache
+from .selection import Selection
+from .walk import read_unit_runs
 
 VERDICT_DIVERGED = "diverged"
 VERDICT_EQUIVALENT = "equivalent"
@@ -77,10 +82,10 @@ class TensorDiff:
 
 
 @dataclass
-class OpDiff:
+class OpDiff(IterationAlias):
     """One op run matched in both dumps."""
     rank: int
-    iteration: int
+    step: int
     graph: str
     position: int                 # index in the baseline's execution order of this (rank, step)
     op_type: str
@@ -105,10 +110,10 @@ class OpDiff:
 
 
 @dataclass
-class UnmatchedOp:
+class UnmatchedOp(IterationAlias):
     side: str                     # "baseline" | "target"
     rank: int
-    iteration: int
+    step: int
     op_type: str
     op_name: str
     coords: Optional[Dict[str, int]] = None
@@ -142,33 +147,73 @@ class Comparison:
 
     def to_dict(self) -> dict:
         """The JSON answer (schema msoverflow/schema/compare.schema.json) as a dict."""
-        from .render.compare import comparison_dict
         return comparison_dict(self)
+
+
+# ---- the JSON answer (msoverflow/schema/compare.schema.json, schema 1: `iteration` for steps) ------------------
+
+SCHEMA_VERSION = 1
+
+
+def _tensor_dict(t: TensorDiff) -> dict:
+    return {"io": t.io, "slot": t.slot, "baseline_dtype": t.baseline_dtype, "target_dtype": t.target_dtype,
+            "shape": list(t.shape) if t.shape is not None else None,
+            "target_shape": list(t.target_shape) if t.target_shape is not None else None,
+            "max_abs_error": finite_or_none(t.max_abs_error), "max_rel_error": finite_or_none(t.max_rel_error),
+            "max_rel_error_infinite": t.max_rel_error == math.inf, "cosine": finite_or_none(t.cosine),
+            "error_ulps": finite_or_none(t.error_ulps), "ulp_dtype": t.ulp_dtype, "tolerance_ulps": t.tolerance_ulps,
+            "agree": t.agree, "statistics_only": t.statistics_only, "note": t.note,
+            "baseline_file": t.baseline_file, "target_file": t.target_file}
+
+
+def op_dict(op: OpDiff) -> dict:
+    return {"rank": op.rank, "coords": op.coords, "iteration": op.step, "graph": graph_id(op.graph),
+            "position": op.position,
+            "op_type": op.op_type, "op_name": op.op_name, "target_op_name": op.target_op_name,
+            "full_name": op.full_name, "role": op.role, "cell": op.cell, "cell_type": op.cell_type,
+            "source": ({"file": op.source.file, "line": op.source.line, "code": op.source.code}
+                       if op.source else None),
+            "dtype_change": op.dtype_change or None, "error_ulps": finite_or_none(op.error_ulps), "note": op.note,
+            "inputs": [_tensor_dict(t) for t in op.inputs], "outputs": [_tensor_dict(t) for t in op.outputs]}
+
+
+def comparison_dict(c: Comparison) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "verdict": c.verdict,
+        "baseline": c.baseline,
+        "target": c.target,
+        "first_divergence": op_dict(c.first_divergence) if c.first_divergence else None,
+        "worst": [op_dict(op) for op in c.worst],
+        "unmatched": {"baseline": c.unmatched_counts.get("baseline", 0), "target": c.unmatched_counts.get("target", 0),
+                      "ops": [{"side": u.side, "rank": u.rank, "coords": u.coords, "iteration": u.step,
+                               "op_type": u.op_type, "op_name": u.op_name} for u in c.unmatched]},
+        "summary": {"matched_ops": c.matched_ops, "baseline_ops": c.baseline_ops, "target_ops": c.target_ops,
+                    "diverged_ops": c.diverged_ops, "tensors_compared": c.tensors_compared,
+                    "units": [{"rank": r, "coords": c.coords.get(r), "iteration": s} for r, s in c.units],
+                    "tolerance_ulps": c.tolerance_ulps, "statistics_only": c.statistics_only},
+        "parallel": c.parallel,
+        "inconclusive": c.reasons,
+        "caveats": c.caveats,
+        "warnings": c.warnings,
+    }
 
 
 # ---- reading: the one place that turns a dump into (rank, step) -> ordered op runs -----------------------------
 
-def _units(path: str, ranks, steps, warn) -> Tuple[Dict[Tuple[int, int], list], Dict[int, str]]:
-    """(rank, step) -> the dump directories of that unit, through analyze's walk; and every rank of the dump
-    (selected or not) -> its rank_N directory or "" (the world and the graphs the parallel layout is read from)."""
-    from . import selection
-    from .walk import plan_units
-    dirs = discover(path, warn)
-    if not dirs:
+def _side(path: str, ranks: Optional[Selection], steps: Optional[Selection], warn) -> Tuple[Plan, Dict[int, str]]:
+    """One dump opened once (analyze's Dump) and its plan of (rank, step) units for the selection, never expanded;
+    and every rank of the dump (selected or not) -> its rank_N directory or "" (the world and the graphs the
+    parallel layout is read from)."""
+    dump = Dump.open(path, warn)
+    if not dump.dirs:
         raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
                         "binary dump, statistic.csv or msprobe dump.json files)")
     roots: Dict[int, str] = {}
-    for d in sorted(dirs, key=lambda d: (d.rank, str(d.graph))):
+    for d in sorted(dump.dirs, key=lambda d: (d.rank, str(d.graph))):
         if not roots.get(d.rank):
             roots[d.rank] = d.rank_root or ""
-    return {(u.rank, u.iteration): u.dirs for u in plan_units(dirs, selection.parse(ranks, "--ranks"),
-                                                              selection.parse(steps, "--steps"))}, roots
-
-
-def _unit_runs(dirs, warn):
-    """One unit's op runs (walk.OpRun) in execution order, and where their graphs are (walk.UnitRead)."""
-    from .walk import Unit, read_unit_runs
-    return read_unit_runs(Unit(dirs[0].rank, dirs[0].iteration, dirs), warn)
+    return dump.plan(ranks, steps), roots
 
 
 # ---- matching ----------------------------------------------------------------------------------------------------
@@ -214,7 +259,7 @@ def _keys(runs: List[OpExecution], graphs) -> List[tuple]:
 def match(baseline: List[OpExecution], target: List[OpExecution], graphs=(None, None)):
     """[(baseline run, target run)] in the baseline's order, and the runs of each side that found no partner:
     the n-th run of a key on one side pairs with the n-th run of the same key on the other. graphs: the two
-    sides' saved graphs (analyze's _GraphCache) when both have them: backward ops then pair through their
+    sides' saved graphs (graphs.SavedGraphs) when both have them: backward ops then pair through their
     forward op."""
     use = graphs if all(g is not None for g in graphs) else (None, None)
     base_keys, target_keys = _keys(baseline, use[0]), _keys(target, use[1])
@@ -430,7 +475,7 @@ class _Comparer:
                     if not (whole and target_whole):
                         continue
                     ha, ht = npy.header_of_bytes(path, blob), npy.header_of_bytes(target_path, target_blob)
-                except (npy.NpyError, OSError, ValueError):
+                except READ_ERRORS:
                     continue          # tensor() reads it again and says what is wrong
                 if blob == target_blob:      # the same file content (a re-run's tensors mostly are): no arithmetic
                     self.known[token] = (dict(max_abs_error=0.0, max_rel_error=0.0, cosine=1.0, error_ulps=0.0,
@@ -514,26 +559,21 @@ class _Comparer:
 
 # ---- the walk ----------------------------------------------------------------------------------------------------
 
-def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulps: float = DEFAULT_ULPS,
-            top: int = 10, warn: Optional[Callable[[str], None]] = None, parallel=None) -> Comparison:
-    """Compare two dumps; see the module docstring. ranks/steps: only these (None: all). parallel: the layout
-    as `--parallel` takes it (text or a parallel_layout.ParallelSpec; None: a YAML beside the baseline, else
-    inferred pipeline stages, else unknown)."""
-    warnings: List[str] = []
-
-    def note(message: str):
-        warnings.append(message)
-        if warn:
-            warn(message)
-
+def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, steps: Optional[Selection] = None,
+            tolerance_ulps: float = DEFAULT_ULPS, top: int = 10, warn: Optional[Callable[[str], None]] = None,
+            parallel=None) -> Comparison:
+    """Compare two dumps; see the module docstring. ranks/steps: only these (a Selection, kept as ranges all the way
+    to the plan; None: all). parallel: the layout as `--parallel` takes it (text or a parallel_layout.ParallelSpec;
+    None: a YAML beside the baseline, else inferred pipeline stages, else unknown)."""
+    note = Notes(warn)
     if os.path.realpath(baseline) == os.path.realpath(target):
         note("baseline and target are the same directory")
-    ranks = sorted(set(ranks)) if ranks is not None else None
-    steps = sorted(set(steps)) if steps is not None else None
-    base_units, base_roots = _units(baseline, ranks, steps, note)
-    target_units, target_roots = _units(target, ranks, steps, note)
-    if (ranks is not None or steps is not None) and not base_units:
+    base_plan, base_roots = _side(baseline, ranks, steps, note)
+    target_plan, target_roots = _side(target, ranks, steps, note)
+    if not base_plan.units:
         raise UserError(f"{baseline}: no dump files for the selected rank/step")
+    base_units = {(u.rank, u.step): u for u in base_plan.units}
+    target_units = {(u.rank, u.step): u for u in target_plan.units}
     layout = _layout(parallel, baseline, base_roots, target_roots, note)
     coords_of = (lambda rank: layout.coords(rank)) if layout is not None else (lambda rank: None)
     comparer = _Comparer(TensorAccess(note), TensorAccess(note), tolerance_ulps)
@@ -551,8 +591,8 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
     base_caches: Dict[tuple, object] = {}
     target_caches: Dict[tuple, object] = {}
     for rank, step in units:
-        base_runs, base_index = _unit_runs(base_units[(rank, step)], note)
-        target_runs, target_index = _unit_runs(target_units[(rank, step)], note)
+        base_runs, base_index = read_unit_runs(base_units[(rank, step)], note)
+        target_runs, target_index = read_unit_runs(target_units[(rank, step)], note)
         baseline_ops += len(base_runs)
         target_ops += len(target_runs)
         orders[(rank, step)] = max(1, len(base_runs))
@@ -618,7 +658,7 @@ def compare(baseline: str, target: str, *, ranks=None, steps=None, tolerance_ulp
                       first_divergence=first, worst=worst, unmatched=unmatched, unmatched_counts=counts,
                       matched_ops=matched, baseline_ops=baseline_ops, target_ops=target_ops,
                       tensors_compared=comparer.compared, units=units, reasons=reasons, caveats=caveats,
-                      warnings=warnings, tolerance_ulps=tolerance_ulps,
+                      warnings=list(note), tolerance_ulps=tolerance_ulps,
                       statistics_only=bool(comparer.compared) and comparer.statistics_only == comparer.compared,
                       series=_sample(series, MAX_SERIES), diverged_ops=diverged_ops,
                       parallel=layout.to_dict() if layout is not None else None,
@@ -634,15 +674,15 @@ def _layout(parallel, baseline: str, base_roots: Dict[int, str], target_roots: D
                    {rank: root for rank, root in base_roots.items() if root}, warn)
 
 
-def _graphs_of(caches: Dict[tuple, object], rank: int, walked, warn):
-    """The saved graphs of one side for this unit (analyze's _GraphCache): one cache per rank and set of graphs,
-    so a rank's .ir is parsed once for all its steps; graphs a reader built from the unit itself (msprobe) get a
-    cache of their own."""
-    if walked.graphs:
-        return _GraphCache(walked, warn)
-    key = (rank, tuple(sorted(walked.rank_roots.items())))    # steps that hold the same graphs share one
+def _graphs_of(caches: Dict[tuple, SavedGraphs], rank: int, read, warn) -> SavedGraphs:
+    """The saved graphs of one side for this unit (`read`: walk.UnitRead): one SavedGraphs per rank and set of
+    graphs, so a rank's .ir is parsed once for all its steps; graphs a reader built from the unit itself (msprobe)
+    get one of their own."""
+    if read.graphs:
+        return SavedGraphs(read.graphs, read.rank_roots, warn)
+    key = (rank, tuple(sorted(read.rank_roots.items())))    # steps that hold the same graphs share one
     if key not in caches:
-        caches[key] = _GraphCache(walked, warn)
+        caches[key] = SavedGraphs(read.graphs, read.rank_roots, warn)
     return caches[key]
 
 
@@ -655,7 +695,7 @@ def _sample(items: list, limit: int) -> list:
 
 def _compare_op(ex: OpExecution, tx: OpExecution, position: int, comparer: _Comparer, graphs,
                 run_id: int) -> OpDiff:
-    op = OpDiff(rank=ex.rank, iteration=ex.iteration, graph=ex.graph, position=position, op_type=ex.op_type,
+    op = OpDiff(rank=ex.rank, step=ex.step, graph=ex.graph, position=position, op_type=ex.op_type,
                 op_name=ex.op_name, target_op_name=tx.op_name, target_op_type=tx.op_type)
     target_outputs = {t.slot: t for t in tx.outputs}
     op.outputs = [comparer.tensor(e, target_outputs[e.slot], finer=True, token=(run_id, e.slot)) for e in ex.outputs
@@ -708,8 +748,8 @@ def _first(diverged: List[OpDiff], orders: Dict[Tuple[int, int], int]) -> Option
     rank_of_role = {ROLE_ORIGIN: 0, ROLE_RECEIVED: 1, ROLE_PROPAGATOR: 2}
     if not diverged:
         return None
-    return min(diverged, key=lambda op: (op.iteration, rank_of_role[op.role],
-                                         op.position / orders[(op.rank, op.iteration)], op.rank))
+    return min(diverged, key=lambda op: (op.step, rank_of_role[op.role],
+                                         op.position / orders[(op.rank, op.step)], op.rank))
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -719,12 +759,7 @@ def _cell_name(op_name: str) -> str:
     return cell or ""
 
 
-def _describe(op: OpDiff, ex: OpExecution, graphs) -> None:
+def _describe(op: OpDiff, ex: OpExecution, graphs: SavedGraphs) -> None:
     """Cell, Cell type and source line from the saved graph (the forward op's line for a backward op)."""
-    node, graph = graphs.node(ex)
-    op.full_name = node.full_name if node else None
-    op.cell, op.cell_type = cell_of(op.full_name or ex.op_name, from_file_name=op.full_name is None)
-    forward = graph.by_full.get(node.forward_name) if (graph and node and node.forward_name) else None
-    src = node if (node and node.source_file) else forward
-    if src is not None and src.source_file:
-        op.source = Source(src.source_file, src.source_line or 0, src.source_code or "")
+    place = graphs.place(ex)
+    op.full_name, op.cell, op.cell_type, op.source = place.full_name, place.cell, place.cell_type, place.source

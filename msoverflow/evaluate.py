@@ -8,7 +8,8 @@ import numpy as np
 
 from . import stats as tensor_stats
 from .dtypes import canonical
-from .model import TensorEvent, TensorStats
+from .errors import READ_ERRORS, TruncatedFile
+from .model import Status, TensorEvent, TensorStats
 from .readers import npy
 
 
@@ -33,10 +34,9 @@ class TensorAccess:
             header, array = npy.load(event.source)
             _take_header(event, header)
             return array
-        except npy.NpyError as exc:
-            self._unreadable(event, str(exc))
-        except (OSError, ValueError) as exc:
-            self._unreadable(event, str(exc))
+        except READ_ERRORS as exc:
+            self._unreadable(event, str(exc), Status.TRUNCATED if isinstance(exc, TruncatedFile) else
+                             Status.UNREADABLE)
         return None
 
     def seed(self, event: TensorEvent, header: "npy.NpyHeader", bad: bool, pinned: bool):
@@ -45,9 +45,9 @@ class TensorAccess:
         _take_header(event, header)
         self._scan[id(event)] = (bad, pinned)
 
-    def _unreadable(self, event: TensorEvent, why: str):
+    def _unreadable(self, event: TensorEvent, why: str, status: Status):
         self.unreadable += 1
-        event.note = f"unreadable: {why}"
+        event.status, event.note = status, f"unreadable: {why}"
         self.warn(f"{event.source}: {why}; skipped")
 
     # -- questions rules ask -----------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Find the dump's leaf directories and what each one is (rank, graph, iteration), for every known layout.
+"""The dump, discovered once: its leaf directories (what each one is: rank, graph, step, for every known layout),
+the files each one holds, and the plan of (rank, step) units the walk reads.
 
 O0/O1, CPU, GPU, 2.2 async : {path}/rank_{r}/{net}/{graph}/{iteration}/
 2.2 async overflow files   : {path}/rank_{r}/debug_files/{iteration}/
@@ -9,23 +10,24 @@ msprobe kernel dump (O2 2.5+ through adump): {path}/rank_{r}/{timestamp}/step_{k
 msprobe framework dump     : {path}/[graph|pynative/]step{k}/rank{r}|proc{pid}/ with dump.json, stack.json,
                              construct.json, dump_tensor_data/ (read by readers/msprobe.py)
 The path given may point at any level inside a dump; leaf directories are interpreted by their absolute path.
+
+`Dump.open` is the only place that lists the tree: every directory once, each leaf directory's file names and its
+mapping.csv kept on its DumpDir, so the readers, completeness and the rank table never list or walk it again.
+The directory patterns and what a dump file is come from the one grammar (msoverflow/names.py).
 """
 from __future__ import annotations
 
+import bisect
+import csv
 import os
-import re
-from dataclasses import dataclass
-from typing import Callable, List, Optional
+import stat
+from dataclasses import dataclass, field, replace
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
+from . import names, safeio
 from .errors import UserError
-
-# ASCII digits, bounded: a directory named with a million digits is not an iteration.
-_RANK = re.compile(r"^rank_([0-9]{1,9})$")
-_DIGITS = re.compile(r"^[0-9]{1,18}$")
-_TIME = re.compile(r"^[0-9]{14}$")   # ACL/GE time directory: YYYYMMDDhhmmss
-_KERNEL_STEP = re.compile(r"^step_([0-9]{1,18})$")        # msprobe adump: rank_{r}/{timestamp}/step_{k}
-_FRAMEWORK_STEP = re.compile(r"^step([0-9]{1,18})$")      # msprobe PrecisionDebugger: step{k}/rank{r}
-_FRAMEWORK_RANK = re.compile(r"^(?:rank([0-9]{1,9})|proc([0-9]{1,18}))$")
+from .model import IterationAlias
+from .names import FRAMEWORK_RANK_DIR, FRAMEWORK_STEP_DIR, KERNEL_STEP_DIR, RANK_DIR, STEP_DIR, TIME_DIR
 
 LAYOUT_MS = "mindspore"       # rank_{r}/{net}/{graph}/{iter}
 LAYOUT_DEBUG = "debug_files"  # rank_{r}/debug_files/{iter}
@@ -35,26 +37,206 @@ LAYOUT_MSPROBE_KERNEL = "msprobe-kernel"   # rank_{r}/{timestamp}/step_{k}
 LAYOUT_MSPROBE = "msprobe"    # step{k}/rank{r}/dump.json
 LAYOUT_UNKNOWN = "unknown"
 
+RANK_SEARCH_DEPTH = 3         # rank_* directories are expected this many levels below the path at most
+MAX_OTHER_FILES = 2000        # regular files that are no dump files, kept to name in a message
+Warn = Callable[[str], None]
+
 
 @dataclass(frozen=True)
-class DumpDir:
+class DumpDir(IterationAlias):
+    """One leaf directory: what its path says it is, and the regular files it holds as listed once."""
     path: str
     layout: str
     rank: int
     graph: str
-    iteration: int
+    step: int
     net: str = ""
     rank_root: Optional[str] = None   # rank_{r} directory: graphs/, execution_order/, .dump_metadata/
-    step: Optional[int] = None        # ACL: the step directory
+    entries: Tuple[str, ...] = ()     # names of its regular files, sorted (symlinks followed)
+    mapping: Mapping[str, str] = field(default_factory=dict, compare=False)   # mapping.csv: short -> original name
+    mtime: float = float("inf")       # the directory's own mtime: when its last file was created
+
+    def original(self, name: str) -> str:
+        """A file's name as the dump writer meant it (names over 255 characters are written as random ones)."""
+        return self.mapping.get(name, name)
+
+    def holds(self, prefix: str) -> bool:
+        """Whether one of its files' names starts with `prefix` (the entries are sorted: a bisection)."""
+        i = bisect.bisect_left(self.entries, prefix)
+        return i < len(self.entries) and self.entries[i].startswith(prefix)
 
 
-def _is_dump_file(name: str) -> bool:
-    return name.endswith(".npy") or name in ("statistic.csv", "dump.json") or name.startswith("Opdebug.") or (
-        name.count(".") >= 3 and not name.endswith((".json", ".ir", ".pb", ".txt", ".log")))
+@dataclass
+class Unit(IterationAlias):
+    """The directories of one rank's step (several graphs may run in one step): what the walk reads at once."""
+    rank: int
+    step: int
+    dirs: List[DumpDir]
+
+
+
+@dataclass(frozen=True)
+class RankDir:
+    """A rank_{r} directory found below the path, whether or not it holds a tensor file."""
+    path: str
+    holds_files: bool       # any regular file below it (saved graphs and metadata count)
+
+
+@dataclass
+class Plan:
+    """What the walk will read: the selected units in rank then step order, and facts of their listings."""
+    units: List[Unit]
+    ranks: object = None    # the Selection (or any container) asked for; None: every rank
+    steps: object = None
+
+    @property
+    def dirs(self) -> List[DumpDir]:
+        return [d for unit in self.units for d in unit.dirs]
+
+    @property
+    def files(self) -> int:
+        """Entries of the planned directories (sizes the progress bar and the choice of a process pool)."""
+        return sum(len(d.entries) for unit in self.units for d in unit.dirs)
+
+    @property
+    def flags(self) -> bool:
+        """The dump holds hardware overflow records (Opdebug): every unit is judged by them."""
+        return any(d.holds("Opdebug.") for unit in self.units for d in unit.dirs)
+
+
+@dataclass
+class Dump:
+    """A dump as listed once by `open`: its leaf directories, its rank_* directories and the files at its root."""
+    path: str
+    dirs: List[DumpDir]
+    rank_dirs: Dict[int, RankDir] = field(default_factory=dict)   # rank_N at most RANK_SEARCH_DEPTH below path
+    root_files: Tuple[str, ...] = ()        # regular files directly in `path` (acl_dump_*.json, rank tables)
+    other_files: List[str] = field(default_factory=list)   # regular files that are no dump files (a few)
+
+    @classmethod
+    def open(cls, path: str, warn: Warn) -> "Dump":
+        """List every directory under `path` once, in a stable order. Follows symlinks once (no loops)."""
+        if not os.path.exists(path):
+            raise UserError(f"{path}: no such file or directory")
+        if not os.path.isdir(path):
+            raise UserError(f"{path}: not a directory (give the dump directory, or any directory inside it)")
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise UserError(f"{path}: directory is not readable")
+        return _Lister(os.path.abspath(path), warn).run()
+
+    def plan(self, ranks=None, steps=None) -> Plan:
+        """One unit per (rank, step), in rank then step order. ranks/steps: a selection (anything with `in`),
+        never expanded."""
+        units: Dict[Tuple[int, int], Unit] = {}
+        for d in self.dirs:
+            if ranks is not None and d.rank not in ranks:
+                continue
+            if steps is not None and d.step not in steps:
+                continue
+            units.setdefault((d.rank, d.step), Unit(d.rank, d.step, [])).dirs.append(d)
+        return Plan([units[k] for k in sorted(units)], ranks, steps)
+
+
+class _Lister:
+    """One depth-first listing of the tree (the only one)."""
+
+    def __init__(self, root: str, warn: Warn):
+        self.root, self.warn = root, warn
+        self.dirs: List[DumpDir] = []
+        self.rank_dirs: Dict[int, str] = {}
+        self.with_files: List[str] = []      # directories that hold a regular file (or a metadata folder)
+        self.others: List[str] = []
+        self.root_files: Tuple[str, ...] = ()
+
+    def run(self) -> Dump:
+        seen = set()
+        stack = [(self.root, 0)]
+        while stack:
+            current, depth = stack.pop()
+            real = os.path.realpath(current)
+            if real in seen:
+                self.warn(f"{current}: directory visited twice (symlink loop or duplicate link), skipped")
+                continue
+            seen.add(real)
+            rank = RANK_DIR.match(os.path.basename(current))
+            if rank and depth <= RANK_SEARCH_DEPTH:
+                self.rank_dirs.setdefault(int(rank.group(1)), current)
+            stack.extend((sub, depth + 1) for sub in sorted(self._list(current, depth), reverse=True))
+        self.dirs.sort(key=lambda d: (d.rank, d.step, d.graph, d.path))
+        rank_of = {path: rank for rank, path in self.rank_dirs.items()}
+        holding = set()
+        for path in self.with_files:      # a rank_N directory holds files when one of its folders does
+            while path not in holding and len(path) >= len(self.root):
+                if path in rank_of:
+                    holding.add(path)
+                    break
+                parent = os.path.dirname(path)
+                path = parent if parent != path else ""
+        rank_dirs = {rank: RankDir(path, path in holding) for rank, path in self.rank_dirs.items()}
+        return Dump(self.root, self.dirs, rank_dirs, self.root_files, self.others)
+
+    def _list(self, current: str, depth: int) -> List[str]:
+        """List one directory; keep it as a DumpDir when it holds dump files; its subdirectories to visit."""
+        try:
+            entries = list(os.scandir(current))
+        except OSError as exc:
+            self.warn(f"{current}: cannot list directory ({exc.strerror})")
+            return []
+        subdirs, files = [], []
+        for entry in entries:
+            try:
+                if entry.is_file():         # regular files only (symlinks followed): never a FIFO or device
+                    files.append(entry.name)
+                elif not entry.is_dir():
+                    self.warn(f"{entry.path}: {_not_regular(entry.path)}, not a regular file: skipped")
+                elif entry.name in names.METADATA_DIRS:
+                    self.with_files.append(current)    # a rank that wrote only its graphs is not empty
+                elif entry.name not in names.READER_DIRS:
+                    subdirs.append(entry.path)
+            except OSError:
+                self.warn(f"{entry.path}: cannot stat, skipped")
+        if files:
+            self.with_files.append(current)
+            files.sort()
+        if depth == 0:
+            self.root_files = tuple(files)
+        if any(map(names.is_dump_file, files)):
+            self.dirs.append(self._leaf(current, tuple(files)))
+        elif len(self.others) < MAX_OTHER_FILES:
+            self.others += [os.path.join(current, name) for name in files[:MAX_OTHER_FILES - len(self.others)]]
+        return subdirs
+
+    def _leaf(self, path: str, entries: Tuple[str, ...]) -> DumpDir:
+        mapping = read_mapping(os.path.join(path, names.MAPPING_FILE), self.warn) \
+            if names.MAPPING_FILE in entries else {}
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError:
+            mtime = float("inf")
+        return replace(interpret(path), entries=entries, mapping=mapping, mtime=mtime)
+
+
+def read_mapping(path: str, warn) -> Dict[str, str]:
+    """mapping.csv: `{random name},{original name}` rows (names over 255 chars are replaced by a random one)."""
+    mapping: Dict[str, str] = {}
+    try:
+        with safeio.open_regular(path, "r", newline="", encoding="utf-8", errors="replace") as fh:
+            if os.fstat(fh.fileno()).st_size > safeio.MAX_READ_BYTES:
+                raise safeio.TooLarge(0, f"over the {safeio.MAX_READ_BYTES}-byte limit", path)
+            for lineno, row in enumerate(csv.reader(fh), 1):
+                if len(row) < 2 or not row[0].strip():
+                    if row:
+                        warn(f"{path}:{lineno}: mapping row without an original name, ignored")
+                    continue
+                mapping[os.path.basename(row[0].strip())] = row[1].strip()
+    except OSError as exc:
+        warn(f"{path}: cannot read mapping file ({exc.strerror})")
+    except csv.Error as exc:    # a NUL byte, a field over the csv module's limit: keep the rows read so far
+        warn(f"{path}: mapping file is not readable CSV ({exc}); {len(mapping)} row(s) used")
+    return mapping
 
 
 def _not_regular(path: str) -> str:
-    import stat
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -74,74 +256,28 @@ def interpret(path: str) -> DumpDir:
         return parts[i] if len(parts) >= -i else ""
 
     last = at(-1)
-    if _DIGITS.match(last):
-        iteration = int(last)
-        if at(-2) == "debug_files" and _RANK.match(at(-3)):
-            root = os.sep.join(parts[:-2])
-            return DumpDir(path, LAYOUT_DEBUG, int(_RANK.match(at(-3)).group(1)), "debug", iteration,
-                           rank_root=root)
-        if _DIGITS.match(at(-2)) and _RANK.match(at(-4)):
-            root = os.sep.join(parts[:-3])
-            return DumpDir(path, LAYOUT_MS, int(_RANK.match(at(-4)).group(1)), at(-2), iteration, net=at(-3),
-                           rank_root=root)
-        if _DIGITS.match(at(-2)) and _DIGITS.match(at(-4)) and _TIME.match(at(-5)):
-            step = int(at(-6)) if _DIGITS.match(at(-6)) else None
-            layout = LAYOUT_ACL if step is not None else LAYOUT_GE
-            return DumpDir(path, layout, int(at(-4)), at(-2), iteration, net=at(-3), step=step)
-    step = _KERNEL_STEP.match(last)
-    if step and _RANK.match(at(-3)):
-        return DumpDir(path, LAYOUT_MSPROBE_KERNEL, int(_RANK.match(at(-3)).group(1)), "0", int(step.group(1)),
-                       net=at(-2), step=int(step.group(1)))
-    framework_rank = _FRAMEWORK_RANK.match(last)
-    framework_step = _FRAMEWORK_STEP.match(at(-2))
+    if STEP_DIR.match(last):
+        step = int(last)
+        rank = RANK_DIR.match(at(-3))
+        if at(-2) == "debug_files" and rank:
+            return DumpDir(path, LAYOUT_DEBUG, int(rank.group(1)), "debug", step, rank_root=os.sep.join(parts[:-2]))
+        rank = RANK_DIR.match(at(-4))
+        if STEP_DIR.match(at(-2)) and rank:
+            return DumpDir(path, LAYOUT_MS, int(rank.group(1)), at(-2), step, net=at(-3),
+                           rank_root=os.sep.join(parts[:-3]))
+        if STEP_DIR.match(at(-2)) and STEP_DIR.match(at(-4)) and TIME_DIR.match(at(-5)):
+            layout = LAYOUT_ACL if STEP_DIR.match(at(-6)) else LAYOUT_GE
+            return DumpDir(path, layout, int(at(-4)), at(-2), step, net=at(-3))
+    kernel_step = KERNEL_STEP_DIR.match(last)
+    rank = RANK_DIR.match(at(-3))
+    if kernel_step and rank:
+        return DumpDir(path, LAYOUT_MSPROBE_KERNEL, int(rank.group(1)), "0", int(kernel_step.group(1)), net=at(-2))
+    framework_rank = FRAMEWORK_RANK_DIR.match(last)
+    framework_step = FRAMEWORK_STEP_DIR.match(at(-2))
     if framework_rank and framework_step:
-        rank = int(framework_rank.group(1)) if framework_rank.group(1) is not None else 0
+        rank_number = int(framework_rank.group(1)) if framework_rank.group(1) is not None else 0
         graph = at(-3) if at(-3) in ("graph", "pynative") else "pynative"
-        return DumpDir(path, LAYOUT_MSPROBE, rank, graph, int(framework_step.group(1)), net=last,
-                       step=int(framework_step.group(1)))
-    rank = next((int(m.group(1)) for m in map(_RANK.match, reversed(parts)) if m), 0)
-    iteration = int(last) if _DIGITS.match(last) else 0
-    return DumpDir(path, LAYOUT_UNKNOWN, rank, "?", iteration)
+        return DumpDir(path, LAYOUT_MSPROBE, rank_number, graph, int(framework_step.group(1)), net=last)
+    rank_number = next((int(m.group(1)) for m in map(RANK_DIR.match, reversed(parts)) if m), 0)
+    return DumpDir(path, LAYOUT_UNKNOWN, rank_number, "?", int(last) if STEP_DIR.match(last) else 0)
 
-
-def discover(path: str, warn: Callable[[str], None]) -> List[DumpDir]:
-    """Every directory under `path` that holds dump files, in a stable order. Follows symlinks once (no loops)."""
-    if not os.path.exists(path):
-        raise UserError(f"{path}: no such file or directory")
-    if not os.path.isdir(path):
-        raise UserError(f"{path}: not a directory (give the dump directory, or any directory inside it)")
-    if not os.access(path, os.R_OK | os.X_OK):
-        raise UserError(f"{path}: directory is not readable")
-    found: List[DumpDir] = []
-    seen = set()
-    stack = [os.path.abspath(path)]
-    while stack:
-        current = stack.pop()
-        real = os.path.realpath(current)
-        if real in seen:
-            warn(f"{current}: directory visited twice (symlink loop or duplicate link), skipped")
-            continue
-        seen.add(real)
-        try:
-            entries = list(os.scandir(current))
-        except OSError as exc:
-            warn(f"{current}: cannot list directory ({exc.strerror})")
-            continue
-        subdirs = []
-        has_files = False
-        for entry in entries:
-            try:
-                if entry.is_dir():
-                    if entry.name not in ("graphs", "execution_order", ".dump_metadata", "dump_tensor_data"):
-                        subdirs.append(entry.path)
-                elif not entry.is_file():   # regular files only (symlinks followed): never a FIFO or device
-                    warn(f"{entry.path}: {_not_regular(entry.path)}, not a regular file: skipped")
-                elif _is_dump_file(entry.name):
-                    has_files = True
-            except OSError:
-                warn(f"{entry.path}: cannot stat, skipped")
-        if has_files:
-            found.append(interpret(current))
-        stack.extend(sorted(subdirs, reverse=True))
-    found.sort(key=lambda d: (d.rank, d.iteration, d.graph, d.path))
-    return found

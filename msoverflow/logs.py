@@ -14,7 +14,8 @@ import contextlib
 import logging
 import logging.handlers
 import sys
-from typing import Optional
+import time
+from typing import Callable, Iterator, Optional
 
 log = logging.getLogger("msoverflow")
 
@@ -121,7 +122,7 @@ def setup(args: argparse.Namespace, argv=None) -> None:
         target.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         _held = _Held(target)
         log.addHandler(_held)
-        from . import __version__
+        from .version import __version__
         log.debug("msoverflow %s: %s", __version__, " ".join(sys.argv[1:] if argv is None else argv))
 
 
@@ -186,3 +187,27 @@ def _check_log_file(path: str) -> None:
         raise UserError(f"{path}: cannot open the log file ({parent} is not a directory)")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UserError(f"{path}: cannot open the log file (permission denied in {parent})")
+
+
+class Notes(list):
+    """The warnings of one analysis or comparison: kept for its report, and handed to `warn` as they are met."""
+
+    def __init__(self, warn: Optional[Callable[[str], None]] = None):
+        super().__init__()
+        self._warn = warn
+
+    def __call__(self, message: str) -> None:
+        self.append(message)
+        if self._warn is not None:
+            self._warn(message)
+
+
+@contextlib.contextmanager
+def timed(stage: str) -> Iterator[None]:
+    """Time one stage of a command (discover, plan, walk, decide, settle, assemble, render): shown with -v and kept
+    by --log-file, never in the report."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        log.debug("timing: %s %.3f s", stage, time.perf_counter() - started)

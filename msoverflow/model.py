@@ -1,12 +1,27 @@
-"""The data model shared by every stage of the pipeline. Plain dataclasses, no I/O.
+"""The data model shared by every stage of the pipeline. Plain dataclasses, no I/O; the ground floor: it imports
+nothing above it (values.py says what a bad value is, report_dict.py gives the Report as the JSON dict).
 
 discover layout -> parse names -> TensorEvent (one per tensor file, statistic row or binary slot)
 -> OpExecution (the tensors of one op run) -> rules -> Finding -> Report -> renderers.
+
+Every public type speaks of the training step as `step`; `iteration` (the dump's word for its step directories)
+is a read-only alias kept for one release.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
+
+
+class IterationAlias:
+    """`.iteration`: the old name of `.step`, read-only, kept for one release."""
+    __slots__ = ()
+
+    @property
+    def iteration(self):
+        return self.step  # type: ignore[attr-defined]
+
 
 INPUT = "input"
 OUTPUT = "output"
@@ -41,6 +56,19 @@ SUSPECT = "flagged"     # the hardware flagged it, but its inputs were not dumpe
 LIKELY_ORIGIN = "likely-origin"
 
 
+class Status(enum.Enum):
+    """What could be made of a tensor's bytes (TensorEvent.status); `note` says why in words."""
+    OK = "ok"
+    UNREADABLE = "unreadable"     # the file (or its part) could not be read: corrupt, not what its name says
+    TRUNCATED = "truncated"       # the file stops short of what its header says: a killed or running writer
+    UNDECODABLE = "undecodable"   # a dtype whose bytes msoverflow cannot decode: never read
+
+    @property
+    def unread(self) -> bool:
+        """The tensor's values are not known: they could hold the origin."""
+        return self in (Status.UNREADABLE, Status.TRUNCATED)
+
+
 @dataclass(slots=True)
 class TensorStats:
     """Numbers about one tensor. Counts are exact; min/max/max_abs cover finite values only."""
@@ -71,18 +99,18 @@ class TensorStats:
 
     @property
     def bad(self) -> bool:
-        """Holds a value that cannot be represented in the declared dtype (msoverflow/rules/values.py)."""
-        from .rules.values import bad_counts
+        """Holds a value that cannot be represented in the declared dtype (msoverflow/values.py)."""
+        from .values import bad_counts
         return bad_counts(self.nonfinite, self.over_range)
 
 
 @dataclass(slots=True)
-class TensorEvent:
+class TensorEvent(IterationAlias):
     """One tensor as the dump saw it: a file, a statistic.csv row or a slot of a binary dump file."""
     source: str                     # file the tensor (or its statistics) came from
     rank: int
     graph: str                      # graph id (O0/O1) or model id (ACL/GE)
-    iteration: int
+    step: int
     op_type: str
     op_name: str                    # as written in the file name (mapping.csv restored)
     task_id: int
@@ -96,9 +124,10 @@ class TensorEvent:
     stats: Optional[TensorStats] = None          # known without reading data (statistic.csv)
     loader: Optional[Callable[[], "object"]] = field(default=None, repr=False)  # -> TensorData (lazy)
     payload_dtype: Optional[str] = None          # dtype of the bytes on disk when it differs from `dtype`
-    note: str = ""                  # "undecodable: ..." = the bytes cannot be decoded (dtypes.UNDECODABLE)
+    note: str = ""                  # what is wrong with it, in words (status says what kind of wrong)
     context_id: Optional[int] = None   # FFTS+ sub-task ids from the file name (match Opdebug records)
     thread_id: Optional[int] = None
+    status: Status = Status.OK
 
     @property
     def is_float(self) -> bool:
@@ -110,12 +139,12 @@ class TensorEvent:
 
 
 @dataclass
-class OverflowRecord:
+class OverflowRecord(IterationAlias):
     """A hardware overflow report (Ascend Opdebug), matched to an op where possible."""
     source: str
     rank: int
     graph: str
-    iteration: int
+    step: int
     timestamp: int
     unit: str                       # "AI Core", "AIV", "DHA Atomic Add", ...
     task_id: int
@@ -154,11 +183,11 @@ class GraphNode:
 
 
 @dataclass(slots=True)
-class OpExecution:
+class OpExecution(IterationAlias):
     """One run of one op: its input and output tensors (files of one op carry different timestamps)."""
     rank: int
     graph: str
-    iteration: int
+    step: int
     op_type: str
     op_name: str
     task_id: int
@@ -266,11 +295,11 @@ class Cause:
 
 
 @dataclass
-class Finding:
+class Finding(IterationAlias):
     """One op execution that produced a bad value, with what the rules concluded about it."""
     rank: int
     graph: str
-    iteration: int
+    step: int
     op_type: str
     op_name: str
     role: str                         # ORIGIN | PROPAGATOR
@@ -295,11 +324,11 @@ class Finding:
 
 
 @dataclass
-class RankStatus:
+class RankStatus(IterationAlias):
     """One row of the per-rank table: where each rank first went bad, and how."""
     rank: int
     status: str                        # RANK_*
-    iteration: Optional[int] = None    # first bad step
+    step: Optional[int] = None         # first bad step
     op_name: Optional[str] = None      # first bad op on that rank
     op_type: Optional[str] = None
     via: Optional[str] = None          # the collective that delivered the bad value ("AllReduce <op_name>")
@@ -316,20 +345,20 @@ class RankStatus:
 
 
 @dataclass
-class Arrival:
+class Arrival(IterationAlias):
     """A collective delivered a bad value to a rank in a step (every one is shown: text, JSON, HTML timeline)."""
     rank: int
-    iteration: int
+    step: int
     op_type: str
     op_name: str
     offset_us: Optional[int] = None    # time since this rank's own step began (clock offsets cancel)
 
 
 @dataclass
-class StepCompleteness:
+class StepCompleteness(IterationAlias):
     """What one (rank, step) holds against what it should hold (execution order, other steps, other ranks)."""
     rank: int
-    iteration: int
+    step: int
     complete: bool
     present: int                       # kernels (or files) found
     expected: Optional[int]            # kernels (or files) that should be there, when known
@@ -339,11 +368,11 @@ class StepCompleteness:
 
 
 @dataclass
-class ParameterHit:
+class ParameterHit(IterationAlias):
     """A parameter whose gradient or value first became non-finite on a rank."""
     name: str
     rank: int
-    iteration: int
+    step: int
     shape: Optional[Tuple[int, ...]] = None
     how: str = ""                      # "computed" | "received via AllReduce <op>" | ...
     op_name: Optional[str] = None
@@ -358,7 +387,7 @@ class Report:
     propagation: List[Finding]         # how the first origin spread in its step
     warnings: List[str]
     ranks: List[int]
-    iterations: Dict[int, List[int]]   # rank -> iterations seen
+    steps: Dict[int, List[int]]        # rank -> steps seen
     files: int = 0
     tensors_read: int = 0
     layout: str = ""
@@ -383,19 +412,26 @@ class Report:
     parameters: List[ParameterHit] = field(default_factory=list)
     parallel: Optional[Dict[str, object]] = None   # the parallel layout used ({"dp":4,"tp":1,"pp":2,"source":...})
     provenance: Dict[str, object] = field(default_factory=dict)   # msoverflow version, command, time, host, ...
-    # The (rank, step) units the walk scanned (walk.Unit), so events() can read them again; not in the JSON report.
-    scanned_units: List[object] = field(default_factory=list, repr=False, compare=False)
+    # Reads the scanned steps' tensor events again (set by the analysis; not in the JSON report).
+    event_reader: Optional[Callable[[], object]] = field(default=None, repr=False, compare=False)
+
+    @property
+    def iterations(self) -> Dict[int, List[int]]:
+        """The old name of `steps`, read-only, kept for one release."""
+        return self.steps
 
     def events(self):
-        """Every tensor event of the scanned steps as a pandas DataFrame, one row per tensor: rank, step, op_type,
-        op_name, io, slot, dtype, shape, max_abs, nan, posinf, neginf, counts_exact (False: the counts are lower
-        bounds inferred from statistics' Max/Min), file. Tensors without statistics are read (chunked)."""
-        from .walk import events_frame
-        return events_frame(self.scanned_units)
+        """Every tensor event of the scanned steps as a pandas DataFrame, one row per tensor (msoverflow.events()):
+        rank, step, op_type, op_name, io, slot, dtype, shape, max_abs, nan, posinf, neginf, over_range,
+        counts_exact (False: the counts are lower bounds inferred from statistics' Max/Min), bad (msoverflow's one
+        definition: non-finite, or beyond the declared dtype's range), file."""
+        if self.event_reader is None:
+            raise ValueError("this Report was not made from a dump by msoverflow.analyze(): it has no events to read")
+        return self.event_reader()
 
     def to_dict(self) -> dict:
         """The JSON report (schema msoverflow/schema/report.schema.json) as a dict."""
-        from .render.json_report import report_dict
+        from .report_dict import report_dict
         return report_dict(self)
 
     @property

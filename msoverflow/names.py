@@ -15,11 +15,13 @@ Files made from a core:
 Opdebug         : Opdebug.Node_OpDebug.{task}[.{stream}].{ts}[.{a}.{ctx}.{thread}.{b}][.output.{n}.json|.npy]
 Timestamps are microseconds (16 digits today); an FFTS+ core is told from a plain one by where that long
 number sits.
+
+The grammar also says what a dump file is (is_dump_file: the one predicate the listing, the readers and
+completeness share) and names the directories of every layout (RANK_DIR, STEP_DIR, ... for msoverflow/layout.py,
+ranks.py and safeio.py) and the metadata folders beside a rank's dump (METADATA_DIRS).
 """
 from __future__ import annotations
 
-import csv
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -31,6 +33,37 @@ _SHAPE_X = re.compile(r"^[0-9]{1,12}(?:x[0-9]{1,12}){0,15}$")        # msaccucmp
 _SHAPE_UNDERSCORE = re.compile(r"^[0-9]{1,12}(?:_[0-9]{1,12}){0,15}$")  # msaccucmp bin: 1_2_3
 _LXSLICE = re.compile(r"_lxslice([0-9]{1,9})$")
 TIMESTAMP_MIN_DIGITS = 10   # a microsecond clock after 1970-04-26 has at least 10 digits; ids never reach that
+
+# Directories (ASCII digits, bounded: a directory named with a million digits is not a step).
+RANK_DIR = re.compile(r"^rank_([0-9]{1,9})$")                   # rank_{r}
+STEP_DIR = re.compile(r"^[0-9]{1,18}$")                         # {iteration}, {graph}, {device}, {model_id}
+TIME_DIR = re.compile(r"^[0-9]{14}$")                           # ACL/GE: YYYYMMDDhhmmss
+KERNEL_STEP_DIR = re.compile(r"^step_([0-9]{1,18})$")           # msprobe adump: rank_{r}/{timestamp}/step_{k}
+FRAMEWORK_STEP_DIR = re.compile(r"^step([0-9]{1,18})$")         # msprobe PrecisionDebugger: step{k}/rank{r}
+FRAMEWORK_RANK_DIR = re.compile(r"^(?:rank([0-9]{1,9})|proc([0-9]{1,18}))$")
+# Folders MindSpore writes beside a rank's dump (saved graphs, kernel order, versions and config): never steps.
+METADATA_DIRS = ("graphs", "execution_order", ".dump_metadata")
+# Folders whose files a reader finds itself (msprobe's tensors, named by its dump.json): not listed as steps.
+READER_DIRS = ("dump_tensor_data",)
+# Whole-file names a reader reads (one per directory), and files beside the tensors that hold none.
+WHOLE_FILES = ("statistic.csv", "dump.json")
+MAPPING_FILE = "mapping.csv"
+_NEVER_TENSORS = (".ir", ".pb", ".txt", ".log")
+
+
+def is_dump_file(name: str) -> bool:
+    """Looks like a file a dump writer made: a tensor, statistics or overflow file. The one predicate: a directory
+    holding one is a step; one the readers cannot place is reported as not understood, never skipped in silence
+    (a stray `net.step.100.ckpt` in a step directory is one file not understood, not a missing tensor)."""
+    return (name.endswith(".npy") or name in WHOLE_FILES or name.startswith("Opdebug.")
+            or (name.count(".") >= 3 and not name.endswith(_NEVER_TENSORS)))
+
+
+def understood(name: str) -> bool:
+    """A dump file whose name the grammar reads (`name` with mapping.csv applied). npy names are taken as the
+    tensors they claim to be (the bulk parser of the walk names any it rejects); others are parsed."""
+    return name.endswith(".npy") or name in WHOLE_FILES or parse(name) is not None
+
 
 KIND_NPY = "npy"
 KIND_BIN = "bin"            # binary DumpData file (header + payload)
@@ -305,27 +338,6 @@ def split_prefix(prefix: str) -> Optional[tuple]:
 
 
 _SIGNED = re.compile(r"^-?[0-9]{1,20}$")
-
-
-def read_mapping(path: str, warn) -> Dict[str, str]:
-    """mapping.csv: `{random name},{original name}` rows (names over 255 chars are replaced by a random one)."""
-    from . import safeio
-    mapping: Dict[str, str] = {}
-    try:
-        with safeio.open_regular(path, "r", newline="", encoding="utf-8", errors="replace") as fh:
-            if os.fstat(fh.fileno()).st_size > safeio.MAX_READ_BYTES:
-                raise safeio.TooLarge(0, f"over the {safeio.MAX_READ_BYTES}-byte limit", path)
-            for lineno, row in enumerate(csv.reader(fh), 1):
-                if len(row) < 2 or not row[0].strip():
-                    if row:
-                        warn(f"{path}:{lineno}: mapping row without an original name, ignored")
-                    continue
-                mapping[os.path.basename(row[0].strip())] = row[1].strip()
-    except OSError as exc:
-        warn(f"{path}: cannot read mapping file ({exc.strerror})")
-    except csv.Error as exc:    # a NUL byte, a field over the csv module's limit: keep the rows read so far
-        warn(f"{path}: mapping file is not readable CSV ({exc}); {len(mapping)} row(s) used")
-    return mapping
 
 
 def scope_to_file_name(full_name: str) -> str:

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import UserError
+from .layout import Plan, Unit
 from .model import OpExecution
-from .walk import DumpedFacts, msprobe_graphs, Unit, UnitSummary, scan_unit, survey
+from .walk import DumpedFacts, UnitSummary, msprobe_graphs, scan_unit
 
 POOL_MIN_FILES = 20_000     # below this, starting workers costs more than it saves
 POOL_MIN_CPUS = 3           # on 2 CPUs the workers and this process contend: measured slower than one process
@@ -41,7 +42,7 @@ class Walked:
     arrivals: List[OpExecution] = field(default_factory=list)   # every collective that delivered a bad value
     scanned_all: bool = True
     scanned: Dict[int, List[int]] = field(default_factory=dict)     # rank -> steps scanned
-    iterations: Dict[int, List[int]] = field(default_factory=dict)  # rank -> steps holding op runs (or not scanned)
+    steps: Dict[int, List[int]] = field(default_factory=dict)       # rank -> steps holding op runs (or not scanned)
     spans: Dict[Tuple[int, int], Tuple[int, int]] = field(default_factory=dict)   # (rank, step) -> first, last op
     runs: Dict[int, int] = field(default_factory=dict)     # rank -> op runs scanned
     facts: DumpedFacts = field(default_factory=DumpedFacts)
@@ -50,6 +51,7 @@ class Walked:
     files: int = 0
     unknown: List[str] = field(default_factory=list)
     unreadable: List[str] = field(default_factory=list)
+    truncated: List[str] = field(default_factory=list)     # of those, files that stop short of their header
     refused: List[str] = field(default_factory=list)
     undecodable: List[Tuple[str, str]] = field(default_factory=list)
     layouts: List[str] = field(default_factory=list)
@@ -78,7 +80,7 @@ def map_reduce(units: List[Unit], kn, scan_all: bool, access, warn: Callable[[st
             jobs = cpus if cpus >= POOL_MIN_CPUS else 1
         jobs = max(1, min(jobs, cpus))     # --jobs 1000 on 2 CPUs: 2 workers (each holds a scan's memory)
         if files is None and jobs > 1 and len(chains) > 1:
-            files = survey(units)[1]
+            files = Plan(units).files
         if jobs > 1 and len(chains) > 1 and (files or 0) >= POOL_MIN_FILES:
             summaries, scanned_all = _on_pool(chains, scan_all, min(jobs, len(chains)), advance, flags)
         else:
@@ -184,8 +186,8 @@ def _reduce(summaries: List[UnitSummary], chains, access, warn, scanned_all: boo
     worker collected (None when they were given in this process already)."""
     walked = Walked(scanned_all=scanned_all)
     nodes: Dict[Tuple[int, str], list] = {}
-    for s in sorted(summaries, key=lambda s: (s.rank, s.iteration)):
-        walked.scanned.setdefault(s.rank, []).append(s.iteration)
+    for s in sorted(summaries, key=lambda s: (s.rank, s.step)):
+        walked.scanned.setdefault(s.rank, []).append(s.step)
         if warn is not None:
             for message in s.warnings:
                 warn(message)
@@ -195,6 +197,7 @@ def _reduce(summaries: List[UnitSummary], chains, access, warn, scanned_all: boo
         walked.side_reads += s.side_reads
         walked.unknown += s.unknown
         walked.unreadable += s.unreadable
+        walked.truncated += s.truncated
         walked.refused += s.refused
         walked.undecodable += s.undecodable
         walked.records += s.records
@@ -210,9 +213,9 @@ def _reduce(summaries: List[UnitSummary], chains, access, warn, scanned_all: boo
         if s.executions:
             walked.runs[s.rank] = walked.runs.get(s.rank, 0) + s.executions
         if s.executions or s.records:      # a step of hardware records only is a step seen too
-            walked.iterations.setdefault(s.rank, []).append(s.iteration)
+            walked.steps.setdefault(s.rank, []).append(s.step)
         if s.span is not None:
-            walked.spans[(s.rank, s.iteration)] = s.span
+            walked.spans[(s.rank, s.step)] = s.span
         for position, (ex, verdict) in enumerate(s.judged):
             walked.judged.append((ex, verdict))
             if position in s.after_arrival:
@@ -221,11 +224,11 @@ def _reduce(summaries: List[UnitSummary], chains, access, warn, scanned_all: boo
     # steps not scanned (the rank's answer came earlier) still count as seen: they hold dump files
     for rank, units in chains.items():
         for unit in units:
-            if unit.iteration not in walked.scanned.get(rank, ()):
-                walked.iterations.setdefault(rank, []).append(unit.iteration)
+            if unit.step not in walked.scanned.get(rank, ()):
+                walked.steps.setdefault(rank, []).append(unit.step)
                 for d in unit.dirs:
                     walked.rank_roots.setdefault((d.rank, d.graph), d.rank_root)
-    for rank in walked.iterations:
-        walked.iterations[rank] = sorted(set(walked.iterations[rank]))
+    for rank in walked.steps:
+        walked.steps[rank] = sorted(set(walked.steps[rank]))
     walked.graphs = msprobe_graphs(nodes)
     return walked

@@ -29,15 +29,15 @@ def parameter_hits(executions: Dict[int, List[OpExecution]], rank_status: List[R
     lines = _NodeLines()
     seen = set()
     for row in rank_status:
-        if row.iteration is None or (row.status not in (RANK_ORIGIN, RANK_RECEIVED) and not row.via):
+        if row.step is None or (row.status not in (RANK_ORIGIN, RANK_RECEIVED) and not row.via):
             continue
         mine = executions.get(row.rank, [])
         # the first step in which a parameter went bad: a rank whose origin came later may have received bad
         # gradients before (row.note says so); steps after the rank's first bad one are not looked at
-        for step_id in sorted({ex.iteration for ex in mine if ex.iteration <= row.iteration
-                               and ((row.rank, ex.iteration) in bad_steps or ex.iteration == row.iteration)}):
-            step = [ex for ex in mine if ex.iteration == step_id]
-            computed_here = row.status == RANK_ORIGIN and step_id == row.iteration
+        for step_id in sorted({ex.step for ex in mine if ex.step <= row.step
+                               and ((row.rank, ex.step) in bad_steps or ex.step == row.step)}):
+            step = [ex for ex in mine if ex.step == step_id]
+            computed_here = row.status == RANK_ORIGIN and step_id == row.step
             # optimizer ops first (they name the parameter and say how its gradient came); then Parameter files
             # of parameters not named yet (their file names spell dots as underscores)
             updates = [ex for ex in step if is_state_update(ex.op_type) and len(ex.inputs) > 1]
@@ -70,7 +70,7 @@ def _value_hit(ex: OpExecution, row: RankStatus, stats_of) -> Optional[Parameter
     bad = [e for e in ex.outputs if _bad(e, stats_of)]
     if not bad:
         return None
-    return ParameterHit(name=ex.op_name, rank=ex.rank, iteration=ex.iteration, shape=bad[0].shape,
+    return ParameterHit(name=ex.op_name, rank=ex.rank, step=ex.step, shape=bad[0].shape,
                         how="value non-finite (its Parameter file)", op_name=ex.op_name, coords=row.coords)
 
 
@@ -97,7 +97,7 @@ def _update_hit(ex: OpExecution, row: RankStatus, stats_of, node_of, lines, is_c
         how = f"{what} received via {through or row.via or 'a collective (before this rank made its own)'}"
     else:
         how = f"{what} non-finite (input {gradient.slot} of {ex.op_type}); no dumped op on this rank made it"
-    return ParameterHit(name=name, rank=ex.rank, iteration=ex.iteration, shape=shape, how=how,
+    return ParameterHit(name=name, rank=ex.rank, step=ex.step, shape=shape, how=how,
                         op_name=ex.op_name, coords=row.coords)
 
 

@@ -8,7 +8,7 @@ import shlex
 import socket
 from typing import Optional, Sequence, Union
 
-from . import __version__
+from .version import __version__
 from .model import Report
 
 

@@ -15,52 +15,19 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from . import safeio
 from .errors import reading
+from .layout import Dump
 from .model import (CROSS_RANK, ORIGIN, RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, RANK_ORIGIN,
                     RANK_RECEIVED, SUSPECT, OpExecution, RankStatus)
+from .names import RANK_DIR
+from .selection import format_ids
 
-_RANK_DIR = re.compile(r"^rank_([0-9]{1,9})$")
-_MAX_DIRS = 5000          # directories looked at when searching rank_* folders (a dump tree is shallow)
 _RANK_SIZE_KEYS = ("rank_size", "RANK_SIZE", "group_size", "world_size", "device_num")
 MAX_PLAUSIBLE_GAPS = 64   # missing rank numbers between present ranks that are filled in (more: 8 per present rank)
 
 
-def rank_directories(path: str, depth: int = 3) -> Dict[int, str]:
-    """rank_N directories at or below `path` (a few levels down), empty ones included."""
-    found: Dict[int, str] = {}
-    stack: List[Tuple[str, int]] = [(os.path.abspath(path), 0)]
-    seen = 0
-    while stack and seen < _MAX_DIRS:
-        current, level = stack.pop()
-        seen += 1
-        match = _RANK_DIR.match(os.path.basename(current))
-        if match:
-            found.setdefault(int(match.group(1)), current)
-            continue
-        if level >= depth:
-            continue
-        try:
-            entries = [e for e in os.scandir(current) if e.is_dir(follow_symlinks=False)]
-        except OSError:
-            continue
-        stack.extend((e.path, level + 1) for e in entries)
-    return found
-
-
-def _is_empty(directory: str, limit: int = 10000) -> bool:
-    """No regular file anywhere below (metadata folders count: a rank that wrote only graphs is not empty)."""
-    seen = 0
-    for _root, _dirs, files in os.walk(directory):
-        if files:
-            return False
-        seen += 1
-        if seen > limit:
-            return False
-    return True
-
-
 def inside_one_rank(path: str) -> bool:
     """The path names one rank's directory or a place inside it: other ranks are not expected."""
-    return any(_RANK_DIR.match(part) for part in os.path.abspath(path).split(os.sep))
+    return any(RANK_DIR.match(part) for part in os.path.abspath(path).split(os.sep))
 
 
 def declared_rank_count(rank_roots: List[str], warn: Callable[[str], None]) -> Optional[int]:
@@ -88,20 +55,16 @@ _ACL_CONFIG = re.compile(r"^acl_dump_([0-9]{1,9})\.json$")
 _RANK_TABLE = re.compile(r"(rank_table|hccl).*\.json$", re.IGNORECASE)
 
 
-def _ranks_named_at_root(path: str) -> Dict[int, str]:
+def _ranks_named_at_root(dump: Dump) -> Dict[int, str]:
     """Ranks the files beside the dump name: `acl_dump_{device}.json` (one per device that was told to dump) and an
     HCCL rank table (`rank_table*.json`, `hccl*.json`: server_list[].device[].rank_id)."""
     found: Dict[int, str] = {}
-    try:
-        names = sorted(e.name for e in os.scandir(path) if e.is_file(follow_symlinks=False))
-    except OSError:
-        return found
-    for name in names:
+    for name in dump.root_files:
         match = _ACL_CONFIG.match(name)
         if match:
             found.setdefault(int(match.group(1)), f"{name} configures device {match.group(1)} to dump")
         elif _RANK_TABLE.search(name):
-            for rank in sorted(rank_table_ranks(os.path.join(path, name))):
+            for rank in sorted(rank_table_ranks(os.path.join(dump.path, name))):
                 found.setdefault(rank, f"the rank table {name} lists rank {rank}")
     return found
 
@@ -146,38 +109,34 @@ def _find_count(doc, depth: int = 0) -> Optional[int]:
     return None
 
 
-def expected_ranks(path: str, dumped: Set[int], rank_roots: List[str],
+def expected_ranks(dump: Dump, dumped: Set[int], rank_roots: List[str],
                    warn: Callable[[str], None]) -> Dict[int, str]:
-    """rank -> why it is expected, for the ranks that should be in the dump."""
-    if inside_one_rank(path):
+    """rank -> why it is expected, for the ranks that should be in the dump (its rank_* directories, empty ones
+    included, as the one listing found them)."""
+    if inside_one_rank(dump.path):
         return {r: "dumped" for r in dumped}
     reasons: Dict[int, str] = {}
-    directories = rank_directories(path)
-    for rank, directory in directories.items():
-        shown = os.path.relpath(directory, path)
-        reasons[rank] = (f"{shown}/ is present but holds no file" if _is_empty(directory) else
-                         f"{shown}/ is present but none of its files is a tensor file msoverflow understood")
+    for rank, directory in dump.rank_dirs.items():
+        shown = os.path.relpath(directory.path, dump.path)
+        reasons[rank] = (f"{shown}/ is present but none of its files is a tensor file msoverflow understood"
+                         if directory.holds_files else f"{shown}/ is present but holds no file")
     declared = declared_rank_count(rank_roots, warn)
     if declared:
         for rank in range(declared):
             reasons.setdefault(rank, f"the dump metadata declares {declared} ranks")
-    for rank, why in _ranks_named_at_root(path).items():
+    for rank, why in _ranks_named_at_root(dump).items():
         reasons.setdefault(rank, why)
     known = set(reasons) | set(dumped)
     if len(known) > 1 or (known and max(known) > 0):
         gaps = max(known) + 1 - len(known)
         if gaps <= max(MAX_PLAUSIBLE_GAPS, 8 * len(known)):
-            why = f"ranks {_span(sorted(known))} are present: missing between them"
+            why = f"ranks {format_ids(known, limit=6)} are present: missing between them"
             for rank in range(max(known) + 1):
                 reasons.setdefault(rank, why)
         else:     # rank_0 beside a lone rank_99999: not a job of 100,000 ranks; say so instead of listing them
-            warn(f"ranks {_span(sorted(known))} are present: the {gaps} rank numbers between them are not "
+            warn(f"ranks {format_ids(known, limit=6)} are present: the {gaps} rank numbers between them are not "
                  "expected (too many gaps for a real job); only the ranks present and declared are checked")
     return reasons
-
-
-def _span(values: List[int]) -> str:
-    return ", ".join(map(str, values)) if len(values) <= 6 else f"{values[0]}..{values[-1]}"
 
 
 def compress_not_dumped(rows: List[RankStatus]) -> List[RankStatus]:
@@ -206,19 +165,19 @@ class RankTable:
         self._first: Dict[int, OpExecution] = {}
         self._first_in_step: Dict[Tuple[int, int], OpExecution] = {}
         for ex in arrivals:
-            for table, key in ((self._first, ex.rank), (self._first_in_step, (ex.rank, ex.iteration))):
+            for table, key in ((self._first, ex.rank), (self._first_in_step, (ex.rank, ex.step))):
                 if key not in table or self.position(ex) < self.position(table[key]):
                     table[key] = ex
 
     @staticmethod
     def position(ex: OpExecution) -> Tuple[int, int, int]:
-        return (ex.iteration, ex.time, ex.order if ex.order is not None else 1 << 30)
+        return (ex.step, ex.time, ex.order if ex.order is not None else 1 << 30)
 
     def first_arrival(self, rank: int, before: Optional[OpExecution] = None,
                       same_step: bool = False) -> Optional[OpExecution]:
         """The first collective on `rank` that delivered a bad value, up to and including `before` (in `before`'s
         step only with same_step), or None."""
-        first = (self._first_in_step.get((rank, before.iteration)) if same_step and before is not None
+        first = (self._first_in_step.get((rank, before.step)) if same_step and before is not None
                  else self._first.get(rank))
         if first is None or (before is not None and self.position(first) > self.position(before)):
             return None
@@ -238,7 +197,7 @@ class RankTable:
             ranks = {rank for rank in ranks if rank in selected}
         rows = []
         for rank in sorted(ranks):
-            records = sorted(unmatched.get(rank, []), key=lambda r: r.iteration)
+            records = sorted(unmatched.get(rank, []), key=lambda r: r.step)
             if rank not in self.dumped and not records:
                 why = expected.get(rank) or "no tensor file of this rank was understood"
                 rows.append(RankStatus(rank, RANK_NOT_DUMPED, note=why))
@@ -246,10 +205,10 @@ class RankTable:
             items = sorted(by_rank.get(rank, []), key=lambda item: self.position(item[0]))
             row = self._row(rank, items)
             if records and row.status in (RANK_CLEAN, RANK_NOT_DUMPED) or (
-                    records and row.iteration is not None and records[0].iteration < row.iteration
+                    records and row.step is not None and records[0].step < row.step
                     and row.status != RANK_ORIGIN):
                 record = records[0]
-                row = RankStatus(rank, RANK_FLAGGED, record.iteration, f"task {record.task_id} stream "
+                row = RankStatus(rank, RANK_FLAGGED, record.step, f"task {record.task_id} stream "
                                  f"{record.stream_id}", "unknown op",
                                  note=f"an Opdebug record ({record.unit}) matches no dumped op")
             rows.append(row)
@@ -267,17 +226,17 @@ class RankTable:
             ex, _v = origins[0]
             note = ""
             if arrival is not None:
-                note = (f"had received a bad value before: step {arrival.iteration} via {arrival.op_type} "
+                note = (f"had received a bad value before: step {arrival.step} via {arrival.op_type} "
                         f"{arrival.op_name}")
-            return RankStatus(rank, RANK_ORIGIN, ex.iteration, ex.op_name, ex.op_type, note=note, time=ex.time)
+            return RankStatus(rank, RANK_ORIGIN, ex.step, ex.op_name, ex.op_type, note=note, time=ex.time)
         if arrival is None and first_bad is None:
             arrival = self.first_arrival(rank)
         if arrival is not None:
-            return RankStatus(rank, RANK_RECEIVED, arrival.iteration, arrival.op_name, arrival.op_type,
+            return RankStatus(rank, RANK_RECEIVED, arrival.step, arrival.op_name, arrival.op_type,
                               via=f"{arrival.op_type} {arrival.op_name}", time=arrival.time)
         if suspects:
             ex, _v = suspects[0]
-            return RankStatus(rank, RANK_FLAGGED, ex.iteration, ex.op_name, ex.op_type,
+            return RankStatus(rank, RANK_FLAGGED, ex.step, ex.op_name, ex.op_type,
                               note="hardware flag only: the inputs that would decide were not dumped", time=ex.time)
         if first_bad is not None:
             ex, v = items[0]
@@ -285,10 +244,10 @@ class RankTable:
             note = ("its flagged ops' inputs were already bad and no dumped op on this rank created them; the op "
                     "that delivered them was not dumped") if flagged else (
                    "no dumped op on this rank created the bad value and no dumped collective delivered it")
-            return RankStatus(rank, RANK_FLAGGED if flagged else RANK_RECEIVED, ex.iteration, ex.op_name,
+            return RankStatus(rank, RANK_FLAGGED if flagged else RANK_RECEIVED, ex.step, ex.op_name,
                               ex.op_type, note=note, time=ex.time)
         return RankStatus(rank, RANK_CLEAN)
 
 
-__all__ = ["RankTable", "expected_ranks", "rank_directories", "declared_rank_count", "inside_one_rank",
+__all__ = ["RankTable", "expected_ranks", "declared_rank_count", "inside_one_rank",
            "compress_not_dumped"]

@@ -28,6 +28,8 @@ import re
 import stat
 from typing import Any, Iterable, Iterator, Optional
 
+from . import names
+
 MAX_READ_BYTES = int(os.environ.get("MSOVERFLOW_MAX_READ_BYTES", 256 << 20))
 MAX_LINE_CHARS = 1 << 20
 MAX_JSON_DEPTH = 64
@@ -408,11 +410,9 @@ def _only_escapes(text: str) -> bool:
 
 # ---- where outputs may go -----------------------------------------------------------------------------------
 
-# Directory names that only occur inside a dump; the dump's root is the parent of the outermost one
-# (2 levels for an ACL step directory: {root}/{step}/{time}/...).
-_RANK_DIR = re.compile(r"^rank_?\d+$")
-_TIME_DIR = re.compile(r"^\d{14}$")
-_STEP_DIR = re.compile(r"^step\d+$")
+# Directory names that only occur inside a dump (the grammar's: msoverflow/names.py); the dump's root is the parent
+# of the outermost one (2 levels for an ACL step directory: {root}/{step}/{time}/...).
+_ROOT_CHILDREN = (names.RANK_DIR, names.FRAMEWORK_RANK_DIR, names.FRAMEWORK_STEP_DIR)
 
 
 def dump_root(path) -> str:
@@ -423,11 +423,11 @@ def dump_root(path) -> str:
     parts = real.split(os.sep)
     root_index = None
     for i, name in enumerate(parts):
-        if _RANK_DIR.match(name) or _STEP_DIR.match(name):
+        if any(pattern.match(name) for pattern in _ROOT_CHILDREN):
             root_index = i
             break
-        if _TIME_DIR.match(name):
-            root_index = i - 1 if i >= 2 and parts[i - 1].isdigit() else i
+        if names.TIME_DIR.match(name):
+            root_index = i - 1 if i >= 2 and names.STEP_DIR.match(parts[i - 1]) else i
             break
     if root_index is None or root_index < 1:
         return real

@@ -82,17 +82,32 @@ class Selection:
 
 
 def parse(text: Union[None, str, int, Iterable[int], Selection], what: str = "--steps") -> Optional[Selection]:
-    """`0|5-8`, `0,7`, `0-3`, `all` (None: no filter), an int, an iterable of ints or a Selection -> Selection.
-    SelectionError (exit 2) names the option and the grammar."""
+    """`0|5-8`, `0,7`, `0-3`, `all` (None: no filter), an int, a range, an iterable of ints or a Selection ->
+    Selection, kept as ranges (a range or a sorted iterable is never held as a set of its values). `what` names the
+    option as the caller's user wrote it: `--ranks` on the command line, `ranks=` in the API. SelectionError
+    (exit 2) names it and the grammar; a value of another type is a TypeError."""
     if text is None or isinstance(text, Selection):
         return text
-    if isinstance(text, bool):
-        raise SelectionError(f"{what} {text!r}: expected {GRAMMAR}")
+    if isinstance(text, bool) or isinstance(text, (float, bytes)) or not isinstance(text, (int, str, Iterable)):
+        name = what.strip("-=")
+        raise TypeError(f"{name} must be str, int, an iterable of ints, a Selection or None, not "
+                        f"{type(text).__name__}")
     if isinstance(text, int):
         return _of_ranges([(_bounded(text, what, text), _bounded(text, what, text))])
+    if isinstance(text, range) and abs(text.step) == 1:
+        ends = sorted((text[0], text[-1])) if len(text) else []
+        return _of_ranges([(_bounded(ends[0], what, text), _bounded(ends[1], what, text))] if ends else [])
     if not isinstance(text, str):
-        values = sorted({_bounded(v, what, text) for v in text})
-        return _of_ranges([(v, v) for v in values])
+        runs: List[List[int]] = []      # consecutive values merge as they come: a sorted iterable costs its runs
+        for value in text:
+            if isinstance(value, (bool, float)):
+                raise SelectionError(f"{_said(what, text)}: {value!r} is not a step or rank id")
+            number = _bounded(value, what, text)
+            if runs and number == runs[-1][1] + 1:
+                runs[-1][1] = number
+            else:
+                runs.append([number, number])
+        return _of_ranges(runs)
     body = re.sub(r"\s+", "", text)
     if body.lower() == "all":
         return None
@@ -100,22 +115,27 @@ def parse(text: Union[None, str, int, Iterable[int], Selection], what: str = "--
     for part in re.split(r"[,|]", body):
         match = _PART.match(part)
         if not match:
-            raise SelectionError(f"{what} {text!r}: expected {GRAMMAR}")
+            raise SelectionError(f"{_said(what, text)}: expected {GRAMMAR}")
         low = _bounded(match.group(1), what, text)
         high = _bounded(match.group(2), what, text) if match.group(2) is not None else low
         if high < low:
-            raise SelectionError(f"{what} {text!r}: the range {part} runs backwards")
+            raise SelectionError(f"{_said(what, text)}: the range {part} runs backwards")
         spans.append((low, high))
     return _of_ranges(spans)
+
+
+def _said(what: str, text) -> str:
+    """The option and its value as the user wrote them: `--ranks '0-x'`, `ranks='0-x'`."""
+    return f"{what}{text!r}" if what.endswith("=") else f"{what} {text!r}"
 
 
 def _bounded(value, what: str, text) -> int:
     try:
         number = int(value)
     except (TypeError, ValueError):
-        raise SelectionError(f"{what} {text!r}: expected {GRAMMAR}") from None
+        raise SelectionError(f"{_said(what, text)}: expected {GRAMMAR}") from None
     if not 0 <= number <= MAX_ID:
-        raise SelectionError(f"{what} {text!r}: {number} is not a step or rank id (0 to {MAX_ID})")
+        raise SelectionError(f"{_said(what, text)}: {number} is not a step or rank id (0 to {MAX_ID})")
     return number
 
 
@@ -145,23 +165,28 @@ def argument(what: str):
 def not_in_dump(path: str, ranks: Optional[Selection], steps: Optional[Selection], dirs) -> UserError:
     """The error for a selection that matches nothing in the dump (`dirs`: every leaf directory discovered,
     layout.DumpDir, to say what the dump has)."""
-    chosen = " ".join(f"--{name} {_spans(sel.ranges)}" for name, sel in (("ranks", ranks), ("steps", steps))
+    chosen = " ".join(f"--{name} {format_ids(sel)}" for name, sel in (("ranks", ranks), ("steps", steps))
                       if sel is not None)
     held: dict = {}
     for d in dirs:
-        held.setdefault(d.rank, set()).add(d.iteration)
+        held.setdefault(d.rank, set()).add(d.step)
     if not held:
         return UserError(f"{path}: no tensor files for the selected {chosen or 'rank/iteration'}")
-    per_rank = "; ".join(f"rank {rank}: steps {_spans(_ranges_of(s))}" for rank, s in sorted(held.items())[:16])
+    per_rank = "; ".join(f"rank {rank}: steps {format_ids(s)}" for rank, s in sorted(held.items())[:16])
     more = f" (and {len(held) - 16} more ranks)" if len(held) > 16 else ""
     # what the dump holds, in the same grammar, so the answer can be pasted back
-    return UserError(f"{path}: the dump has no files for {chosen}; it holds ranks {_spans(_ranges_of(held))} "
+    return UserError(f"{path}: the dump has no files for {chosen}; it holds ranks {format_ids(held)} "
                      f"({per_rank}{more})")
 
 
 def _ranges_of(values) -> List[Tuple[int, int]]:
+    """Sorted, merged inclusive runs of a Selection, a range or any iterable of ints (a range is never expanded)."""
+    if isinstance(values, Selection):
+        return list(values._canonical())
+    if isinstance(values, range) and abs(values.step) == 1:
+        return [(min(values[0], values[-1]), max(values[0], values[-1]))] if len(values) else []
     spans: List[List[int]] = []
-    for value in sorted(values):
+    for value in sorted(set(values)):
         if spans and value == spans[-1][1] + 1:
             spans[-1][1] = value
         else:
@@ -169,6 +194,19 @@ def _ranges_of(values) -> List[Tuple[int, int]]:
     return [(low, high) for low, high in spans]
 
 
-def _spans(ranges) -> str:
-    """[(0, 2), (5, 5)] -> "0-2,5" (--steps/--ranks as typed)."""
-    return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in ranges)
+def format_ids(values, limit: Optional[int] = None) -> str:
+    """Steps or ranks as the command line's grammar writes them: `0-3`, `0,2,5`, `0-2,7,9-12` (a run of three or
+    more is a range). With `limit`, at most that many parts and how many values there are in all:
+    `0,2,4,... (500 in all)`. `values`: a Selection, a range or any iterable of ints; runs are never expanded, so
+    an 18-digit step or `range(0, 2**31 - 1)` costs two integers. "" for no values."""
+    parts: List[str] = []
+    total, left_out = 0, False
+    for low, high in _ranges_of(values):
+        total += high - low + 1
+        pieces = [f"{low}-{high}"] if high - low >= 2 else [str(value) for value in range(low, high + 1)]
+        for piece in pieces:
+            if limit is not None and len(parts) >= limit:
+                left_out = True
+            else:
+                parts.append(piece)
+    return ",".join(parts) + (f",... ({total} in all)" if left_out else "")

@@ -5,7 +5,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from .rules.values import bad_extremes, limit_of, over_range_mask, pinned_extremes
+from .values import bad_extremes, limit_of, over_range_mask, pinned_extremes
 from .model import TensorStats
 
 CHUNK = 1 << 20  # elements per chunk (8 MB as float64 at most)
@@ -77,7 +77,7 @@ def compute(array: np.ndarray, declared: Optional[str]) -> TensorStats:
 
 
 def scan(array: np.ndarray, declared: Optional[str]) -> Tuple[bool, bool]:
-    """(bad, pinned): bad stops at the first chunk holding a bad value (rules/values.py; cheap for propagated
+    """(bad, pinned): bad stops at the first chunk holding a bad value (values.py; cheap for propagated
     tensors); pinned = some value sits exactly at the declared dtype's max (saturation)."""
     if array.dtype.kind != "f" or array.size == 0:
         return False, False

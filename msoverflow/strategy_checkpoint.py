@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from . import safeio
+from .errors import FormatError
 from .readers import _protobuf as pb
 
 MAX_FILE_BYTES = 256 << 20      # a large model's strategy file is a few MB
@@ -37,7 +38,7 @@ MAX_LAYOUT_FIELDS = 1 << 14     # fields of one parameter's layouts (device matr
 _RANK_IN_NAME = re.compile(r"rank_?([0-9]{1,6})(?![0-9])")
 
 
-class StrategyError(ValueError):
+class StrategyError(FormatError):
     """Not a strategy checkpoint, or a broken one."""
 
 

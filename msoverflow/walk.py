@@ -32,11 +32,11 @@ from functools import lru_cache
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from . import names
-from .dtypes import UNDECODABLE, canonical
-from .errors import reading
+from .dtypes import canonical
+from .errors import READ_ERRORS, reading
 from .evaluate import TensorAccess
-from .layout import DumpDir
-from .model import CLEAN, CROSS_RANK, INPUT, OUTPUT, PROPAGATOR, OpExecution, OverflowRecord, TensorEvent
+from .layout import Dump, DumpDir, Unit
+from .model import CLEAN, CROSS_RANK, INPUT, OUTPUT, PROPAGATOR, OpExecution, OverflowRecord, Status, TensorEvent
 from .readers import npy
 from .readers.exec_order import execution_order
 from .readers.registry import DirContent, read_dir
@@ -48,14 +48,6 @@ Warn = Callable[[str], None]
 _SCOPED_PREFIX = re.compile(r"-[A-Z][A-Za-z0-9]*(?:_|\.-?[0-9]+\.-?[0-9]+$)", re.M)
 _SCOPED_RAW = r"-[A-Z][A-Za-z0-9]*([_/]|$)"     # the same, on names as statistic.csv writes them
 _CELL_SEGMENT = re.compile(r"-[A-Z][A-Za-z0-9]*(_|$)")
-
-
-@dataclass
-class Unit:
-    """The directories of one rank's step (several graphs may run in one step)."""
-    rank: int
-    iteration: int
-    dirs: List[DumpDir]
 
 
 @dataclass
@@ -92,7 +84,7 @@ class DumpedFacts:
 @dataclass
 class UnitSummary:
     rank: int
-    iteration: int
+    step: int
     judged: list = field(default_factory=list)        # [(OpExecution, Verdict)] not clean, in time order
     arrivals: List[OpExecution] = field(default_factory=list)   # every collective that delivered a bad value
     after_arrival: List[int] = field(default_factory=list)  # indices in judged: origins after a bad arrival
@@ -109,6 +101,7 @@ class UnitSummary:
     unreadable_count: int = 0
     unknown: List[str] = field(default_factory=list)       # files whose names were not understood
     unreadable: List[str] = field(default_factory=list)    # files that could not be read
+    truncated: List[str] = field(default_factory=list)     # of those, files that stop short of their header
     refused: List[str] = field(default_factory=list)       # "path: why" of statistics files refused whole
     undecodable: List[Tuple[str, str]] = field(default_factory=list)   # (file, why) of tensors never decodable
     warnings: List[str] = field(default_factory=list)
@@ -120,38 +113,9 @@ class UnitSummary:
         return self.facts.runs
 
 
-def plan_units(dirs: List[DumpDir], ranks=None, iterations=None) -> List[Unit]:
-    """One unit per (rank, step), in rank then step order. ranks/iterations: a selection (anything with `in`)."""
-    units: Dict[Tuple[int, int], Unit] = {}
-    for d in dirs:
-        if ranks is not None and d.rank not in ranks:
-            continue
-        if iterations is not None and d.iteration not in iterations:
-            continue
-        units.setdefault((d.rank, d.iteration), Unit(d.rank, d.iteration, [])).dirs.append(d)
-    return [units[k] for k in sorted(units)]
-
-
 def units(path: str, ranks=None, steps=None, warn: Warn = lambda message: None) -> List[Unit]:
     """The units of the dump at `path` (any layout), optionally only some ranks/steps."""
-    from .layout import discover
-    return plan_units(discover(path, warn), ranks, steps)
-
-
-def survey(units: List[Unit]) -> Tuple[bool, int]:
-    """(Opdebug records anywhere, number of entries): one listing of every directory. With hardware flags every
-    unit runs in flags mode (these dumps hold only the flagged ops); the count sizes the progress bar and the
-    choice of a process pool."""
-    flags, files = False, 0
-    for unit in units:
-        for d in unit.dirs:
-            try:
-                entries = os.listdir(d.path)
-            except OSError:
-                continue
-            files += len(entries)
-            flags = flags or any(name.startswith("Opdebug.") for name in entries)
-    return flags, files
+    return Dump.open(path, warn).plan(ranks, steps).units
 
 
 def _file_of(ex: OpExecution) -> str:
@@ -226,11 +190,11 @@ class OpRun:
     """One op run as a tool that matches runs needs it (compare): names, first time, graph order and its npy
     output files as (slot, path, dtype); execution() gives it as an OpExecution with its tensors as objects,
     made only when asked for a unit read as columns."""
-    __slots__ = ("rank", "graph", "iteration", "op_type", "op_name", "time", "order", "npy_outputs", "n_outputs",
+    __slots__ = ("rank", "graph", "step", "op_type", "op_name", "time", "order", "npy_outputs", "n_outputs",
                  "_make", "_execution")
 
-    def __init__(self, rank, graph, iteration, op_type, op_name, time, order, npy_outputs, n_outputs, make):
-        self.rank, self.graph, self.iteration, self.op_type, self.op_name = rank, graph, iteration, op_type, op_name
+    def __init__(self, rank, graph, step, op_type, op_name, time, order, npy_outputs, n_outputs, make):
+        self.rank, self.graph, self.step, self.op_type, self.op_name = rank, graph, step, op_type, op_name
         self.time, self.order, self.npy_outputs, self.n_outputs = time, order, npy_outputs, n_outputs
         self._make, self._execution = make, None
 
@@ -238,7 +202,7 @@ class OpRun:
     def of(cls, ex: OpExecution) -> "OpRun":
         plain = [(e.slot, e.source, e.dtype) for e in ex.outputs
                  if not e.loader and e.stats is None and e.source.endswith(".npy")]
-        run = cls(ex.rank, ex.graph, ex.iteration, ex.op_type, ex.op_name, ex.time, ex.order, plain,
+        run = cls(ex.rank, ex.graph, ex.step, ex.op_type, ex.op_name, ex.time, ex.order, plain,
                   len(ex.outputs), None)
         run._execution = ex
         return run
@@ -306,7 +270,7 @@ def _column_runs(contents: List[DirContent], roots) -> Optional[List[OpRun]]:
                        for k in rows if is_output[k]]
             if len(outputs) > 1:
                 outputs.sort()
-            runs.append(OpRun(d.rank, d.graph, d.iteration, op_type, op_name, first[code], order.get(op_name),
+            runs.append(OpRun(d.rank, d.graph, d.step, op_type, op_name, first[code], order.get(op_name),
                               outputs, len(outputs),
                               functools.partial(_one_execution, content, rows)))
     runs.sort(key=lambda run: (run.time, run.order if run.order is not None else 1 << 30))
@@ -337,7 +301,7 @@ def _content_events(content: DirContent, all_rows: bool) -> List[TensorEvent]:
     """A directory's tensors as objects: statistic rows (stats joined to their tensor files), npy files, and
     what the other readers made."""
     d = content.d
-    rows = content.table.events(_all(content.table.size), d.rank, d.graph, d.iteration) \
+    rows = content.table.events(_all(content.table.size), d.rank, d.graph, d.step) \
         if content.table is not None else []
     files = _npy_events(content, range(len(content.npy.rows))) if content.npy is not None else []
     if content.table is not None and content.table_covers_npy:
@@ -363,7 +327,7 @@ def _npy_events(content: DirContent, rows) -> List[TensorEvent]:
         if op is None:
             op = ops[columns.prefix[k]] = names.split_prefix(columns.prefix[k])
         events.append(TensorEvent(
-            source=prefix + content.npy_files[columns.rows[k]], rank=d.rank, graph=d.graph, iteration=d.iteration,
+            source=prefix + content.npy_files[columns.rows[k]], rank=d.rank, graph=d.graph, step=d.step,
             op_type=op[0], op_name=op[1], task_id=op[2], stream_id=op[3], timestamp=columns.timestamp[k],
             io=columns.io[k] or INPUT, slot=columns.slot[k], fmt=columns.fmt[k], dtype=columns.dtype[k],
             shape=odd.shape if odd is not None else None,
@@ -399,7 +363,7 @@ def drop_duplicates(events: List[TensorEvent], warn: Warn) -> List[TensorEvent]:
     seen: Dict[tuple, str] = {}
     kept = []
     for e in events:
-        key = (e.graph, e.iteration) + _tensor_key(e)
+        key = (e.graph, e.step) + _tensor_key(e)
         if key in seen:
             warn(f"{e.source}: duplicate of {seen[key]}, ignored")
             continue
@@ -412,7 +376,7 @@ def group_executions(events: Iterable[TensorEvent]) -> List[OpExecution]:
     """Tensors of one op run share op/task/stream in one directory; a repeated (io, slot) starts a new run."""
     groups: Dict[tuple, List[TensorEvent]] = defaultdict(list)
     for e in events:
-        groups[(e.rank, e.graph, e.iteration, e.op_type, e.op_name, e.task_id, e.stream_id)].append(e)
+        groups[(e.rank, e.graph, e.step, e.op_type, e.op_name, e.task_id, e.stream_id)].append(e)
     executions: List[OpExecution] = []
     for key, members in groups.items():
         members.sort(key=lambda e: e.timestamp)
@@ -469,11 +433,11 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
     records (every unit of it is judged by them)."""
     from .rules import judge
 
-    summary = UnitSummary(unit.rank, unit.iteration)
+    summary = UnitSummary(unit.rank, unit.step)
     note = summary.warnings.append if warn is None else warn
     # A unit's own access: its caches are keyed by object id, and the events of a clean step die with it.
     caller_access, access = access, TensorAccess(note)
-    twins = Counter((d.graph, d.iteration) for d in unit.dirs)
+    twins = Counter((d.graph, d.step) for d in unit.dirs)
     executions: List[OpExecution] = []
     plain_events: List[TensorEvent] = []
     firsts: List[int] = []
@@ -486,6 +450,7 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
         summary.files += content.files
         summary.unknown += content.unknown
         summary.unreadable += content.unreadable
+        summary.truncated += content.truncated
         summary.refused += content.refused
         summary.records += content.records
         if content.nodes:
@@ -494,7 +459,7 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
         # Columns where they fit: one directory of its (graph, step) (a twin needs the duplicate check), and no
         # hardware flags (records are matched to every op of their step as objects, and unflagged ops are judged
         # from statistics only, so no output is read in a batch; overflow-only dumps hold few files).
-        if twins[(d.graph, d.iteration)] == 1 and not flags and not content.records:
+        if twins[(d.graph, d.step)] == 1 and not flags and not content.records:
             if content.table is not None and content.table_covers_npy:
                 step = _statistic_step(d, content.table)
             elif content.npy is not None and content.table is None:
@@ -557,11 +522,13 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
     summary.earlier_bad = earlier_bad
     for ex in executions:
         for e in ex.inputs + ex.outputs:
-            if e.note.startswith("unreadable"):
+            if e.status.unread:
                 summary.unreadable.append(e.source)
-            elif e.note.startswith(UNDECODABLE):
+                if e.status is Status.TRUNCATED:
+                    summary.truncated.append(e.source)
+            elif e.status is Status.UNDECODABLE:
                 summary.undecodable.append((e.source, e.note))
-    summary.unreadable = sorted(set(summary.unreadable))
+    summary.unreadable, summary.truncated = sorted(set(summary.unreadable)), sorted(set(summary.truncated))
     kept = [ex for ex, _ in summary.judged] + summary.arrivals
     summary.side_reads = side.tensors_read
     if caller_access is not None:
@@ -695,7 +662,7 @@ def _npy_step(content: DirContent, access: TensorAccess):
                     header = npy.header_of_bytes(path, blob)
                 else:
                     header = npy.read_header(path, blob[:4096], os.path.getsize(path))
-            except (npy.NpyError, OSError, ValueError):
+            except READ_ERRORS:
                 suspicious[codes[r]] = True
                 continue
             payload = header.payload_dtype
@@ -707,7 +674,7 @@ def _npy_step(content: DirContent, access: TensorAccess):
                 try:
                     with reading(path):
                         bad, pinned = scan(npy.open_array(path, header), declared)
-                except (npy.NpyError, OSError, ValueError):
+                except READ_ERRORS:
                     suspicious[codes[r]] = True
                     continue
                 seeded[r] = (bad, pinned, header)
@@ -772,18 +739,21 @@ def _statistic_step(d: DumpDir, table):
     scoped_row = table.first_row_named_like(_SCOPED_RAW)
     facts = _column_facts(groups, is_output, parameter_group, clean_groups, scoped_row is not None)
     rows = np.flatnonzero(flagged[groups])
-    executions = group_executions(table.events(rows, d.rank, d.graph, d.iteration))
+    executions = group_executions(table.events(rows, d.rank, d.graph, d.step))
     first_times = _group_first_times(groups, np.asarray(table.columns["timestamp"][0], dtype=np.int64), n_groups)
     return executions, _span(first_times, executions, clean_groups), facts, True
 
 
 EVENT_COLUMNS = ("rank", "step", "op_type", "op_name", "io", "slot", "dtype", "shape", "max_abs", "nan", "posinf",
-                 "neginf", "counts_exact", "file")
+                 "neginf", "over_range", "counts_exact", "bad", "file")
 
 
 def events_frame(scanned: List[Unit], warn: Warn = lambda message: None):
-    """Report.events(): every tensor event of these units as a pandas DataFrame (EVENT_COLUMNS). Counts come from
-    the dump's statistics where it has them (counts_exact False when inferred from Max/Min), else from the data."""
+    """msoverflow.events() / Report.events(): every tensor event of these units as a pandas DataFrame
+    (EVENT_COLUMNS). Counts come from the dump's statistics where it has them (counts_exact False when inferred
+    from Max/Min), else from the data. `bad` is msoverflow's one definition (msoverflow/values.py: non-finite, or
+    beyond the declared dtype's range, so an fp16 tensor holding 1e5 is bad); False for integer tensors, which
+    hold no such value; <NA> for a float tensor that could not be read (`events[events.bad]` leaves those out)."""
     import pandas as pd
 
     rows = []
@@ -791,10 +761,14 @@ def events_frame(scanned: List[Unit], warn: Warn = lambda message: None):
         access = TensorAccess(warn)
         for ex in read_unit(unit, warn).executions:
             for e in ex.inputs + ex.outputs:
-                stats = access.stats(e) if (e.dtype is None or e.is_float or e.stats is not None) else None
-                rows.append((e.rank, e.iteration, e.op_type, e.op_name, e.io, e.slot, e.dtype, e.shape,
-                             None if stats is None else stats.max_abs, None if stats is None else stats.nan,
-                             None if stats is None else stats.posinf, None if stats is None else stats.neginf,
-                             None if stats is None else stats.counts_exact, e.source))
+                checked = e.dtype is None or e.is_float or e.stats is not None
+                stats = access.stats(e) if checked else None
+                rows.append((e.rank, e.step, e.op_type, e.op_name, e.io, e.slot, e.dtype, e.shape)
+                            + ((None,) * 6 if stats is None else
+                               (stats.max_abs, stats.nan, stats.posinf, stats.neginf, stats.over_range,
+                                stats.counts_exact))
+                            + (stats.bad if stats is not None else (None if checked else False), e.source))
                 access.forget(e)
-    return pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
+    frame = pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
+    frame["bad"] = frame["bad"].astype("boolean")
+    return frame

@@ -100,10 +100,12 @@ def format_of(output: Optional[str]) -> str:
 
 def deliver(args, report) -> int:
     """Print the report (or write it to -o) in the chosen form, save report.json; the exit code of its verdict."""
+    from ..logs import timed
     from ..render import render
     from ..safeio import refuse_output_inside
     fmt = args.format or format_of(args.output)
-    text = render(report, fmt, getattr(args, "top", 10), page_dir=_page_dir(args.output))
+    with timed("render"):
+        text = render(report, fmt, getattr(args, "top", 10), page_dir=_page_dir(args.output))
     if args.output and not report.files and report.layout != "hunt":
         # No file was understood, so where the dump begins is unknown: DUMP_DIR may be a subdirectory of it.
         # Its parent is guarded too (unless that is where the user stands).
@@ -173,9 +175,11 @@ def _size(n: int) -> str:
 # ---- delivering a Comparison -----------------------------------------------------------------------------------
 
 def deliver_comparison(args, result) -> int:
+    from ..logs import timed
     from ..render.compare import render_comparison
     fmt = args.format or format_of(args.output)
-    text = render_comparison(result, fmt, _page_dir(args.output))
+    with timed("render"):
+        text = render_comparison(result, fmt, _page_dir(args.output))
     if args.output:
         write_output(args.output, text, fmt)
     else:

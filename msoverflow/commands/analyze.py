@@ -26,9 +26,9 @@ def register(sub):
                               "collective), flagged, clean, incomplete or not dumped. Ranks are ordered by steps, "
                               "collectives and op knowledge, never by their clocks.")
     p.add_argument("dump_dir", metavar="DUMP_DIR")
-    p.add_argument("--ranks", "--rank", dest="rank", type=argument("--ranks"), metavar="IDS",
+    p.add_argument("--ranks", "--rank", dest="ranks", type=argument("--ranks"), metavar="IDS",
                    help="only these ranks, e.g. 0, 0,7 or 0-3")
-    p.add_argument("--steps", "--step", "--iteration", "--iterations", dest="iteration", type=argument("--steps"),
+    p.add_argument("--steps", "--step", "--iteration", "--iterations", dest="steps", type=argument("--steps"),
                    metavar="STEPS", help="only these steps (the dump's iteration directories), e.g. 0, 0-3 or 0|5-8")
     p.add_argument("--top", type=int, default=10, help="later origins to list (default 10)")
     p.add_argument("--all", dest="scan_all", action="store_true",
@@ -70,7 +70,7 @@ def options(args, **overrides):
     """The api.Options of analyze's parsed arguments (also run's --analyze-arg ones), `overrides` over them."""
     from ..api import Options
     from ..logs import log
-    values = dict(ranks=args.rank, steps=args.iteration, scan_all=args.scan_all, jobs=args.jobs,
+    values = dict(ranks=args.ranks, steps=args.steps, scan_all=args.scan_all, jobs=args.jobs,
                   scheduler=args.scheduler, finished=args.finished, parallel=args.parallel,
                   progress=False if (args.no_progress or getattr(args, "quiet", False)) else None,
                   warn=lambda message: log.debug("warning: %s", message))

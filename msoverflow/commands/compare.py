@@ -19,9 +19,9 @@ def register(sub):
                "(rank, step), never by op numbers, task ids or timestamps; ops present on one side only are listed.")
     p.add_argument("baseline", metavar="BASELINE")
     p.add_argument("target", metavar="TARGET")
-    p.add_argument("--ranks", "--rank", dest="rank", type=argument("--ranks"), metavar="IDS",
+    p.add_argument("--ranks", "--rank", dest="ranks", type=argument("--ranks"), metavar="IDS",
                    help="only these ranks, e.g. 0, 0,7 or 0-3")
-    p.add_argument("--steps", "--step", dest="iteration", type=argument("--steps"), metavar="STEPS",
+    p.add_argument("--steps", "--step", dest="steps", type=argument("--steps"), metavar="STEPS",
                    help="only these steps (the dump's iteration directories), e.g. 0, 0-3 or 0|5-8")
     p.add_argument("--ulps", type=float, default=None, metavar="N",
                    help="tolerance in ulps of the compared dtype (default 8)")
@@ -45,6 +45,6 @@ def run(args) -> int:
     tolerance = DEFAULT_ULPS if args.ulps is None else args.ulps
     if not tolerance >= 0:
         raise UserError(f"--ulps {args.ulps}: expected 0 or more")
-    result = compare(args.baseline, args.target, ranks=args.rank, steps=args.iteration, tolerance_ulps=tolerance,
+    result = compare(args.baseline, args.target, ranks=args.ranks, steps=args.steps, tolerance_ulps=tolerance,
                      top=args.top, warn=lambda message: log.debug("warning: %s", message), parallel=args.parallel)
     return deliver_comparison(args, result)

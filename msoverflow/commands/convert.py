@@ -42,11 +42,12 @@ _NOT_DUMPS = (".npy", ".csv", ".json", ".ir", ".pb", ".txt", ".log", ".dat", ".p
 
 def _candidates(src: str):
     """(file, directory relative to SRC) for every file that could be a binary dump."""
+    from ..names import METADATA_DIRS
     if os.path.isfile(src):
         yield src, ""
         return
     for current, dirs, files in os.walk(src):
-        dirs[:] = sorted(d for d in dirs if d not in ("graphs", "execution_order", ".dump_metadata"))
+        dirs[:] = sorted(d for d in dirs if d not in METADATA_DIRS)
         for name in sorted(files):
             if name.endswith(_NOT_DUMPS) or name in ("mapping.csv", "statistic.csv"):
                 continue
@@ -55,7 +56,7 @@ def _candidates(src: str):
 
 def _mapping(directory: str, cache: dict) -> dict:
     if directory not in cache:
-        from ..names import read_mapping
+        from ..layout import read_mapping
         path = os.path.join(directory, "mapping.csv")
         cache[directory] = read_mapping(path, lambda message: None) if os.path.exists(path) else {}
     return cache[directory]

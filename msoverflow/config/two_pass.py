@@ -157,7 +157,7 @@ def _finish(outcome: TwoPassOutcome, command, invoked_as=None) -> TwoPassOutcome
 
 def _empty(result: PassResult) -> Report:
     report = Report(dump_dir=str(result.dump_dir), first=None, anomalies=[], propagation=[], warnings=[], ranks=[],
-                    iterations={})
+                    steps={})
     report.inconclusive.append(f"{result.label} wrote no dump file (did the command run in graph mode and call "
                                "the optimizer, and read MINDSPORE_DUMP_CONFIG before starting?)")
     return report

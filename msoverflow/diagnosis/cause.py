@@ -25,7 +25,7 @@ from ..model import (CAUSE_DATA, CAUSE_DEVICE, CAUSE_DOMAIN, CAUSE_PRECISION, CA
                      OpExecution, Recomputed, Sample, TensorEvent)
 from ..resources import load_yaml
 from ..rules.knowledge import OpKnowledge, knowledge
-from ..rules.values import bad_mask
+from ..values import bad_mask
 from . import recompute, where
 from .recompute import LOW_PRECISION, Precision, RecomputeError
 

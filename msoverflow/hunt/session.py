@@ -141,7 +141,7 @@ def build_report(out_dir: str, records: List[dict], command_exit: int, command: 
             _enrich(report, found)
     else:
         report = Report(dump_dir=out_dir, first=None, anomalies=[], propagation=[], warnings=[], ranks=ranks,
-                        iterations={int(r["rank"]): _steps_run(r) for r in records})
+                        steps={int(r["rank"]): _steps_run(r) for r in records})
         report.layout = "hunt"
         report.tensors_read = sum(int((r.get("counts") or {}).get("tensors", 0)) for r in records)
         report.coverage.append(WATCHED)

@@ -10,10 +10,12 @@ from __future__ import annotations
 import struct
 from typing import Dict, Iterator, List, Tuple, Union
 
+from ..errors import FormatError
+
 VARINT, FIXED64, LEN, FIXED32 = 0, 1, 2, 5
 
 
-class ProtobufError(ValueError):
+class ProtobufError(FormatError):
     """The bytes are not a well-formed protobuf message."""
 
 

@@ -19,7 +19,8 @@ from typing import Callable, List, Optional, Tuple
 
 from .. import names, safeio
 from ..dtypes import SUB_BYTE_BITS, UNDECODABLE, numpy_dtype
-from ..model import INPUT, OUTPUT, TensorEvent
+from ..errors import FormatError, TruncatedFile
+from ..model import INPUT, OUTPUT, Status, TensorEvent
 from . import _protobuf as pb
 from .registry import Reader
 
@@ -60,8 +61,12 @@ HEADER_LENGTH_BYTES = 8
 MAX_TENSOR_FIELDS = 256    # an OpInput/OpOutput has 8 fields; more is a corrupt header
 
 
-class DumpFormatError(ValueError):
+class DumpFormatError(FormatError):
     """The file is not a readable binary dump (the message names the file)."""
+
+
+class TruncatedDump(DumpFormatError, TruncatedFile):
+    """A binary dump file that ends before its header does."""
 
 
 @dataclass
@@ -80,6 +85,7 @@ class TensorSlot:
     inline: bool = False                 # bytes stored in the protobuf `data` field, not the payload
     problem: str = ""                    # why the tensor cannot be read ("" = readable)
     declared: Optional[str] = None       # dtype name of an enum value known but not decodable (hifloat8, ...)
+    cut: bool = False                    # its bytes run past the end of the file (truncated payload)
 
     @property
     def readable(self) -> bool:
@@ -104,6 +110,11 @@ class DumpHeader:
     inputs: List[TensorSlot] = field(default_factory=list)
     outputs: List[TensorSlot] = field(default_factory=list)
     problems: List[str] = field(default_factory=list)   # every per-slot problem, already phrased
+
+    @property
+    def cut(self) -> Optional[str]:
+        """Why the payload stops short of what the header says; None when every tensor's bytes are there."""
+        return next((slot.problem for slot in self.slots() if slot.cut), None)
 
     @property
     def payload_offset(self) -> int:
@@ -181,11 +192,11 @@ def read_dump_header(path: str) -> DumpHeader:
             file_size = os.fstat(fh.fileno()).st_size
             head = fh.read(HEADER_LENGTH_BYTES)
             if len(head) < HEADER_LENGTH_BYTES:
-                raise DumpFormatError(f"{path}: {file_size} bytes, too short for the 8-byte header length")
+                raise TruncatedDump(f"{path}: {file_size} bytes, too short for the 8-byte header length")
             (header_length,) = struct.unpack("<Q", head)
             if HEADER_LENGTH_BYTES + header_length > file_size:
-                raise DumpFormatError(f"{path}: header length {header_length} runs past the end of the file "
-                                      f"({file_size} bytes): truncated or not a binary dump")
+                raise TruncatedDump(f"{path}: header length {header_length} runs past the end of the file "
+                                    f"({file_size} bytes): truncated or not a binary dump")
             if header_length == 0:
                 raise DumpFormatError(f"{path}: header length is 0: not a binary dump")
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
@@ -233,6 +244,7 @@ def _parse_header(buf, path: str, header_length: int, file_size: int) -> DumpHea
                 slot.size = file_size + 1   # reported as truncated just below
             header.problems.append(f"{path}: {slot.io} {slot.slot} has no size; assumed shape x itemsize")
         if cursor + slot.size > file_size:
+            slot.cut = True
             slot.problem = slot.problem or (
                 f"{slot.io} {slot.slot} needs {slot.size} bytes at offset {cursor} but the file ends at "
                 f"{file_size}: payload truncated")
@@ -347,13 +359,14 @@ def tensor_events(path: str, parsed=None, *, rank: int, graph: str, iteration: i
         if slot.readable:
             loader = _make_loader(path, slot)
         events.append(TensorEvent(
-            source=path, rank=rank, graph=str(graph), iteration=iteration,
+            source=path, rank=rank, graph=str(graph), step=iteration,
             op_type=op_type or "", op_name=op_name or "",
             task_id=task_id if task_id is not None else -1,
             stream_id=stream_id if stream_id is not None else -1,
             timestamp=timestamp if timestamp is not None else header.dump_time,
             io=slot.io, slot=slot.slot, fmt=slot.format_name, dtype=slot.dtype or slot.declared,
             shape=tuple(slot.original_shape or slot.shape), loader=loader, note=layout_note(slot),
+            status=Status.UNDECODABLE if slot.dtype is None else Status.TRUNCATED if slot.cut else Status.OK,
             context_id=getattr(parsed, "context_id", None), thread_id=getattr(parsed, "thread_id", None)))
     return events
 
@@ -368,8 +381,17 @@ def _read_dir_files(content, batch) -> None:
     d = content.d
     for name, parsed in batch:
         path = content.path(name)
-        found = tensor_events(path, parsed, rank=d.rank, graph=d.graph, iteration=d.iteration, warn=content.warn)
         content.files += 1
+        try:
+            header = read_dump_header(path)
+        except DumpFormatError as exc:
+            content.warn(str(exc))
+            content.unreadable.append(path)
+            if isinstance(exc, TruncatedFile):
+                content.truncated.append(path)
+            continue
+        found = tensor_events(path, parsed, rank=d.rank, graph=d.graph, iteration=d.step, warn=content.warn,
+                              header=header)
         if not found:
             content.unreadable.append(path)
         content.events.extend(found)

@@ -289,7 +289,7 @@ def _event(record: dict, *, entry: str, io: str, slot: int, order: int, d, tenso
         unread.add(where, f"a tensor record without a readable {', '.join(missing)}")
     note = "" if (source or stats) else "no statistics and no tensor file for this tensor"
     return TensorEvent(source=source or os.path.join(d.path, DUMP_JSON), rank=d.rank, graph=str(d.graph),
-                       iteration=d.iteration, op_type=entry_op_type(entry), op_name=entry, task_id=0, stream_id=0,
+                       step=d.step, op_type=entry_op_type(entry), op_name=entry, task_id=0, stream_id=0,
                        timestamp=order, io=io, slot=slot, fmt="ND", dtype=dtype, shape=shape, stats=stats,
                        note=note)
 

@@ -17,12 +17,17 @@ import numpy as np
 
 from .. import safeio
 from ..dtypes import canonical
+from ..errors import FormatError, TruncatedFile
 from ..names import KIND_NPY
 from .registry import Reader
 
 
-class NpyError(Exception):
+class NpyError(FormatError):
     """A file that is not a readable npy tensor; the message names the problem."""
+
+
+class TruncatedNpy(NpyError, TruncatedFile):
+    """An npy file that stops short of what its header says (or is empty)."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,9 @@ def _parse_header_dict(text: str):
 
 
 def _parse_prefix(prefix: bytes, size: int):
-    if len(prefix) < 10 or not prefix.startswith(_MAGIC):
+    if len(prefix) < 10 and _MAGIC.startswith(prefix[:6]):
+        raise TruncatedNpy("truncated inside the npy header" if prefix else "empty file")
+    if not prefix.startswith(_MAGIC):
         raise NpyError("not a valid npy file (no NUMPY magic)")
     major = prefix[6]
     if major == 1:
@@ -77,7 +84,7 @@ def _parse_prefix(prefix: bytes, size: int):
     else:
         raise NpyError(f"not a valid npy file (format version {major})")
     if start + length > size:
-        raise NpyError("truncated inside the npy header")
+        raise TruncatedNpy("truncated inside the npy header")
     if length > MAX_HEADER:
         raise NpyError(f"npy header of {length} bytes (at most {MAX_HEADER} for a tensor)")
     encoding = "utf8" if major == 3 else "latin1"
@@ -109,7 +116,7 @@ def read_header(path: str, prefix: Optional[bytes] = None, size: Optional[int] =
     try:   # the claimed size is checked against the file before anything is computed from it
         count = safeio.tensor_bytes(shape, 1, max(payload, 0), "npy header") if shape else 1
     except safeio.BadNumber:
-        raise NpyError(f"truncated: header says {shape[:8]} {dtype}, more than the file's {payload} "
+        raise TruncatedNpy(f"truncated: header says {shape[:8]} {dtype}, more than the file's {payload} "
                        f"payload bytes") from None
     expected = count * dtype.itemsize
     payload_dtype = dtype
@@ -121,11 +128,11 @@ def read_header(path: str, prefix: Optional[bytes] = None, size: Optional[int] =
                 raise NpyError(f"payload of {payload} bytes does not fit shape {shape} of any float dtype")
             payload_dtype = np.dtype(guess).newbyteorder(dtype.byteorder if dtype.byteorder in "<>" else "=")
         elif payload < expected:
-            raise NpyError(f"truncated: header says {shape} {dtype} ({expected} bytes), payload has {payload}")
+            raise TruncatedNpy(f"truncated: header says {shape} {dtype} ({expected} bytes), payload has {payload}")
         else:
             raise NpyError(f"payload of {payload} bytes does not match header {shape} {dtype} ({expected} bytes)")
     elif payload < expected:
-        raise NpyError(f"truncated: header says {shape} {dtype} ({expected} bytes), payload has {payload}")
+        raise TruncatedNpy(f"truncated: header says {shape} {dtype} ({expected} bytes), payload has {payload}")
     return NpyHeader(shape, dtype, payload_dtype, bool(fortran), offset)
 
 

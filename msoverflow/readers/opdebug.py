@@ -16,6 +16,7 @@ import struct
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from .. import safeio
+from ..errors import FormatError
 from ..model import OverflowRecord
 from . import dumpdata_bin
 from ..names import KIND_OPDEBUG
@@ -49,7 +50,7 @@ AI_CORE_STATUS_BITS = (
 FILE_NAME = re.compile(r"^Opdebug\.Node_OpDebug\.(?P<task>\d+)\.(?P<stream>\d+)\.(?P<ts>\d+)")
 
 
-class OpdebugFormatError(ValueError):
+class OpdebugFormatError(FormatError):
     """The file is not a readable Opdebug record (the message names the file)."""
 
 
@@ -255,7 +256,7 @@ def read_opdebug(path: str, *, rank: int, graph: str, iteration: int, file_times
         if not entry["status"]:
             continue
         records.append(OverflowRecord(
-            source=path, rank=rank, graph=str(graph), iteration=iteration, timestamp=file_timestamp,
+            source=path, rank=rank, graph=str(graph), step=iteration, timestamp=file_timestamp,
             unit=entry["unit"],
             task_id=_first(entry["task_id"], file_task_id, -1),
             stream_id=_first(entry["stream_id"], file_stream_id, -1),
@@ -354,7 +355,7 @@ def _read_dir_files(content, batch) -> None:
         except OpdebugFormatError:
             content.unreadable.append(path)
         content.records.extend(read_opdebug(
-            path, rank=d.rank, graph=d.graph, iteration=d.iteration, file_timestamp=parsed.timestamp,
+            path, rank=d.rank, graph=d.graph, iteration=d.step, file_timestamp=parsed.timestamp,
             file_task_id=parsed.task_id, file_stream_id=parsed.stream_id, warn=content.warn))
 
 

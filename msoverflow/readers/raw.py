@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from ..dtypes import SUB_BYTE_BITS, UNDECODABLE, decode_raw, numpy_dtype
-from ..model import INPUT, TensorEvent
+from ..model import INPUT, Status, TensorEvent
 from ..names import KIND_RAW
 from .registry import Reader
 
@@ -85,7 +85,7 @@ def load_raw(path: str, dtype: str, shape: Optional[Tuple[int, ...]] = None):
 def raw_event(path: str, parsed, *, rank: int, graph: str, iteration: int) -> TensorEvent:
     """One TensorEvent for a raw tensor file (`parsed` is its names.ParsedName, kind raw)."""
     dtype = parsed.dtype or (parsed.dtype_word.lower() or None)
-    event = TensorEvent(source=path, rank=rank, graph=str(graph), iteration=iteration, op_type=parsed.op_type,
+    event = TensorEvent(source=path, rank=rank, graph=str(graph), step=iteration, op_type=parsed.op_type,
                         op_name=parsed.op_name, task_id=parsed.task_id, stream_id=parsed.stream_id,
                         timestamp=parsed.timestamp, io=parsed.io or INPUT, slot=parsed.slot or 0, fmt=parsed.fmt,
                         dtype=dtype, shape=parsed.shape, context_id=parsed.context_id, thread_id=parsed.thread_id)
@@ -93,6 +93,7 @@ def raw_event(path: str, parsed, *, rank: int, graph: str, iteration: int) -> Te
         # a partial, not a closure: events travel between processes (analyze --jobs/--scheduler) by pickle
         event.loader = functools.partial(load_raw, path, parsed.dtype, parsed.shape)
     else:
+        event.status = Status.UNDECODABLE
         event.note = (f"{UNDECODABLE}: dtype {parsed.dtype_word or '?'} of a headerless tensor file cannot be "
                       "decoded: not read")
     return event
@@ -104,7 +105,7 @@ def _read_dir_files(content, batch) -> None:
     for name, parsed in batch:
         content.files += 1
         content.events.append(raw_event(content.path(name), parsed, rank=d.rank, graph=d.graph,
-                                        iteration=d.iteration))
+                                        iteration=d.step))
 
 
 READER = Reader("raw", _read_dir_files, kinds=(KIND_RAW,))

@@ -24,10 +24,6 @@ Warn = Callable[[str], None]
 # The registry: one line per format (modules of msoverflow.readers).
 READER_MODULES = ("statistic_csv", "npy", "dumpdata_bin", "raw", "opdebug", "msprobe")
 
-# Names that are never tensors (listed so they are not called "not understood").
-_SIDE_FILES = ("mapping.csv",)
-
-
 @dataclass(frozen=True)
 class Reader:
     name: str
@@ -53,6 +49,7 @@ class DirContent:
     files: int = 0                                                # dump files understood
     unknown: List[str] = field(default_factory=list)              # dump-looking files whose names are not known
     unreadable: List[str] = field(default_factory=list)           # files that yielded nothing readable
+    truncated: List[str] = field(default_factory=list)            # of those, files that stop short of their header
     refused: List[str] = field(default_factory=list)              # "path: why" of refused statistic files
 
     def path(self, name: str) -> str:
@@ -69,33 +66,25 @@ def readers() -> List[Reader]:
     return _READERS
 
 
-def _looks_like_dump_file(name: str) -> bool:
-    return name.endswith((".npy", ".json", ".bin")) or (name.count(".") >= 4 and not name.endswith(".csv"))
-
-
 def read_dir(d, warn: Warn) -> DirContent:
-    """Every file of one leaf directory through the reader that recognises it."""
+    """Every file of one leaf directory (a layout.DumpDir: its entries as listed once, its mapping.csv read once)
+    through the reader that recognises it. A name that looks like a dump file (names.is_dump_file) and that no
+    reader takes is reported as not understood."""
     content = DirContent(d, warn)
     for reader in readers():
         if d.layout in reader.layouts:
             reader.read(content, [])
             return content
-    try:   # regular files only (symlinks followed); layout discovery already warned about FIFOs and devices
-        entries = sorted(e.name for e in os.scandir(d.path) if e.is_file())
-    except OSError as exc:
-        warn(f"{d.path}: cannot list directory ({exc.strerror})")
-        return content
-    # names over 255 characters were replaced by random ones; mapping.csv gives them back
-    mapping = names.read_mapping(content.path("mapping.csv"), warn) if "mapping.csv" in entries else {}
+    mapping = d.mapping        # names over 255 characters were replaced by random ones; mapping.csv gives them back
     by_file_name = {n: r for r in readers() for n in r.file_names}
     by_kind = {k: r for r in readers() for k in r.kinds}
     ignored = tuple(p for r in readers() for p in r.ignores)
     batches: Dict[str, list] = {}
     npy_names: List[str] = []
-    for name in entries:
+    for name in d.entries:
         if name in by_file_name:
             by_file_name[name].read(content, [name])
-        elif name in _SIDE_FILES or name.startswith(ignored):
+        elif name.startswith(ignored):
             continue
         elif name.endswith(".npy") and not name.startswith("Opdebug."):
             npy_names.append(name)
@@ -103,7 +92,7 @@ def read_dir(d, warn: Warn) -> DirContent:
             parsed = names.parse(mapping.get(name, name))
             reader = by_kind.get(parsed.kind) if parsed is not None else None
             if reader is None:
-                if _looks_like_dump_file(name):
+                if names.is_dump_file(mapping.get(name, name)):
                     _unknown(content, name)
                 continue
             batches.setdefault(reader.name, []).append((name, parsed))

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import safeio
 from ..dtypes import canonical, dtype_max
-from ..rules.values import bad_extremes, limit_of, pinned_extremes
+from ..values import bad_extremes, limit_of, pinned_extremes
 from ..model import INPUT, OUTPUT, TensorEvent, TensorStats
 from ..names import KIND_OPCSV, scope_to_file_name
 from .registry import Reader
@@ -272,7 +272,7 @@ def _read_dir_files(content, batch) -> None:
             content.table = table
         else:
             path = content.path(item[0])
-            rows = read_op_csv(path, item[1], rank=d.rank, graph=d.graph, iteration=d.iteration, warn=note)
+            rows = read_op_csv(path, item[1], rank=d.rank, graph=d.graph, iteration=d.step, warn=note)
             if not rows and complaints:
                 content.refused.append(complaints[-1])
                 continue
@@ -475,7 +475,7 @@ class StatTable:
                                        number("max", row, float), number("min", row, float),
                                        number("zero", row, int), shape, dtype)
             events.append(TensorEvent(
-                source=self.path, rank=rank, graph=graph, iteration=iteration,
+                source=self.path, rank=rank, graph=graph, step=iteration,
                 op_type=c["op_type"].values[c["op_type"].codes[row]],
                 op_name=_cached(op_names, c["op_name"], row, str if file_names else scope_to_file_name),
                 task_id=int(c["task_id"][0][row]), stream_id=int(c["stream_id"][0][row]),

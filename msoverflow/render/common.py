@@ -6,9 +6,13 @@ fields). Large dumps stay readable: tables are capped and say what they left out
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Tuple
 
-from ..model import RANK_CLEAN, RANK_NOT_DUMPED, Arrival, RankStatus, Report, TensorSummary
+from ..model import RANK_CLEAN, RANK_NOT_DUMPED
+from ..selection import format_ids
+
+if TYPE_CHECKING:
+    from ..model import Arrival, RankStatus, Report, TensorSummary
 
 MAX_RANK_ROWS = 64        # text and markdown; the HTML shows more (render/html/)
 MAX_ARRIVALS = 64
@@ -16,14 +20,8 @@ MAX_TENSOR_ROWS = 16      # per input/output table: the bad tensors first
 
 
 def steps_text(values: Iterable[int], limit: int = 20) -> str:
-    """`0-3`, `0,2,5`, or the first `limit` and how many: the one way reports write a set of steps or ranks."""
-    values = sorted(set(values))
-    if not values:
-        return "-"
-    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
-        return f"{values[0]}-{values[-1]}"
-    shown = ",".join(map(str, values[:limit]))
-    return shown + (f",... ({len(values)} in all)" if len(values) > limit else "")
+    """Steps or ranks in a report (selection.format_ids, the one formatter of id lists); "-" for none."""
+    return format_ids(values, limit) or "-"
 
 
 def count_cell(stats, name: str) -> str:
@@ -68,7 +66,7 @@ def ranks_shown(rows: List[RankStatus], limit: int = MAX_RANK_ROWS) -> Tuple[Lis
         if folded:
             head, last = folded[-1]
             if (row.status in (RANK_CLEAN, RANK_NOT_DUMPED) and row.status == head.status and row.rank == last + 1
-                    and row.iteration == head.iteration and not row.coords and not head.coords):
+                    and row.step == head.step and not row.coords and not head.coords):
                 folded[-1] = (head, last_of_row)
                 continue
         folded.append((row, last_of_row))
@@ -137,7 +135,7 @@ def parameters_shown(report: Report, limit: int = MAX_PARAMETER_ROWS):
 def arrival_text(a: Arrival) -> str:
     """`rank 3, step 1: AllReduce <op> (32.692 ms into the rank's step)`."""
     when = f" ({a.offset_us / 1000:.3f} ms into the rank's step)" if a.offset_us is not None else ""
-    return f"rank {a.rank}, step {a.iteration}: {a.op_type} {a.op_name}{when}"
+    return f"rank {a.rank}, step {a.step}: {a.op_type} {a.op_name}{when}"
 
 
 def arrivals_shown(report: Report, limit: int = MAX_ARRIVALS) -> Tuple[List[Arrival], str]:
@@ -169,7 +167,7 @@ def scanned_text(report: Report) -> str:
         return "steps scanned: none"
     parts = {}
     for rank, steps in sorted(scanned.items()):
-        skipped = sorted(set(report.iterations.get(rank, [])) - set(steps))
+        skipped = sorted(set(report.steps.get(rank, [])) - set(steps))
         parts[rank] = steps_text(steps) + (f" (not scanned: {steps_text(skipped)})" if skipped else "")
     if len(set(parts.values())) == 1:
         return f"steps scanned: {next(iter(parts.values()))} on every rank"

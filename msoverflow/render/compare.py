@@ -10,11 +10,10 @@ import math
 import os
 from typing import List, Optional
 
-from ..comparison import Comparison, OpDiff, TensorDiff
+from ..comparison import Comparison, OpDiff, TensorDiff, comparison_dict
 from .common import parallel_text, rank_phrase
 from .safe import md, md_code, plain, plot_label
 
-SCHEMA_VERSION = 1
 MAX_UNMATCHED_SHOWN = 20
 MAX_PLOT_PANELS = 4
 MAX_PLOT_CELLS = 16
@@ -23,57 +22,6 @@ MAX_PLOT_CELLS = 16
 SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
                  "#17becf")
 SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
-
-
-def _num(x: Optional[float]):
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return None
-    return x
-
-
-def _tensor_dict(t: TensorDiff) -> dict:
-    return {"io": t.io, "slot": t.slot, "baseline_dtype": t.baseline_dtype, "target_dtype": t.target_dtype,
-            "shape": list(t.shape) if t.shape is not None else None,
-            "target_shape": list(t.target_shape) if t.target_shape is not None else None,
-            "max_abs_error": _num(t.max_abs_error), "max_rel_error": _num(t.max_rel_error),
-            "max_rel_error_infinite": t.max_rel_error == math.inf, "cosine": _num(t.cosine),
-            "error_ulps": _num(t.error_ulps), "ulp_dtype": t.ulp_dtype, "tolerance_ulps": t.tolerance_ulps,
-            "agree": t.agree, "statistics_only": t.statistics_only, "note": t.note,
-            "baseline_file": t.baseline_file, "target_file": t.target_file}
-
-
-def op_dict(op: OpDiff) -> dict:
-    from .json_report import graph_id
-    return {"rank": op.rank, "coords": op.coords, "iteration": op.iteration, "graph": graph_id(op.graph),
-            "position": op.position,
-            "op_type": op.op_type, "op_name": op.op_name, "target_op_name": op.target_op_name,
-            "full_name": op.full_name, "role": op.role, "cell": op.cell, "cell_type": op.cell_type,
-            "source": ({"file": op.source.file, "line": op.source.line, "code": op.source.code}
-                       if op.source else None),
-            "dtype_change": op.dtype_change or None, "error_ulps": _num(op.error_ulps), "note": op.note,
-            "inputs": [_tensor_dict(t) for t in op.inputs], "outputs": [_tensor_dict(t) for t in op.outputs]}
-
-
-def comparison_dict(c: Comparison) -> dict:
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "verdict": c.verdict,
-        "baseline": c.baseline,
-        "target": c.target,
-        "first_divergence": op_dict(c.first_divergence) if c.first_divergence else None,
-        "worst": [op_dict(op) for op in c.worst],
-        "unmatched": {"baseline": c.unmatched_counts.get("baseline", 0), "target": c.unmatched_counts.get("target", 0),
-                      "ops": [{"side": u.side, "rank": u.rank, "coords": u.coords, "iteration": u.iteration,
-                               "op_type": u.op_type, "op_name": u.op_name} for u in c.unmatched]},
-        "summary": {"matched_ops": c.matched_ops, "baseline_ops": c.baseline_ops, "target_ops": c.target_ops,
-                    "diverged_ops": c.diverged_ops, "tensors_compared": c.tensors_compared,
-                    "units": [{"rank": r, "coords": c.coords.get(r), "iteration": s} for r, s in c.units],
-                    "tolerance_ulps": c.tolerance_ulps, "statistics_only": c.statistics_only},
-        "parallel": c.parallel,
-        "inconclusive": c.reasons,
-        "caveats": c.caveats,
-        "warnings": c.warnings,
-    }
 
 
 def render_compare_json(c: Comparison) -> str:

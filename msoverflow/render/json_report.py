@@ -1,127 +1,16 @@
-"""The documented, stable JSON report (schema: msoverflow/schema/report.schema.json)."""
+"""The JSON report as text: the dict msoverflow/report_dict.py builds, written out."""
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import asdict
-from typing import Optional
+from typing import TYPE_CHECKING
 
-from ..model import Finding, Report, TensorSummary
+from ..report_dict import report_dict
+from ..safeio import json_safe
 
-SCHEMA_VERSION = 1
-
-
-def _num(x: Optional[float]):
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return None
-    return x
-
-
-def graph_id(graph: str):
-    """The dump's graph/model id: an integer where it is numeric (graph 0), else the string as written."""
-    return int(graph) if isinstance(graph, str) and graph.isdigit() else graph
-
-
-_COUNTS = ("nan", "posinf", "neginf", "over_range")
-
-
-def _counts(s) -> dict:
-    """Exact counts, or null with `<name>_at_least` when the dump recorded only statistics (Max = inf says at
-    least one +inf, not how many). `<name>_at_least` is always given: an exact count is its own lower bound."""
-    if s is None:
-        return {**{name: None for name in _COUNTS}, **{f"{name}_at_least": None for name in _COUNTS},
-                "counts_exact": None}
-    exact = s.counts_exact
-    return {**{name: getattr(s, name) if exact else None for name in _COUNTS},
-            **{f"{name}_at_least": getattr(s, name) for name in _COUNTS}, "counts_exact": exact}
-
-
-def tensor_dict(t: TensorSummary) -> dict:
-    s = t.stats
-    return {
-        "slot": t.slot, "dtype": t.dtype, "payload_dtype": t.payload_dtype,
-        "shape": list(t.shape) if t.shape is not None else None,
-        "max_abs": _num(s.max_abs) if s else None, "min": _num(s.min) if s else None, "max": _num(s.max) if s else None,
-        **_counts(s), "zero": s.zero if s else None,
-        "count": s.count if s else None, "range_used": _num(t.range_used),
-        "headroom": _num(t.range_used),  # old name of range_used, kept for readers of schema 1
-        "producer": t.producer, "file": t.file,
-    }
-
-
-def finding_dict(f: Finding) -> dict:
-    return {
-        "rank": f.rank, "graph": graph_id(f.graph), "iteration": f.iteration, "op_type": f.op_type,
-        "op_name": f.op_name, "full_name": f.full_name, "ir_file": f.ir_file, "ir_line": f.ir_line, "role": f.role, "kind": f.kind, "detail": f.detail, "timestamp": f.timestamp,
-        "forward_op": f.forward_op, "cell": f.cell, "cell_type": f.cell_type,
-        "source": ({"file": f.source.file, "line": f.source.line, "code": f.source.code} if f.source else None),
-        "inputs": [tensor_dict(t) for t in f.inputs], "outputs": [tensor_dict(t) for t in f.outputs],
-        "overflow_flags": [{"unit": r.unit, "status": r.status, "status_words": r.status_words,
-                            "task_id": r.task_id, "stream_id": r.stream_id, "source": r.source} for r in f.flags],
-        "recommendation": f.recommendation, "evidence": f.evidence,
-        "cause": f.cause.cause if f.cause else None,
-        "recompute": [asdict(r) for r in f.cause.recompute] if f.cause else [],
-        "diagnosis": cause_dict(f.cause) if f.cause else None,
-    }
-
-
-def _value(x: float):
-    """A value that may be non-finite: the number, or 'nan' / 'inf' / '-inf' (JSON has no such numbers)."""
-    if math.isfinite(x):
-        return x
-    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-
-
-def cause_dict(cause) -> dict:
-    return {"reason": cause.reason, "advice": cause.advice, "by": cause.by, "output_slot": cause.output_slot,
-            "where": cause.where, "axes": cause.axes, "pattern": cause.pattern, "pattern_text": cause.pattern_text,
-            "evidence": cause.evidence,
-            "samples": [{"index": list(s.index), "dumped": _value(s.dumped),
-                         "recomputed": {k: _value(v) for k, v in s.recomputed.items()}} for s in cause.samples]}
-
-
-def report_dict(report: Report) -> dict:
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "verdict": report.verdict,
-        "dump_dir": report.dump_dir,
-        "first": finding_dict(report.first) if report.first else None,
-        "anomalies": [finding_dict(f) for f in report.anomalies],
-        "propagation": [{"rank": f.rank, "graph": graph_id(f.graph), "iteration": f.iteration, "op_type": f.op_type,
-                         "op_name": f.op_name, "full_name": f.full_name, "kind": f.kind, "cell": f.cell}
-                        for f in report.propagation],
-        "flagged": [finding_dict(f) for f in report.flagged],
-        "ranks": [{"rank": r.rank, "status": r.status, "iteration": r.iteration, "op_name": r.op_name,
-                   "op_type": r.op_type, "via": r.via, "note": r.note, "coords": r.coords, "present": r.present,
-                   "expected": r.expected, **({"last_rank": r.last_rank} if r.last_rank is not None else {})}
-                  for r in report.rank_status],
-        "arrivals": [{"rank": a.rank, "iteration": a.iteration, "op_type": a.op_type, "op_name": a.op_name,
-                      "offset_us": a.offset_us} for a in report.arrivals],
-        "scanned_steps": {str(rank): steps for rank, steps in sorted(report.scanned_steps.items())},
-        "step_spans": {str(rank): {str(step): {"first_us": span[0], "last_us": span[1]}
-                                   for step, span in sorted(steps.items())}
-                       for rank, steps in sorted(report.step_times.items())},
-        "edges": [{"producer": producer, "consumer": consumer} for producer, consumer in report.edges],
-        "likely_origin": finding_dict(report.likely_origin) if report.likely_origin else None,
-        "completeness": [{"rank": c.rank, "iteration": c.iteration, "present": c.present, "expected": c.expected,
-                          "reasons": c.reasons, "truncated": c.truncated, "recent": c.recent}
-                         for c in report.completeness],
-        "parameters": [{**asdict(p), "shape": list(p.shape) if p.shape is not None else None}
-                       for p in report.parameters],
-        "parallel": report.parallel,
-        "provenance": report.provenance or None,
-        "coverage": report.coverage,
-        "inconclusive": report.inconclusive,
-        "warnings": report.warnings,
-        "summary": {"layout": report.layout, "ranks": report.ranks,
-                    "iterations": {str(k): v for k, v in report.iterations.items()},
-                    "files": report.files, "tensors_read": report.tensors_read,
-                    "tensors_read_to_decide": report.extra.get("tensors_read_to_decide", report.tensors_read),
-                    "scanned_all_steps": report.tail_clean,
-                    "mindspore": report.extra.get("mindspore") or {}},
-    }
+if TYPE_CHECKING:
+    from ..model import Report
 
 
 def render_json(report: Report) -> str:
-    from ..safeio import json_safe   # a NaN anywhere (a version, a value from a dump) never breaks the report
+    # json_safe: a NaN anywhere (a version, a value from a dump) never breaks the report
     return json.dumps(json_safe(report_dict(report)), indent=2, allow_nan=False) + "\n"

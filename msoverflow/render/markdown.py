@@ -3,15 +3,17 @@ scanned, warnings, provenance), for issues and chat. Every name from the dump go
 pasted into an issue tracker shows the dump's `<img>` as text and never renders it."""
 from __future__ import annotations
 
-from typing import List
+from typing import TYPE_CHECKING, List
 
-from ..model import SUSPECT, Report, TensorSummary
-from .common import (arrival_text, arrivals_shown, cause_values_text, clean_text, coords_phrase,
-                     count_cell, counts_note, parallel_text, parameters_shown, producer_text, provenance_text,
-                     rank_where, ranks_shown, recompute_rows, recompute_title, sample_texts, scanned_text,
-                     tensors_shown)
+from ..model import SUSPECT
+from .common import (arrival_text, arrivals_shown, cause_values_text, clean_text, coords_phrase, count_cell,
+                     counts_note, parallel_text, parameters_shown, producer_text, provenance_text, rank_where,
+                     ranks_shown, recompute_rows, recompute_title, sample_texts, scanned_text, tensors_shown)
 from .safe import md, md_code
 from .text import chain_label, max_abs_text, op_label, range_used_text, rank_text, scan_summary, shape_text
+
+if TYPE_CHECKING:
+    from ..model import Report, TensorSummary
 
 _TENSOR_HEADER = ["| slot | dtype | shape | max \\|x\\| | range used | nan | +inf | -inf | produced by |",
                   "|---|---|---|---|---|---|---|---|---|"]
@@ -59,12 +61,12 @@ def render_markdown(report: Report, top: int = 10) -> str:
     elif f.role == SUSPECT:
         out.append(f"**Anomaly** (flagged): the hardware flagged **{md(op_label(f))}** on "
                    f"{md(rank_where(f.rank, report))}, step "
-                   f"{f.iteration}; its inputs were not dumped, so it may have received the bad value.")
+                   f"{f.step}; its inputs were not dumped, so it may have received the bad value.")
     else:
         made = "first seen in" if f.role == "propagator" else "first created by"
         out.append(f"**Anomaly** ({md(f.kind)}): {made} **{md(op_label(f))}** on "
                    f"{md(rank_where(f.rank, report))}, "
-                   f"step {f.iteration}, graph {md(f.graph)}.")
+                   f"step {f.step}, graph {md(f.graph)}.")
     if f is None:
         out += [f"- caveat: {md(limit)}" for limit in report.coverage]
     else:
@@ -93,19 +95,19 @@ def render_markdown(report: Report, top: int = 10) -> str:
         if report.propagation:
             chain = [chain_label(p) for p in report.propagation]
             shown = chain[:8] + (["..."] + chain[-3:] if len(chain) > 11 else chain[8:])
-            out += ["", f"Spread in step {f.iteration} through {len(chain)} ops: "
+            out += ["", f"Spread in step {f.step} through {len(chain)} ops: "
                     + " -> ".join(md_code(c) if c != "..." else c for c in [chain_label(f)] + shown)]
         later = report.anomalies[1:]
         if later:
             out += ["", f"Later origins ({len(later)}, time order):", ""]
-            out += [f"- rank {a.rank} step {a.iteration} graph {md(a.graph)}: {md(a.kind)} in {md(op_label(a))}: "
+            out += [f"- rank {a.rank} step {a.step} graph {md(a.graph)}: {md(a.kind)} in {md(op_label(a))}: "
                     f"{md(a.detail)}" + (f" (cause: {md(a.cause.cause)})" if a.cause is not None else "")
                     for a in later[:top]]
             if len(later) > top:
                 out.append(f"- ... {len(later) - top} more (--top N, or --format json)")
         if report.flagged:
             out += ["", "Flagged by the hardware, not decided:", ""]
-            out += [f"- rank {a.rank} step {a.iteration}: {md(op_label(a))}: {md(a.detail)}"
+            out += [f"- rank {a.rank} step {a.step}: {md(op_label(a))}: {md(a.detail)}"
                     for a in report.flagged[:top]]
             if len(report.flagged) > top:
                 out.append(f"- ... {len(report.flagged) - top} more (--top N, or --format json)")
@@ -117,7 +119,7 @@ def render_markdown(report: Report, top: int = 10) -> str:
         shown_ranks, left_out = ranks_shown(report.rank_status)
         out += ["", "Ranks:", "", "| rank | status | step |" + (" coords |" if with_coords else "")
                 + " first bad op / how |", "|---|---|---|" + ("---|" if with_coords else "") + "---|"]
-        out += [f"| {label} | {md(r.status)} | {'-' if r.iteration is None else r.iteration} | "
+        out += [f"| {label} | {md(r.status)} | {'-' if r.step is None else r.step} | "
                 + (f"{md(coords_phrase(r.coords))} | " if with_coords else "") + f"{md(rank_text(r))} |"
                 for label, r in shown_ranks]
         if left_out:
@@ -128,7 +130,7 @@ def render_markdown(report: Report, top: int = 10) -> str:
         shown_hits, left_out = parameters_shown(report)
         out += ["", f"Parameters hit ({len(report.parameters)}: first non-finite gradient or value, per rank):", "",
                 "| rank | coordinates | step | parameter | shape | how |", "|---|---|---|---|---|---|"]
-        out += [f"| {h.rank} | {md(coords_phrase(h.coords) or '-')} | {h.iteration} | {md_code(h.name, table=True)} | "
+        out += [f"| {h.rank} | {md(coords_phrase(h.coords) or '-')} | {h.step} | {md_code(h.name, table=True)} | "
                 f"{md(shape_text(h.shape))} | {md(h.how)} |" for h in shown_hits]
         if left_out:
             out += ["", f"- ... {md(left_out)}"]

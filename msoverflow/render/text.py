@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import io
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
-from ..model import SUSPECT, Finding, RankStatus, Report, TensorSummary
+from ..model import SUSPECT
 from ..scope import is_backward
 from .common import (arrival_text, arrivals_shown, cause_text, cause_values_text, clean_text, coords_phrase,
                      count_cell, counts_note, parallel_text, parameters_shown, provenance_text,
                      rank_where, ranks_shown, recompute_rows, recompute_title, sample_texts, scanned_text,
                      producer_text, steps_text, tensors_shown)
 from .safe import plain
+
+if TYPE_CHECKING:
+    from ..model import Finding, RankStatus, Report, TensorSummary
 
 
 def max_abs_text(stats) -> str:
@@ -41,8 +44,8 @@ def chain_label(f: Finding) -> str:
 
 def _where(f: Finding, report: Optional[Report] = None) -> str:
     if report is not None:
-        return f"{rank_where(f.rank, report)}, step {f.iteration}, graph {f.graph}"
-    return f"rank {f.rank}, step {f.iteration}, graph {f.graph}"
+        return f"{rank_where(f.rank, report)}, step {f.step}, graph {f.graph}"
+    return f"rank {f.rank}, step {f.step}, graph {f.graph}"
 
 
 def op_label(f: Finding) -> str:
@@ -157,7 +160,7 @@ def render_text(report: Report, top: int = 10) -> str:
         if report.propagation:
             chain = [chain_label(p) for p in report.propagation]
             shown = chain[:8] + (["..."] + chain[-3:] if len(chain) > 11 else chain[8:])
-            lines.append(f"  spread in step {f.iteration} through {len(chain)} ops: "
+            lines.append(f"  spread in step {f.step} through {len(chain)} ops: "
                          + " -> ".join([chain_label(f)] + shown))
         later = report.anomalies[1:]
         if later:
@@ -236,7 +239,7 @@ def rank_table(rows: List[RankStatus]) -> str:
         table.add_column(column, overflow="fold")
     shown, left_out = ranks_shown(rows)
     for label, row in shown:
-        table.add_row(*_cells(label, row.status, "-" if row.iteration is None else row.iteration,
+        table.add_row(*_cells(label, row.status, "-" if row.step is None else row.step,
                               *((coords_phrase(row.coords),) if with_coords else ()), rank_text(row)))
     return _print(table) + (f"\n  ... {left_out}" if left_out else "")
 
@@ -251,7 +254,7 @@ def parameter_table(report: Report) -> str:
     table.add_column("how", ratio=1, overflow="fold")     # whole sentences, wrapped between words
     shown, left_out = parameters_shown(report)
     for hit in shown:
-        table.add_row(*_cells(hit.rank, coords_phrase(hit.coords) or "-", hit.iteration, _short(hit.name, 60),
+        table.add_row(*_cells(hit.rank, coords_phrase(hit.coords) or "-", hit.step, _short(hit.name, 60),
                               shape_text(hit.shape), hit.how))
     return _print(table) + (f"\n  ... {left_out}" if left_out else "")
 
@@ -259,7 +262,7 @@ def parameter_table(report: Report) -> str:
 def scan_summary(report: Report) -> str:
     """One line on what the dump holds: files, layout, writer, tensors read, ranks and the steps present (the
     steps scanned are said by common.scanned_text)."""
-    per_rank = {r: steps_text(v) for r, v in sorted(report.iterations.items())}
+    per_rank = {r: steps_text(v) for r, v in sorted(report.steps.items())}
     if not per_rank:
         steps = "no step"
     elif len(set(per_rank.values())) == 1:

@@ -8,7 +8,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.model import RANK_CLEAN
 from msoverflow.render import render
 

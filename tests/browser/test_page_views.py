@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.render import render
 
 from .readable import overlapping_texts, probe, raw_mathtext

@@ -5,7 +5,7 @@ label clear of the others and of the edges, with edges that run left to right an
 The geometry is measured in the page (tests/browser/readable.py), not taken from the renderer's own layout."""
 import pytest
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.render import render
 
 from .readable import (edge_crossings, edges_through_labels, number, overlapping_texts, probe, raw_mathtext,

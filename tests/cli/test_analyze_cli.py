@@ -91,7 +91,7 @@ def test_help_starts_without_importing_mindspore_or_numpy():
 
 
 def test_progress_bar_goes_to_stderr_never_into_the_report(tmp_path, capsys):
-    from msoverflow.analyze import analyze
+    from msoverflow.analysis import analyze
     from msoverflow.render import render
     d = SynthDump(str(tmp_path))
     for i in range(2100):                      # long enough for the bar

@@ -10,9 +10,9 @@ import pytest
 
 from tests.support.ascend_fixtures import build_seed_scenario
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.cli import main
-from msoverflow.render.json_report import report_dict
+from msoverflow.report_dict import report_dict
 
 SCHEMA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "msoverflow", "schema", "report.schema.json")
 

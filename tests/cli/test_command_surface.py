@@ -151,7 +151,7 @@ def test_verify_under_msrun_gives_each_rank_its_own_loss_line():
 def _report(steps):
     from msoverflow.model import Report
     return Report(dump_dir="/d", first=None, anomalies=[], propagation=[], warnings=[], ranks=[0],
-                  iterations={0: list(steps)})
+                  steps={0: list(steps)})
 
 
 def test_a_clean_dump_of_a_job_whose_output_went_non_finite_is_inconclusive():

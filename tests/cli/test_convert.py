@@ -10,6 +10,7 @@ import pytest
 from tests.support import ascend_fixtures as fx
 
 from msoverflow import cli, names
+from msoverflow.layout import read_mapping
 from msoverflow.readers import opdebug as od
 
 
@@ -157,7 +158,7 @@ def test_convert_restores_mapped_names_and_maps_long_outputs(tmp_path):
     (src / "mapping.csv").write_text(f"3f2a9c,{original}\n")
     out = tmp_path / "out"
     assert cli.main(["convert", str(src), "-o", str(out)]) == 0
-    mapping = names.read_mapping(str(out / "mapping.csv"), lambda m: None)
+    mapping = read_mapping(str(out / "mapping.csv"), lambda m: None)
     assert sorted(mapping.values()) == [f"{original}.input.0.ND.Float16.npy", f"{original}.output.0.ND.Float16.npy"]
     assert all((out / short).exists() and len(short) <= 255 for short in mapping)
 

@@ -65,7 +65,7 @@ def test_selections_the_dump_lacks_list_what_it_has(tmp_path):
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert asked in proc.stderr
-        assert "ranks 0-1 (rank 0: steps 0-2; rank 1: steps 0,2)" in proc.stderr, proc.stderr
+        assert "ranks 0,1 (rank 0: steps 0-2; rank 1: steps 0,2)" in proc.stderr, proc.stderr   # selection.format_ids
     assert _cli("analyze", dump, "--ranks", "1", "--steps", "2", "--no-progress").returncode == 0
 
 

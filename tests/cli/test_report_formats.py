@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.synth_dump import SynthDump, ir_node
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.cli import build_parser, main
 from msoverflow.model import (ORIGIN, PROPAGATOR, Finding, RankStatus, Report, TensorStats, TensorSummary)
 from msoverflow.render import render
@@ -125,8 +125,9 @@ def _parse(argv):
 def test_one_vocabulary_with_the_old_spellings_as_aliases(capsys):
     new = _parse(["analyze", "d", "--steps", "0-2", "--ranks", "0,7"])
     old = _parse(["analyze", "d", "--iteration", "0,1,2", "--rank", "0,7"])
-    assert (new.iteration, new.rank) == (old.iteration, old.rank) == ([0, 1, 2], [0, 7])
-    assert _parse(["analyze", "d", "--steps", "0|5-6"]).iteration == [0, 5, 6]
+    assert (new.steps, new.ranks) == (old.steps, old.ranks) == ([0, 1, 2], [0, 7])
+    assert _parse(["analyze", "d", "--steps", "0|5-6"]).steps == [0, 5, 6]
+    assert _parse(["compare", "a", "b", "--step", "1", "--rank", "2"]).steps == [1]
     assert _parse(["config", "--json"]).format == _parse(["config", "--format", "json"]).format == "json"
     assert _parse(["config", "--step", "3", "--rank", "1"]).steps == "3"
     assert _parse(["patch", "--cell", "X", "--json", "f"]).json_out == "f"
@@ -143,7 +144,7 @@ def test_one_vocabulary_with_the_old_spellings_as_aliases(capsys):
 def _finding(i, role=PROPAGATOR, rank=0):
     stats = TensorStats(count=4, posinf=1 if role == ORIGIN else 0, max_abs=3.0 + i)
     t = TensorSummary(0, "output", "float16", (4,), stats, file=None)
-    return Finding(rank=rank, graph="0", iteration=i // 1000, op_type=f"Op{i % 7}", op_name=f"op{i}", role=role,
+    return Finding(rank=rank, graph="0", step=i // 1000, op_type=f"Op{i % 7}", op_name=f"op{i}", role=role,
                    kind="overflow", detail="d", timestamp=1000 + i, cell=f"net.block{i % 5}",
                    inputs=[t] if role == ORIGIN else [], outputs=[t])
 
@@ -154,7 +155,7 @@ def test_a_large_report_stays_usable():
     origins = [_finding(i * 7, ORIGIN, rank=i % 64) for i in range(400)]
     report = Report(dump_dir="/nonexistent", first=origins[0], anomalies=origins,
                     propagation=[_finding(i) for i in range(5000)], warnings=[f"w{i}" for i in range(3000)],
-                    ranks=ranks, iterations={r: [0, 1, 2] for r in ranks},
+                    ranks=ranks, steps={r: [0, 1, 2] for r in ranks},
                     rank_status=[RankStatus(r, "received" if r else "origin", 0, "op", "Op", "AllReduce x", time=1500)
                                  for r in ranks],
                     step_times={r: {s: (1000 * s, 1000 * s + 900) for s in range(3)} for r in ranks})

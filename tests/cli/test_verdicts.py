@@ -17,10 +17,10 @@ import pytest
 from tests.support.ascend_fixtures import build_pp_seed_case, build_seed_scenario, write_opdebug_json
 from tests.support.synth_dump import SynthDump
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.cli import main
 from msoverflow.render import render
-from msoverflow.render.json_report import report_dict
+from msoverflow.report_dict import report_dict
 
 SCHEMA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "msoverflow", "schema", "report.schema.json")
 
@@ -227,7 +227,7 @@ def test_missing_and_empty_rank_directories_are_not_dumped_and_block_a_clean(tmp
     # a step that only some ranks hold: the others are named, with the step
     SynthDump(str(tmp_path), rank=0).op(7, "Add", "Default_Add-op0", [np.ones(2, np.float32)],
                                         [np.ones(2, np.float32)])
-    rows = {row.rank: row for row in analyze(str(tmp_path), iterations=[7], progress=False).rank_status}
+    rows = {row.rank: row for row in analyze(str(tmp_path), steps=[7], progress=False).rank_status}
     assert rows[0].status == "clean" and rows[1].status == "not dumped" and "no file of step 7" in rows[1].note
     # pointing inside one rank does not expect its siblings
     assert analyze(str(tmp_path / "rank_3"), progress=False).verdict == "clean"

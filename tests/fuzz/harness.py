@@ -352,8 +352,8 @@ def _read_statistic(path: str, work: str):
 
 
 def _read_mapping(path: str, work: str):
-    from msoverflow import names
-    names.read_mapping(path, _warnings().append)
+    from msoverflow import layout
+    layout.read_mapping(path, _warnings().append)
 
 
 def _read_ir(path: str, work: str):
@@ -531,7 +531,7 @@ _CODE_SPAN = re.compile(r"(?<![`\\])(`+)(?!`)(.*?[^`])\1(?!`)", re.S)  # CommonM
 def _render_names(path: str, work: str):
     """Hostile op names (markup, escape sequences, mathtext, bytes that are not UTF-8) through every renderer:
     no exception, no raw HTML in markdown, no control characters in text, everything escaped in HTML."""
-    from msoverflow.analyze import analyze
+    from msoverflow.analysis import analyze
     from msoverflow.render import render
     raw = Path(path).read_bytes()
     name = raw.decode("utf-8", "surrogateescape")

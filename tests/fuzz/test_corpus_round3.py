@@ -251,7 +251,7 @@ def test_jobs_are_capped_by_the_cpu_count(monkeypatch):
     monkeypatch.setattr(parallel, "POOL_MIN_FILES", 0)
     monkeypatch.setattr(parallel, "_on_pool", lambda chains, scan_all, jobs, advance, *_: seen.append(jobs) or ([], True))
     monkeypatch.setattr(parallel, "_reduce", lambda *a: (None, [], set()))
-    units = [parallel.Unit(rank=r, iteration=0, dirs=[]) for r in range(64)]
+    units = [parallel.Unit(rank=r, step=0, dirs=[]) for r in range(64)]
     parallel.map_reduce(units, None, False, None, lambda m: None, jobs=1000, files=10)
     assert seen and seen[0] <= (os.cpu_count() or 1)
 

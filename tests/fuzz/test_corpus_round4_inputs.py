@@ -53,7 +53,7 @@ def test_msprobe_orphan_parameter_gradients_are_looked_up_not_scanned(tmp_path, 
         return doc
 
     monkeypatch.setattr(msprobe.safeio, "load_json", load)
-    step = SimpleNamespace(path=str(root / "step0" / "rank0"), rank=0, graph="0", iteration=0)   # a DumpDir
+    step = SimpleNamespace(path=str(root / "step0" / "rank0"), rank=0, graph="0", step=0)   # a DumpDir
     _CountingName.compared = 0
     events, nodes, _files, why = msprobe.read_step_dir(step, lambda message: None)
     assert why is None

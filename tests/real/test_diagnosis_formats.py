@@ -7,7 +7,7 @@ from importlib import resources
 import pytest
 
 from msoverflow import cli
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.render import render
 
 pytestmark = pytest.mark.mindspore

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.diagnosis import mindspore_kernel, recompute
 from msoverflow.diagnosis.cause import reproduce
 from msoverflow.diagnosis.recompute import RecomputeError, disagreement
@@ -56,7 +56,7 @@ def test_a_nan_mindspore_does_not_make_is_a_device_fault(real_dumps, tmp_path):
     assert (cause.cause, cause.by) == ("device", "mindspore"), cause
     assert cause.pattern == "bit flip" and cause.where.startswith("1 of 64 values")
     # the analysing process itself never imported MindSpore: the recompute ran in a subprocess
-    script = ("import sys; from msoverflow.analyze import analyze; "
+    script = ("import sys; from msoverflow.analysis import analyze; "
               f"r = analyze({str(dump)!r}, progress=False); print(r.cause.by, 'mindspore' in sys.modules)")
     probe = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert probe.stdout.split() == ["mindspore", "False"], probe.stderr[-2000:]

@@ -10,11 +10,10 @@ import collections
 import numpy as np
 import pytest
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.diagnosis import recompute
 from msoverflow.diagnosis.cause import diagnose, reproduce
 from msoverflow.diagnosis.recompute import RecomputeError, disagreement
-from msoverflow.diagnosis.stage import diagnose_report
 from msoverflow.evaluate import TensorAccess
 from msoverflow.model import CAUSES
 from msoverflow.readers.ir_graph import graph_files, load_ir
@@ -88,7 +87,6 @@ def _anomaly_cases(dumps, generator_cases):
 
 def _check_cause(dump_dir, expected):
     report = analyze(str(dump_dir), progress=False)
-    diagnose_report(report)
     first = report.first
     assert (first.op_type, first.iteration, first.kind) == (
         expected["expected_first_op_type"], expected["expected_iteration"], expected["expected_kind"])
@@ -158,34 +156,35 @@ def test_a_dump_without_the_inputs_is_unknown_and_says_why(real_dumps, tmp_path)
         if "/1/" in str(path):
             path.unlink()
     report = analyze(str(dump), progress=False)
-    diagnose_report(report)
     assert report.first.cause.cause == "unknown"
     assert "inputs were not dumped" in report.first.cause.reason
     assert report.first.cause.pattern == "bit flip"     # the layout still speaks: a bit flip, not an overflow
 
 
 def test_without_a_kernel_or_mindspore_the_cause_is_unknown(real_dumps, monkeypatch):
-    report = analyze(str(real_dumps["sqrt_negative"]), progress=False)
+    import msoverflow.diagnosis.stage as stage
     monkeypatch.delitem(recompute.KERNELS, "Sqrt")
-    diagnose_report(report, mindspore=False)
+    numpy_only = stage.diagnose_op
+    monkeypatch.setattr(stage, "diagnose_op", lambda *a, **k: numpy_only(*a, **{**k, "mindspore": False}))
+    report = analyze(str(real_dumps["sqrt_negative"]), progress=False)
     assert report.first.cause.cause == "unknown" and "no reference kernel for Sqrt" in report.first.cause.reason
 
 
-def test_diagnose_reads_only_the_origin_step_once(real_dumps, monkeypatch):
+def test_diagnosis_reads_no_step_again(real_dumps, monkeypatch):
+    """The origin's op run and its graph are handed on from the walk: analyze reads each step's directory once,
+    the diagnosis included."""
     import msoverflow.walk as walk
     calls = []
-    real = walk.read_unit
-    monkeypatch.setattr(walk, "read_unit", lambda unit, warn=None: calls.append(unit.iteration) or real(unit))
-    report = analyze(str(real_dumps["overflow_last_of_three_steps"]), progress=False)
-    diagnose_report(report)
-    assert calls == [2]
+    real = walk.read_dir
+    monkeypatch.setattr(walk, "read_dir", lambda d, warn=None: calls.append(d.path) or real(d, warn))
+    report = analyze(str(real_dumps["overflow_last_of_three_steps"]), progress=False, jobs=1)
     assert report.first.cause.cause == "precision"
+    assert calls and len(calls) == len(set(calls)), collections.Counter(calls).most_common(3)
 
 
 def test_recompute_error_is_never_raised_out_of_diagnose(real_dumps):
     """An op whose inputs cannot be read at all: unknown, with the reason."""
-    report = analyze(str(real_dumps["sqrt_negative"]), progress=False)
-    unit = next(u for u in report.scanned_units if u.iteration == 0)
+    unit = next(u for u in units(str(real_dumps["sqrt_negative"])) if u.step == 0)
     ex = next(e for e in read_unit(unit).executions if e.op_type == "Sqrt")
     for event in ex.inputs:
         event.source = event.source + ".gone"
@@ -211,7 +210,6 @@ def test_every_msprobe_fixture_keeps_its_origin_and_gets_a_cause(msprobe_dumps):
     for name, root in msprobe_dumps.items():
         expected = json.loads((root / "case.json").read_text())["expected"]
         report = analyze(str(root / "dump"), progress=False)
-        diagnose_report(report)
         assert report.verdict == expected["verdict"], name
         if name not in MSPROBE_CAUSES:
             assert report.first is None, name

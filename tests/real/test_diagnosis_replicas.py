@@ -5,9 +5,8 @@ import shutil
 import numpy as np
 import pytest
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.diagnosis.replicas import compare, dp_group
-from msoverflow.diagnosis.stage import diagnose_report
 from msoverflow.evaluate import TensorAccess
 from msoverflow.parallel_layout import parse_spec
 from msoverflow.rules.knowledge import knowledge
@@ -45,12 +44,10 @@ def test_the_rank_whose_update_differs_from_its_replicas_is_the_suspect_device(m
     shutil.copytree(multirank_dumps["dp4_two_origins"], dump)
     assert _edit_updated_weight(dump, 2) == ["Parameter", "SGD", "SGD"]
     without = analyze(str(dump), progress=False)
-    diagnose_report(without)
     assert (without.first.rank, without.first.iteration, without.first.op_type) == (2, 0, "SGD")
     assert without.first.cause.cause == "unknown"              # the weights SGD overwrote are not in the dump
     assert any("--parallel" in e for e in without.first.cause.evidence)
     report = analyze(str(dump), progress=False, parallel=parse_spec("dp=4"))
-    diagnose_report(report)
     cause = report.first.cause
     assert cause.cause == "device" and "rank 2's SGD" in cause.reason and "ranks 0, 1, 3, which agree" in cause.reason
     assert any("rank 2 is the suspect device" in e for e in cause.evidence)

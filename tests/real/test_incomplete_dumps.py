@@ -15,10 +15,10 @@ import time
 import pytest
 
 from msoverflow import names
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.cli import main
 from msoverflow.completeness import RECENT_SECONDS, check
-from msoverflow.layout import discover
+from msoverflow.layout import Dump
 from msoverflow.render import render
 
 SCHEMA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "msoverflow", "schema", "report.schema.json")
@@ -101,7 +101,7 @@ def test_every_real_dump_as_written_is_complete(real_dumps, multirank_dumps, msp
     although on CPU the execution order and the files do not name every kernel alike."""
     checked = 0
     for dump in _all_real_dumps(real_dumps, multirank_dumps, msprobe_dumps, three_step_dumps):
-        found = check(discover(str(dump), lambda message: None))
+        found = check(Dump.open(str(dump), lambda message: None).dirs)
         assert found == [], (dump, [(s.rank, s.iteration, s.reasons) for s in found])
         checked += 1
     assert checked >= 21
@@ -220,7 +220,8 @@ def test_a_file_written_seconds_ago_means_the_dump_may_still_be_being_written(re
     dump = _copy(real_dumps["clean_fp32"], tmp_path)
     assert analyze(str(dump), progress=False).verdict == "clean"
     step = _step_dir(dump, 0, 1)
-    os.utime(step / _by_time(step)[-1])             # now
+    os.utime(step / _by_time(step)[-1])             # now: a writer creates its files, so their directory is new too
+    os.utime(step)
     # step 0 settled earlier with as many files, and no file is cut short: a job that just ended, not one at work
     warnings = []
     assert analyze(str(dump), progress=False, warn=warnings.append).verdict == "clean"
@@ -245,7 +246,7 @@ def test_a_fresh_copy_whose_every_file_is_new_is_not_a_dump_being_written(real_d
         for name in files + dirs:
             os.utime(os.path.join(root, name), (now, now))
     assert analyze(str(dump), progress=False).verdict == "clean"
-    assert check(discover(str(dump), lambda message: None), now=now + RECENT_SECONDS / 2) == []
+    assert check(Dump.open(str(dump), lambda message: None).dirs, now=now + RECENT_SECONDS / 2) == []
 
 
 @pytest.mark.mindspore
@@ -290,7 +291,7 @@ def test_a_statistics_dump_is_complete_and_its_cut_last_step_is_not(three_step_d
     whole = _copy(three_step_dumps["normhead_fp32_clean_3steps"], tmp_path, "whole")
     _as_statistics(whole)
     _age(whole / "rank_0" / "Net" / "0" / "2")
-    assert check(discover(str(whole), lambda message: None)) == []
+    assert check(Dump.open(str(whole), lambda message: None).dirs) == []
     assert analyze(str(whole), progress=False).verdict == "clean"
     cut = _copy(three_step_dumps["normhead_fp32_clean_3steps"], tmp_path, "cut")
     _as_statistics(cut, keep=lambda step, rows: rows[:len(rows) // 2] if step == 2 else rows)
@@ -308,12 +309,13 @@ def test_a_cut_binary_dump_file_is_found_by_its_header(tmp_path, form):
     from tests.support.ascend_fixtures import build_wild_form
     desc = build_wild_form(str(tmp_path / "dump"), form)
     _age(Path(desc["dir"]))
-    assert check(discover(desc["root"], lambda message: None)) == []
+    assert check(Dump.open(desc["root"], lambda message: None).dirs) == []
     victim = next(Path(desc["dir"]) / n for n in sorted(os.listdir(desc["dir"])) if n.startswith("SqrtGrad.")
                   and (".output." in n or not n.endswith(".npy")))
     with open(victim, "r+b") as fh:
         fh.truncate(os.path.getsize(victim) - 3)
     _age(Path(desc["dir"]))
-    [cut] = check(discover(desc["root"], lambda message: None))
+    report = analyze(desc["root"], progress=False)        # the walk reads the header and finds the file cut
+    [cut] = report.completeness
     assert cut.truncated == [str(victim)] and cut.reasons == [f"1 of {cut.expected} files truncated or empty"]
-    assert analyze(desc["root"], progress=False).verdict != "clean"
+    assert report.verdict != "clean"

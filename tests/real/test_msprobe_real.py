@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 
 pytestmark = pytest.mark.mindspore
 
@@ -53,7 +53,7 @@ def test_step_filter_and_earlier_steps_are_read(msprobe_dumps):
     root, _ = _case(msprobe_dumps, "l1_statistics_stepk")
     report = analyze(str(root / "dump"), progress=False)
     assert report.iterations == {0: [0, 1, 2]}
-    only = analyze(str(root / "dump"), iterations=[0, 1], progress=False)
+    only = analyze(str(root / "dump"), steps=[0, 1], progress=False)
     assert only.verdict == "clean"
 
 

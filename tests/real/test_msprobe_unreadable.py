@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 
 pytestmark = pytest.mark.mindspore
 

@@ -12,10 +12,10 @@ import pytest
 
 from tests.support import gen_real_dumps as gen
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.cli import main
 from msoverflow.render import render
-from msoverflow.render.json_report import report_dict
+from msoverflow.report_dict import report_dict
 
 pytestmark = pytest.mark.mindspore
 CASES = [case.name for case in gen.MULTI_RANK_CASES]

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.cli import main
 
 pytestmark = pytest.mark.mindspore

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -79,3 +79,12 @@ def ir_node(index: int, op_type: str, full_name: str, inputs: Sequence[str] = ()
     if source:
         lines.append(f"      # In file {source[0]}:{source[1]}, 8~20/        {source[2]}/")
     return "\n".join(lines) + "\n"
+
+
+def same_run_pair(root: str, ranks: Sequence[int] = (0,)) -> Tuple[str, str]:
+    """Two dumps of the same one-op run (root/a and root/b, an Add on each rank): compare's smallest pair."""
+    ones = np.ones(4, np.float32)
+    for side in ("a", "b"):
+        for rank in ranks:
+            SynthDump(os.path.join(root, side), rank=rank).op(0, "Add", "Default_network-Net_Add-op1", [ones], [ones])
+    return os.path.join(root, "a"), os.path.join(root, "b")

@@ -445,7 +445,7 @@ def test_decode_status():
 
 def _record(task=18, stream=2, source="Opdebug.Node_OpDebug.2.1.900.output.0.json", **kw):
     from msoverflow.model import OverflowRecord
-    return OverflowRecord(source=source, rank=0, graph="0", iteration=0, timestamp=900, unit="AI Core",
+    return OverflowRecord(source=source, rank=0, graph="0", step=0, timestamp=900, unit="AI Core",
                           task_id=task, stream_id=stream, status=32, **kw)
 
 

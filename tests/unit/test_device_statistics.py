@@ -6,7 +6,7 @@ run made them). Counts inferred from Max/Min are lower bounds (counts_exact Fals
 named as refused, never as an unknown file name."""
 import os
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.readers import statistic_csv as sc
 
 HEADER = ("Op Type,Op Name,Task ID,Stream ID,Timestamp,Input/Output,Slot,Data Size,Data Type,Format,Shape,"

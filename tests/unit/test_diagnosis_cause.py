@@ -3,7 +3,7 @@ reach (a float16 recompute near the limit, a zero denominator that is not a coun
 alone). The real cases are in test_diagnosis_real.py."""
 import numpy as np
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.evaluate import TensorAccess
 from msoverflow.diagnosis.cause import diagnose
 from msoverflow.walk import read_unit, units
@@ -98,7 +98,7 @@ def test_a_tensor_that_fails_to_read_during_diagnosis_is_a_warning(tmp_path, mon
 
     def vanished(*args, **kwargs):
         raise FileNotFoundError(2, "No such file or directory")
-    monkeypatch.setattr(stage, "diagnose", vanished)
+    monkeypatch.setattr(stage, "diagnose_op", vanished)
     report = analyze(str(tmp_path / "d"), progress=False)
     assert report.first.cause.cause == "unknown" and "FileNotFoundError" in report.first.cause.reason
     assert any("its cause could not be found" in w for w in report.warnings)
@@ -111,3 +111,28 @@ def test_an_output_too_large_to_hold_is_unknown_and_says_so(tmp_path, monkeypatc
     cause = _first_cause(tmp_path, lambda d: d.op(0, "Exp", "Default_Exp-op0", [np.array([12.0, 1.0], F16)],
                                                  [np.array([np.inf, 2.719], F16)]))
     assert cause.cause == "unknown" and "more than the 1 recomputed" in cause.reason
+
+
+def test_diagnose_is_a_stage_that_hands_on_a_new_decision(tmp_path, monkeypatch):
+    """analysis.analyze() runs the diagnosis between settle and assemble: it is handed the decision and returns a
+    new one whose origin carries its cause and the advice that follows it; the finding it was handed is left as
+    it was. A clean dump never reaches it."""
+    import msoverflow.diagnosis.stage as stage
+    seen = []
+    real = stage.diagnose
+
+    def recording(decision, *args, **kwargs):
+        seen.append((decision, real(decision, *args, **kwargs)))
+        return seen[-1][1]
+    monkeypatch.setattr(stage, "diagnose", recording)
+    dump = SynthDump(str(tmp_path / "d"))
+    dump.op(0, "Mul", "Default_Mul-op0", [np.array([2, 3], F16), np.array([3, 4], F16)], [np.array([6, np.inf], F16)])
+    report = analyze(str(tmp_path / "d"), progress=False)
+    (handed, returned), = seen
+    assert handed.first.cause is None and "float32" in handed.first.recommendation
+    assert returned.first is report.first and report.first.cause.cause == "device"
+    assert report.anomalies[0] is report.first                   # one finding, replaced everywhere it stood
+    assert report.first.recommendation != handed.first.recommendation    # a device fault gets no precision fix
+    clean = SynthDump(str(tmp_path / "clean"))
+    clean.op(0, "Mul", "Default_Mul-op0", [np.array([2, 3], F16)] * 2, [np.array([4, 9], F16)])
+    assert analyze(str(tmp_path / "clean"), progress=False).verdict == "clean" and len(seen) == 1

@@ -102,7 +102,7 @@ def _views(page):
 
 @pytest.mark.mindspore
 def test_headroom_only_for_a_low_precision_overflow(real_dumps):
-    from msoverflow.analyze import analyze
+    from msoverflow.analysis import analyze
     from msoverflow.render import render
     fp16 = analyze(str(real_dumps["normhead_fp16_overflow"]), progress=False)
     assert fp16.first.kind == "overflow" and "float16" in {t.dtype for t in fp16.first.outputs}
@@ -119,7 +119,7 @@ def test_headroom_only_for_a_low_precision_overflow(real_dumps):
 
 @pytest.mark.mindspore
 def test_backward_ops_are_named_as_such_in_every_format(real_dumps):
-    from msoverflow.analyze import analyze
+    from msoverflow.analysis import analyze
     from msoverflow.render import render
     from msoverflow.render.text import op_label
     backward = analyze(str(real_dumps["zero_token_loss_division"]), progress=False)
@@ -137,7 +137,7 @@ def test_backward_ops_are_named_as_such_in_every_format(real_dumps):
 
 @pytest.mark.mindspore
 def test_the_tiny_denominator_of_sqrtgrad_is_shown_in_every_format(real_dumps):
-    from msoverflow.analyze import analyze
+    from msoverflow.analysis import analyze
     from msoverflow.render import render
     report = analyze(str(real_dumps["normhead_fp16_overflow"]), progress=False)
     y = report.first.inputs[0]                             # SqrtGrad(y, dy): dy * 0.5 / y
@@ -149,7 +149,7 @@ def test_the_tiny_denominator_of_sqrtgrad_is_shown_in_every_format(real_dumps):
 
 def _finding(i, cell):
     from msoverflow.model import Finding
-    return Finding(rank=0, graph="0", iteration=1, op_type=f"Op{i}", op_name=f"Default_{cell}-C_Op{i}-op{i}",
+    return Finding(rank=0, graph="0", step=1, op_type=f"Op{i}", op_name=f"Default_{cell}-C_Op{i}-op{i}",
                    role="propagator" if i else "origin", kind="overflow", detail="d", timestamp=i,
                    full_name=f"Default/{cell}-C/Op{i}-op{i}", cell=cell)
 
@@ -162,7 +162,7 @@ def test_a_graph_too_tall_to_read_becomes_the_open_table():
     ops = [_finding(i, f"c{i}") for i in range(14)]
     edges = [(a.full_name, b.full_name) for i, a in enumerate(ops) for b in ops[i + 1:]]
     report = Report(dump_dir="/d", first=ops[0], anomalies=[ops[0]], propagation=ops[1:], warnings=[], ranks=[0],
-                    iterations={0: [1]}, edges=edges, scanned_steps={0: [1]})
+                    steps={0: [1]}, edges=edges, scanned_steps={0: [1]})
     page = render(report, "html")
     assert '<svg id="propagation-svg"' not in page
     assert '<details id="propagation-list" open>' in page and "so they are listed below" in page

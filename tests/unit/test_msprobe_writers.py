@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.readers import msprobe as mp
 from msoverflow.render import render
 

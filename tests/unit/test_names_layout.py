@@ -6,7 +6,7 @@ import pytest
 
 from msoverflow import names
 from msoverflow.errors import UserError
-from msoverflow.layout import LAYOUT_ACL, LAYOUT_DEBUG, LAYOUT_GE, LAYOUT_MS, discover, interpret
+from msoverflow.layout import LAYOUT_ACL, LAYOUT_DEBUG, LAYOUT_GE, LAYOUT_MS, Dump, interpret, read_mapping
 
 
 def test_full_scope_name_with_dtype_suffix_seen_on_ms_2_10_cpu():
@@ -51,7 +51,7 @@ def test_unknown_names_are_rejected(bad):
 def test_mapping_csv_restores_long_names(tmp_path):
     (tmp_path / "mapping.csv").write_text("8472.npy,Add.very_long_name.0.0.7.output.0.ND.Float32.npy\nbroken\n")
     warnings = []
-    mapping = names.read_mapping(str(tmp_path / "mapping.csv"), warnings.append)
+    mapping = read_mapping(str(tmp_path / "mapping.csv"), warnings.append)
     assert names.parse(mapping["8472.npy"]).op_name == "very_long_name"
     assert warnings and "mapping.csv:2" in warnings[0]
 
@@ -65,6 +65,10 @@ def test_mapping_csv_restores_long_names(tmp_path):
 def test_leaf_directories_are_interpreted_by_layout(tmp_path, rel, layout, rank, graph, iteration):
     d = interpret(str(tmp_path / rel))
     assert (d.layout, d.rank, d.graph, d.iteration) == (layout, rank, graph, iteration)
+
+
+def discover(path, warn):
+    return Dump.open(path, warn).dirs
 
 
 def _touch_npy(folder, name="Add.Default_Add-op0.0.0.1.output.0.DefaultFormat.Float32.npy"):

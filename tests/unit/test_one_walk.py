@@ -10,8 +10,8 @@ from tests.support.ascend_fixtures import build_seed_scenario, write_statistic_c
 from tests.support.synth_dump import SynthDump
 
 from msoverflow import names, walk
-from msoverflow.analyze import analyze
-from msoverflow.render.json_report import report_dict
+from msoverflow.analysis import analyze
+from msoverflow.report_dict import report_dict
 
 F32, F16 = np.float32, np.float16
 fin = np.ones(4, F32)

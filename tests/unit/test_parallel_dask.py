@@ -7,8 +7,8 @@ from concurrent.futures import Future
 import pytest
 
 from msoverflow import parallel
-from msoverflow.analyze import analyze
-from msoverflow.render.json_report import report_dict
+from msoverflow.analysis import analyze
+from msoverflow.report_dict import report_dict
 from msoverflow.walk import Unit, UnitSummary
 
 from tests.unit.test_one_walk import _rules_dump, _statistic_dump

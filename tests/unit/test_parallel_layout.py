@@ -248,12 +248,12 @@ def test_parameter_table_keeps_whole_sentences():
     how = ("gradient computed on this rank, then through AllReduce "
            "Default_grad_reducer-DistributedGradReducer_AllReduce-op2 to every rank of the data-parallel group, "
            "which applied it in the same step")
-    first = Finding(rank=1, graph="0", iteration=1, op_type="Div", op_name="Div-op0", full_name=None, kind="invalid",
+    first = Finding(rank=1, graph="0", step=1, op_type="Div", op_name="Div-op0", full_name=None, kind="invalid",
                     detail="0/0", timestamp=0, role="origin")
-    hits = [ParameterHit(name=f"layers.{i}.attention.wq.weight", rank=1, iteration=1, shape=(4096, 4096), how=how,
+    hits = [ParameterHit(name=f"layers.{i}.attention.wq.weight", rank=1, step=1, shape=(4096, 4096), how=how,
                          coords={"pp": 0, "dp": 1, "tp": 0}) for i in range(3)]
     report = Report(dump_dir="/d", first=first, anomalies=[first], propagation=[], warnings=[], ranks=[1],
-                    iterations={1: [1]}, files=1, scanned_steps={1: [1]}, parameters=hits)
+                    steps={1: [1]}, files=1, scanned_steps={1: [1]}, parameters=hits)
     table = render(report, "text").split("Parameters hit", 1)[1].split("\n\n", 1)[0]
     assert "..." not in table
     words = table.split()

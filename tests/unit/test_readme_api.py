@@ -47,9 +47,10 @@ def test_readme_api_example_runs_as_written(page, tmp_path, monkeypatch):
 
 
 def test_the_api_function_survives_importing_the_pipeline_module(tmp_path):
-    """`import msoverflow.analyze` (the pipeline module) must not hide `msoverflow.analyze(...)`."""
+    """`import msoverflow.analysis` (the pipeline module, not named like the function) leaves
+    `msoverflow.analyze(...)` the API function."""
     import msoverflow
-    import msoverflow.analyze  # noqa: F401
+    import msoverflow.analysis  # noqa: F401
     d = SynthDump(str(tmp_path / "dump"), rank=0)
     d.op(0, "Exp", "Default_Exp-op1", [np.ones(2, np.float32)], [np.array([np.inf, 1], np.float32)])
     assert msoverflow.analyze(str(tmp_path / "dump")).first.op_type == "Exp"

@@ -37,7 +37,7 @@ def _tensor(slot, bad=False, exact=True):
 
 
 def _finding(name, rank=0, outputs=None):
-    return Finding(rank=rank, graph="0", iteration=1, op_type=name, op_name=name, role="origin", kind="overflow",
+    return Finding(rank=rank, graph="0", step=1, op_type=name, op_name=name, role="origin", kind="overflow",
                    detail=f"overflow in {name}", timestamp=1000, full_name=f"Default/{name}", forward_op=name,
                    cell=name, cell_type=name, inputs=[_tensor(0)], outputs=outputs or [_tensor(0, bad=True)],
                    recommendation=f"fix {name}", evidence=[f"seen {name}"], producers=[f"Default/{name}"])
@@ -47,7 +47,7 @@ def _report(name, **extra):
     first = _finding(name)
     spread = [_finding(f"{name}{i}") for i in range(3)]
     return Report(dump_dir="/dump", first=first, anomalies=[first, _finding(name, rank=1)], propagation=spread,
-                  warnings=[f"{name}: cannot read"], ranks=[0, 1], iterations={0: [0, 1], 1: [0, 1]}, files=4,
+                  warnings=[f"{name}: cannot read"], ranks=[0, 1], steps={0: [0, 1], 1: [0, 1]}, files=4,
                   layout=name, rank_status=[RankStatus(0, "origin", 1, name, name),
                                             RankStatus(1, RANK_RECEIVED, 1, name, name, via=f"{name} {name}")],
                   coverage=[name], arrivals=[Arrival(1, 1, name, name, 5)], scanned_steps={0: [0, 1], 1: [0, 1]},
@@ -127,7 +127,7 @@ def test_thirty_thousand_outputs_make_bounded_tables_that_say_what_they_left_out
     outputs = [_tensor(i, bad=(i == 29_999)) for i in range(30_000)]
     first = _finding("Split", outputs=outputs)
     report = Report(dump_dir="/d", first=first, anomalies=[first], propagation=[], warnings=[], ranks=[0],
-                    iterations={0: [1]}, files=30_001, scanned_steps={0: [1]})
+                    steps={0: [1]}, files=30_001, scanned_steps={0: [1]})
     text = render(report, "text")
     assert len(text) < 20_000 and "29984 more not shown (0 of them bad)" in text
     assert re.search(r"^29999\s", text, re.M)              # the bad one is shown first, whatever its slot
@@ -144,7 +144,7 @@ def test_a_hundred_thousand_rank_rows_fold_and_stop():
     arrivals = [Arrival(r, 1, "AllReduce", "AllReduce-op0", 10) for r in range(3, 40_000, 2)]
     first = _finding("Div")
     report = Report(dump_dir="/d", first=first, anomalies=[first], propagation=[], warnings=[], ranks=[0, 1],
-                    iterations={0: [1], 1: [1]}, files=2, rank_status=rows, arrivals=arrivals,
+                    steps={0: [1], 1: [1]}, files=2, rank_status=rows, arrivals=arrivals,
                     scanned_steps={r: [1] for r in range(0, 100_000)})
     text = render(report, "text")
     assert len(text) < 40_000 and "more rank(s) not shown; --format json lists every rank" in text
@@ -160,6 +160,6 @@ def test_runs_of_not_dumped_ranks_fold_into_one_row():
                                                         for r in range(1, 100_000)]
     first = _finding("Div")
     report = Report(dump_dir="/d", first=first, anomalies=[first], propagation=[], warnings=[], ranks=[0],
-                    iterations={0: [1]}, files=2, rank_status=rows, scanned_steps={0: [1]})
+                    steps={0: [1]}, files=2, rank_status=rows, scanned_steps={0: [1]})
     text = render(report, "text")
     assert re.search(r"^1-99999\s+not dumped", text, re.M) and "folded into one row" in text

@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.synth_dump import SynthDump, ir_node
 
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.render.json_report import render_json
 
 F16 = np.float16

@@ -10,7 +10,7 @@ import pytest
 from tests.support import ascend_fixtures as fx
 from msoverflow import cli, names
 from msoverflow import stats as tensor_stats
-from msoverflow.analyze import analyze
+from msoverflow.analysis import analyze
 from msoverflow.dtypes import canonical, decode_raw
 from msoverflow.layout import LAYOUT_MSPROBE, LAYOUT_MSPROBE_KERNEL, interpret
 from msoverflow.readers import dumpdata_bin as db

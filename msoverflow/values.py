@@ -1,9 +1,10 @@
-"""The one definition of a bad value, beside the rules: a value that is not finite (NaN, +inf, -inf), or whose
-magnitude exceeds the largest finite value of the tensor's *declared* dtype (an fp16-declared tensor holding 1.8e5
-in an fp32 payload overflowed). A value exactly at that maximum is not bad but `pinned` (saturation mode).
+"""The one definition of a bad value, beside the data model (the ground floor): a value that is not finite (NaN,
++inf, -inf), or whose magnitude exceeds the largest finite value of the tensor's *declared* dtype (an fp16-declared
+tensor holding 1.8e5 in an fp32 payload overflowed). A value exactly at that maximum is not bad but `pinned`
+(saturation mode).
 
 Everything that decides "bad" uses these: tensor scans (chunk by chunk, or many small tensors as rows),
-statistics (Max/Min and counts), and TensorStats.bad (the counts form).
+statistics (Max/Min and counts), TensorStats.bad (the counts form) and the `bad` column of msoverflow.events().
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..dtypes import dtype_max
+from .dtypes import dtype_max
 
 
 def limit_of(declared: Optional[str]) -> Optional[float]:

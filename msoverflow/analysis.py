@@ -1,0 +1,99 @@
+"""The analysis as a chain of stages, each taking a value and handing one on:
+
+    open the dump once -> plan the units -> walk (map/reduce) -> decide the findings -> settle completeness
+    -> assemble the Report
+
+Per rank, executions are walked in time order (step, then timestamp). The first execution whose outputs are bad
+while its inputs are fine is that rank's origin. The rest of that step is scanned cheaply (a tensor read stops at
+its first bad chunk) to show how it spread; later steps are skipped unless `scan_all`. Ranks are compared by step,
+never by their clocks. Where each stage lives: layout.py (Dump, Plan), walk.py and parallel.py (the walk),
+findings.py (decide), completeness.py (check, settle), assemble.py. Each stage's time goes to the `msoverflow`
+logger (-v, --log-file).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Callable, Optional
+
+from . import completeness, findings
+from .assemble import assemble, not_understood, nothing_understood
+from .errors import UserError
+from .evaluate import TensorAccess
+from .graphs import SavedGraphs
+from .layout import Dump
+from .logs import Notes, timed
+from .model import Report
+from .parallel import map_reduce
+from .rules.knowledge import knowledge
+from .selection import not_in_dump, parse
+
+
+def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progress: Optional[bool] = None,
+            warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = None,
+            scheduler: Optional[str] = None, finished: bool = False, parallel=None) -> Report:
+    """ranks/steps: a selection (msoverflow.selection.Selection, or any collection; None: all).
+    jobs: worker processes (None: from the CPU count, for dumps large enough); scheduler: a Dask scheduler
+    address to run the per-rank scans on (msoverflow/parallel.py); finished: the job that wrote the dump has
+    ended; parallel: a parallel_layout.ParallelSpec (None: from a file beside the dump, else inferred)."""
+    notes = Notes(warn)
+    with timed("discover"):
+        dump = Dump.open(path, notes)
+    if not dump.dirs:
+        if not dump.other_files:
+            raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
+                            "binary dump, statistic.csv or Opdebug files)")
+        return not_understood(dump, list(notes))
+    with timed("plan"):
+        plan = dump.plan(parse(ranks, "--ranks"), parse(steps, "--steps"))
+    if not plan.units:
+        raise not_in_dump(path, plan.ranks, plan.steps, dump.dirs)
+    access, kn = TensorAccess(notes), knowledge()
+    with timed("walk"), _Progress(sys.stderr.isatty() if progress is None else progress, plan.files) as bar:
+        # Opdebug records mean the hardware watched every op: every unit is judged by them (only flagged ops, whose
+        # inputs decide, and collectives, which tell which rank a bad value came from, are worth a tensor read).
+        walked = map_reduce(plan.units, kn, scan_all, access, notes, jobs=jobs, scheduler=scheduler,
+                            files=plan.files, advance=bar.advance, flags=plan.flags)
+    if not walked.runs and not walked.records:
+        if plan.ranks or plan.steps:
+            raise not_in_dump(path, plan.ranks, plan.steps, dump.dirs)
+        return nothing_understood(dump, walked, list(notes))
+    graphs = SavedGraphs(walked.graphs, walked.rank_roots, notes)
+    with timed("decide"):
+        decision = findings.decide(walked, graphs, access, kn, notes)
+    with timed("settle"):
+        # (rank, step)s whose files stop short (job killed, dump still being written): the listing and headers only
+        incomplete = completeness.check(plan.dirs, cut=walked.truncated, warn=notes, finished=finished)
+        decision = completeness.settle(decision, incomplete, walked.unreadable, plan.dirs, graphs, access, kn)
+    if decision.first is not None or decision.likely is not None:   # a clean dump does not even import it
+        from .diagnosis.stage import diagnose
+        with timed("diagnose"):
+            # the cause of every origin, recomputed from its dumped inputs (msoverflow/diagnosis)
+            decision = diagnose(decision, dump, plan, walked, graphs, notes, parallel=parallel)
+    with timed("assemble"):
+        return assemble(dump, plan, walked, decision, graphs, access, kn, notes, parallel=parallel)
+
+
+class _Progress:
+    """A progress bar on stderr, only on a terminal."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.enabled = enabled and total > 2000
+        self.total = total
+        self._bar = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import Progress
+            self._bar = Progress(transient=True, console=Console(stderr=True))
+            self._bar.start()
+            self._task = self._bar.add_task("scanning ops", total=self.total)
+        return self
+
+    def advance(self, n: int = 1):
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.stop()

@@ -1,0 +1,296 @@
+"""Decide the findings: from what the walk judged to the first origin, the later ones, how the first one spread
+and the ops only the hardware flagged. Origin rules that need the whole dump live here (a Cell wrapping an
+origin is no second origin, the order of candidates across ranks, the likely origin of a cut file); the rules of
+one op execution live in msoverflow/rules/.
+
+decide() is pure: it hands back a new Decision and changes neither the walk's facts nor its verdicts (a demoted
+verdict is a new Verdict). It reads tensors only through the TensorAccess, for the numbers a finding shows.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+
+from . import names
+from .errors import reading
+from .evaluate import TensorAccess
+from .graphs import SavedGraphs
+from .model import (CROSS_RANK, FLAGGED, INVALID, LIKELY_ORIGIN, ORIGIN, OVERFLOW, PROPAGATOR, SUSPECT, Finding,
+                    OpExecution, OverflowRecord, Status, StepCompleteness, TensorEvent, TensorSummary)
+from .ranks import RankTable
+from .rules import Verdict
+from .rules.knowledge import OpKnowledge
+from .scope import enclosing_class
+
+if TYPE_CHECKING:
+    from .layout import DumpDir
+    from .parallel import Walked
+
+Judged = List[Tuple[OpExecution, Verdict]]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the dump says, as findings. Later stages (completeness.settle, the diagnosis) return new Decisions."""
+    judged: Judged                          # every op not clean, in rank, step, time order (demotions applied)
+    table: RankTable                        # per-rank positions of origins and arrivals
+    unmatched: List[OverflowRecord]         # Opdebug records that name no dumped op
+    first: Optional[Finding]
+    anomalies: List[Finding]                # origins in step order, the first included
+    propagation: List[Finding]              # how the first origin spread in its step
+    flagged: List[Finding]                  # flagged ops whose inputs could not decide
+    tensors_read_to_decide: int = 0         # tensors the walk read to judge (not those read to describe)
+    likely: Optional[Finding] = None        # LIKELY_ORIGIN: its output file is cut short (never proven)
+    incomplete: List[StepCompleteness] = field(default_factory=list)   # (rank, step)s found incomplete
+    reasons: List[str] = field(default_factory=list)   # why no answer stands, from the stages after decide
+
+
+def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKnowledge, note) -> Decision:
+    """The findings of a walk; `note` takes what the user should hear (an origin not dumped, an unmatched record)."""
+    reads_to_decide = access.tensors_read - walked.side_reads
+    demoted = _not_second_origins(walked.judged, graphs)
+    judged = [(ex, demoted.get(id(ex), v)) for ex, v in walked.judged]
+    table = RankTable(walked.runs, judged, walked.arrivals)
+    candidates = [(ex, v) for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK]
+    after_arrival = set(walked.after_arrival)
+    for ex, _v in candidates:      # a collective delivered a bad value to this rank earlier in the same step
+        arrival = table.first_arrival(ex.rank, before=ex, same_step=True) if id(ex) not in after_arrival else None
+        if arrival is not None and arrival.step == ex.step:
+            after_arrival.add(id(ex))
+    unmatched = [r for r in walked.records if r.matched_op is None]
+    # No origin anywhere but a rank received bad values: report the earliest cross-rank arrival.
+    if not candidates and not unmatched:
+        candidates = [(ex, v) for ex, v in judged if v.kind == CROSS_RANK][:1]
+    if not candidates and not unmatched:
+        # Bad values, but every bad op's input was already bad: the op that created it is not in the dump
+        # (kernel filter, overflow-only mode, a step not dumped). Never clean: name the first bad op seen.
+        seen = _ordered(walked, [(ex, v) for ex, v in judged if v.role == PROPAGATOR], after_arrival, kn)
+        candidates = [(ex, dataclasses.replace(v, evidence=v.evidence + [
+            "its input was already bad, and no dumped op created that value: the origin is in an op, step or "
+            "rank that was not dumped"])) for ex, v in seen[:1]]
+        if candidates:
+            note("no dumped op created the first bad value: it is first seen as an input; dump without filters")
+    candidates = _ordered(walked, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs))
+    found = []
+    for ex, v in candidates:
+        with reading(_file_of(ex)):
+            found.append(describe(ex, v, access, graphs, kn, full=True))
+    from_candidates = found[0] if found else None
+    found += [_unmatched_finding(record) for record in unmatched]
+    found.sort(key=lambda f: f.step)      # stable: an unmatched record goes last in its step
+    origins = [f for f in found if f.role != SUSPECT]
+    suspects = [f for f in found if f.role == SUSPECT]
+    first = found[0] if found else None
+    propagation: List[Finding] = []
+    if candidates and first is from_candidates:
+        first_ex = candidates[0][0]
+        propagation = [describe(ex, v, access, graphs, kn, full=False) for ex, v in judged
+                       if v.role == PROPAGATOR and ex.rank == first_ex.rank and ex.step == first_ex.step
+                       and ex.time >= first_ex.time]
+    for record in unmatched:
+        note(f"{record.source}: overflow record ({record.unit}, task {record.task_id}, stream "
+             f"{record.stream_id}) matches no dumped op in its directory")
+    return Decision(judged=judged, table=table, unmatched=unmatched, first=first,
+                    anomalies=([first] if first is not None and first.role == SUSPECT else []) + origins,
+                    propagation=propagation, flagged=[f for f in suspects if f is not first],
+                    tensors_read_to_decide=reads_to_decide)
+
+
+def proven(f: Finding) -> bool:
+    """An origin shown by its own inputs (or flagged by the hardware), not a value a collective or an input brought."""
+    return f.role == SUSPECT or (f.role == ORIGIN and f.kind != CROSS_RANK)
+
+
+def _not_second_origins(judged: Judged, graphs: SavedGraphs) -> Dict[int, Verdict]:
+    """The demoted verdicts (by id of their execution). A Cell entry of a framework dump (msprobe:
+    `Cell.head.NormHead.backward.0`) wraps the ops that ran inside it: when an op inside its scope already went bad
+    in the same step, the Cell's bad output is that value passing through, not a later origin."""
+    made: Dict[Tuple[int, int], List[str]] = {}
+    demoted: Dict[int, Verdict] = {}
+    for ex, v in judged:
+        if v.role not in (ORIGIN, SUSPECT) or v.kind == CROSS_RANK:
+            continue
+        node, _graph = graphs.node(ex)
+        name = node.full_name if node is not None else ex.op_name
+        if node is not None and node.wraps_scope is not None:
+            inside = [n for n in made.get((ex.rank, ex.step), []) if n.startswith(node.wraps_scope + "/")]
+            if inside:
+                demoted[id(ex)] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
+                    f"its Cell holds {inside[0]}, which made the bad value first"])
+                continue
+        made.setdefault((ex.rank, ex.step), []).append(name)
+    return demoted
+
+
+def _ordered(walked: "Walked", candidates: Judged, after_arrival: Set[int], kn: OpKnowledge,
+             fed_by_bad: FrozenSet[int] = frozenset()) -> Judged:
+    """Ranks by evidence, never by clock. By step first. Within a step: a candidate on a rank that had not yet
+    received a bad value through a collective comes first (pipeline: the last stage's backward feeds the earlier
+    stages); an op proven by its inputs before one only the hardware flagged; a flagged op that consumes what
+    others made (global norm, loss scale, optimizer) or whose producer in the saved graph already went bad
+    (`fed_by_bad`) after the rest; then the time since the rank's own step began (clock offsets between ranks
+    cancel), where the ranks' execution-order files put that rank's candidates in graph order; then the rank."""
+    relative = {id(ex): ex.time - walked.step_start(ex.rank, ex.step) for ex, _v in candidates}
+    # Flagged ops decided by nothing but their flags: a debug file's timestamp is when it was written, not when the
+    # op ran (CANN), so on one rank the graph's order wins. Ops decided by their data keep the dump's time order
+    # (on CPU the execution-order csv is not the run order).
+    groups: Dict[Tuple[int, int, str], List[OpExecution]] = {}
+    for ex, v in candidates:
+        if ex.order is not None and v.role == SUSPECT:
+            groups.setdefault((ex.rank, ex.step, ex.graph), []).append(ex)
+    for members in groups.values():
+        times = sorted(relative[id(ex)] for ex in members)
+        for ex, when in zip(sorted(members, key=lambda e: (e.order, relative[id(e)])), times):
+            relative[id(ex)] = when
+    return sorted(candidates, key=lambda pair: (
+        pair[0].step, id(pair[0]) in after_arrival, pair[1].role != ORIGIN,
+        pair[1].role == SUSPECT and (kn.is_consumer(pair[0].op_type, pair[0].op_name) or id(pair[0]) in fed_by_bad),
+        relative[id(pair[0])], pair[0].rank))
+
+
+def _fed_by_bad(candidates: Judged, judged: Judged, graphs: SavedGraphs) -> FrozenSet[int]:
+    """Flagged-undecided ops whose producer (from the saved graph) is an op that went bad in the same step on the
+    same rank: they come after it."""
+    bad = {(ex.rank, ex.step, ex.op_name) for ex, _v in judged}
+    fed = set()
+    for ex, v in candidates:
+        if v.role != SUSPECT:
+            continue
+        node, _graph = graphs.node(ex)
+        producers = [p for p in (node.inputs if node else []) if p and not p.startswith("param:")]
+        if any((ex.rank, ex.step, names.scope_to_file_name(p)) in bad for p in producers):
+            fed.add(id(ex))
+    return frozenset(fed)
+
+
+def _unmatched_finding(record: OverflowRecord) -> Finding:
+    """An Opdebug record that names no dumped op: the hardware saw an overflow the dump cannot place."""
+    words = ", ".join(record.status_words) or "overflow"
+    detail = (f"Opdebug record ({record.unit}, status {record.status:#x}: {words}) names task {record.task_id}, "
+              f"stream {record.stream_id}, which matches no dumped op (file {record.source})")
+    return Finding(rank=record.rank, graph=record.graph, step=record.step, op_type="unknown op",
+                   op_name=f"task {record.task_id} stream {record.stream_id}", role=SUSPECT, kind=FLAGGED,
+                   detail=detail, timestamp=record.timestamp, flags=[record],
+                   recommendation="Dump this step with the ops' tensors (dump_mode 0, input_output 0) so the record "
+                                  "can be matched to its op, then run analyze again.",
+                   evidence=["the record's task/stream ids match no file in its directory or step"])
+
+
+def _file_of(ex: OpExecution) -> str:
+    """A file of this op execution, to name in an internal error."""
+    for event in ex.inputs + ex.outputs:
+        return event.source
+    return ex.flags[0].source if ex.flags else f"{ex.op_type} {ex.op_name}"
+
+
+def _summary(event: TensorEvent, access: TensorAccess, producer: Optional[str], full: bool) -> TensorSummary:
+    stats = access.stats(event) if full else event.stats
+    return TensorSummary(slot=event.slot, io=event.io, dtype=event.dtype, shape=event.shape, stats=stats,
+                         payload_dtype=event.payload_dtype, producer=producer, note=event.note, file=event.source)
+
+
+def describe(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: SavedGraphs, kn: OpKnowledge,
+             full: bool) -> Finding:
+    """A judged op execution as a Finding: where it lives in the code, its tensors' numbers (read when `full`),
+    the evidence and the advice."""
+    node, graph = graphs.node(ex)
+    op_type, op_name = ex.op_type, ex.op_name
+    evidence = list(v.evidence)
+    if v.via_producer and node is not None and v.bad_input is not None:
+        # Inputs-only dump: name the producer of the first bad input as the op that created it.
+        producer = node.inputs[v.bad_input.slot] if v.bad_input.slot < len(node.inputs) else None
+        pnode = graph.by_full.get(producer) if producer else None
+        if pnode is not None:
+            evidence.append(f"seen first as input {v.bad_input.slot} of {ex.op_type} ({ex.op_name})")
+            node, op_type, op_name = pnode, pnode.op_type, pnode.full_name.replace("/", "_")
+    place = graphs.place(ex, node, graph, op_type, forward_of=kn.forward_of)
+    cell_type = place.cell_type
+    if cell_type is None and place.source is not None and v.role == ORIGIN:
+        cell_type = enclosing_class(place.source.file, place.source.line)
+        if cell_type:
+            evidence.append(f"Cell {cell_type} taken from the source file (the scope name carries no Cell)")
+    inputs, outputs = [], []
+    if full or v.role == ORIGIN:
+        for e in ex.inputs:
+            producer = node.inputs[e.slot] if node and e.slot < len(node.inputs) else None
+            inputs.append(_summary(e, access, producer, full))
+        outputs = [_summary(e, access, None, full) for e in ex.outputs]
+    den_slot = v.values.get("denominator_slot")
+    if den_slot is not None and node is not None and int(den_slot) < len(node.inputs) and graph is not None:
+        den_node = graph.by_full.get(node.inputs[int(den_slot)])
+        if den_node is not None:
+            code = f": {den_node.source_code}" if den_node.source_code else ""
+            evidence.append(f"the zero denominator (input {den_slot}) comes from {den_node.op_type} "
+                            f"{den_node.full_name}{code}")
+    if node is not None and node.kernel_out and node.inferred_out and node.kernel_out != node.inferred_out:
+        evidence.append(f"kernel ran in {node.kernel_out} while the graph declares {node.inferred_out}")
+    if node is not None and node.is_backend_cast:
+        evidence.append("a Cast the backend inserted (not in the user's code)")
+    for summary in inputs:
+        if summary.range_used is not None and summary.stats is not None and summary.dtype in ("float16", "bfloat16"):
+            evidence.append(f"input {summary.slot} max |x| {summary.stats.max_abs:.6g} = "
+                            f"{summary.range_used:.0%} of {summary.dtype} max")
+    values = {"op_type": op_type, "op_name": op_name, "forward_op": place.forward_op or op_type,
+              "cell": f"{place.cell} ({cell_type})" if place.cell else "its Cell", "dtype": "float16", **v.values}
+    return Finding(rank=ex.rank, graph=ex.graph, step=ex.step, op_type=op_type, op_name=op_name,
+                   role=v.role, kind=v.kind, detail=v.detail, timestamp=ex.time, full_name=place.full_name,
+                   forward_op=place.forward_op, cell=place.cell, cell_type=cell_type, source=place.source,
+                   inputs=inputs, outputs=outputs, flags=list(ex.flags),
+                   recommendation=kn.recommend(v.advice, **values) if v.role in (ORIGIN, SUSPECT) else "",
+                   evidence=evidence, producers=list(node.inputs) if node else [], advice=v.advice,
+                   ir_file=getattr(graph, "path", None) if node else None, ir_line=node.ir_line if node else None)
+
+
+def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judged: Judged, graphs: SavedGraphs,
+                  dirs: List["DumpDir"], access: TensorAccess) -> Optional[Tuple[OpExecution, Verdict]]:
+    """(OpExecution, Verdict) of the op X when the only files that could not be read are X's outputs, X's inputs
+    are finite and an op fed by X (in the saved graph) received a bad value from it; else None. The consumer's
+    input is X's output as it arrived: it tells what X made, so the kind is named; the role stays
+    LIKELY_ORIGIN (the verdict stays inconclusive)."""
+    from .layout import Unit
+    from .walk import read_unit
+    cut = set(unreadable) | {path for step in steps for path in step.truncated}
+    if not cut or any(step.recent or len(step.reasons) != 1 or not step.truncated for step in steps):
+        return None      # files are missing or still being written: any of them could hold the origin
+    parsed = {path: names.parse(os.path.basename(path)) for path in cut}
+    owners = {(os.path.dirname(path), p.op_type, p.op_name, p.task_id, p.stream_id) if p and p.io == "output"
+              else None for path, p in parsed.items()}
+    if len(owners) != 1 or None in owners:
+        return None
+    folder, op_type, op_name, task, stream = owners.pop()
+    d = next((d for d in dirs if os.path.realpath(d.path) == os.path.realpath(folder)), None)
+    if d is None:
+        return None
+    quiet = lambda message: None     # noqa: E731  (the walk already said what it could not read)
+    executions = read_unit(Unit(d.rank, d.step, [d]), quiet).executions
+    runs = [ex for ex in executions if (ex.op_type, ex.op_name, ex.task_id, ex.stream_id)
+            == (op_type, op_name, task, stream) and any(e.source in cut for e in ex.outputs)]
+    if len(runs) != 1 or not runs[0].inputs:
+        return None
+    ex = runs[0]
+    for event in ex.outputs:
+        if event.source in cut:      # already reported by the walk: not read (and warned about) a second time
+            event.status, event.note, event.loader = Status.TRUNCATED, "unreadable: truncated", (lambda: None)
+    if any(access.bad(e) is not False for e in ex.inputs if e.dtype is None or e.is_float):
+        return None      # an input bad or unreadable: X may have received the bad value
+    for consumer, verdict in judged:
+        if consumer.rank != ex.rank or consumer.step != ex.step or verdict.role != PROPAGATOR:
+            continue
+        node, _graph = graphs.node(consumer)
+        for event in consumer.inputs:
+            producer = node.inputs[event.slot] if node is not None and event.slot < len(node.inputs) else None
+            if producer is None or names.scope_to_file_name(producer) != op_name or not access.bad(event):
+                continue
+            stats = access.stats(event)
+            kind = INVALID if stats is not None and stats.nan else OVERFLOW
+            shown = "; ".join(os.path.basename(e.source) for e in ex.outputs if e.source in cut)
+            what = (f"max |x| {stats.max_abs:.6g}, nan {stats.nan}, +inf {stats.posinf}, -inf {stats.neginf}"
+                    if stats is not None and stats.max_abs is not None else "a bad value")
+            detail = (f"its output file is truncated ({shown}); its inputs are finite and {consumer.op_type} "
+                      f"({consumer.op_name}) received input {event.slot} from it with {what}")
+            return ex, Verdict(LIKELY_ORIGIN, kind, detail, advice="invalid" if kind == INVALID else "overflow",
+                               evidence=[f"{consumer.op_type} input {event.slot} is {op_type}'s output as it "
+                                         "arrived: it holds the bad value the truncated file would show"])
+    return None
