@@ -66,7 +66,7 @@ def _samples(first: dict, execution) -> tuple:
         return first.get("cause"), diagnosis.get("reason") or "", diagnosis["samples"], diagnosis.get("output_slot")
     from .diagnosis.cause import diagnose
     from .evaluate import TensorAccess
-    from .render.json_report import cause_dict
+    from .report_dict import cause_dict
     cause = diagnose(execution, TensorAccess(lambda message: None), mindspore=False)
     return cause.cause, cause.reason, cause_dict(cause)["samples"], cause.output_slot
 
