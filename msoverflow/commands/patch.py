@@ -150,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         print()
         _runtime_hint(args, target)
     if args.verify:
+        assert how is not None          # --verify alone picks the runtime patch
         if how in ("yaml", "source", "guard") and not args.write:
             raise UserError(f"--verify with --how {how} runs the files on disk: add --write (or verify the runtime "
                             f"patch with --how runtime)")
@@ -192,7 +193,8 @@ def _cause_refuses(report: dict, target, where: str) -> str:
     no dtype holds and a bad batch get no patch: the text says why and what to do instead ('' to go on)."""
     first = report.get("first") or {}
     cause = first.get("cause")
-    diagnosis = first.get("diagnosis") if isinstance(first.get("diagnosis"), dict) else {}
+    diagnosis = first.get("diagnosis")
+    diagnosis = diagnosis if isinstance(diagnosis, dict) else {}
     reason, advice = str(diagnosis.get("reason") or ""), str(diagnosis.get("advice") or "")
     if cause == "unknown":
         print(f"note: the cause could not be established ({reason}); the patch below assumes a precision problem")

@@ -21,8 +21,19 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..dtypes import dtype_max
-from ..model import (CAUSE_DATA, CAUSE_DEVICE, CAUSE_DOMAIN, CAUSE_PRECISION, CAUSE_UNKNOWN, Cause, GraphNode,
-                     OpExecution, Recomputed, Sample, TensorEvent)
+from ..model import (
+    CAUSE_DATA,
+    CAUSE_DEVICE,
+    CAUSE_DOMAIN,
+    CAUSE_PRECISION,
+    CAUSE_UNKNOWN,
+    Cause,
+    GraphNode,
+    OpExecution,
+    Recomputed,
+    Sample,
+    TensorEvent,
+)
 from ..resources import load_yaml
 from ..rules.knowledge import OpKnowledge, knowledge
 from ..values import bad_mask
@@ -100,9 +111,9 @@ def diagnose(ex: OpExecution, access, *, node: Optional[GraphNode] = None, graph
         _place(cause, dumped, mask, None, None, None)
         return cause
     slot = out.slot if gathered.kernel not in recompute.UPDATES else 0
-    outputs = {p: r[slot] if slot < len(r) else None for p, r in results.items()}
-    if any(v is None for v in outputs.values()):
+    if any(slot >= len(r) for r in results.values()):
         return _unknown(f"the recompute of {gathered.kernel} has no output {slot}")
+    outputs = {p: r[slot] for p, r in results.items()}
     return _decide(ex, out, dumped, mask, outputs, gathered, by, node, graph, step, kn, access)
 
 
@@ -207,12 +218,12 @@ def _shapings(tensors: List[np.ndarray], node: Optional[GraphNode], kernel: str,
             shape = wanted[slot] if slot < len(wanted) else None
             if shape is not None and tensor.shape != shape and tensor.size == int(np.prod(shape, dtype=np.int64)):
                 reshaped[slot] = tensor.reshape(shape)
-        if any(a is not b for a, b in zip(reshaped, tensors)):
+        if any(a is not b for a, b in zip(reshaped, tensors, strict=True)):
             yield reshaped
     if kernel in recompute.POINTWISE:
         size = int(np.prod(out_shape, dtype=np.int64))
         reshaped = [t.reshape(out_shape) if t.shape != tuple(out_shape) and t.size == size else t for t in tensors]
-        if any(a is not b for a, b in zip(reshaped, tensors)):
+        if any(a is not b for a, b in zip(reshaped, tensors, strict=True)):
             yield reshaped
 
 
@@ -264,7 +275,7 @@ def _gather_framework_backward(ex, access, node, step, spec: dict) -> _Inputs:
     tensors = []
     for ref in spec["inputs"]:
         parts = ref.split(".")
-        owner = forward if parts[0] == "forward" else ex
+        owner = forward if parts[0] == "forward" and forward is not None else ex
         io, slot = parts[-2], int(parts[-1])
         events = owner.outputs if io == "output" else owner.inputs
         tensors.append(_array(access, next((e for e in events if e.slot == slot), None), ref))
@@ -276,7 +287,7 @@ def _run(gathered: _Inputs, precisions: List[str], out_dtypes, node, mindspore: 
     dumped output's size is taken."""
     if gathered.kernel in recompute.KERNELS and gathered.kernel in recompute.signatures():
         size = int(np.prod(out_shape, dtype=np.int64))
-        failure = None
+        failure: Optional[RecomputeError] = None
         for tensors in _shapings(gathered.tensors, node, gathered.kernel, out_shape):
             args = _transposes_from_shapes(gathered, tensors, out_shape)
             try:
@@ -292,7 +303,7 @@ def _run(gathered: _Inputs, precisions: List[str], out_dtypes, node, mindspore: 
             failure = failure or RecomputeError(f"the recompute of {gathered.kernel} gives shape "
                                                 f"{first[out_slot].shape if out_slot < len(first) else None}, the "
                                                 f"dump {tuple(out_shape)}")
-        raise failure
+        raise failure or RecomputeError(f"no reading of the inputs' shapes fits {gathered.kernel}")
     if not mindspore:
         raise RecomputeError(f"no reference kernel for {gathered.kernel}")
     if importlib.util.find_spec("mindspore") is None:
@@ -407,7 +418,7 @@ def _classify_reproduced(cause: Cause, ex, out, dumped, mask, shaped, low, limit
         slot = int(domain.get("slot", 0))
         arg = _broadcast(gathered.by_slot[slot], dumped.shape)
         outside = _outside(arg, str(domain.get("needs", ""))) if arg is not None else None
-        if outside is not None and np.any(outside & mask):
+        if arg is not None and outside is not None and np.any(outside & mask):
             hit = outside & mask
             cause.cause = CAUSE_DOMAIN
             cause.reason = (f"{_op(ex)} of a value outside its domain ({domain.get('needs')}), bad in every dtype: "
@@ -480,7 +491,7 @@ def _empty_rows(mask: np.ndarray) -> str:
         return f"is 0 in {count} of {total} positions" if count < total else f"is 0 in all {total} positions"
     rows = zero.reshape(zero.shape[0], -1).all(axis=1)
     empty = np.flatnonzero(rows)
-    label = f"row{'s' if len(empty) != 1 else ''} {where.spans(empty)}" if len(empty) else "no whole row"
+    label = f"row{'s' if len(empty) != 1 else ''} {where.spans(empty.tolist())}" if len(empty) else "no whole row"
     if count == total:
         return f"is 0 in all {total} positions (rows 0-{zero.shape[0] - 1})"
     return f"is 0 in {count} of {total} positions, empty in {label}"
@@ -508,7 +519,7 @@ def _data_input(name: str, event: Optional[TensorEvent], access) -> Cause:
     cause = Cause(cause=CAUSE_DATA, reason=f"the data batch itself: graph input {name} holds the bad values before "
                   "any op ran", advice=ADVICE[CAUSE_DATA], evidence=[f"{name} is an input of the graph, not a weight"])
     values = access.array(event) if event is not None else None
-    if values is not None:
+    if event is not None and values is not None:
         values = np.asarray(values)
         mask = bad_mask(values, event.dtype)
         placement = where.place(mask)          # the data explain the values: no device pattern is looked for

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class Call:
     """One op call to recompute: tensor inputs (float ones already in the precision), arguments, and the declared
     dtypes of the outputs (a Cast's target)."""
     tensors: List[np.ndarray]
-    args: Dict[str, object]
+    args: Dict[str, Any]           # literal arguments and attributes, as the saved graph gives them
     p: Precision
     out_dtypes: List[Optional[str]] = field(default_factory=list)
 

@@ -12,8 +12,19 @@ import dataclasses
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from ..evaluate import TensorAccess
-from ..model import (CAUSE_DATA, CAUSE_DEVICE, CAUSE_DOMAIN, CAUSE_UNKNOWN, CROSS_RANK, LIKELY_ORIGIN, ORIGIN,
-                     Cause, Finding, OpExecution, TensorEvent)
+from ..model import (
+    CAUSE_DATA,
+    CAUSE_DEVICE,
+    CAUSE_DOMAIN,
+    CAUSE_UNKNOWN,
+    CROSS_RANK,
+    LIKELY_ORIGIN,
+    ORIGIN,
+    Cause,
+    Finding,
+    OpExecution,
+    TensorEvent,
+)
 from ..rules.knowledge import knowledge
 from .cause import ADVICE
 from .cause import diagnose as diagnose_op
@@ -65,9 +76,10 @@ def diagnose(decision: "Decision", dump: "Dump", plan: "Plan", walked: "Walked",
         diagnosed[id(finding)] = dataclasses.replace(finding, cause=cause,
                                                      recommendation=_recommendation(finding, cause))
 
-    def new(f: Optional[Finding]) -> Optional[Finding]:
-        return diagnosed.get(id(f), f) if f is not None else None
-    return dataclasses.replace(decision, first=new(decision.first), likely=new(decision.likely),
+    def new(f: Finding) -> Finding:
+        return diagnosed.get(id(f), f)
+    return dataclasses.replace(decision, first=new(decision.first) if decision.first is not None else None,
+                               likely=new(decision.likely) if decision.likely is not None else None,
                                anomalies=[new(f) for f in decision.anomalies],
                                flagged=[new(f) for f in decision.flagged])
 
@@ -141,7 +153,7 @@ class _Groups:
 
     def __init__(self, parallel, dump: "Dump", walked: "Walked"):
         self.parallel, self.dump, self.walked = parallel, dump, walked
-        self._coords = None
+        self._coords: Optional[Dict[int, Optional[Dict[str, int]]]] = None
 
     @property
     def ranks(self) -> List[int]:

@@ -62,7 +62,7 @@ def position_text(index: Sequence[int], names: List[str]) -> str:
         return "the only value"
     if len(index) == 1:
         return f"{names[0]} {index[0]}"
-    return ", ".join(f"{name} {i}" for name, i in zip(names, index))
+    return ", ".join(f"{name} {i}" for name, i in zip(names, index, strict=True))
 
 
 def place(mask: np.ndarray) -> Placement:
@@ -111,7 +111,7 @@ def _runs(flat: np.ndarray):
     breaks = np.nonzero(np.diff(flat) != 1)[0]
     starts = np.concatenate(([0], breaks + 1))
     ends = np.concatenate((breaks, [flat.size - 1]))
-    return [(int(flat[s]), int(flat[e] - flat[s] + 1)) for s, e in zip(starts, ends)]
+    return [(int(flat[s]), int(flat[e] - flat[s] + 1)) for s, e in zip(starts, ends, strict=True)]
 
 
 def stomp(mask: np.ndarray) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from .. import safeio
 from ..model import GraphNode
@@ -50,8 +50,8 @@ def _source(stripped: str):
     if not body.endswith("/"):
         return None
     last = None
-    for last in _SOURCE_SEPARATOR.finditer(body, 0, len(body) - 1):
-        pass
+    for match in _SOURCE_SEPARATOR.finditer(body, 0, len(body) - 1):
+        last = match
     if last is None:
         last = _SOURCE_OLD_SEPARATOR.search(body, 0, len(body) - 1)
     if last is None or last.start() == 0 or len(last.group(1)) > MAX_LINE_NUMBER_DIGITS:
@@ -65,7 +65,9 @@ def _is_user_code(path: str) -> bool:
 
 def _args(line: str, start: int) -> List[str]:
     """Top-level arguments of a node call: `%12` references, or literals (kept so slots stay aligned)."""
-    depth, i, args, current = 1, start, [], []
+    depth, i = 1, start
+    args: List[str] = []
+    current: List[str] = []
     while i < len(line):
         ch = line[i]
         if ch in "([{":
@@ -106,7 +108,9 @@ def _attrs_text(line: str) -> str:
 
 def _split_top(text: str) -> List[str]:
     """Comma-separated items at the top nesting level."""
-    items, depth, current = [], 0, []
+    items: List[str] = []
+    current: List[str] = []
+    depth = 0
     for ch in text:
         if ch in "([{":
             depth += 1
@@ -175,7 +179,7 @@ def shapes(node: GraphNode):
         return [], []
 
     def parse(part: str):
-        found = []
+        found: List[Optional[Tuple[int, ...]]] = []
         for m in _TYPE_ITEM.finditer(part):
             if m.group(1) is None:
                 found.append(None)
@@ -214,7 +218,7 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
     ids: Dict[str, str] = {}            # %113 -> full name (filled once the node's Fullname line is seen)
     unique: Dict[str, str] = {}         # unique_id -> full name
     nodes: List[GraphNode] = []
-    pending_forward: Dict[int, str] = {}
+    pending_forward: Dict[int, Tuple[str, str]] = {}
     current: Optional[dict] = None
 
     def finish():
@@ -245,7 +249,7 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             current = {"id": m.group(1), "op_type": op_type, "inputs": args, "line": line_number,
                        "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0,
                        "open": line.count("{") - line.count("}"),
-                       "literals": {slot: text for slot, (text, arg) in enumerate(zip(texts, args)) if arg == "const"},
+                       "literals": {slot: text for slot, (text, arg) in enumerate(zip(texts, args, strict=True)) if arg == "const"},
                        "attrs": _attrs_text(line)}
             u = _UNIQUE.search(line.split("cnode_primal_attrs", 1)[-1]) if "cnode_primal_attrs" in line else None
             f = _FORWARD.search(line)
@@ -354,8 +358,9 @@ def collective_groups(rank_root: str) -> Dict[str, str]:
                     node = _COLLECTIVE_NODE.match(line)
                     if node or pending:
                         group = _GROUP.search(line)
-                        if group:
-                            found.setdefault(group.group(1), node.group(1) if node else pending)
+                        owner = node.group(1) if node else pending
+                        if group and owner is not None:     # (node or pending: an owner)
+                            found.setdefault(group.group(1), owner)
                         pending = node.group(1) if node and not group else None
         except OSError:
             continue

@@ -6,9 +6,26 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, List
 
 from ..model import SUSPECT
-from .common import (arrival_text, arrivals_shown, cause_values_text, clean_text, coords_phrase, count_cell,
-                     counts_note, parallel_text, parameters_shown, producer_text, provenance_text, rank_where,
-                     ranks_shown, recompute_rows, recompute_title, sample_texts, scanned_text, tensors_shown)
+from .common import (
+    arrival_text,
+    arrivals_shown,
+    cause_values_text,
+    clean_text,
+    coords_phrase,
+    count_cell,
+    counts_note,
+    parallel_text,
+    parameters_shown,
+    producer_text,
+    provenance_text,
+    rank_where,
+    ranks_shown,
+    recompute_rows,
+    recompute_title,
+    sample_texts,
+    scanned_text,
+    tensors_shown,
+)
 from .safe import md, md_code
 from .text import chain_label, max_abs_text, op_label, range_used_text, rank_text, scan_summary, shape_text
 

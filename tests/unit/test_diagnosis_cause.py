@@ -4,8 +4,8 @@ alone). The real cases are in test_diagnosis_real.py."""
 import numpy as np
 
 from msoverflow.analysis import analyze
-from msoverflow.evaluate import TensorAccess
 from msoverflow.diagnosis.cause import diagnose
+from msoverflow.evaluate import TensorAccess
 from msoverflow.walk import read_unit, units
 from tests.support.synth_dump import SynthDump
 

@@ -11,7 +11,6 @@ from msoverflow.diagnosis import recompute
 from msoverflow.diagnosis.recompute import Precision, RecomputeError, disagreement, run
 from msoverflow.readers.ir_graph import attributes, literal, parse_ir, shapes
 
-
 # ---- the saved graph's literals, attributes and shapes ------------------------------------------------------
 
 IR = """# Total params: 2

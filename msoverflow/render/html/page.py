@@ -6,8 +6,7 @@ import os
 import urllib.parse
 from typing import Dict, Optional, Sequence
 
-from ...model import (RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED,
-                      Report)
+from ...model import RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED, Report
 from ..common import cause_values_text, clean_text, rank_where
 from ..safe import plain
 from ..text import op_label
