@@ -1,1 +1,1 @@
-"""Diagnosis of an origin: what caused its bad value (recomputation, layout of the bad elements, replicas)."""
+"""Diagnosis: which non-finite values are faults, and what caused them (runs after the findings are decided)."""
