@@ -306,7 +306,7 @@ def describe(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: SavedGra
                    forward_op=place.forward_op, cell=place.cell, cell_type=cell_type, source=place.source,
                    inputs=inputs, outputs=outputs, flags=list(ex.flags),
                    recommendation=kn.recommend(v.advice, **values) if v.role in (ORIGIN, SUSPECT) else "",
-                   evidence=evidence, producers=list(node.inputs) if node else [],
+                   evidence=evidence, producers=list(node.inputs) if node else [], advice=v.advice,
                    ir_file=getattr(graph, "path", None) if node else None, ir_line=node.ir_line if node else None)
 
 

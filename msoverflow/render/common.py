@@ -270,3 +270,54 @@ def provenance_text(report) -> str:
     if p.get("mindspore_version"):
         text += f" (MindSpore {p['mindspore_version']})"
     return text
+
+
+# ---- the cause of an origin (msoverflow/diagnosis) ---------------------------------------------------------
+
+def value_text(x: Optional[float]) -> str:
+    """A recomputed or dumped value: nan, inf, -inf or the number."""
+    if x is None:
+        return "-"
+    if x != x:
+        return "nan"
+    if x in (float("inf"), float("-inf")):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.6g}"
+
+
+def cause_text(cause) -> str:
+    """'device: recomputed from its dumped inputs, ...' (the cause's word, then what showed it)."""
+    return f"{cause.cause}: {cause.reason}"
+
+
+def cause_values_text(cause) -> str:
+    """Where the bad values sit, and the pattern they form."""
+    return "; ".join(part for part in (cause.where, cause.pattern_text) if part)
+
+
+def recompute_rows(cause) -> List[Tuple[str, str, str, str]]:
+    """(dtype, finite, max |x|, agrees with the dump) per precision the origin was recomputed in."""
+    rows = []
+    for r in cause.recompute:
+        finite = "yes" if r.finite else f"no ({r.nonfinite} non-finite)"
+        several = r.mismatches != 1
+        agrees = ("-" if r.agrees is None else "yes" if r.agrees else
+                  f"no ({r.mismatches} value{'s' if several else ''} differ{'' if several else 's'})")
+        rows.append((r.dtype, finite, value_text(r.max_abs), agrees))
+    return rows
+
+
+def recompute_title(cause) -> str:
+    by = {"numpy": "msoverflow's reference kernels", "mindspore": "MindSpore on this machine's CPU"}.get(cause.by, "")
+    return f"recomputed from the dumped inputs ({by})" if by else "recomputed from the dumped inputs"
+
+
+def sample_texts(cause) -> List[str]:
+    """'at row 3, column 0: dumped 5.77e+05; float16 inf, float32 5.77e+05, float64 5.77e+05'."""
+    from ..diagnosis.where import axis_names, position_text
+    lines = []
+    for s in cause.samples:
+        where = position_text(list(s.index), axis_names(len(s.index))) if s.index else "the only value"
+        values = ", ".join(f"{dtype} {value_text(v)}" for dtype, v in s.recomputed.items())
+        lines.append(f"at {where}: dumped {value_text(s.dumped)}; recomputed {values}")
+    return lines
