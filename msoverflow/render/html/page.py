@@ -7,7 +7,7 @@ import urllib.parse
 from typing import Dict, Optional, Sequence
 
 from ...model import RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED, Report
-from ..common import clean_text, rank_where
+from ..common import cause_values_text, clean_text, rank_where
 from ..safe import plain
 from ..text import op_label
 
@@ -146,7 +146,7 @@ def finding_id(index: int) -> str:
 
 
 def verdict_card(report: Report, links: Optional[Links] = None) -> str:
-    """The verdict at a glance: its badge, the origin, where, what, the Cell and source line, the fix."""
+    """The verdict at a glance: its badge, the origin, where, what, its cause, the Cell and source line, the fix."""
     links = links or Links()
     verdict = report.verdict
     f = report.first
@@ -159,6 +159,10 @@ def verdict_card(report: Report, links: Optional[Links] = None) -> str:
                  ("kind", esc(f.kind)),
                  ("where", f"{esc(rank_where(f.rank, report))}, step {f.iteration}, graph {esc(f.graph)}"),
                  ("what", esc(f.detail)),
+                 *((("cause", f'<strong class="cause">{esc(f.cause.cause)}</strong>: {esc(f.cause.reason)}'),)
+                   if f.cause is not None else ()),
+                 *((("values", esc(cause_values_text(f.cause))),) if f.cause is not None and cause_values_text(f.cause)
+                   else ()),
                  ("Cell", esc(f"{f.cell or '-'}" + (f" ({f.cell_type})" if f.cell_type else ""))),
                  ("source", (f"{links.file(f.source.file, f.source.file, f.source.line)} "
                              f"<code>{esc(f.source.code)}</code>") if f.source else "not known (no saved graph)"),
