@@ -22,7 +22,7 @@ from ..dtypes import SUB_BYTE_BITS, UNDECODABLE, numpy_dtype
 from ..errors import FormatError, TruncatedFile
 from ..model import INPUT, OUTPUT, Status, TensorEvent
 from . import _protobuf as pb
-from .registry import Reader
+from .reader import Reader
 
 # data_type enum -> canonical dtype name (msprobe resource/dump_data.proto and adump's AclDumpMsg.proto).
 # numpy lacks bfloat16 and the packed sub-byte integers: their bytes are decoded by dtypes.decode_raw.

@@ -30,7 +30,7 @@ from .. import safeio
 from ..dtypes import canonical
 from ..layout import LAYOUT_MSPROBE
 from ..model import INPUT, OUTPUT, GraphNode, TensorEvent
-from .registry import Reader
+from .reader import Reader
 from .statistic_csv import stats_from_numbers
 
 Warn = Callable[[str], None]

@@ -19,7 +19,7 @@ from .. import safeio
 from ..dtypes import canonical
 from ..errors import FormatError, TruncatedFile
 from ..names import KIND_NPY
-from .registry import Reader
+from .reader import Reader
 
 
 class NpyError(FormatError):

@@ -20,7 +20,7 @@ from ..errors import FormatError
 from ..model import OverflowRecord
 from ..names import KIND_OPDEBUG
 from . import dumpdata_bin
-from .registry import Reader
+from .reader import Reader
 
 MAGIC = 0x5A5A5A5A
 OLD_RECORD_BYTES = 2048

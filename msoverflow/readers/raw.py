@@ -17,7 +17,7 @@ import numpy as np
 from ..dtypes import SUB_BYTE_BITS, UNDECODABLE, decode_raw, numpy_dtype
 from ..model import INPUT, Status, TensorEvent
 from ..names import KIND_RAW
-from .registry import Reader
+from .reader import Reader
 
 
 def decodable(dtype: Optional[str]) -> TypeGuard[str]:

@@ -1,6 +1,6 @@
 """One reader per format, behind one registry: what a leaf directory's files are, read into one DirContent.
 
-A reader module declares a `READER = Reader(...)`: what it recognises (the file-name kinds the one grammar in
+A reader module declares a `READER = Reader(...)` (readers/reader.py): what it recognises (the file-name kinds the one grammar in
 msoverflow/names.py gives, exact file names such as `statistic.csv`, or whole directories of a layout such as
 msprobe's `dump.json` steps) and a `read(content, files)` that adds its events/records to the directory's
 DirContent. A new format is one module and one line in READER_MODULES. Readers never judge values.
@@ -14,10 +14,11 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
 from .. import names
 from ..model import OverflowRecord, Status, TensorEvent
+from .reader import Reader
 
 if TYPE_CHECKING:
     from ..layout import DumpDir
@@ -27,15 +28,6 @@ Warn = Callable[[str], None]
 
 # The registry: one line per format (modules of msoverflow.readers).
 READER_MODULES = ("statistic_csv", "npy", "dumpdata_bin", "raw", "opdebug", "msprobe")
-
-@dataclass(frozen=True)
-class Reader:
-    name: str
-    read: Callable[["DirContent", list], None]
-    kinds: Tuple[str, ...] = ()          # names.KIND_* of the files it reads
-    file_names: Tuple[str, ...] = ()     # exact file names it reads (statistic.csv)
-    layouts: Tuple[str, ...] = ()        # it reads whole directories of these layouts (msprobe)
-    ignores: Tuple[str, ...] = ()        # name prefixes that belong to it but hold no tensor (acl_dump*.json)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from ..dtypes import canonical, dtype_max
 from ..model import INPUT, OUTPUT, TensorEvent, TensorStats
 from ..names import KIND_OPCSV, scope_to_file_name
 from ..values import bad_extremes, limit_of, pinned_extremes
-from .registry import Reader
+from .reader import Reader
 
 # normalised header -> field. Normalised = lower case, single spaces.
 COLUMNS = {
