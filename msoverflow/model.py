@@ -383,8 +383,14 @@ class Report:
     @property
     def bad_values_seen(self) -> bool:
         """Bad values were read although no origin is named (a rank received one, a likely origin was found)."""
-        return self.first is not None or self.likely_origin is not None or any(
-            row.status in (RANK_ORIGIN, RANK_RECEIVED, RANK_FLAGGED) for row in self.rank_status)
+        return self.first is not None or self.likely_origin is not None or self.bad_value_received or any(
+            row.status in (RANK_ORIGIN, RANK_FLAGGED) for row in self.rank_status)
+
+    @property
+    def bad_value_received(self) -> bool:
+        """A collective delivered a bad value to a rank (an arrival is kept when that rank's own step is cut short
+        and its row says `incomplete`)."""
+        return bool(self.arrivals) or any(row.status == RANK_RECEIVED for row in self.rank_status)
 
     @property
     def verdict(self) -> str:

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, List
 
 from ..model import SUSPECT
 from .common import (arrival_text, arrivals_shown, clean_text, coords_phrase, count_cell, counts_note,
-                     parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown, scanned_text,
-                     producer_text, tensors_shown)
+                     inconclusive_lead, parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown,
+                     scanned_text, producer_text, tensors_shown)
 from .safe import md, md_code
 from .text import chain_label, max_abs_text, op_label, range_used_text, rank_text, scan_summary, shape_text
 
@@ -40,8 +40,7 @@ def render_markdown(report: Report, top: int = 10) -> str:
     out: List[str] = ["# msoverflow report", ""]
     f = report.first
     if f is None and report.inconclusive:
-        seen = "" if report.bad_values_seen else "no bad value seen, but "
-        out.append(f"**Inconclusive**: {seen}{md(report.inconclusive[0])}")
+        out.append(f"**Inconclusive**: {md(inconclusive_lead(report))}{md(report.inconclusive[0])}")
         out += [f"- also: {md(reason)}" for reason in report.inconclusive[1:]]
     elif f is None:
         out.append(f"**Clean**: {md(clean_text(report))}.")

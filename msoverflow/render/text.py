@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, List, Optional
 from ..model import SUSPECT
 from ..scope import is_backward
 from .common import (arrival_text, arrivals_shown, clean_text, coords_phrase, count_cell, counts_note,
-                     parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown, scanned_text,
-                     producer_text, steps_text, tensors_shown)
+                     inconclusive_lead, parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown,
+                     scanned_text, producer_text, steps_text, tensors_shown)
 from .safe import plain
 
 if TYPE_CHECKING:
@@ -101,8 +101,7 @@ def render_text(report: Report, top: int = 10) -> str:
     lines: List[str] = []
     f = report.first
     if f is None and report.inconclusive:
-        seen = "" if report.bad_values_seen else "no bad value seen, but "
-        lines.append(f"INCONCLUSIVE: {seen}{report.inconclusive[0]}")
+        lines.append(f"INCONCLUSIVE: {inconclusive_lead(report)}{report.inconclusive[0]}")
         lines += [f"  also: {reason}" for reason in report.inconclusive[1:]]
         lines += [f"  caveat: {limit}" for limit in report.coverage]
     elif f is None:

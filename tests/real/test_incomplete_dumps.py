@@ -24,6 +24,7 @@ from msoverflow.render import render
 SCHEMA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "msoverflow", "schema", "report.schema.json")
 NORMHEAD = "dp2_normhead_one_rank"      # origin: SqrtGrad on rank 1 at iteration 1 (its last step)
 LAST = 1
+RECEIVED_LEAD = "a bad value was received but its origin may be in unreadable or missing files"
 
 
 def _copy(source, tmp_path, name="dump"):
@@ -129,8 +130,31 @@ def test_truncated_origin_output_and_an_empty_file_make_rank_1_incomplete_not_re
     assert any("rank(s) 1 hold incomplete steps" in w for w in report.warnings)
     assert main(["analyze", str(dump), "--no-progress"]) == 3
     out = capsys.readouterr().out
-    assert out.startswith("INCONCLUSIVE: rank 1, step 1: 2 of 456 files truncated or empty")
+    assert out.startswith(f"INCONCLUSIVE: {RECEIVED_LEAD}: rank 1, step 1: 2 of 456 files truncated or empty")
     assert "cross-rank" not in out and "dump the other ranks" not in out
+
+
+@pytest.mark.mindspore
+def test_a_received_bad_value_in_a_cut_step_is_said_in_every_form_never_no_bad_value_seen(multirank_dumps, tmp_path):
+    """Rank 0 received the bad value through the gradient AllReduce, then its step was cut short; rank 0 analysed
+    alone. The arrival is a bad value read: the verdict is inconclusive with the arrival as its lead, not 'no bad
+    value seen'."""
+    dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
+    step = _step_dir(dump, 0, LAST)
+    written = _by_time(step)
+    delivered = max(i for i, n in enumerate(written) if n.startswith("AllReduce.") and ".output." in n)
+    for name in written[delivered + 20:]:
+        os.remove(step / name)
+    report = analyze(str(dump), ranks=[0], progress=False)
+    assert report.verdict == "inconclusive" and report.first is None and report.likely_origin is None
+    assert [(a.rank, a.step, a.op_type) for a in report.arrivals] == [(0, LAST, "AllReduce")]
+    assert _row(report, 0).status == "incomplete" and report.bad_values_seen
+    text, markdown, doc, page = _every_form(report)
+    assert text.startswith(f"INCONCLUSIVE: {RECEIVED_LEAD}: rank 0, step {LAST}: ")
+    assert markdown.startswith(f"# msoverflow report\n\n**Inconclusive**: {RECEIVED_LEAD}: rank 0, step {LAST}: ")
+    assert f"<dt>bad values</dt><dd>{RECEIVED_LEAD}</dd>" in page
+    assert doc["arrivals"][0]["op_type"] == "AllReduce" and doc["verdict"] == "inconclusive"
+    assert not any("no bad value seen" in form for form in (text, markdown, page))
 
 
 @pytest.mark.mindspore

@@ -8,7 +8,7 @@ from typing import Dict, Optional, Sequence
 
 from ...model import (RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED,
                       Report)
-from ..common import clean_text, rank_where
+from ..common import bad_value_phrase, clean_text, rank_where
 from ..safe import plain
 from ..text import op_label
 
@@ -167,7 +167,9 @@ def verdict_card(report: Report, links: Optional[Links] = None) -> str:
                         + (f" ({links.file(f.ir_file, None, f.ir_line)})" if f.ir_file else "")),
                  ("fix", esc(f.recommendation) or "-")]
     elif verdict == "inconclusive":
-        items = [("why", "<ul>" + "".join(f"<li>{esc(r)}</li>" for r in report.inconclusive) + "</ul>")]
+        seen = bad_value_phrase(report)
+        items = ([("bad values", esc(seen))] if seen else []) + [
+            ("why", "<ul>" + "".join(f"<li>{esc(r)}</li>" for r in report.inconclusive) + "</ul>")]
     else:
         items = [("result", esc(clean_text(report)))]
     out.append("<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in items) + "</dl>")
