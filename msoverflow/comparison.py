@@ -79,6 +79,23 @@ class TensorDiff:
     agree: Optional[bool] = None           # None: could not be compared (note says why)
     statistics_only: bool = False          # only min/max were compared
     note: str = ""
+    nonfinite_differ: int = 0              # elements whose inf/NaN the other side does not hold
+
+    @property
+    def exact(self) -> bool:
+        """Compared and equal in every element (the same non-finite values included)."""
+        return self.agree is True and self.max_abs_error == 0.0 and not self.nonfinite_differ
+
+    @property
+    def scaled_error(self) -> Optional[float]:
+        """The error for the values' size, comparable across dtypes: the ulps times the ulp dtype's relative
+        spacing (about |error| / max(|value|, 2^-10 of the tensor's largest)); the relative error for a tensor
+        compared exactly (integers, bool)."""
+        if self.error_ulps is None:
+            return None
+        if self.ulp_dtype in _MANTISSA:
+            return self.error_ulps * 2.0 ** -_MANTISSA[self.ulp_dtype]
+        return self.max_rel_error
 
 
 @dataclass
@@ -107,6 +124,45 @@ class OpDiff(IterationAlias):
     def error_ulps(self) -> Optional[float]:
         values = [t.error_ulps for t in self.outputs if t.error_ulps is not None]
         return max(values) if values else None
+
+    def _largest(self, name: str) -> Optional[float]:
+        values = [getattr(t, name) for t in self.outputs if getattr(t, name) is not None]
+        return max(values) if values else None
+
+    @property
+    def max_abs_error(self) -> Optional[float]:
+        """The largest over the outputs (so are max_rel_error and scaled_error)."""
+        return self._largest("max_abs_error")
+
+    @property
+    def max_rel_error(self) -> Optional[float]:
+        return self._largest("max_rel_error")
+
+    @property
+    def scaled_error(self) -> Optional[float]:
+        return self._largest("scaled_error")
+
+    @property
+    def cosine(self) -> Optional[float]:
+        """The lowest over the outputs that have one (a tensor of one element has none)."""
+        values = [t.cosine for t in self.outputs if t.cosine is not None]
+        return min(values) if values else None
+
+    @property
+    def ulp_dtype(self) -> Optional[str]:
+        """The dtype whose ulps measure error_ulps (the output with the largest error)."""
+        measured = [t for t in self.outputs if t.error_ulps is not None]
+        return max(measured, key=lambda t: t.error_ulps).ulp_dtype if measured else None
+
+    @property
+    def nonfinite_differ(self) -> int:
+        return sum(t.nonfinite_differ for t in self.outputs)
+
+    def severity(self) -> Tuple[bool, float, float]:
+        """How the largest differences are ranked (highest first): an op whose outputs' inf/NaN differ, then the
+        error for the values' size (ulps alone would rank a float16 tensor's error with a float32 one's), then
+        the absolute error."""
+        return bool(self.nonfinite_differ), self.scaled_error or 0.0, self.max_abs_error or 0.0
 
 
 @dataclass
@@ -162,7 +218,7 @@ def _tensor_dict(t: TensorDiff) -> dict:
             "max_abs_error": finite_or_none(t.max_abs_error), "max_rel_error": finite_or_none(t.max_rel_error),
             "max_rel_error_infinite": t.max_rel_error == math.inf, "cosine": finite_or_none(t.cosine),
             "error_ulps": finite_or_none(t.error_ulps), "ulp_dtype": t.ulp_dtype, "tolerance_ulps": t.tolerance_ulps,
-            "agree": t.agree, "statistics_only": t.statistics_only, "note": t.note,
+            "agree": t.agree, "statistics_only": t.statistics_only, "note": t.note, "nonfinite_differ": t.nonfinite_differ,
             "baseline_file": t.baseline_file, "target_file": t.target_file}
 
 
@@ -373,7 +429,7 @@ def _finish(p: dict, i: int, ulp_dtype: Optional[str], tolerance: float) -> dict
     ulps = float(p["ulps"][i])
     limit = tolerance if ulp_dtype is not None else 0.0
     return dict(max_abs_error=float(p["max_abs"][i]), max_rel_error=float(p["max_rel"][i]), cosine=cosine,
-                error_ulps=ulps, agree=mismatched == 0 and ulps <= limit,
+                error_ulps=ulps, agree=mismatched == 0 and ulps <= limit, nonfinite_differ=mismatched,
                 note=f"{mismatched} non-finite value(s) differ" if mismatched else "")
 
 
@@ -433,8 +489,9 @@ def _compare_stats(base: TensorEvent, tgt: TensorEvent, ulp_dtype: Optional[str]
     a, b = np.array([p[0] for p in pairs], np.float64), np.array([p[1] for p in pairs], np.float64)
     found = compare_arrays(a, b, ulp_dtype, tolerance)
     found.pop("cosine")
-    if specials_differ:
-        found.update(agree=False, note="non-finite values differ")
+    if specials_differ:       # the counts may be lower bounds: at least one element differs
+        differ = sum(abs(getattr(sa, k) - getattr(sb, k)) for k in ("nan", "posinf", "neginf"))
+        found.update(agree=False, note="non-finite values differ", nonfinite_differ=max(1, int(differ)))
     return found
 
 
@@ -525,7 +582,7 @@ class _Comparer:
             diff.ulp_dtype = _ulp_dtype(base.dtype, tgt.dtype, True)
             for key, value in known.items():
                 setattr(diff, key, value)
-            return diff
+            return _one_value_has_no_cosine(diff)
         with reading(base.source):
             a = self.base.array(base) if base.stats is None or base.loader or base.source.endswith(".npy") else None
         with reading(tgt.source):
@@ -554,7 +611,15 @@ class _Comparer:
             return diff
         for key, value in compare_arrays(a, b, diff.ulp_dtype, self.tolerance).items():
             setattr(diff, key, value)
-        return diff
+        return _one_value_has_no_cosine(diff)
+
+
+def _one_value_has_no_cosine(diff: TensorDiff) -> TensorDiff:
+    """A tensor of one element (a scalar: an epsilon, an axis) has no cosine worth the name (it is 1, 0 or -1
+    whatever the error): None, shown as "-"."""
+    if diff.shape is not None and math.prod(diff.shape) < 2:
+        diff.cosine = None
+    return diff
 
 
 # ---- the walk ----------------------------------------------------------------------------------------------------
@@ -630,7 +695,8 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
     if first is not None and first.role == ROLE_PROPAGATOR:
         first.note = ("its input already differs and no matched op before it parts: the difference comes from "
                       "an op present on one side only, a step or rank not compared, or the data")
-    worst = sorted((op for op in diverged if op.error_ulps is not None), key=lambda op: -op.error_ulps)[:top]
+    worst = sorted((op for op in diverged if op.error_ulps is not None or op.nonfinite_differ),
+                   key=OpDiff.severity, reverse=True)[:top]
     caveats = []
     if comparer.statistics_only:
         caveats.append(f"{comparer.statistics_only} tensor(s) were compared by their statistics only (min, max): "
