@@ -200,10 +200,45 @@ class Comparison:
     diverged_ops: int = 0
     parallel: Optional[Dict[str, object]] = None          # the layout (parallel_layout.ParallelLayout.to_dict())
     coords: Dict[int, Dict[str, int]] = field(default_factory=dict)   # rank -> its coordinates (known layout)
+    # every matched op run whose outputs differ, in the order compared (frame(); not in the JSON answer)
+    differences: List[OpDiff] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
         """The JSON answer (schema msoverflow/schema/compare.schema.json) as a dict."""
         return comparison_dict(self)
+
+    def frame(self):
+        """Every matched op run whose outputs differ, as a pandas DataFrame ordered by rank, step and position in
+        the baseline's execution order: rank, step, position, graph, op_type, op_name, role (origin | received |
+        propagator), first (the first divergence), cell, cell_type, max_abs_error, max_rel_error, cosine (None
+        for a single value), error_ulps, ulp_dtype, nonfinite_differ, dtype_change, note. Empty (with these
+        columns) when nothing differs."""
+        import pandas as pd
+        first = self.first_divergence
+        rows = [dict(rank=op.rank, step=op.step, position=op.position, graph=op.graph, op_type=op.op_type,
+                     op_name=op.op_name, role=op.role, first=op is first, cell=op.cell, cell_type=op.cell_type,
+                     max_abs_error=op.max_abs_error, max_rel_error=op.max_rel_error, cosine=op.cosine,
+                     error_ulps=op.error_ulps, ulp_dtype=op.ulp_dtype, nonfinite_differ=op.nonfinite_differ,
+                     dtype_change=op.dtype_change, note=op.note)
+                for op in sorted(self.differences, key=lambda op: (op.rank, op.step, op.position))]
+        return pd.DataFrame(rows, columns=list(_FRAME_COLUMNS)).astype(_FRAME_COLUMNS)
+
+    def __repr__(self) -> str:
+        """One line: the verdict, how much differs, the two dumps (render/notebook.py)."""
+        from .render.notebook import comparison_repr
+        return comparison_repr(self)
+
+    def _repr_html_(self) -> str:
+        """A notebook shows the verdict card, not the object's fields."""
+        from .render.notebook import comparison_html
+        return comparison_html(self)
+
+
+_FRAME_COLUMNS = {"rank": "int64", "step": "int64", "position": "int64", "graph": "object", "op_type": "object",
+                  "op_name": "object", "role": "object", "first": "bool", "cell": "object", "cell_type": "object",
+                  "max_abs_error": "float64", "max_rel_error": "float64", "cosine": "float64",
+                  "error_ulps": "float64", "ulp_dtype": "object", "nonfinite_differ": "int64",
+                  "dtype_change": "object", "note": "object"}
 
 
 # ---- the JSON answer (msoverflow/schema/compare.schema.json, schema 1: `iteration` for steps) ------------------
@@ -726,7 +761,7 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
                       tensors_compared=comparer.compared, units=units, reasons=reasons, caveats=caveats,
                       warnings=list(note), tolerance_ulps=tolerance_ulps,
                       statistics_only=bool(comparer.compared) and comparer.statistics_only == comparer.compared,
-                      series=_sample(series, MAX_SERIES), diverged_ops=diverged_ops,
+                      series=_sample(series, MAX_SERIES), diverged_ops=diverged_ops, differences=diverged,
                       parallel=layout.to_dict() if layout is not None else None,
                       coords={rank: coords_of(rank) for rank in sorted({r for r, _s in units}) if coords_of(rank)})
 

@@ -375,6 +375,16 @@ class Report:
             raise ValueError("this Report was not made from a dump by msoverflow.analyze(): it has no events to read")
         return self.event_reader()
 
+    def __repr__(self) -> str:
+        """One line: the verdict, where, the dump (render/notebook.py); the fields are in to_dict()."""
+        from .render.notebook import report_repr
+        return report_repr(self)
+
+    def _repr_html_(self) -> str:
+        """A notebook shows the verdict card, not the object's fields."""
+        from .render.notebook import report_html
+        return report_html(self)
+
     def to_dict(self) -> dict:
         """The JSON report (schema msoverflow/schema/report.schema.json) as a dict."""
         from .report_dict import report_dict
