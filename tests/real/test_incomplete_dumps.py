@@ -47,6 +47,14 @@ def _by_time(folder):
     return sorted(os.listdir(folder), key=lambda name: names.parse(name).timestamp)
 
 
+def _cut(step, keep):
+    """Delete the step's files written after the first `keep(names in the order written)` of them, as a job killed
+    there leaves its dump."""
+    written = _by_time(step)
+    for name in written[keep(written):]:
+        os.remove(step / name)
+
+
 def _sqrtgrad_output(folder):
     [name] = [n for n in os.listdir(folder) if n.startswith("SqrtGrad.") and ".output.0." in n]
     return folder / name
@@ -141,10 +149,8 @@ def test_a_received_bad_value_in_a_cut_step_is_said_in_every_form_never_no_bad_v
     value seen'."""
     dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
     step = _step_dir(dump, 0, LAST)
-    written = _by_time(step)
-    delivered = max(i for i, n in enumerate(written) if n.startswith("AllReduce.") and ".output." in n)
-    for name in written[delivered + 20:]:
-        os.remove(step / name)
+    _cut(step, lambda written: 20 + max(i for i, n in enumerate(written)          # 20 files after the delivery
+                                        if n.startswith("AllReduce.") and ".output." in n))
     report = analyze(str(dump), ranks=[0], progress=False)
     assert report.verdict == "inconclusive" and report.first is None and report.likely_origin is None
     assert [(a.rank, a.step, a.op_type) for a in report.arrivals] == [(0, LAST, "AllReduce")]
@@ -189,10 +195,8 @@ def test_only_the_origin_output_truncated_names_the_likely_origin_in_every_form(
 def test_a_step_killed_after_sqrtgrads_inputs_is_incomplete_not_clean(multirank_dumps, tmp_path, capsys):
     dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
     step = _step_dir(dump, 1, LAST)
-    written = _by_time(step)
-    last_input = max(i for i, n in enumerate(written) if n.startswith("SqrtGrad.") and ".input." in n)
-    for name in written[last_input + 1:]:
-        os.remove(step / name)
+    _cut(step, lambda written: 1 + max(i for i, n in enumerate(written)
+                                       if n.startswith("SqrtGrad.") and ".input." in n))
     report = analyze(str(dump), progress=False)
     assert report.verdict == "inconclusive" and report.first is None
     row = _row(report, 1)
@@ -226,9 +230,7 @@ def test_a_clean_dump_whose_last_step_lost_half_its_files_is_inconclusive_with_c
     capsys.readouterr()
     dump = _copy(source, tmp_path)
     step = _step_dir(dump, 0, last)
-    written = _by_time(step)
-    for name in written[len(written) // 2:]:
-        os.remove(step / name)
+    _cut(step, lambda written: len(written) // 2)
     assert main(["analyze", str(dump), "--no-progress"]) == 3
     out = capsys.readouterr().out
     assert out.startswith(f"INCONCLUSIVE: no bad value seen, but rank 0, step {last}: ")
@@ -280,9 +282,7 @@ def test_an_origin_proven_on_another_rank_stands_and_the_cut_rank_is_incomplete(
     under the dump's limits."""
     dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
     step = _step_dir(dump, 0, LAST)
-    written = _by_time(step)
-    for name in written[len(written) // 2:]:
-        os.remove(step / name)
+    _cut(step, lambda written: len(written) // 2)
     report = analyze(str(dump), progress=False)
     assert report.verdict == "anomaly"
     assert (report.first.rank, report.first.iteration, report.first.op_type) == (1, LAST, "SqrtGrad")

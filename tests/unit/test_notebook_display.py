@@ -12,6 +12,8 @@ from tests.cli.test_compare_numbers import _pair
 from tests.support.synth_dump import SynthDump, same_run_pair
 
 MAX_HTML = 4000        # the card and its scoped style: about 3 KB on the real runs
+MAX_REPR = 500
+KIND = {"ANOMALY": "anomaly", "DIVERGED": "anomaly", "CLEAN": "clean", "EQUIVALENT": "clean"}
 
 
 def _overflow(root):
@@ -28,17 +30,22 @@ def _rules_stay_in_the_card(page: str):
     assert selectors and all(s.startswith(f".{NOTEBOOK_SCOPE}") for s in selectors), selectors
 
 
+def assert_displayed(page: str, text: str, badge: str, starts: str):
+    """What a notebook shows: the verdict card as short HTML whose rules stay in the card, and one line of text
+    starting with `starts`; none of the objects' fields."""
+    assert len(page) < MAX_HTML and f'<span class="badge {KIND[badge]}">{badge}</span>' in page
+    _rules_stay_in_the_card(page)
+    assert "\n" not in text and len(text) < MAX_REPR and text.startswith(starts)
+    for field in ("Finding(", "RankStatus(", "OpDiff(", "TensorDiff("):
+        assert field not in page + text
+
+
 def test_a_report_shows_one_line_and_its_verdict_card(tmp_path):
     report = _overflow(tmp_path / "bad")
-    text = repr(report)
-    assert "\n" not in text and len(text) < 400
-    assert text.startswith("<Report ANOMALY: overflow first created by Mul") and "rank 0, step 1" in text
-    assert str(tmp_path / "bad") in text
-    page = report._repr_html_()
-    assert len(page) < MAX_HTML
-    assert '<span class="badge anomaly">ANOMALY</span>' in page and "Mul" in page and "rank 0, step 1" in page
-    assert "Finding(" not in page and "RankStatus(" not in page
-    _rules_stay_in_the_card(page)
+    page, text = report._repr_html_(), repr(report)
+    assert_displayed(page, text, "ANOMALY", "<Report ANOMALY: overflow first created by Mul")
+    assert "rank 0, step 1" in text and str(tmp_path / "bad") in text
+    assert "Mul" in page and "rank 0, step 1" in page
 
     a, _b = same_run_pair(str(tmp_path / "pair"))
     clean = msoverflow.analyze(a)
@@ -48,14 +55,9 @@ def test_a_report_shows_one_line_and_its_verdict_card(tmp_path):
 
 def test_a_comparison_shows_one_line_and_its_verdict_card(tmp_path):
     c = msoverflow.compare(*_pair(tmp_path))
-    text = repr(c)
-    assert "\n" not in text and len(text) < 500
-    assert text.startswith("<Comparison DIVERGED: first at Mul, rank 0, step 0; 3 of 3 matched op runs differ")
-    page = c._repr_html_()
-    assert len(page) < MAX_HTML
-    assert '<span class="badge anomaly">DIVERGED</span>' in page and "Default_net-Net_Mul-op0" in page
-    assert "OpDiff(" not in page and "TensorDiff(" not in page
-    _rules_stay_in_the_card(page)
+    assert_displayed(c._repr_html_(), repr(c), "DIVERGED",
+                     "<Comparison DIVERGED: first at Mul, rank 0, step 0; 3 of 3 matched op runs differ")
+    assert "Default_net-Net_Mul-op0" in c._repr_html_()
 
     same = msoverflow.compare(*same_run_pair(str(tmp_path / "same")))
     assert repr(same).startswith("<Comparison EQUIVALENT: 1 matched op runs agree")
