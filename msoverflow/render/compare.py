@@ -279,7 +279,8 @@ def compare_card(c: Comparison, links, after: str = "") -> str:
         if f.dtype_change:
             items.append(("dtype", esc(f.dtype_change)))
         items.append(("why", f"{esc(_role_text(f))} {esc(f.note)}"))
-    return card(kind, c.verdict.upper(), items, lead=esc(headline(c)), after=after)
+    return card(kind, c.verdict.upper(), items, lead=esc(headline(c).split(": ", 1)[-1]),  # the badge says the verdict
+                after=after)
 
 
 def scope_text(c: Comparison) -> str:
