@@ -253,7 +253,8 @@ def _tensor_dict(t: TensorDiff) -> dict:
             "max_abs_error": finite_or_none(t.max_abs_error), "max_rel_error": finite_or_none(t.max_rel_error),
             "max_rel_error_infinite": t.max_rel_error == math.inf, "cosine": finite_or_none(t.cosine),
             "error_ulps": finite_or_none(t.error_ulps), "ulp_dtype": t.ulp_dtype, "tolerance_ulps": t.tolerance_ulps,
-            "agree": t.agree, "statistics_only": t.statistics_only, "note": t.note, "nonfinite_differ": t.nonfinite_differ,
+            "agree": t.agree, "statistics_only": t.statistics_only, "note": t.note,
+            "nonfinite_differ": t.nonfinite_differ,
             "baseline_file": t.baseline_file, "target_file": t.target_file}
 
 

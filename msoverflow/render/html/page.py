@@ -43,7 +43,8 @@ padding:12px 18px}
 code{background:var(--code);padding:1px 4px;border-radius:3px;font-size:.92em;word-break:break-all}
 .note{color:var(--muted);font-size:.9em}
 """
-CSS = _VARIABLES + """body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;background:var(--bg);color:var(--fg)}
+CSS = _VARIABLES + """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;background:var(--bg);color:var(--fg)}
 main{max-width:1200px;margin:0 auto;padding:16px 24px 48px}
 h1{font-size:1.5em;margin:.4em 0}
 h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid var(--line);padding-bottom:4px}
