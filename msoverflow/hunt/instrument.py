@@ -1,6 +1,6 @@
 """Inside the user's PyNative training process: watch every op and Cell for the first bad value.
 
-Installed by the sitecustomize hook (msoverflow/patch/hook.py) when `msoverflow hunt` runs a script, once
+Installed by the start-up hook (msoverflow/startup_hook.py) when `msoverflow hunt` runs a script, once
 `mindspore.nn.cell` has loaded. What is watched:
   - every call of a Primitive from outside any other watched call: mindspore.ops and mint functions reach their
     kernels through Primitive instances (ops.sqrt -> Sqrt), so they are named by the Primitive, as in a dump;
@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 
+from ..startup_hook import read_spec, when_cell_module_loads
 from .layout import RECORD_NAME, npy_name, scoped_name, step_dir
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -299,10 +300,13 @@ class Hunt:
 _hunt = None
 
 
-def install(spec: dict, cell_module) -> None:
-    """Called while MindSpore is still being imported (mindspore.nn.cell just loaded): wrap only Cell.__call__
-    now; the first Cell call, with MindSpore complete, wraps the Primitives and Tensor methods."""
-    _wrap_cells(cell_module, spec)
+def install() -> None:
+    """The start-up hook's entry (no-op without a spec): once mindspore.nn.cell has loaded, while MindSpore is
+    still being imported, wrap only Cell.__call__; the first Cell call, with MindSpore complete, wraps the
+    Primitives and Tensor methods."""
+    spec = read_spec()
+    if spec is not None:
+        when_cell_module_loads(lambda module: _wrap_cells(module, spec))
 
 
 def _start(spec: dict) -> Hunt:

@@ -1,7 +1,7 @@
 """`msoverflow hunt -- python train.py`: run the script with the watch injected, then build the analyze Report.
 
-The watch (msoverflow/hunt/instrument.py) reaches the unmodified script through the same sitecustomize hook as
-`patch --verify` (msoverflow/patch/hook.py). Each training process writes one record (rank, steps, what it found)
+The watch (msoverflow/hunt/instrument.py) reaches the unmodified script through the same start-up hook as
+`patch --verify` (msoverflow/startup_hook.py). Each training process writes one record (rank, steps, what it found)
 and, for the first bad value, that op's tensors in MindSpore's dump layout. The Report is made by `analyze` over
 those tensors (the same rules judge origin, kind and fix), then given what only the live run knows: the Cell path
 and class, the source line, forward/backward, and how steps were counted. No MindSpore import here.
@@ -22,6 +22,7 @@ from ..model import RANK_CLEAN, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, R
 from .layout import RECORD_NAME
 
 HOOK_DIR = ".hook"
+INSTALLER = f"{__package__}.instrument"     # the module the start-up hook installs in the training process
 _RECORD_PARTS = re.compile(re.escape(RECORD_NAME).replace(r"\{rank\}", r"(\d+)").replace(r"\{pid\}", r"(\d+)"))
 _RECORD_TMP = re.compile(r"\.msoverflow-.*\.tmp")      # safeio.write_atomic's temporary file, of a killed rank
 
@@ -61,13 +62,13 @@ def hunt(command: Sequence[str], out_dir: Optional[str] = None, steps: Optional[
     is checked before the out directory is made; its output passes through."""
     from ..config.runner import fresh_dump_dir
     from ..job import check_command, start
-    from ..patch.hook import write_hook
+    from ..startup_hook import write_hook
     command = check_command(command, "msoverflow hunt")
     out = str(fresh_dump_dir(out_dir or default_out_dir(), "--out-dir"))
     spec = {"kind": "hunt", "out_dir": out, "steps": list(steps) if steps else None}
     hook_dir = os.path.join(out, HOOK_DIR)
     env = dict(os.environ)
-    env.update(write_hook(hook_dir, spec, os.path.join(hook_dir, "hunt_spec.json")))
+    env.update(write_hook(hook_dir, spec, os.path.join(hook_dir, "hunt_spec.json"), INSTALLER))
     if on_start is not None:
         on_start()
     try:

@@ -1,8 +1,9 @@
-"""Carries the runtime patch into a user's unmodified training script (`msoverflow patch --verify -- python train.py`).
+"""The runtime precision patch inside a user's unmodified training script (`msoverflow patch --verify -- python
+train.py`).
 
-The verifier puts a generated `sitecustomize.py` first on PYTHONPATH and names a spec file in
-MSOVERFLOW_PATCH_SPEC. Python runs sitecustomize at start-up; it calls `install()`, which waits for MindSpore's
-`mindspore.nn.cell` module to load and then hooks two moments, both before anything is compiled:
+The verifier writes the start-up hook (msoverflow/startup_hook.py) naming this module; Python runs it at start-up and
+it calls `install()`, which waits for MindSpore's `mindspore.nn.cell` module to load and then hooks two moments,
+both before anything is compiled:
   - an Optimizer is being constructed: the networks built so far are complete, and patching them now means the
     optimizer clones its states from the already widened Parameters. This is the only moment a script that
     calls its network solely inside `@ms.jit` functions (value_and_grad training) offers;
@@ -12,51 +13,20 @@ What happened is written to the spec's log file at exit, including "never found"
 from __future__ import annotations
 
 import atexit
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
 import threading
 import weakref
 
-SPEC_ENV = "MSOVERFLOW_PATCH_SPEC"
+from ..startup_hook import read_spec, when_cell_module_loads, write_hook
 
-SITECUSTOMIZE = '''\
-# Written by `msoverflow patch --verify` / `msoverflow hunt`: loads the runtime precision patch (or the hunt's
-# watch) into this Python process.
-import os as _os
-import sys as _sys
-try:
-    from msoverflow.patch import hook as _msoverflow_hook
-    _msoverflow_hook.install()
-except Exception as _exc:  # the training must still start; the verifier reports the missing patch
-    _sys.stderr.write("msoverflow: could not install the hook: %r\\n" % (_exc,))
-# Run the sitecustomize this file shadows, if there is one.
-_here = _os.path.dirname(_os.path.abspath(__file__))
-try:
-    import importlib.machinery as _machinery
-    _spec = _machinery.PathFinder.find_spec(
-        "sitecustomize", [p for p in _sys.path if _os.path.abspath(p or ".") != _here])
-    if _spec is not None and _spec.loader is not None:
-        _module = type(_os)("_shadowed_sitecustomize")
-        _module.__file__ = _spec.origin
-        _spec.loader.exec_module(_module)
-except Exception as _exc:
-    _sys.stderr.write("msoverflow: the original sitecustomize failed: %r\\n" % (_exc,))
-'''
+INSTALLER = __name__
 
 
-def write_hook(hook_dir: str, spec: dict, spec_path: str) -> dict:
-    """Write sitecustomize + spec; return the environment variables that activate them."""
-    os.makedirs(hook_dir, exist_ok=True)
-    with open(os.path.join(hook_dir, "sitecustomize.py"), "w", encoding="utf-8") as fh:
-        fh.write(SITECUSTOMIZE)
-    with open(spec_path, "w", encoding="utf-8") as fh:
-        json.dump(spec, fh, indent=2)
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    paths = [hook_dir, package_parent] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return {SPEC_ENV: spec_path, "PYTHONPATH": os.pathsep.join(paths)}
+def write_patch_hook(hook_dir: str, spec: dict, spec_path: str) -> dict:
+    """The start-up hook that installs this module's runtime patch; the environment that activates it."""
+    return write_hook(hook_dir, spec, spec_path, INSTALLER)
 
 
 class _State:
@@ -89,56 +59,14 @@ _state = None
 
 
 def install() -> None:
-    """Activate what $MSOVERFLOW_PATCH_SPEC describes in this process (no-op when it is unset): the precision
-    patch, or (spec kind "hunt") `msoverflow hunt`'s watch for the first bad value (msoverflow/hunt/instrument.py)."""
-    global _state, _installed
-    spec_path = os.environ.get(SPEC_ENV)
-    if not spec_path or _installed:
-        return
-    _installed = True
-    with open(spec_path, encoding="utf-8") as fh:
-        spec = json.load(fh)
-    if spec.get("kind") == "hunt":
-        from ..hunt.instrument import install as install_hunt
-        _when_cell_module_loads(lambda module: install_hunt(spec, module))
+    """Activate the runtime patch $MSOVERFLOW_PATCH_SPEC describes in this process (no-op when it is unset)."""
+    global _state
+    spec = read_spec()
+    if spec is None:
         return
     _state = _State(spec)
     atexit.register(_state.write_log)
-    _when_cell_module_loads(_wrap_cell_call)
-
-
-_installed = False
-
-
-def _when_cell_module_loads(callback) -> None:
-    module = sys.modules.get("mindspore.nn.cell")
-    if module is not None:
-        callback(module)
-    else:
-        sys.meta_path.insert(0, _CellModuleWatcher(callback))
-
-
-class _CellModuleWatcher(importlib.abc.MetaPathFinder):
-    """Lets `mindspore.nn.cell` load normally, then hands it to the callback (which wraps Cell.__call__)."""
-
-    def __init__(self, callback):
-        self.callback = callback
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != "mindspore.nn.cell":
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
-        original_exec = spec.loader.exec_module
-
-        def exec_module(module):
-            original_exec(module)
-            self.callback(module)
-
-        spec.loader.exec_module = exec_module
-        sys.meta_path.remove(self)
-        return spec
+    when_cell_module_loads(_wrap_cell_call)
 
 
 def _wrap_cell_call(module) -> None:

@@ -313,7 +313,7 @@ def run_once(label: str, command: List[str], workdir: str, target: Optional[Targ
     """One training run with dump on; with a target, the runtime patch is injected through the hook. The
     training's output lines go to `echo` (when given)."""
     from ..job import start
-    from .hook import write_hook
+    from .hook import write_patch_hook
     run_dir = os.path.join(workdir, label)
     dump_dir = os.path.join(run_dir, "dump")
     os.makedirs(run_dir, exist_ok=True)
@@ -321,7 +321,7 @@ def run_once(label: str, command: List[str], workdir: str, target: Optional[Targ
     if target is not None:
         log_path = os.path.join(run_dir, "patch_log.json")
         spec = {"target": target.to_dict(), "dtype": dtype, "log": log_path}
-        env.update(write_hook(os.path.join(run_dir, "hook"), spec, os.path.join(run_dir, "patch_spec.json")))
+        env.update(write_patch_hook(os.path.join(run_dir, "hook"), spec, os.path.join(run_dir, "patch_spec.json")))
     log.info("verify: %s run: %s", label, " ".join(command))
     finished = start(command, env, cwd=cwd, echo=echo if echo is not None else lambda line: None,
                      log_dir=os.path.join(run_dir, "msrun_logs"))
