@@ -299,7 +299,8 @@ def render_compare_html(c: Comparison, page_dir: Optional[str] = None) -> str:
             f"<tr><td>{esc(t.io)} {t.slot}</td><td>{esc(t.baseline_dtype)} / {esc(t.target_dtype)}</td>"
             f"<td class=\"{'bad' if t.agree is False else ''}\">{ {True: 'yes', False: 'no', None: '-'}[t.agree]}</td>"
             f"<td class=num>{_g(t.max_abs_error)}</td><td class=num>{_g(t.max_rel_error)}</td>"
-            f"<td class=num>{cosine_text(t.cosine)}</td><td class=num>{esc(_tensor_error(t))}</td>"
+            f'<td class=num style="white-space:nowrap">{cosine_text(t.cosine)}</td>'
+            f"<td class=num>{esc(_tensor_error(t))}</td>"
             f"<td>{links.file(t.baseline_file)}<br>{links.file(t.target_file)}</td></tr>" for t in f.inputs + f.outputs)
         parts.append('<section id="tensors"><h2>Tensors of the first divergence</h2><table><tr><th>tensor</th>'
                      "<th>dtypes (baseline / target)</th><th>agrees</th><th>max abs err</th><th>max rel err</th>"
