@@ -132,8 +132,8 @@ def build_statistics(root: str, ranks: int, steps: int, rows: int) -> str:
 def add_statistics(root: str):
     """statistic.csv beside the npy files of every step directory, as Ascend O0/O1 dumps write it
     (built from the documented format by tests/support/ascend_fixtures.py)."""
-    from tests.support.ascend_fixtures import write_statistic_csv
     from msoverflow.names import parse
+    from tests.support.ascend_fixtures import write_statistic_csv
     for folder, _, files in os.walk(root):
         rows = []
         for name in files:
@@ -185,7 +185,7 @@ class Runs(tuple):
 
 def paired_ratio(a: Runs, b: Runs) -> float:
     """a's wall time over b's, the median of the ratios of each round's pair (never the best of each side)."""
-    return statistics.median(x / y for x, y in zip(a.walls, b.walls))
+    return statistics.median(x / y for x, y in zip(a.walls, b.walls, strict=True))
 
 
 def measure(argv, rounds=1) -> Runs:

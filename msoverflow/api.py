@@ -83,7 +83,8 @@ def compare(baseline: Union[str, "os.PathLike[str]"], target: Union[str, "os.Pat
     if tolerance_ulps is not None and not tolerance_ulps >= 0:
         raise ValueError(f"tolerance_ulps must be 0 or more, not {tolerance_ulps!r}")
     selected = parse(ranks, "ranks="), parse(steps, "steps=")
-    from .comparison import DEFAULT_ULPS, compare as run_comparison
+    from .comparison import DEFAULT_ULPS
+    from .comparison import compare as run_comparison
     return run_comparison(baseline, target, ranks=selected[0], steps=selected[1], top=top, warn=warn,
                           parallel=parallel, tolerance_ulps=DEFAULT_ULPS if tolerance_ulps is None else tolerance_ulps)
 

@@ -37,7 +37,7 @@ def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, graph
     scanned_steps = {rank: [s for s in steps if s in steps_seen.get(rank, ())]
                      for rank, steps in walked.scanned.items()}
     rank_status = _rank_rows(dump, plan, walked, decision.table, decision.unmatched, note)
-    from .parallel_layout import label_ranks     # coordinates, and the ranks a layout declares that are not dumped
+    from .parallel_layout import label_ranks  # coordinates, and the ranks a layout declares that are not dumped
     layout = label_ranks(parallel, dump.path, rank_status, walked.rank_roots, note, selected=plan.ranks)
     meta = _metadata(walked, note)
     limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {}, walked.facts,

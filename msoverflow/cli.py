@@ -5,9 +5,9 @@ import argparse
 import importlib
 import sys
 
-from .version import __version__
 from .errors import EXIT_CODES_HELP, EXIT_INTERNAL, EXIT_USAGE, UserError, file_of
 from .logs import add_options as add_logging_options
+from .version import __version__
 
 # Command name -> one-line help. Only the command being run is imported (msoverflow/commands/NAME.py defines
 # register(subparsers) -> parser with set_defaults(run=...)); the others appear in --help from this table alone,
@@ -67,7 +67,7 @@ def _split_debug(argv):
     return [a for a in argv[:cut] if a != "--debug"] + argv[cut:], debug
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -75,7 +75,7 @@ def _tolerant_streams() -> None:
     """File names with bytes that are not UTF-8 (surrogate escapes) print as \\xNN instead of crashing."""
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.reconfigure(errors="backslashreplace")
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]  # else AttributeError
         except (AttributeError, ValueError):
             pass
 

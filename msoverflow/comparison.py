@@ -23,7 +23,7 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from .evaluate import TensorAccess, _take_header
 from .graphs import SavedGraphs
 from .layout import Dump, Plan
 from .logs import Notes
-from .model import IterationAlias, OpExecution, Source, TensorEvent
+from .model import IterationAlias, NamedRun, OpExecution, Source, TensorEvent
 from .report_dict import finite_or_none, graph_id
 from .rules.knowledge import knowledge
 from .scope import cell_of
@@ -56,6 +56,7 @@ CHUNK = 1 << 20
 BATCH_BYTES = 4 << 20           # small tensors compared together, at most this many bytes (as float64) at a time
 _MANTISSA = {"float16": 10, "bfloat16": 7, "float32": 23, "float64": 52}
 _OP_NUMBER = re.compile(r"-op\d+$")
+Run = TypeVar("Run", bound=NamedRun)     # an OpExecution or a walk.OpRun: match() pairs either
 _OP_NUMBER_INNER = re.compile(r"-op\d+(?=[_/])")
 
 
@@ -152,7 +153,7 @@ class OpDiff(IterationAlias):
     def ulp_dtype(self) -> Optional[str]:
         """The dtype whose ulps measure error_ulps (the output with the largest error)."""
         measured = [t for t in self.outputs if t.error_ulps is not None]
-        return max(measured, key=lambda t: t.error_ulps).ulp_dtype if measured else None
+        return max(measured, key=lambda t: t.error_ulps or 0.0).ulp_dtype if measured else None
 
     @property
     def nonfinite_differ(self) -> int:
@@ -310,7 +311,7 @@ def _side(path: str, ranks: Optional[Selection], steps: Optional[Selection], war
 
 # ---- matching ----------------------------------------------------------------------------------------------------
 
-def match_key(ex: OpExecution) -> Tuple[str, str, str]:
+def match_key(ex: NamedRun) -> Tuple[str, str, str]:
     """What stays the same across compilations: graph, op type and the scope path without op numbers."""
     return ex.graph, ex.op_type, _without_op_numbers(ex.op_name)
 
@@ -321,17 +322,17 @@ def _without_op_numbers(op_name: str) -> str:
     return _OP_NUMBER_INNER.sub("", _OP_NUMBER.sub("", op_name))
 
 
-def _keys(runs: List[OpExecution], graphs) -> List[tuple]:
+def _keys(runs: List[Run], graphs) -> List[tuple]:
     """match_key() of each run; a backward op (`Gradients/...`) whose saved graph names its forward op is keyed
     by that forward op too (its key and occurrence), so backward ops pair through their forward op even when
     the backward runs in another order."""
-    keys = [match_key(ex) for ex in runs]
+    keys: List[tuple] = [match_key(ex) for ex in runs]
     if graphs is None:
         return keys
     from .names import scope_to_file_name
     seen: Counter = Counter()
     forward_of_name: Dict[str, tuple] = {}
-    for ex, key in zip(runs, keys):
+    for ex, key in zip(runs, keys, strict=True):
         if not ex.op_name.startswith("Gradients"):
             forward_of_name.setdefault(ex.op_name, key + (seen[key],))
             seen[key] += 1
@@ -348,19 +349,19 @@ def _keys(runs: List[OpExecution], graphs) -> List[tuple]:
     return keys
 
 
-def match(baseline: List[OpExecution], target: List[OpExecution], graphs=(None, None)):
+def match(baseline: List[Run], target: List[Run], graphs=(None, None)):
     """[(baseline run, target run)] in the baseline's order, and the runs of each side that found no partner:
     the n-th run of a key on one side pairs with the n-th run of the same key on the other. graphs: the two
     sides' saved graphs (graphs.SavedGraphs) when both have them: backward ops then pair through their
     forward op."""
     use = graphs if all(g is not None for g in graphs) else (None, None)
     base_keys, target_keys = _keys(baseline, use[0]), _keys(target, use[1])
-    by_key: Dict[tuple, List[OpExecution]] = {}
-    for ex, key in zip(target, target_keys):
+    by_key: Dict[tuple, List[Run]] = {}
+    for ex, key in zip(target, target_keys, strict=True):
         by_key.setdefault(key, []).append(ex)
     taken: Counter = Counter()
     pairs, only_baseline = [], []
-    for ex, key in zip(baseline, base_keys):
+    for ex, key in zip(baseline, base_keys, strict=True):
         candidates = by_key.get(key, [])
         n = taken[key]
         if n < len(candidates):
@@ -417,13 +418,13 @@ def _paired_chunks(a, b) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
         second = (flat_b[i:i + CHUNK] for i in range(0, flat_b.size, CHUNK))
     ca = cb = np.empty(0)
     while True:
-        ca = next(first, None) if ca.size == 0 else ca
-        cb = next(second, None) if cb.size == 0 else cb
-        if ca is None or cb is None:
+        fed_a = next(first, None) if ca.size == 0 else ca
+        fed_b = next(second, None) if cb.size == 0 else cb
+        if fed_a is None or fed_b is None:
             return
-        n = min(ca.size, cb.size)
-        yield ca[:n], cb[:n]
-        ca, cb = ca[n:], cb[n:]
+        n = min(fed_a.size, fed_b.size)
+        yield fed_a[:n], fed_b[:n]
+        ca, cb = fed_a[n:], fed_b[n:]
 
 
 def row_partials(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], scale: np.ndarray) -> dict:
@@ -497,7 +498,7 @@ def compare_arrays(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], toler
     return _finish(total, 0, ulp_dtype, tolerance)
 
 
-def compare_matrices(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], tolerance: float) -> List[dict]:
+def compare_matrices(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], tolerance: float) -> List[Optional[dict]]:
     """compare_arrays() of many small tensors at once: row i of `a` against row i of `b`. Rows equal bit for
     bit in value (a re-run's tensors mostly are) need no arithmetic: their errors are 0, their cosine 1."""
     same = (a == b).all(axis=1) if a.dtype == b.dtype else np.zeros(a.shape[0], bool)
@@ -516,6 +517,7 @@ def compare_matrices(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], tol
 def _compare_stats(base: TensorEvent, tgt: TensorEvent, ulp_dtype: Optional[str], tolerance: float) -> dict:
     """Statistics-only tensors: their min and max (and non-finite counts) within tolerance."""
     sa, sb = base.stats, tgt.stats
+    assert sa is not None and sb is not None        # the caller compares statistics only when both have them
     pairs = [(x, y) for x, y in ((sa.min, sb.min), (sa.max, sb.max)) if x is not None and y is not None]
     specials_differ = (sa.nan > 0) != (sb.nan > 0) or (sa.posinf > 0) != (sb.posinf > 0) or \
         (sa.neginf > 0) != (sb.neginf > 0)
@@ -552,7 +554,7 @@ class _Comparer:
             members = groups.pop(key)
             a = np.stack([np.frombuffer(m[1], key[0], key[2], m[3].offset) for m in members])
             b = np.stack([np.frombuffer(m[2], key[1], key[2], m[4].offset) for m in members])
-            for (token, _a, _b, ha, ht), found in zip(members, compare_matrices(a, b, key[3], self.tolerance)):
+            for (token, _a, _b, ha, ht), found in zip(members, compare_matrices(a, b, key[3], self.tolerance), strict=True):
                 self.known[token] = (found, ha, ht)
 
         for run, target_run in pairs:
@@ -682,15 +684,15 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
     unmatched: List[UnmatchedOp] = []
     counts = {"baseline": 0, "target": 0}
     diverged: List[OpDiff] = []
-    series = []
+    series: List[tuple] = []
     matched = baseline_ops = target_ops = 0
     units = sorted(set(base_units) & set(target_units))
     for side, mine, other in (("baseline", base_units, target_units), ("target", target_units, base_units)):
         for rank, step in sorted(set(mine) - set(other)):
             reasons.append(f"rank {rank} step {step} is in the {side} only")
     orders: Dict[Tuple[int, int], int] = {}
-    base_caches: Dict[tuple, object] = {}
-    target_caches: Dict[tuple, object] = {}
+    base_caches: Dict[tuple, SavedGraphs] = {}
+    target_caches: Dict[tuple, SavedGraphs] = {}
     for rank, step in units:
         base_runs, base_index = read_unit_runs(base_units[(rank, step)], note)
         target_runs, target_index = read_unit_runs(target_units[(rank, step)], note)
@@ -712,6 +714,7 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
         graphs = base_graphs
         comparer.prefetch(pairs)
         position_of = {id(run): i for i, run in enumerate(base_runs)}
+        error: Optional[float]
         for run, target_run in pairs:
             settled = comparer.settled(run, target_run)
             if settled is not None:      # every output already found to agree: nothing more to ask
@@ -764,7 +767,7 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
                       statistics_only=bool(comparer.compared) and comparer.statistics_only == comparer.compared,
                       series=_sample(series, MAX_SERIES), diverged_ops=diverged_ops, differences=diverged,
                       parallel=layout.to_dict() if layout is not None else None,
-                      coords={rank: coords_of(rank) for rank in sorted({r for r, _s in units}) if coords_of(rank)})
+                      coords={rank: found for rank in sorted({r for r, _s in units}) if (found := coords_of(rank))})
 
 
 def _layout(parallel, baseline: str, base_roots: Dict[int, str], target_roots: Dict[int, str], warn):
@@ -850,8 +853,11 @@ def _first(diverged: List[OpDiff], orders: Dict[Tuple[int, int], int]) -> Option
     rank_of_role = {ROLE_ORIGIN: 0, ROLE_RECEIVED: 1, ROLE_PROPAGATOR: 2}
     if not diverged:
         return None
-    return min(diverged, key=lambda op: (op.step, rank_of_role[op.role],
-                                         op.position / orders[(op.rank, op.step)], op.rank))
+
+    def order(op: OpDiff):
+        assert op.role is not None          # a diverged op has a role
+        return op.step, rank_of_role[op.role], op.position / orders[(op.rank, op.step)], op.rank
+    return min(diverged, key=order)
 
 
 @functools.lru_cache(maxsize=1 << 16)

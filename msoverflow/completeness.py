@@ -264,10 +264,12 @@ def _compare(item: _Listing, others: List[_Listing], where: str, out: list, by_r
     """Fewer files (or statistic.csv rows) than the fullest comparable directory."""
     if not others:
         return
-    if item.rows() is not None:
+    rows = item.rows()
+    if rows is not None:
         best = max(others, key=lambda o: o.rows() or 0)
-        if best.rows() and item.rows() < best.rows():
-            out.append((item.rows(), best.rows(), f"{item.rows()} of {best.rows()} statistic.csv rows (as "
+        best_rows = best.rows()
+        if best_rows and rows < best_rows:
+            out.append((rows, best_rows, f"{rows} of {best_rows} statistic.csv rows (as "
                         f"{where.format(best.d.rank if by_rank else best.d.step)})"))
         return
     best = max(others, key=lambda o: o.files)
@@ -317,9 +319,9 @@ def mark_ranks(rows: List[RankStatus], steps: List[StepCompleteness], likely: Op
     before the step it received in (its own missing files could hold the origin). The likely origin's rank row
     names it."""
     first_cut: Dict[int, StepCompleteness] = {}
-    for step in steps:
-        if step.rank not in first_cut or step.step < first_cut[step.rank].step:
-            first_cut[step.rank] = step
+    for cut in steps:
+        if cut.rank not in first_cut or cut.step < first_cut[cut.rank].step:
+            first_cut[cut.rank] = cut
     for row in rows:
         step = first_cut.get(row.rank)
         if step is None:

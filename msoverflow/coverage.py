@@ -8,9 +8,9 @@ these, a verdict without findings is `inconclusive`, never `clean`.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
-from .model import RankStatus, RANK_NOT_DUMPED
+from .model import RANK_NOT_DUMPED, RankStatus
 
 
 def _int(value) -> Optional[int]:
@@ -20,7 +20,7 @@ def _int(value) -> Optional[int]:
         return None
 
 
-def coverage_limits(settings: Dict[str, object], runtime: Dict[str, object], facts, overflow_records: int,
+def coverage_limits(settings: Dict[str, Any], runtime: Dict[str, Any], facts, overflow_records: int,
                     framework_dump: bool = False) -> List[str]:
     """One line per limit, in the user's terms (the config key that causes it). `facts`: what the scanned files
     hold (walk.DumpedFacts, counted over every op run). framework_dump: the ops were recorded by the framework's

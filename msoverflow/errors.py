@@ -77,7 +77,7 @@ def reading(path: str) -> Iterator[None]:
     except BaseException as exc:
         if not getattr(exc, "msoverflow_file", None):
             try:
-                exc.msoverflow_file = str(path)
+                exc.msoverflow_file = str(path)  # type: ignore[attr-defined]  # most exceptions take one
             except (AttributeError, TypeError):
                 pass
         raise

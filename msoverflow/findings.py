@@ -17,8 +17,23 @@ from . import names
 from .errors import reading
 from .evaluate import TensorAccess
 from .graphs import SavedGraphs
-from .model import (CROSS_RANK, FLAGGED, INVALID, LIKELY_ORIGIN, ORIGIN, OVERFLOW, PROPAGATOR, SUSPECT, Finding,
-                    OpExecution, OverflowRecord, Status, StepCompleteness, TensorEvent, TensorSummary)
+from .model import (
+    CROSS_RANK,
+    FLAGGED,
+    INVALID,
+    LIKELY_ORIGIN,
+    ORIGIN,
+    OVERFLOW,
+    PROPAGATOR,
+    SUSPECT,
+    Finding,
+    OpExecution,
+    OverflowRecord,
+    Status,
+    StepCompleteness,
+    TensorEvent,
+    TensorSummary,
+)
 from .ranks import RankTable
 from .rules import Verdict
 from .rules.knowledge import OpKnowledge
@@ -142,7 +157,7 @@ def _ordered(walked: "Walked", candidates: Judged, after_arrival: Set[int], kn: 
             groups.setdefault((ex.rank, ex.step, ex.graph), []).append(ex)
     for members in groups.values():
         times = sorted(relative[id(ex)] for ex in members)
-        for ex, when in zip(sorted(members, key=lambda e: (e.order, relative[id(e)])), times):
+        for ex, when in zip(sorted(members, key=lambda e: (e.order, relative[id(e)])), times, strict=True):
             relative[id(ex)] = when
     return sorted(candidates, key=lambda pair: (
         pair[0].step, id(pair[0]) in after_arrival, pair[1].role != ORIGIN,
@@ -257,9 +272,10 @@ def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judg
     parsed = {path: names.parse(os.path.basename(path)) for path in cut}
     owners = {(os.path.dirname(path), p.op_type, p.op_name, p.task_id, p.stream_id) if p and p.io == "output"
               else None for path, p in parsed.items()}
-    if len(owners) != 1 or None in owners:
+    owner = owners.pop() if len(owners) == 1 else None
+    if owner is None:
         return None
-    folder, op_type, op_name, task, stream = owners.pop()
+    folder, op_type, op_name, task, stream = owner
     d = next((d for d in dirs if os.path.realpath(d.path) == os.path.realpath(folder)), None)
     if d is None:
         return None

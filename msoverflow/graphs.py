@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, Mapping, Optional, Tuple
 
-from .model import GraphNode, OpExecution, Source
+from .model import GraphNode, NamedRun, OpExecution, Source
 from .scope import cell_of, forward_in_scope, is_backward
 
 
@@ -48,7 +48,7 @@ class SavedGraphs:
                         self.warn(f"{path}: cannot read saved graph ({exc.strerror})")
         return self._cache[key]
 
-    def node(self, ex: OpExecution):
+    def node(self, ex: NamedRun):
         """(the op's GraphNode or None, its graph or None)."""
         graph = self.graph(ex.rank, ex.graph)
         return (graph.find(ex.op_name) if graph else None), graph

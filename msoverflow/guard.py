@@ -26,7 +26,7 @@ from __future__ import annotations
 import atexit
 import sys
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 SKIP_LINE = "msoverflow guard: step {step} skipped on rank {rank}: global token count is 0 (no optimizer update)"
 MISMATCH = ("msoverflow guard: the global token count is 0 but the loss is not: the loss divides by another "
@@ -117,7 +117,7 @@ def derive_topology(rank: int, size: int, stages: int) -> Topology:
                     pp_size=stages, pp_ranks=pp_ranks if stages > 1 else (), is_last_stage=stage == stages - 1)
 
 
-def topology_from_context(context_value: Optional[Callable[[str], object]] = None,
+def topology_from_context(context_value: Optional[Callable[[str], Any]] = None,
                           rank: Optional[int] = None, size: Optional[int] = None) -> Topology:
     """This rank's topology from MindSpore's auto-parallel context (`pipeline_stages`) and communication
     (rank, group size); the arguments stand in for them in tests."""
@@ -152,7 +152,7 @@ def GuardedTrainOneStepCell(network, optimizer, sens=None, count_input: int = -1
     return cell
 
 
-def guard_state(step_cell) -> Dict[str, object]:
+def guard_state(step_cell) -> Dict[str, Any]:
     """What the guard decided (reads its Parameters: one host synchronisation, only when asked)."""
     steps = int(step_cell.guard_steps.asnumpy().reshape(-1)[0])
     count = int(step_cell.guard_skipped_count.asnumpy().reshape(-1)[0])
@@ -162,7 +162,7 @@ def guard_state(step_cell) -> Dict[str, object]:
             "grad_norm": float(step_cell.guard_grad_norm.asnumpy())}
 
 
-_LIVE: List[object] = []
+_LIVE: List[Any] = []        # the guarded step Cells
 
 
 @atexit.register
@@ -185,7 +185,7 @@ def _rank() -> int:
         return 0
 
 
-_CLASS = []
+_CLASS: list = []
 
 
 def _guarded_class():

@@ -192,6 +192,8 @@ def start(command: Sequence[str], env: dict, *, cwd: Optional[str] = None,
         proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
         raise UserError(f"{command[0]}: cannot run the training command ({exc.strerror or exc})") from None
+    stdout, stderr = proc.stdout, proc.stderr
+    assert stdout is not None and stderr is not None        # both piped
     watch = OutputWatch()
     lock = threading.Lock()
 
@@ -237,8 +239,8 @@ def start(command: Sequence[str], env: dict, *, cwd: Optional[str] = None,
     finally:
         for thread in threads:
             thread.join()
-        proc.stdout.close()
-        proc.stderr.close()
+        stdout.close()
+        stderr.close()
     per_rank = _worker_logs(log_dir, started)
     if per_rank:       # the workers' logs are the training's output (msrun's own stdout may repeat parts)
         combined = OutputWatch()

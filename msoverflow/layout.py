@@ -22,7 +22,7 @@ import csv
 import os
 import stat
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import names, safeio
 from .errors import UserError
@@ -86,8 +86,8 @@ class RankDir:
 class Plan:
     """What the walk will read: the selected units in rank then step order, and facts of their listings."""
     units: List[Unit]
-    ranks: object = None    # the Selection (or any container) asked for; None: every rank
-    steps: object = None
+    ranks: Any = None       # the Selection (or any container) asked for; None: every rank
+    steps: Any = None
 
     @property
     def dirs(self) -> List[DumpDir]:

@@ -169,6 +169,7 @@ def _check_log_file(path: str) -> None:
     import errno
     import os
     import stat
+
     from .errors import UserError
     try:
         mode = os.stat(path).st_mode

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 
 class IterationAlias:
@@ -122,7 +122,7 @@ class TensorEvent(IterationAlias):
     dtype: Optional[str] = None     # declared dtype, canonical numpy-style name ("float16", "bfloat16", ...)
     shape: Optional[Tuple[int, ...]] = None
     stats: Optional[TensorStats] = None          # known without reading data (statistic.csv)
-    loader: Optional[Callable[[], "object"]] = field(default=None, repr=False)  # -> TensorData (lazy)
+    loader: Optional[Callable[[], Any]] = field(default=None, repr=False)  # -> TensorData (lazy)
     payload_dtype: Optional[str] = None          # dtype of the bytes on disk when it differs from `dtype`
     note: str = ""                  # what is wrong with it, in words (status says what kind of wrong)
     context_id: Optional[int] = None   # FFTS+ sub-task ids from the file name (match Opdebug records)
@@ -131,7 +131,7 @@ class TensorEvent(IterationAlias):
 
     @property
     def is_float(self) -> bool:
-        return bool(self.dtype) and ("float" in self.dtype)
+        return self.dtype is not None and "float" in self.dtype
 
     @property
     def is_parameter(self) -> bool:
@@ -174,6 +174,23 @@ class GraphNode:
     # A framework dump's Cell/Module entry (msprobe) is not one op but the whole Cell: the scope it covers. A bad
     # value first made by an op inside that scope is not a second origin when the Cell's own output shows it.
     wraps_scope: Optional[str] = None
+
+
+class NamedRun(Protocol):
+    """What matching the op runs of two dumps reads of a run (comparison.match, graphs.SavedGraphs.node): an
+    OpExecution or a walk.OpRun."""
+    @property
+    def rank(self) -> int: ...
+    @property
+    def graph(self) -> str: ...
+    @property
+    def op_type(self) -> str: ...
+    @property
+    def op_name(self) -> str: ...
+    @property
+    def time(self) -> int: ...
+    @property
+    def order(self) -> Optional[int]: ...
 
 
 @dataclass(slots=True)
@@ -338,7 +355,7 @@ class Report:
     tensors_read: int = 0
     layout: str = ""
     tail_clean: bool = True            # False when later steps were not scanned (early exit)
-    extra: Dict[str, object] = field(default_factory=dict)
+    extra: Dict[str, Any] = field(default_factory=dict)
     rank_status: List[RankStatus] = field(default_factory=list)   # every dumped or expected rank
     coverage: List[str] = field(default_factory=list)      # what the dump config could not show (caveats on clean)
     inconclusive: List[str] = field(default_factory=list)  # why a verdict without findings is not "clean"
@@ -411,5 +428,5 @@ class Report:
     @property
     def exit_code(self) -> int:
         """The process exit code of this verdict: 0 clean, 1 anomaly, 3 inconclusive (msoverflow/errors.py)."""
-        from .errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_INCONCLUSIVE   # errors imports nothing of ours
+        from .errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_INCONCLUSIVE  # errors imports nothing of ours
         return {VERDICT_ANOMALY: EXIT_ANOMALY, VERDICT_INCONCLUSIVE: EXIT_INCONCLUSIVE}.get(self.verdict, EXIT_CLEAN)

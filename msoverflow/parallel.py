@@ -16,12 +16,15 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from .errors import UserError
 from .layout import Plan, Unit
 from .model import OpExecution
 from .walk import DumpedFacts, UnitSummary, msprobe_graphs, scan_unit
+
+if TYPE_CHECKING:
+    from .readers.ir_graph import GraphIndex
 
 POOL_MIN_FILES = 20_000     # below this, starting workers costs more than it saves
 POOL_MIN_CPUS = 3           # on 2 CPUs the workers and this process contend: measured slower than one process
@@ -47,7 +50,7 @@ class Walked:
     runs: Dict[int, int] = field(default_factory=dict)     # rank -> op runs scanned
     facts: DumpedFacts = field(default_factory=DumpedFacts)
     records: list = field(default_factory=list)            # every Opdebug record (matched_op set when matched)
-    graphs: Dict[Tuple[int, str], object] = field(default_factory=dict)   # msprobe: (rank, graph) -> GraphIndex
+    graphs: Dict[Tuple[int, str], GraphIndex] = field(default_factory=dict)   # msprobe: (rank, graph)
     files: int = 0
     unknown: List[str] = field(default_factory=list)
     unreadable: List[str] = field(default_factory=list)

@@ -151,14 +151,14 @@ def spec_from_file(path: str) -> ParallelSpec:
         files = strategy_files(path)
         if not files:
             raise UserError(f"{path}: a folder, but no strategy checkpoint (*strategy*.ckpt or .json) in it")
-        return _strategy_spec(files, path, fail=True)
+        return _read_strategies(files, path)
     if lower.endswith((".yaml", ".yml")):
         spec = _yaml_spec(path)
         if spec is None:
             raise UserError(f"{path}: no parallel_config (data_parallel, model_parallel, pipeline_stage) in it")
         return spec
     if lower.endswith(".ckpt"):
-        return _strategy_spec([path], path, fail=True)
+        return _read_strategies([path], path)
     if lower.endswith(".json"):
         count = rank_table_size(path)
         if count is not None:
@@ -184,7 +184,7 @@ def _strategy_spec(files: List[str], where: str, fail: bool, warn=None) -> Optio
         except (StrategyError, OSError) as exc:
             reason = f"{path}: not a readable MindSpore strategy checkpoint ({getattr(exc, 'strerror', None) or exc})"
             if fail:
-                raise UserError(reason)
+                raise UserError(reason) from exc
             refused.append(reason)
     if refused and warn is not None:
         warn(refused[0] + (f" (and {len(refused) - 1} more strategy files)" if len(refused) > 1 else ""))
@@ -194,23 +194,29 @@ def _strategy_spec(files: List[str], where: str, fail: bool, warn=None) -> Optio
     return ParallelSpec(source=f"strategy checkpoint {name}", strategies=facts)
 
 
+def _read_strategies(files: List[str], where: str) -> ParallelSpec:
+    spec = _strategy_spec(files, where, fail=True)
+    assert spec is not None         # fail=True: a file that cannot be read raised, so every file gave facts
+    return spec
+
+
 def _yaml_spec(path: str) -> Optional[ParallelSpec]:
     try:
         text = safeio.read_text(path, _YAML_LIMIT, errors="replace")
     except safeio.TooLarge:
-        raise UserError(f"{path}: larger than {_YAML_LIMIT >> 10} KiB, not a MindFormers YAML (they are a few KiB)")
+        raise UserError(f"{path}: larger than {_YAML_LIMIT >> 10} KiB, not a MindFormers YAML (they are a few KiB)") from None
     except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc})")
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     if "parallel_config" not in text:
         return None
     try:       # nesting and alias expansion bounded before anything is built (an alias bomb is refused)
         doc = safeio.loads_yaml(text)
     except ValueError as exc:
-        raise UserError(f"{path}: not a readable YAML ({exc})")
+        raise UserError(f"{path}: not a readable YAML ({exc})") from exc
     config = doc.get("parallel_config") if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         return None
-    sizes = {}
+    sizes: Dict[str, int] = {}
     for key, name in (("data_parallel", "dp"), ("model_parallel", "tp"), ("pipeline_stage", "pp")):
         value = config.get(key)
         if value is None:
@@ -219,7 +225,8 @@ def _yaml_spec(path: str) -> Optional[ParallelSpec]:
             raise UserError(f"{path}: parallel_config.{key} is {safeio.brief(value)}, not a size from 1 to "
                             f"{MAX_SIZE}")
         sizes[name] = value
-    return ParallelSpec(source=f"MindFormers YAML {os.path.basename(path)} (parallel_config)", **sizes)
+    return ParallelSpec(source=f"MindFormers YAML {os.path.basename(path)} (parallel_config)", dp=sizes.get("dp"),
+                        tp=sizes.get("tp"), pp=sizes.get("pp"))
 
 
 def rank_table_size(path: str) -> Optional[int]:
@@ -320,20 +327,18 @@ def resolve(spec: Optional[ParallelSpec], path: str, expected_ranks: Sequence[in
 
 
 def _sizes_layout(spec: ParallelSpec, world: int, world_why: str, warn) -> ParallelLayout:
-    sizes = {"dp": spec.dp, "tp": spec.tp, "pp": spec.pp}
     notes: List[str] = []
-    for name in ("tp", "pp"):          # a model/pipeline size left out is 1
-        sizes[name] = sizes[name] or 1
-    if sizes["dp"] is None:            # data parallel left out: the world over the rest
-        rest = sizes["tp"] * sizes["pp"]
+    tp, pp = spec.tp or 1, spec.pp or 1     # a model/pipeline size left out is 1
+    dp = spec.dp
+    if dp is None:                     # data parallel left out: the world over the rest
+        rest = tp * pp
         if not world or world % rest:
             raise UserError(f"{spec.source}: the world size ({world or 'unknown'}) is not a multiple of tp*pp = "
                             f"{rest}; give dp too")
-        sizes["dp"] = world // rest
-        notes.append(f"dp={sizes['dp']} from the world size {world} ({world_why})")
-    total = sizes["dp"] * sizes["tp"] * sizes["pp"]
-    layout = ParallelLayout(dp=sizes["dp"], tp=sizes["tp"], pp=sizes["pp"], source=spec.source, notes=notes,
-                            declared=[(0, total - 1)])
+        dp = world // rest
+        notes.append(f"dp={dp} from the world size {world} ({world_why})")
+    total = dp * tp * pp
+    layout = ParallelLayout(dp=dp, tp=tp, pp=pp, source=spec.source, notes=notes, declared=[(0, total - 1)])
     # Ranks past dp*tp*pp get no coordinates; ranks it declares beyond the dump are listed as not dumped, and
     # only a count from outside the dump (msrun's logs, a rank table) that disagrees is a warning.
     if world and (total < world or (total > world and world_why != _DUMPED)):
@@ -366,7 +371,7 @@ def _contradicted(layout: ParallelLayout, graphs: Optional[Dict[frozenset, List[
                 f"kernels{evidence}: data parallel, not {layout.pp} pipeline stages; no stages are claimed "
                 f"({advice})")
     pairs = "; ".join(f"ranks {_span_text(ranks)} run the same kernels but are put in stages "
-                      f"{', '.join(str(s) for s in sorted({stage_of[r] for r in ranks if stage_of[r] is not None}))}"
+                      f"{', '.join(str(s) for s in sorted({s for s in (stage_of[r] for r in ranks) if s is not None}))}"
                       for ranks in split[:3])
     return (f"{layout.source}: not used: the saved execution orders contradict its pipeline stages ({pairs}); the "
             "stages the graphs show are used instead")
@@ -450,7 +455,7 @@ def _merge_spans(spans: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
     return merged
 
 
-def label_ranks(spec: Optional[ParallelSpec], path: str, rank_status, rank_roots: Dict[Tuple[int, str], str],
+def label_ranks(spec: Optional[ParallelSpec], path: str, rank_status, rank_roots: Dict[Tuple[int, str], Optional[str]],
                 warn: Callable[[str], None], selected=None) -> Optional[Dict[str, object]]:
     """Give every rank row its coordinates, and add a `not dumped` row for the ranks the layout declares that the
     dump does not hold (unless `selected` ranks were asked for); returns Report.parallel (None: unknown)."""

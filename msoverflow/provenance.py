@@ -8,8 +8,8 @@ import shlex
 import socket
 from typing import Optional, Sequence, Union
 
-from .version import __version__
 from .model import Report
+from .version import __version__
 
 
 def command_line(argv: Union[None, str, Sequence[str]]) -> Optional[str]:
@@ -20,7 +20,9 @@ def command_line(argv: Union[None, str, Sequence[str]]) -> Optional[str]:
 
 
 def collect(report: Report, command: Union[None, str, Sequence[str]] = None) -> dict:
-    meta = report.extra.get("mindspore") if isinstance(report.extra.get("mindspore"), dict) else {}
+    meta = report.extra.get("mindspore")
+    if not isinstance(meta, dict):
+        meta = {}
     version = meta.get("version")
     return {
         "msoverflow_version": __version__,

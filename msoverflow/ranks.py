@@ -16,8 +16,18 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 from . import safeio
 from .errors import reading
 from .layout import Dump
-from .model import (CROSS_RANK, ORIGIN, RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, RANK_ORIGIN,
-                    RANK_RECEIVED, SUSPECT, OpExecution, RankStatus)
+from .model import (
+    CROSS_RANK,
+    ORIGIN,
+    RANK_CLEAN,
+    RANK_FLAGGED,
+    RANK_NOT_DUMPED,
+    RANK_ORIGIN,
+    RANK_RECEIVED,
+    SUSPECT,
+    OpExecution,
+    RankStatus,
+)
 from .names import RANK_DIR
 from .selection import format_ids
 
@@ -96,6 +106,8 @@ def _find_count(doc, depth: int = 0) -> Optional[int]:
     if isinstance(doc, dict):
         for key in _RANK_SIZE_KEYS:
             value = doc.get(key)
+            if value is None:
+                continue
             try:
                 number = int(value)
             except (TypeError, ValueError, OverflowError):
@@ -165,9 +177,11 @@ class RankTable:
         self._first: Dict[int, OpExecution] = {}
         self._first_in_step: Dict[Tuple[int, int], OpExecution] = {}
         for ex in arrivals:
-            for table, key in ((self._first, ex.rank), (self._first_in_step, (ex.rank, ex.step))):
-                if key not in table or self.position(ex) < self.position(table[key]):
-                    table[key] = ex
+            if ex.rank not in self._first or self.position(ex) < self.position(self._first[ex.rank]):
+                self._first[ex.rank] = ex
+            step = (ex.rank, ex.step)
+            if step not in self._first_in_step or self.position(ex) < self.position(self._first_in_step[step]):
+                self._first_in_step[step] = ex
 
     @staticmethod
     def position(ex: OpExecution) -> Tuple[int, int, int]:

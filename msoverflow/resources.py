@@ -16,7 +16,7 @@ def config_dir() -> str:
     if override:
         return override
     data = resources.files("msoverflow") / "data"
-    path = os.fspath(data)   # a real directory for every install msoverflow supports (not zipped)
+    path = os.fspath(data)  # type: ignore[call-overload]  # a real directory for every install msoverflow supports (not zipped)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"msoverflow's data directory is missing from this installation ({path})")
     return path

@@ -229,7 +229,7 @@ def yaml_nodes(text: str, *, max_depth: int = MAX_YAML_DEPTH, max_nodes: int = M
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
     from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
-    expanded = {}               # anchor -> nodes of the anchored node, aliases inside it expanded
+    expanded: dict = {}         # anchor -> nodes of the anchored node, aliases inside it expanded
     open_nodes: list = []       # [nodes so far, anchor] of each collection being read
     total = 0
     try:
@@ -266,7 +266,8 @@ def _yaml_problem(exc: Exception) -> str:
     """ruamel.yaml's error in one short line: what is wrong, and where ("line 3: found duplicate key ...")."""
     problem = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
     mark = getattr(exc, "problem_mark", None)
-    where = f"line {mark.line + 1}: " if getattr(mark, "line", None) is not None else ""
+    line = getattr(mark, "line", None)
+    where = f"line {line + 1}: " if line is not None else ""
     return (where + " ".join(str(problem).split()))[:200]
 
 
@@ -275,6 +276,7 @@ def loads_yaml(text: str, *, typ: str = "safe", max_depth: int = MAX_YAML_DEPTH,
     """YAML text, bounded in nesting and in the nodes its aliases expand to (yaml_nodes), then loaded by
     ruamel.yaml (`typ` "safe", or "rt" to keep comments for a patch). YamlError (a ValueError) when refused."""
     import warnings
+
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
     yaml_nodes(text, max_depth=max_depth, max_nodes=max_nodes)
@@ -503,6 +505,7 @@ def write_atomic(path, text: str, *, what: str = "the file", newline: Optional[s
     it, and a file that was there keeps its mode. UserError (one line) when `path` exists and is not a regular
     file (the rename would replace a FIFO or device) or cannot be written."""
     import tempfile
+
     from .errors import UserError
     real = os.path.realpath(path)
     if os.path.lexists(real) and not is_regular(real):

@@ -16,12 +16,12 @@ _CLASS_THEN_ATTR = re.compile(r"^(_?[A-Za-z0-9]+)_(.+)$")
 
 def is_backward(name: Optional[str]) -> bool:
     """An op of the backward pass: its scope (full or file-name form) starts with `Gradients`."""
-    return bool(name) and name.startswith("Gradients")
+    return name is not None and name.startswith("Gradients")
 
 
 def forward_in_scope(full_name: Optional[str]) -> Optional[str]:
     """The forward op a backward op's full name says it differentiates: `.../Grad_Div/Div-op0` -> `Div`."""
-    if not is_backward(full_name) or "/" not in full_name:
+    if full_name is None or not is_backward(full_name) or "/" not in full_name:
         return None
     for segment in reversed(full_name.split("/")[:-1]):
         if segment.startswith("Grad_") and "-" not in segment:

@@ -5,8 +5,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from .values import bad_extremes, limit_of, over_range_mask, pinned_extremes
 from .model import TensorStats
+from .values import bad_extremes, limit_of, over_range_mask, pinned_extremes
 
 CHUNK = 1 << 20  # elements per chunk (8 MB as float64 at most)
 
@@ -46,6 +46,7 @@ def compute(array: np.ndarray, declared: Optional[str]) -> TensorStats:
                 c_lo, c_hi = chunk.min(), chunk.max()
                 lo = c_lo if lo is None else min(lo, c_lo)
                 hi = c_hi if hi is None else max(hi, c_hi)
+            assert lo is not None and hi is not None        # count > 0: at least one chunk
             return TensorStats(count=count, min=float(lo), max=float(hi), max_abs=float(max(abs(lo), abs(hi))))
         return TensorStats(count=count)
     nan = posinf = neginf = over = at_max = zero = negative = 0
@@ -71,7 +72,7 @@ def compute(array: np.ndarray, declared: Optional[str]) -> TensorStats:
             if beyond is not None:
                 over += int(np.count_nonzero(beyond))
                 at_max += int(np.count_nonzero(np.abs(values) == limit))
-    max_abs = None if lo is None else max(abs(lo), abs(hi))
+    max_abs = None if lo is None or hi is None else max(abs(lo), abs(hi))     # (set together)
     return TensorStats(count=count, nan=nan, posinf=posinf, neginf=neginf, min=lo, max=hi, max_abs=max_abs,
                        over_range=over, at_max=at_max, zero=zero, negative=negative)
 

@@ -29,7 +29,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from . import names
 from .dtypes import canonical
@@ -40,6 +40,9 @@ from .model import CLEAN, CROSS_RANK, INPUT, OUTPUT, PROPAGATOR, OpExecution, Ov
 from .readers import npy
 from .readers.exec_order import execution_order
 from .readers.registry import DirContent, read_dir
+
+if TYPE_CHECKING:
+    from .readers.ir_graph import GraphIndex
 
 BATCH_BYTES = 64 << 20      # small tensors checked together, at most this many bytes at a time
 Warn = Callable[[str], None]
@@ -125,7 +128,7 @@ def _file_of(ex: OpExecution) -> str:
     return ex.flags[0].source if ex.flags else f"{ex.op_type} {ex.op_name}"
 
 
-def _order(rank_root: str, graph: str) -> Dict[str, int]:
+def _order(rank_root: str, graph: str) -> Mapping[str, int]:
     """The graph's kernel order, read once per version of its csv (the steps of a rank share it)."""
     path = os.path.join(rank_root, "execution_order", f"ms_execution_order_graph_{graph}.csv")
     try:
@@ -137,7 +140,7 @@ def _order(rank_root: str, graph: str) -> Dict[str, int]:
 
 
 @lru_cache(maxsize=256)
-def _order_of(rank_root: str, graph: str, _version) -> Dict[str, int]:
+def _order_of(rank_root: str, graph: str, _version) -> Mapping[str, int]:
     return execution_order(rank_root, graph, lambda message: None)
 
 
@@ -160,7 +163,7 @@ class UnitRead:
     where their graphs are (msprobe's built from its entries; `.ir` files under the rank roots)."""
     executions: List[OpExecution]
     records: List[OverflowRecord]
-    graphs: Dict[Tuple[int, str], object]
+    graphs: Dict[Tuple[int, str], GraphIndex]
     rank_roots: Dict[Tuple[int, str], Optional[str]]
 
 
@@ -242,6 +245,7 @@ def _column_runs(contents: List[DirContent], roots) -> Optional[List[OpRun]]:
     runs: List[OpRun] = []
     for content in contents:
         d, parsed = content.d, content.npy
+        assert parsed is not None           # columns in every content: checked above
         if not parsed.rows:
             continue
         codes_of: Dict[str, int] = {}
@@ -284,13 +288,13 @@ def _one_execution(content: DirContent, rows: List[int]) -> OpExecution:
     return group_executions(_npy_events(content, rows))[0]
 
 
-def msprobe_graphs(nodes: Dict[Tuple[int, str], list]) -> Dict[Tuple[int, str], object]:
+def msprobe_graphs(nodes: Dict[Tuple[int, str], list]) -> Dict[Tuple[int, str], GraphIndex]:
     """(rank, graph) -> GraphIndex of the nodes msprobe's reader built from its steps' entries."""
     if not nodes:
         return {}
     from .readers.ir_graph import GraphIndex
     from .readers.msprobe import forward_nodes
-    graphs = {}
+    graphs: Dict[Tuple[int, str], GraphIndex] = {}
     for key, found in nodes.items():
         unique = list({n.full_name: n for n in reversed(found)}.values())[::-1]
         graphs[key] = GraphIndex(unique + forward_nodes(unique))
@@ -318,14 +322,16 @@ def _all(size: int):
 def _npy_events(content: DirContent, rows) -> List[TensorEvent]:
     """TensorEvents of the given rows of a directory's npy name columns."""
     d, columns = content.d, content.npy
+    assert columns is not None          # called for contents whose npy names were parsed
     prefix = d.path + os.sep
-    ops: Dict[str, tuple] = {}
+    ops: Dict[str, Optional[tuple]] = {}
     events = []
     for k in rows:
         odd = columns.odd.get(k)
         op = ops.get(columns.prefix[k])
         if op is None:
             op = ops[columns.prefix[k]] = names.split_prefix(columns.prefix[k])
+        assert op is not None               # parse_many's prefixes split
         events.append(TensorEvent(
             source=prefix + content.npy_files[columns.rows[k]], rank=d.rank, graph=d.graph, step=d.step,
             op_type=op[0], op_name=op[1], task_id=op[2], stream_id=op[3], timestamp=columns.timestamp[k],
@@ -381,7 +387,7 @@ def group_executions(events: Iterable[TensorEvent]) -> List[OpExecution]:
     for key, members in groups.items():
         members.sort(key=lambda e: e.timestamp)
         current: Optional[OpExecution] = None
-        seen = set()
+        seen: Set[tuple] = set()
         for e in members:
             slot_key = (e.io, e.slot)
             if current is None or slot_key in seen:   # a repeat: the op ran again (loops, micro-batches)
@@ -398,7 +404,7 @@ def group_executions(events: Iterable[TensorEvent]) -> List[OpExecution]:
 
 def _attach_order(executions: List[OpExecution], unit: Unit) -> None:
     roots = {(d.rank, d.graph): d.rank_root for d in unit.dirs}
-    orders: Dict[Tuple[int, str], Dict[str, int]] = {}     # the csv stat'ed once per graph, not once per op
+    orders: Dict[Tuple[int, str], Mapping[str, int]] = {}  # the csv stat'ed once per graph, not once per op
     for ex in executions:
         root = roots.get((ex.rank, ex.graph))
         if root and (ex.rank, ex.graph) not in orders:
@@ -418,10 +424,10 @@ def _match_records(records: List[OverflowRecord], executions: List[OpExecution])
         pairs = match_records([record], by_dir.get(record.graph, []))
         if all(ex is None for _, ex in pairs):
             pairs = match_records([record], executions)
-        for rec, ex in pairs:
-            if ex is not None:
-                ex.flags.append(rec)
-                rec.matched_op = ex.op_name
+        for rec, matched in pairs:
+            if matched is not None:
+                matched.flags.append(rec)
+                rec.matched_op = matched.op_name
 
 
 # ---- the unit ------------------------------------------------------------------------------------------------
@@ -580,7 +586,7 @@ def _group_runs(codes, stamps, is_output, slot, n_groups: int):
     twice = unique[counts > 1]
     if twice.size:
         again = np.isin(key, twice)
-        tensors = list(zip(key[again].tolist(), stamps[again].tolist()))
+        tensors = list(zip(key[again].tolist(), stamps[again].tolist(), strict=True))
         if len(set(tensors)) != len(tensors):
             return None
         repeated[codes[again]] = True
@@ -596,7 +602,7 @@ def _npy_step(content: DirContent, access: TensorAccess):
     from .stats import scan, scan_rows
 
     d, parsed, npy_names = content.d, content.npy, content.npy_files
-    if not parsed.rows:
+    if parsed is None or not parsed.rows:
         return None
     codes_of: Dict[str, int] = {}
     codes = [codes_of.setdefault(p, len(codes_of)) for p in parsed.prefix]
@@ -680,9 +686,9 @@ def _npy_step(content: DirContent, access: TensorAccess):
                 seeded[r] = (bad, pinned, header)
                 continue
             key = (header, declared, len(blob))
-            batch = batches.get(key)
-            if batch is None:
-                batch = batches[key] = [[], [], 0]
+            if key not in batches:
+                batches[key] = [[], [], 0]
+            batch = batches[key]
             same = (blob[:header.offset], len(blob), dtype[r], key)
         batch[0].append(r)
         batch[1].append(blob)
@@ -699,12 +705,12 @@ def _npy_step(content: DirContent, access: TensorAccess):
     parameter_group = np.asarray([p.startswith("Parameter.") for p in prefixes], dtype=bool)
     suspicious_groups = np.asarray(suspicious, dtype=bool)
     clean_groups = ~suspicious_groups
-    ops = [p for p, clean, param in zip(prefixes, clean_groups.tolist(), parameter_group.tolist()) if clean and not param]
+    ops = [p for p, clean, param in zip(prefixes, clean_groups.tolist(), parameter_group.tolist(), strict=True) if clean and not param]
     scoped = bool(_SCOPED_PREFIX.search("\n".join(ops)))
     facts = _column_facts(code_array, is_output, parameter_group, clean_groups, scoped)
     members = [k for k, code in enumerate(codes) if suspicious[code]]
     events = _npy_events(content, members)
-    for k, e in zip(members, events):
+    for k, e in zip(members, events, strict=True):
         if k in seeded:
             bad, pinned, header = seeded[k]
             access.seed(e, header, bad, pinned)

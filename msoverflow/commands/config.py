@@ -87,7 +87,7 @@ def _generate(args) -> int:
     to_stdout = args.output == "-"
     config_path = None if to_stdout else os.path.abspath(args.output or DEFAULT_CONFIG_NAME)
     result = build(purpose, config_path=config_path, **options)
-    replaced = bool(config_path) and os.path.lexists(config_path)
+    replaced = config_path is not None and os.path.lexists(config_path)
     if replaced and not args.force:   # a hand-edited config is never lost silently
         raise UserError(f"{config_path}: exists; not overwriting it (pass --force to replace it, or -o another file)")
     if config_path:

@@ -166,6 +166,7 @@ def run(args) -> int:
             if not slot.readable:
                 skipped.append(f"{path}: {slot.problem}")
                 continue
+            assert slot.dtype is not None   # readable
             note = dumpdata_bin.layout_note(slot)
             if note:
                 say(f"note: {path}: {slot.io} {slot.slot}: {note}")

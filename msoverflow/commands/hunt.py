@@ -8,7 +8,6 @@ from ..selection import argument
 from . import add_training_command, training_command
 from ._output import Paths, add_report_options, declare_paths, report_outputs
 
-
 MAX_WATCHED_STEPS = 100_000
 
 

@@ -143,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         print()
         _runtime_hint(args, target)
     if args.verify:
+        assert how is not None          # --verify alone picks the runtime patch
         if how in ("yaml", "source", "guard") and not args.write:
             raise UserError(f"--verify with --how {how} runs the files on disk: add --write (or verify the runtime "
                             f"patch with --how runtime)")

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import os
 
-
 # The command line spells devices in lower case, as config, run and patch do (any case is accepted); the script
 # it writes calls mindspore.set_device, which takes MindSpore's spelling.
 MINDSPORE_DEVICE = {"cpu": "CPU", "ascend": "Ascend", "gpu": "GPU"}

@@ -7,9 +7,9 @@ from typing import Mapping, Optional, Union
 
 from ..errors import UserError
 from . import msprobe
-from .model import SEVERITIES, Problem, Target, resolve_target, shown as _shown
-from .rules import (Situation, bad_items, get_dotted, load_rules, render, select_mechanism, version_matches,
-                    when_matches)
+from .model import SEVERITIES, Problem, Target, resolve_target
+from .model import shown as _shown
+from .rules import Situation, bad_items, get_dotted, load_rules, render, select_mechanism, version_matches, when_matches
 
 __all__ = ["Problem", "Target", "resolve_target", "load_config", "check", "check_for_target", "has_errors"]
 
@@ -139,7 +139,9 @@ def _key_problems(config: Mapping, target: Target, mechanism: str) -> list[Probl
 def _rule_problems(config: Mapping, target: Target, mechanism: str) -> list[Problem]:
     problems = []
     situation = Situation(target.version, target.device, target.jit_level, mechanism, config=dict(config))
-    common = config.get("common_dump_settings") if isinstance(config.get("common_dump_settings"), Mapping) else {}
+    common = config.get("common_dump_settings")
+    if not isinstance(common, Mapping):
+        common = {}
     for rule in load_rules()["checks"]:
         if not when_matches(rule["when"], situation):
             continue

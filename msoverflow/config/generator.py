@@ -78,7 +78,7 @@ def build(purpose: str, *, ms_version: Optional[str] = None, device: Optional[st
     if mode not in (None, "graph", "pynative"):
         raise UserError(f"mode '{mode}' is not graph or pynative")
     mechanism_entry = None if mode == "pynative" else select_mechanism(situation)
-    if mode == "pynative" or mechanism_entry.get("writer") == "msprobe":
+    if mechanism_entry is None or mechanism_entry.get("writer") == "msprobe":     # (None: pynative)
         # MindSpore's own dump does not cover these runs: msprobe's PrecisionDebugger does.
         return msprobe.build_msprobe(purpose, target, mode=mode or "graph", path=path, steps=steps, ranks=ranks,
                              kernels=kernels, level=msprobe_level, config_path=config_path,
@@ -124,7 +124,10 @@ def build(purpose: str, *, ms_version: Optional[str] = None, device: Optional[st
         raise ConfigRefused(f"refusing this {purpose} dump config for {where}: "
                             + " ".join(str(p) for p in errors), errors)
 
-    env, unset, env_why, hints = {}, [], {}, []
+    env: dict = {}
+    unset: list = []
+    env_why: dict = {}
+    hints: list = []
     for entry in rules["environment"]:
         if not when_matches(entry.get("when"), situation):
             continue

@@ -15,7 +15,6 @@ from ..errors import UserError
 from . import detect
 from .rules import DEVICES, JIT_LEVELS, load_rules, normalise_version, version_label
 
-
 SEVERITIES = ("error", "warning", "info")
 
 
@@ -125,7 +124,7 @@ class DumpConfigResult:
             os.makedirs(os.path.dirname(config_path), exist_ok=True)
         except OSError as exc:
             raise UserError(f"{config_path}: cannot write the config ({exc.strerror})") from exc
-        from ..safeio import write_atomic    # whole or not at all: a config MindSpore half-reads fails hours later
+        from ..safeio import write_atomic  # whole or not at all: a config MindSpore half-reads fails hours later
         write_atomic(config_path, self.to_json(), what="the config")
         self.set_config_path(config_path)
         return config_path

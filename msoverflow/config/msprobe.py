@@ -11,8 +11,9 @@ from typing import List, Mapping, Optional, Sequence
 
 from .. import selection
 from ..errors import UserError
-from .model import ConfigRefused, DumpConfigResult, Problem, Target, shown as _shown
-from .rules import Situation, load_rules, version_matches, when_matches
+from .model import ConfigRefused, DumpConfigResult, Problem, Target
+from .model import shown as _shown
+from .rules import Situation, load_rules, parse_version, version_matches, when_matches
 
 MODES = ("graph", "pynative")
 # `msoverflow config`/`run` point this at the config.json, so a script can read it instead of hard-coding a path.
@@ -58,6 +59,7 @@ def kernel_dump_problem(level, target: Optional[Target]) -> Optional[Problem]:
     if not needs_kernel_dump_extension(level, target):
         return None
     ext = rules()["kernel_dump_extension"]
+    assert target is not None           # needed only for a known target
     where = f"level L2 at jit_level O2 on MindSpore {target.version_label}"
     if installed_msprobe() is None:
         return Problem("msprobe-adump", "info", f"{where} needs mindstudio-probe with its adump module; msprobe "
@@ -115,7 +117,7 @@ class MsprobeConfigResult(DumpConfigResult):
 
 
 def install_hint(result: "MsprobeConfigResult") -> str:
-    target = Target(tuple(int(x) for x in result.ms_version.split(".")), result.device, result.jit_level, [])
+    target = Target(parse_version(result.ms_version), result.device, result.jit_level, [])   # a version_label
     if needs_kernel_dump_extension(result.level, target):
         return "mindstudio-probe built with its adump module, see the note below"
     return "pip install mindstudio-probe"
@@ -148,7 +150,9 @@ def build_msprobe(purpose: str, target: Target, *, mode: str, path: Optional[str
         config["extra_info"] = True          # stack.json and construct.json: source lines and Cell paths
     situation = Situation(target.version, target.device, target.jit_level, purpose=purpose,
                           options={"multi_rank": multi_rank})
-    env, unset, why = {}, [], {}
+    env: dict = {}
+    unset: list = []
+    why: dict = {}
     for entry in r["environment"]:
         if not when_matches(entry.get("when"), situation):
             continue

@@ -205,7 +205,7 @@ def render(template: str, values: Optional[Mapping] = None, /, **named) -> str:
     formatter = string.Formatter()
     mapping = _Lenient({k: v for k, v in {**(values or {}), **named}.items() if v is not None})
     out = []
-    for literal, name, spec, conv in formatter.parse(template):
+    for literal, name, spec, _conv in formatter.parse(template):
         out.append(literal)
         if name is None:
             continue

@@ -12,11 +12,15 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, List, Optional, Sequence, Union
 
 from ..errors import EXIT_USAGE, UserError
 from ..logs import log
 from .generator import DumpConfigResult, build
+
+if TYPE_CHECKING:
+    from ..job import OutputWatch
+    from ..model import Report
 
 CONFIG_FILE_NAME = "dump_config.json"
 RUNS_DIR = "msoverflow_runs"
@@ -37,9 +41,9 @@ class RunOutcome:
     plan: RunPlan
     command_exit: int                 # the user's command's own exit code
     files_written: int
-    report: Optional["Report"] = None       # noqa: F821 - the analysis of the dump; None when not analysed
+    report: Optional["Report"] = None       # the analysis of the dump; None when not analysed
     analysis_error: Optional[str] = None    # why there is no report although one was asked for
-    output: Optional["OutputWatch"] = None  # noqa: F821 - what the command's own output said (losses)
+    output: Optional["OutputWatch"] = None  # what the command's own output said (losses)
 
     @property
     def dump_dir(self) -> Path:

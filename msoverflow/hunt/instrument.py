@@ -81,12 +81,12 @@ class Hunt:
         self.step = 0
         self.found = None            # the record written when the first bad value was found
         self.local = threading.local()
-        self.cell_paths = {}         # id(cell) -> (path, class) from each root Cell
-        self.path_classes = {}       # path -> class name, for every Cell segment of a scope name
+        self.cell_paths: dict = {}   # id(cell) -> (path, class) from each root Cell
+        self.path_classes: dict = {}  # path -> class name, for every Cell segment of a scope name
         self.roots_seen = 0
-        self.events = []             # (kind, record, slot, tensor) in the order they happened this step
-        self.flags = []              # one device scalar per event: True when every value is finite
-        self.consumers = {}          # id(tensor) -> records that took it as input this step
+        self.events: list = []       # (kind, record, slot, tensor) in the order they happened this step
+        self.flags: list = []        # one device scalar per event: True when every value is finite
+        self.consumers: dict = {}    # id(tensor) -> records that took it as input this step
         self.numbers = 0
         self.counts = {"ops": 0, "cells": 0, "grads": 0, "parameter_grads": 0, "tensors": 0}
         self.started = time.time()
@@ -368,7 +368,7 @@ def _wrap_tensor_methods():
                 setattr(cls, name, wrapped)
 
 
-_SWAPPED = []   # (class, name, its own attribute before (None: inherited), the wrapper)
+_SWAPPED: list = []   # (class, name, its own attribute before (None: inherited), the wrapper)
 
 
 def _unwrapped_while_compiling():
@@ -430,7 +430,7 @@ def _wrap_cells(module, spec: dict) -> None:
                 hunt.local.depth = 0
         return result
 
-    __call__.__wrapped__ = original_call
+    __call__.__wrapped__ = original_call      # type: ignore[attr-defined]  # functions take attributes
     cell_class.__call__ = __call__
 
 

@@ -3,7 +3,7 @@ or in the model's source; `verify` re-runs the training with dump on and compare
 
 Importing this package does not import MindSpore; `apply` does, when called.
 """
-from .targets import Target, SourceLocation, target_from_report, target_from_args, load_report  # noqa: F401
+from .targets import SourceLocation, Target, load_report, target_from_args, target_from_report  # noqa: F401
 
 
 def apply(network, target, dtype="float32", **kwargs):

@@ -21,8 +21,16 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..errors import UserError
 from ..rules.knowledge import knowledge
-from .source_patch import (SourcePatch, _code, _dotted, _insert_module_parts, _relocate, _with_comment,
-                           parse_source, read_source)
+from .source_patch import (
+    SourcePatch,
+    _code,
+    _dotted,
+    _insert_module_parts,
+    _relocate,
+    _with_comment,
+    parse_source,
+    read_source,
+)
 
 MARKER = "# msoverflow: zero-token guard"
 HELPER = "_msoverflow_guard"

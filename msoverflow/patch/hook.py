@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import weakref
+from typing import Optional, Set
 
 from ..startup_hook import read_spec, when_cell_module_loads, write_hook
 
@@ -37,9 +38,9 @@ class _State:
         self.dtype = spec.get("dtype", "float32")
         self.log = {"target": spec["target"], "dtype": self.dtype, "applied": [], "searched": [], "errors": [],
                     "hooked": False}
-        self.visited = set()
+        self.visited: Set[int] = set()
         self.local = threading.local()
-        self.cells = []          # weak references to every Cell constructed, to find the roots later
+        self.cells: list = []    # weak references to every Cell constructed, to find the roots later
 
     def write_log(self):
         path = self.spec.get("log")
@@ -55,7 +56,7 @@ class _State:
             json.dump(self.log, fh, indent=2)
 
 
-_state = None
+_state: Optional[_State] = None
 
 
 def install() -> None:
@@ -70,6 +71,7 @@ def install() -> None:
 
 
 def _wrap_cell_call(module) -> None:
+    assert _state is not None           # install() made it before asking for this
     cell_class = module.Cell
     original_call = cell_class.__call__
     original_init = cell_class.__init__
@@ -99,9 +101,10 @@ def _wrap_cell_call(module) -> None:
 
 def _patch_built_roots() -> None:
     """Patch every Cell built so far that is nobody's child (the networks), once each."""
+    assert _state is not None           # called from the Cell hooks install() set
     alive = [c for c in (ref() for ref in _state.cells) if c is not None]
     _state.cells = [weakref.ref(c) for c in alive]
-    children = set()
+    children: Set[int] = set()
     for cell in alive:
         children.update(id(child) for child in vars(cell).get("_cells", {}).values() if child is not None)
     for cell in alive:
@@ -112,6 +115,7 @@ def _patch_built_roots() -> None:
 
 
 def _patch_root(root) -> None:
+    assert _state is not None           # called from the Cell hooks install() set
     from .runtime import TargetNotFound, apply
     name = type(root).__name__
     try:

@@ -11,10 +11,11 @@ huge gradient is cast back to fp16 at the region's edge. So an island here is th
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Callable, List, Tuple, Union
+from typing import Any, Callable, List, Tuple, Union
 
 from ..errors import UserError, require_mindspore
 from .targets import NARROWER, Target, check_dtype, describe_candidates, path_matches
@@ -71,8 +72,8 @@ class PatchResult:
 
 def _ms():
     ms = require_mindspore("the runtime precision patch")
-    from mindspore import nn, ops
     from mindspore import dtype as mstype
+    from mindspore import nn, ops
     return ms, nn, ops, mstype
 
 
@@ -81,7 +82,7 @@ def _dtype_name(dtype) -> str:
     return {"float16": "float16", "float32": "float32", "bfloat16": "bfloat16"}.get(text, text)
 
 
-_ISLAND_CLASSES = {}
+_ISLAND_CLASSES: dict = {}
 
 
 def _island_classes():
@@ -195,7 +196,7 @@ def _class_names(cell) -> List[str]:
     return [k.__name__ for k in type(cell).__mro__]
 
 
-def find_cells(network, target: Target) -> List[Tuple[str, object, object, str]]:
+def find_cells(network, target: Target) -> List[Tuple[str, Any, Any, str]]:
     """The Cells `target` names in `network`: by class name, or by the longest matching attribute-path suffix."""
     rows = [r for r in _walk(network) if r[2] is not None]   # the root itself cannot be wrapped in place
     if target.cell_is_type:
@@ -203,7 +204,7 @@ def find_cells(network, target: Target) -> List[Tuple[str, object, object, str]]
         return hits
     best, hits = 0, []
     for row in rows:
-        score = path_matches(target.cell, row[0])
+        score = path_matches(target.cell, row[0]) if target.cell else 0     # (a target of cell_type alone)
         if score == 0:
             continue
         if target.cell_type and target.cell_type not in _class_names(_inner(row[1])):
@@ -249,7 +250,7 @@ def apply(network, target: Union[Target, str], dtype: str = "float32", *,
 
 
 def _apply_into(network, target: Target, island, narrow, result: PatchResult, optimizer_states: bool) -> None:
-    mirror_sources = []
+    mirror_sources: list = []
     if target.scope == "op":
         _apply_op(network, target, island, narrow, result)
     else:
@@ -296,7 +297,7 @@ def _build_island(path, cell, parent, attr, island, narrow, result: PatchResult)
     result._undo.append(lambda: _swap_child(parent, attr, wrapper, cell))
     result.changes.append(Change("wrap", path, type(cell).__name__, f"PrecisionIsland({type(cell).__name__})"))
 
-    for sub_path, sub in [("", wrapper)] + subtree:
+    for _sub_path, sub in [("", wrapper)] + subtree:
         _pin_precision(sub, island, result)
     result.changes.append(Change("flags", path, "", f"mixed precision pinned to {island_name} (amp cannot override)"))
 
@@ -322,7 +323,7 @@ def _swap_child(parent, attr, old, new) -> None:
     parent._cells[attr] = new
     if attr in vars(parent):
         object.__setattr__(parent, attr, new)
-    if hasattr(parent, "cell_list") and isinstance(getattr(parent, "cell_list"), list):
+    if hasattr(parent, "cell_list") and isinstance(parent.cell_list, list):
         parent.cell_list = list(parent.cells())
 
 
@@ -351,8 +352,7 @@ def _pin_precision(cell, island, result: PatchResult) -> None:
         if restore:
             original_add_flags(**restore)
         if before_type is None:
-            from mindspore._c_expression import MixedPrecisionType
-            from mindspore._c_expression import Cell_
+            from mindspore._c_expression import Cell_, MixedPrecisionType
             cell.mixed_precision_type = None
             Cell_.set_mixed_precision_type(cell, MixedPrecisionType.NOTSET)
 
@@ -396,11 +396,12 @@ def _apply_op(network, target: Target, island, narrow, result: PatchResult) -> N
                 where = f"{path}.{name}" if path else name
                 wrapper = OpIsland(value, island, narrow)
                 _swap_primitive(cell, name, value, wrapper)
-                result._undo.append(lambda c=cell, n=name, p=value, w=wrapper: _unswap_primitive(c, n, w, p))
+                result._undo.append(functools.partial(_unswap_primitive, cell, name, wrapper, value))
                 result.cells.append(where)
                 result.changes.append(Change("op-wrap", where, f"{target.op} primitive",
                                              f"OpIsland({target.op}) in {_dtype_name(island)}"))
     if not found:
+        assert target.op is not None    # scope "op": neither cell nor cell_type, so the target names an op
         raise TargetNotFound(f"{target.describe()}: no Cell of {type(network).__name__} holds a {target.op} "
                              f"primitive as an attribute (functional calls like ops.{target.op.lower()}(x) cannot "
                              f"be wrapped at run time; patch the owning Cell with --cell)")

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Set
+from typing import List, Optional, Sequence, Set, Union
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider, ParentNodeProvider
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from ..errors import UserError
 from .targets import NARROWER, check_dtype
@@ -169,7 +169,8 @@ class _Locate(cst.CSTVisitor):
 
 def _self_attrs_assigned(klass: Optional[cst.ClassDef]):
     """Names of `self.X = Parameter(...)` and `self.X = Tensor(..., dtype)` in the class's methods."""
-    params, constants = set(), set()
+    params: Set[str] = set()
+    constants: Set[str] = set()
     if klass is None:
         return params, constants
 
@@ -199,7 +200,7 @@ _WRITE_METHODS = {"set_data", "assign_value"}
 
 def _primitives_in_init(klass: Optional[cst.ClassDef]) -> dict:
     """`self.assign = P.Assign()` -> {"assign": "Assign"}: which primitive each `self.X` op attribute holds."""
-    found = {}
+    found: dict = {}
     if klass is None:
         return found
 
@@ -355,7 +356,7 @@ def _region(statements: List[cst.SimpleStatementLine], lines: List[int], culprit
         if not produced:
             break
     # Values leaving the island: read after it by statements outside it.
-    exits = {}
+    exits: dict = {}
     last_writer = {}
     for index in sorted(members):
         for name in flow[index][1]:
@@ -433,7 +434,7 @@ def _self_reads_in_order(node) -> List[str]:
 class _Island(cst.CSTTransformer):
     METADATA_DEPENDENCIES = (ParentNodeProvider, PositionProvider)
 
-    def __init__(self, region: _Region, reads: Set[str], args: Set[str], primitives: dict, ms: MindSporeNames,
+    def __init__(self, region: _Region, reads: Set[str], args: dict, primitives: dict, ms: MindSporeNames,
                  dtype: str, widen: str, like: str, changes: List[str], line: int):
         self.region = region
         self.reads = reads
@@ -477,7 +478,7 @@ class _Island(cst.CSTTransformer):
         if not isinstance(arg, cst.Arg) or arg.value is not node:
             return False
         call = self._parent(arg)
-        return isinstance(call, cst.Call) and call.args and call.args[0] is arg and _is_write_call(
+        return isinstance(call, cst.Call) and bool(call.args) and call.args[0] is arg and _is_write_call(
             call, self.primitives)
 
     def _is_store(self, node) -> bool:
@@ -640,7 +641,7 @@ def _is_import_block(stmt) -> bool:
     if isinstance(stmt, cst.Try):
         blocks = [stmt.body] + [h.body for h in stmt.handlers] + [b.body for b in (stmt.orelse, stmt.finalbody) if b]
     elif isinstance(stmt, cst.If):
-        branch = stmt
+        branch: Union[cst.If, cst.Else, None] = stmt
         while isinstance(branch, cst.If):
             blocks.append(branch.body)
             branch = branch.orelse
@@ -709,11 +710,11 @@ def read_source(path: str) -> str:
     try:
         data = read_bytes(path, MAX_SOURCE_BYTES)
     except OSError as exc:
-        raise UserError(f"{path}: cannot read the model source ({exc.strerror})")
+        raise UserError(f"{path}: cannot read the model source ({exc.strerror})") from exc
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 Python source file")
+        raise UserError(f"{path}: not a UTF-8 Python source file") from None
 
 
 MAX_SYNTAX_DEPTH = 100   # syntax-tree depth libcst is trusted with (real model code stays under 40)
@@ -739,11 +740,11 @@ def parse_source(text: str, path: str) -> cst.Module:
     try:
         depth = syntax_depth(ast.parse(text))
     except SyntaxError as exc:
-        raise UserError(f"{path}: cannot parse it as Python (line {exc.lineno}: {exc.msg}); refusing to patch")
+        raise UserError(f"{path}: cannot parse it as Python (line {exc.lineno}: {exc.msg}); refusing to patch") from exc
     except (RecursionError, MemoryError):
-        raise UserError(f"{path}: nested too deeply for a Python parser; refusing to patch")
+        raise UserError(f"{path}: nested too deeply for a Python parser; refusing to patch") from None
     except ValueError as exc:   # null bytes
-        raise UserError(f"{path}: not Python source ({exc}); refusing to patch")
+        raise UserError(f"{path}: not Python source ({exc}); refusing to patch") from exc
     if depth > MAX_SYNTAX_DEPTH:
         raise UserError(f"{path}: its syntax nests {depth} levels deep (at most {MAX_SYNTAX_DEPTH} are parsed "
                         f"safely); refusing to patch")
@@ -751,9 +752,9 @@ def parse_source(text: str, path: str) -> cst.Module:
     try:
         return cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
-        raise UserError(f"{path}: cannot parse it as Python (line {exc.raw_line}: {exc.message}); refusing to patch")
+        raise UserError(f"{path}: cannot parse it as Python (line {exc.raw_line}: {exc.message}); refusing to patch") from exc
     except (RecursionError, MemoryError, ValueError) as exc:
-        raise UserError(f"{path}: cannot parse it as Python ({type(exc).__name__}); refusing to patch")
+        raise UserError(f"{path}: cannot parse it as Python ({type(exc).__name__}); refusing to patch") from exc
 
 
 def _probe_parse(text: str, path: str) -> None:
@@ -835,7 +836,7 @@ def plan(path: str, line: int, dtype: str = "float32", code: str = "") -> Source
     ms = mindspore_names(module)
     statements = _Statements(locate.function)
     wrapper.visit(statements)
-    culprit = next((i for i, (a, b) in enumerate(zip(statements.lines, statements.end_lines)) if a <= line <= b),
+    culprit = next((i for i, (a, b) in enumerate(zip(statements.lines, statements.end_lines, strict=True)) if a <= line <= b),
                    None)
     if culprit is None:
         raise UserError(f"{path}:{line} is not a simple statement of {result.function} (a compound statement's "

@@ -43,7 +43,7 @@ class Target:
     @property
     def cell_is_type(self) -> bool:
         """`--cell NormHead` names a class, `--cell lm_head` / `network._backbone.lm_head` a path."""
-        return bool(self.cell) and "." not in self.cell and self.cell[:1].isupper()
+        return self.cell is not None and "." not in self.cell and self.cell[:1].isupper()
 
     def describe(self) -> str:
         if self.scope == "op":
@@ -94,11 +94,11 @@ def load_report(path: str) -> dict:
     try:
         report = load_json(path, limit=MAX_REPORT_BYTES)
     except OSError as exc:
-        raise UserError(f"{path}: cannot read the analysis report ({exc.strerror})")
+        raise UserError(f"{path}: cannot read the analysis report ({exc.strerror})") from exc
     except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not a JSON analysis report (not UTF-8 text: byte {exc.start})")
+        raise UserError(f"{path}: not a JSON analysis report (not UTF-8 text: byte {exc.start})") from exc
     except ValueError as exc:
-        raise UserError(f"{path}: not a JSON analysis report ({exc})")
+        raise UserError(f"{path}: not a JSON analysis report ({exc})") from exc
     if not isinstance(report, dict) or "verdict" not in report:
         raise UserError(f"{path}: not an msoverflow analysis report (no 'verdict' key)")
     _check_report_types(report, path)

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import re
 import tempfile
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from ..errors import UserError
 from ..job import OutputWatch
@@ -205,7 +204,7 @@ def _describe_run(run: VerifyRun, before: Optional[dict]) -> List[str]:
     if patch_log is not None:
         if patch_log.get("applied"):
             for entry in patch_log["applied"]:
-                kinds = {}
+                kinds: dict = {}
                 for c in entry.get("changes", []):
                     kinds.setdefault(c["kind"], []).append(c["where"])
                 summary = ", ".join(f"{k} x{len(v)}" for k, v in kinds.items())
@@ -231,7 +230,7 @@ def _describe_run(run: VerifyRun, before: Optional[dict]) -> List[str]:
                 + (f", steps {steps_text(steps)}" if steps else "") + ")")
     if run.analysis_error:
         out.append(f"analysis failed: {run.analysis_error}")
-    elif run.clean_dump:
+    elif run.clean_dump and report is not None:      # (clean_dump: a report said clean)
         ranks = ", ".join(str(r) for r in report.ranks[:16]) + (", ..." if len(report.ranks) > 16 else "")
         out.append(f"new dump{size}: no anomaly" + (f" on ranks {ranks}" if ranks else "")
                    + (" (the origin is gone)" if before else ""))
@@ -341,7 +340,7 @@ def run_once(label: str, command: List[str], workdir: str, target: Optional[Targ
     return outcome
 
 
-def _resolve(report_or_target) -> (Target, Optional[dict]):
+def _resolve(report_or_target) -> Tuple[Target, Optional[dict]]:
     if isinstance(report_or_target, Target):
         return report_or_target, report_or_target.origin
     if isinstance(report_or_target, str):

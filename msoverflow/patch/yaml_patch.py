@@ -25,7 +25,7 @@ def mapping_path() -> Path:
     try:
         return Path(config_path("mindformers_precision.yaml"))
     except FileNotFoundError as exc:
-        raise UserError(f"mindformers_precision.yaml: {exc}")
+        raise UserError(f"mindformers_precision.yaml: {exc}") from exc
 
 
 MAX_YAML_CHARS = 16 << 20
@@ -39,19 +39,20 @@ def load_mapping(path: Optional[str] = None) -> dict:
         with open(source, encoding="utf-8") as fh:
             return YAML(typ="safe").load(fh)
     except OSError as exc:
-        raise UserError(f"{source}: cannot read the MindFormers precision mapping ({exc.strerror})")
+        raise UserError(f"{source}: cannot read the MindFormers precision mapping ({exc.strerror})") from exc
 
 
 @functools.lru_cache(maxsize=None)
 def load_reach() -> dict:
     """msoverflow/data/mindformers_reach.yaml: which field reaches which Cell/op, citing MindFormers' source."""
     from ruamel.yaml import YAML
+
     from ..resources import config_path
     try:
         with open(config_path("mindformers_reach.yaml"), encoding="utf-8") as fh:
             return YAML(typ="safe").load(fh)
     except (OSError, FileNotFoundError) as exc:
-        raise UserError(f"mindformers_reach.yaml: cannot read the MindFormers reach table ({exc})")
+        raise UserError(f"mindformers_reach.yaml: cannot read the MindFormers reach table ({exc})") from exc
 
 
 def _cites(entry: dict) -> str:
@@ -174,7 +175,7 @@ def _load_rt(text: str, path: str):
     try:       # nesting and alias expansion bounded (safeio): the config is searched and compared as a tree
         return loads_yaml(text, typ="rt")
     except ValueError as exc:
-        raise UserError(f"{path}: not valid YAML ({exc}); refusing to patch")
+        raise UserError(f"{path}: not valid YAML ({exc}); refusing to patch") from exc
 
 
 def _find_model_config(data, path: str):
@@ -246,9 +247,9 @@ def plan(path: str, target: Target, dtype: str = "float32", *, allow_global: boo
         with open_regular(path, "r", encoding="utf-8", newline="") as fh:
             original = fh.read(MAX_YAML_CHARS + 1)
     except OSError as exc:
-        raise UserError(f"{path}: cannot read the MindFormers config ({exc.strerror})")
+        raise UserError(f"{path}: cannot read the MindFormers config ({exc.strerror})") from exc
     except UnicodeDecodeError:
-        raise UserError(f"{path}: not UTF-8 text")
+        raise UserError(f"{path}: not UTF-8 text") from None
     if len(original) > MAX_YAML_CHARS:
         raise UserError(f"{path}: over {MAX_YAML_CHARS} characters, not a MindFormers config")
     data = _load_rt(original, path)

@@ -8,7 +8,7 @@ The decoder works on any indexable buffer (bytes or an mmap) and reports length-
 from __future__ import annotations
 
 import struct
-from typing import Dict, Iterator, List, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from ..errors import FormatError
 
@@ -35,13 +35,15 @@ def read_varint(buf, pos: int, end: int) -> Tuple[int, int]:
             raise ProtobufError("varint longer than 10 bytes")
 
 
-def iter_fields(buf, start: int = 0, end: int = None, max_fields: int = None
-                ) -> Iterator[Tuple[int, int, Union[int, Tuple[int, int]]]]:
-    """Yield (field_number, wire_type, value); value is an int, or (start, end) offsets for LEN fields.
+def iter_fields(buf, start: int = 0, end: Optional[int] = None, max_fields: Optional[int] = None
+                ) -> Iterator[Tuple[int, int, Any]]:
+    """Yield (field_number, wire_type, value); value is an int, or (start, end) offsets for LEN fields (Any: its
+    type follows the wire type, which the callers test and a type checker cannot tie to it).
     More than `max_fields` fields is an error (a corrupt message can hold millions of tiny ones)."""
     pos = start
     end = len(buf) if end is None else end
     count = 0
+    value: Any
     while pos < end:
         count += 1
         if max_fields is not None and count > max_fields:
@@ -73,7 +75,7 @@ def iter_fields(buf, start: int = 0, end: int = None, max_fields: int = None
         yield number, wire, value
 
 
-def parse(buf, start: int = 0, end: int = None) -> Dict[int, List[Tuple[int, object]]]:
+def parse(buf, start: int = 0, end: Optional[int] = None) -> Dict[int, List[Tuple[int, object]]]:
     """Group a message's fields by number: {number: [(wire_type, value), ...]} in wire order."""
     fields: Dict[int, List[Tuple[int, object]]] = {}
     for number, wire, value in iter_fields(buf, start, end):
@@ -81,10 +83,10 @@ def parse(buf, start: int = 0, end: int = None) -> Dict[int, List[Tuple[int, obj
     return fields
 
 
-def packed_varints(buf, span: Tuple[int, int], limit: int = None) -> List[int]:
+def packed_varints(buf, span: Tuple[int, int], limit: Optional[int] = None) -> List[int]:
     """A proto3 packed repeated varint field (at most `limit` values are decoded)."""
     pos, end = span
-    values = []
+    values: List[int] = []
     while pos < end and (limit is None or len(values) < limit):
         value, pos = read_varint(buf, pos, end)
         values.append(value)

@@ -130,7 +130,7 @@ class DumpHeader:
         return group[index]
 
 
-def _shape(buf, span) -> Tuple[int, ...]:
+def _shape(buf, span: Tuple[int, int]) -> Tuple[int, ...]:
     dims: List[int] = []
     for number, wire, value in pb.iter_fields(buf, *span, max_fields=safeio.MAX_DIMS + 16):
         if number != 1:
@@ -144,7 +144,7 @@ def _shape(buf, span) -> Tuple[int, ...]:
     return tuple(dims)
 
 
-def _tensor(buf, span, io: str, index: int, path: str) -> TensorSlot:
+def _tensor(buf, span: Tuple[int, int], io: str, index: int, path: str) -> TensorSlot:
     # OpOutput and OpInput share 1-3; data/size/original_shape move up by one in OpOutput (original_op=4).
     data_no, size_no, orig_no = (5, 6, 7) if io == OUTPUT else (4, 5, 6)
     data_type = fmt = size = 0
@@ -263,7 +263,9 @@ def _itemsize(dtype: str) -> float:
         return SUB_BYTE_BITS[dtype] / 8
     if dtype == "bfloat16":
         return 2
-    return numpy_dtype(dtype).itemsize
+    found = numpy_dtype(dtype)
+    assert found is not None, dtype         # a decodable dtype (an undecodable one is never sized)
+    return found.itemsize
 
 
 def tensor_view(path: str, slot: TensorSlot):
@@ -271,6 +273,7 @@ def tensor_view(path: str, slot: TensorSlot):
     import numpy as np
     if not slot.readable:
         raise DumpFormatError(f"{path}: {slot.problem or f'{slot.io} {slot.slot} is not in the file'}")
+    assert slot.dtype is not None and slot.offset is not None     # readable
     if numpy_dtype(slot.dtype) is None:
         # bfloat16 -> float32, packed int4/int2/uint1/uint2 -> one int8/uint8 per element, decoded in chunks
         from .raw import DecodedTensor
@@ -298,6 +301,7 @@ def layout_note(slot: TensorSlot) -> str:
     """Why a view comes back flat, or ""."""
     if not slot.readable:
         return slot.problem
+    assert slot.dtype is not None           # readable
     if slot.dtype in SUB_BYTE_BITS:
         return "" if slot.size * 8 >= slot.numel * SUB_BYTE_BITS[slot.dtype] else \
             f"{slot.size} bytes is too short for {slot.numel} {slot.dtype} values; read flat"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from .. import safeio
 from ..model import GraphNode
@@ -50,8 +50,8 @@ def _source(stripped: str):
     if not body.endswith("/"):
         return None
     last = None
-    for last in _SOURCE_SEPARATOR.finditer(body, 0, len(body) - 1):
-        pass
+    for match in _SOURCE_SEPARATOR.finditer(body, 0, len(body) - 1):
+        last = match
     if last is None:
         last = _SOURCE_OLD_SEPARATOR.search(body, 0, len(body) - 1)
     if last is None or last.start() == 0 or len(last.group(1)) > MAX_LINE_NUMBER_DIGITS:
@@ -65,7 +65,9 @@ def _is_user_code(path: str) -> bool:
 
 def _args(line: str, start: int) -> List[str]:
     """Top-level arguments of a node call: `%12` references, or literals (kept so slots stay aligned)."""
-    depth, i, args, current = 1, start, [], []
+    depth, i = 1, start
+    args: List[str] = []
+    current: List[str] = []
     while i < len(line):
         ch = line[i]
         if ch in "([{":
@@ -110,7 +112,7 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
     ids: Dict[str, str] = {}            # %113 -> full name (filled once the node's Fullname line is seen)
     unique: Dict[str, str] = {}         # unique_id -> full name
     nodes: List[GraphNode] = []
-    pending_forward: Dict[int, str] = {}
+    pending_forward: Dict[int, Tuple[str, str]] = {}
     current: Optional[dict] = None
 
     def finish():
@@ -243,8 +245,9 @@ def collective_groups(rank_root: str) -> Dict[str, str]:
                     node = _COLLECTIVE_NODE.match(line)
                     if node or pending:
                         group = _GROUP.search(line)
-                        if group:
-                            found.setdefault(group.group(1), node.group(1) if node else pending)
+                        owner = node.group(1) if node else pending
+                        if group and owner is not None:     # (node or pending: an owner)
+                            found.setdefault(group.group(1), owner)
                         pending = node.group(1) if node and not group else None
         except OSError:
             continue

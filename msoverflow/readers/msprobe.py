@@ -24,12 +24,12 @@ import bisect
 import math
 import os
 import re
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from .. import safeio
 from ..dtypes import canonical
-from ..model import INPUT, OUTPUT, GraphNode, TensorEvent
 from ..layout import LAYOUT_MSPROBE
+from ..model import INPUT, OUTPUT, GraphNode, TensorEvent
 from .registry import Reader
 from .statistic_csv import stats_from_numbers
 
@@ -141,7 +141,7 @@ def cell_chain(entry: str, parents: Dict[str, Optional[str]]) -> List[Tuple[str,
     need no gradient, so later backward entries name such a sibling as their parent (construct.json chains like
     `layer4.2.relu` -> ... -> `layer2.2.conv3`). Names carry the full attribute path, so siblings are dropped."""
     chain: List[Tuple[str, str]] = []
-    seen = set()
+    seen: Set[str] = set()
     node = parents.get(entry) if isinstance(entry, str) else None
     while isinstance(node, str) and node and node not in seen and len(seen) < MAX_CELL_DEPTH:
         seen.add(node)
@@ -300,7 +300,11 @@ def read_step_dir(d, warn: Warn) -> Tuple[List[TensorEvent], List[GraphNode], in
     its records could hold a tensor but were not understood: the verdict is then never clean."""
     path = os.path.join(d.path, DUMP_JSON)
     problems: List[str] = []
-    doc = _load_json(path, lambda message: (problems.append(message), warn(message)))
+
+    def note(message: str) -> None:
+        problems.append(message)
+        warn(message)
+    doc = _load_json(path, note)
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
         if doc is not None:
             problems.append(f"{path}: no \"data\" object: not an msprobe dump.json; skipped")

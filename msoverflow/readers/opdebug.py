@@ -13,13 +13,13 @@ from __future__ import annotations
 import os
 import re
 import struct
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple, TypeVar
 
 from .. import safeio
 from ..errors import FormatError
 from ..model import OverflowRecord
-from . import dumpdata_bin
 from ..names import KIND_OPDEBUG
+from . import dumpdata_bin
 from .registry import Reader
 
 MAGIC = 0x5A5A5A5A
@@ -124,9 +124,11 @@ def entries_from_json(doc) -> List[dict]:
             if "valid" in item and not _as_int(item.get("valid")):
                 continue
             acc_type = item.get("acc_type")
-            unit = ACC_TYPES.get(_as_int(acc_type), str(acc_type)) if _as_int(acc_type) is not None \
-                else str(acc_type or "unknown")
-            data = item.get("data") if isinstance(item.get("data"), dict) else item
+            acc_code = _as_int(acc_type)
+            unit = ACC_TYPES.get(acc_code, str(acc_type)) if acc_code is not None else str(acc_type or "unknown")
+            data = item.get("data")
+            if not isinstance(data, dict):
+                data = item
             entries.append(_entry(unit, data))
         return entries
     entries = []
@@ -146,7 +148,7 @@ def entries_from_raw(raw: bytes) -> List[dict]:
         raise ValueError(f"record is {len(raw)} bytes: neither the 2048-byte layout nor magic 0x5A5A5A5A")
 
     def info(offset):
-        return dict(zip(INFO_FIELDS, struct.unpack_from("<6Q", raw, offset)))
+        return dict(zip(INFO_FIELDS, struct.unpack_from("<6Q", raw, offset), strict=True))
     dha, l2, core = info(0), info(128), info(256)
     dha["status"] = struct.unpack_from("<Q", raw, 512)[0]
     l2["status"] = struct.unpack_from("<Q", raw, 768)[0]
@@ -165,7 +167,7 @@ def _entries_new_layout(raw: bytes) -> List[dict]:
         unit = ACC_TYPES.get(acc_type)
         if valid and unit:
             names = ACC_FIELDS[unit][:data_len // 8]
-            entries.append(_entry(unit, dict(zip(names, struct.unpack_from(f"<{len(names)}Q", raw, pos)))))
+            entries.append(_entry(unit, dict(zip(names, struct.unpack_from(f"<{len(names)}Q", raw, pos), strict=True))))
         pos += data_len
     if not entries and pos == 8:
         raise ValueError("magic 0x5A5A5A5A but no acc_list entry")
@@ -287,7 +289,11 @@ def _get(candidate, name: str):
     return getattr(candidate, name, None)
 
 
-def match_records(records: Sequence[OverflowRecord], candidates: Sequence) -> List[Tuple[OverflowRecord, object]]:
+Candidate = TypeVar("Candidate")
+
+
+def match_records(records: Sequence[OverflowRecord],
+                  candidates: Sequence[Candidate]) -> List[Tuple[OverflowRecord, Optional[Candidate]]]:
     """Pair each record with the dump file (candidate) of the op it names: same task and stream id (and
     context/thread id when both sides have one), earliest timestamp first. Candidates are
     (op_type, op_name, task_id, stream_id, timestamp[, context_id, thread_id]) tuples, dicts or objects with
@@ -295,13 +301,14 @@ def match_records(records: Sequence[OverflowRecord], candidates: Sequence) -> Li
     A record without ids of its own falls back to the ids in its file name. Unmatched records come back
     paired with None. Matched records get `matched_op` set."""
     ordered = sorted(candidates, key=lambda c: (_get(c, "timestamp") is None, _get(c, "timestamp") or 0))
-    result = []
+    result: List[Tuple[OverflowRecord, Optional[Candidate]]] = []
     for record in records:
-        task, stream = record.task_id, record.stream_id
+        task: Optional[int] = record.task_id
+        stream: Optional[int] = record.stream_id
         if task is None or task < 0 or stream is None or stream < 0:
             ids = file_name_ids(record.source)
             task, stream = (ids[0], ids[1]) if ids else (None, None)
-        found = None
+        found: Optional[Candidate] = None
         if task is not None:
             for candidate in ordered:
                 if _get(candidate, "task_id") != task or not _same_stream(stream, _get(candidate, "stream_id")):

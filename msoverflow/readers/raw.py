@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from typing import Optional, Tuple
+from typing import Optional, Tuple, TypeGuard
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from ..names import KIND_RAW
 from .registry import Reader
 
 
-def decodable(dtype: Optional[str]) -> bool:
+def decodable(dtype: Optional[str]) -> TypeGuard[str]:
     return dtype is not None and (numpy_dtype(dtype) is not None or dtype == "bfloat16" or dtype in SUB_BYTE_BITS)
 
 
@@ -57,7 +57,9 @@ class DecodedTensor:
                 if not data:
                     return
                 remaining_bytes -= len(data)
-                chunk = decode_raw(np.frombuffer(data, dtype=np.uint8), self.name)[:remaining]
+                decoded = decode_raw(np.frombuffer(data, dtype=np.uint8), self.name)
+                assert decoded is not None          # bfloat16 or a packed integer: what this class holds
+                chunk = decoded[:remaining]
                 remaining -= chunk.size
                 yield chunk
 

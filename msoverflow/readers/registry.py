@@ -14,10 +14,14 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from .. import names
 from ..model import OverflowRecord, TensorEvent
+
+if TYPE_CHECKING:
+    from ..layout import DumpDir
+    from .statistic_csv import StatTable
 
 Warn = Callable[[str], None]
 
@@ -37,13 +41,13 @@ class Reader:
 @dataclass
 class DirContent:
     """What the readers made of one leaf directory (a layout.DumpDir)."""
-    d: object
+    d: DumpDir
     warn: Warn
     events: List[TensorEvent] = field(default_factory=list)       # tensors as objects
     records: List[OverflowRecord] = field(default_factory=list)   # hardware overflow records (Opdebug)
     npy_files: List[str] = field(default_factory=list)            # npy file names (row i of `npy`)
     npy: Optional[names.NpyNames] = None                          # their names as columns (mapping applied)
-    table: object = None                                          # statistic.csv as a StatTable
+    table: Optional[StatTable] = None                                      # statistic.csv as a StatTable
     table_covers_npy: bool = False      # the table has a row for every npy file: its rows are the events
     nodes: list = field(default_factory=list)                     # msprobe: the ops' graph nodes
     files: int = 0                                                # dump files understood
@@ -90,12 +94,12 @@ def read_dir(d, warn: Warn) -> DirContent:
             npy_names.append(name)
         else:
             parsed = names.parse(mapping.get(name, name))
-            reader = by_kind.get(parsed.kind) if parsed is not None else None
-            if reader is None:
+            kind_reader = by_kind.get(parsed.kind) if parsed is not None else None
+            if kind_reader is None:
                 if names.is_dump_file(mapping.get(name, name)):
                     _unknown(content, name)
                 continue
-            batches.setdefault(reader.name, []).append((name, parsed))
+            batches.setdefault(kind_reader.name, []).append((name, parsed))
     for reader in readers():
         if reader.name in batches:
             reader.read(content, batches[reader.name])

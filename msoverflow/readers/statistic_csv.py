@@ -12,15 +12,15 @@ import functools
 import math
 import os
 import re
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .. import safeio
 from ..dtypes import canonical, dtype_max
-from ..values import bad_extremes, limit_of, pinned_extremes
 from ..model import INPUT, OUTPUT, TensorEvent, TensorStats
 from ..names import KIND_OPCSV, scope_to_file_name
+from ..values import bad_extremes, limit_of, pinned_extremes
 from .registry import Reader
 
 # normalised header -> field. Normalised = lower case, single spaces.
@@ -258,7 +258,7 @@ def _read_dir_files(content, batch) -> None:
     for item in batch:
         complaints: List[str] = []
 
-        def note(message: str):
+        def note(message: str, complaints=complaints):     # called within this iteration only
             complaints.append(message)
             content.warn(message)
 
@@ -384,7 +384,7 @@ class StatTable:
     """A statistic.csv as numpy columns (pyarrow's CSV reader, only the needed columns). Rows are never turned
     into objects unless asked for (`events`)."""
 
-    def __init__(self, path: str, columns: Dict[str, object], size: int, note: str):
+    def __init__(self, path: str, columns: Dict[str, Any], size: int, note: str):     # (values, nulls) or _Text
         self.path, self.columns, self.size, self.note = path, columns, size, note
 
     def _numbers(self, key):
@@ -524,7 +524,7 @@ def fast_parser() -> str:
 def _table_of_values(path: str, values: Dict[str, list], note: str) -> StatTable:
     """The careful reader's rows (checked Python values, one list per field) as the same columns pyarrow gives."""
     size = len(values["io"])
-    columns: Dict[str, object] = {}
+    columns: Dict[str, Any] = {}          # (values, nulls) or a _Text per key
     for key, column in values.items():
         if key in _TEXT_FIELDS:
             distinct: Dict[str, int] = {}
@@ -572,7 +572,7 @@ def _arrow_table(path: str) -> Optional[StatTable]:
     except (pa.ArrowException, OSError, ValueError):
         return None
     size = table.num_rows
-    columns: Dict[str, object] = {}
+    columns: Dict[str, Any] = {}          # (values, nulls) or a _Text per key
     for key, name in wanted.items():
         column = table.column(name)
         if key in _TEXT_FIELDS:
@@ -587,7 +587,7 @@ def _arrow_table(path: str) -> Optional[StatTable]:
                 columns[key] = _ArrowText(codes, names)
                 continue
             values = [v.strip() if v is not None else "" for v in encoded.dictionary.to_pylist()]
-            if key == "op_type" and any(v != raw for v, raw in zip(values, encoded.dictionary.to_pylist())):
+            if key == "op_type" and any(v != raw for v, raw in zip(values, encoded.dictionary.to_pylist(), strict=True)):
                 return None               # blanks around a type: read_statistic_csv groups by the stripped one
             if key == "dtype":         # read_statistic_csv normalises the cell as written
                 values = [v if v is not None else "" for v in encoded.dictionary.to_pylist()]

@@ -6,7 +6,7 @@ fields). Large dumps stay readable: tables are capped and say what they left out
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from ..model import RANK_CLEAN, RANK_NOT_DUMPED
 from ..selection import format_ids
@@ -111,7 +111,7 @@ def producer_text(t: TensorSummary) -> str:
 MAX_STAGES_SHOWN = 16
 
 
-def parallel_text(parallel: Dict[str, object]) -> str:
+def parallel_text(parallel: Dict[str, Any]) -> str:
     """The layout the coordinates come from: sizes (or inferred stages), and where they came from."""
     if "stages" in parallel:
         items = list(dict(parallel["stages"]).items())

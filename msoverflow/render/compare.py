@@ -77,6 +77,7 @@ WORST_ORDER = "inf/NaN mismatches first, then by the error for the values' size"
 def headline(c: Comparison) -> str:
     if c.verdict == "diverged":
         f = c.first_divergence
+        assert f is not None            # a diverged comparison names its first divergence
         return f"DIVERGED: first at {f.op_type}, {rank_phrase(f.rank, f.coords)}, step {f.iteration}"
     if c.verdict == "equivalent":
         return (f"EQUIVALENT: {c.matched_ops} matched op runs agree within {_g(c.tolerance_ulps)} ulps "
@@ -106,7 +107,7 @@ def _unmatched_lines(c: Comparison) -> List[str]:
         n = c.unmatched_counts.get(side, 0)
         if n:
             ops = [u for u in c.unmatched if u.side == side]
-            kinds = {}
+            kinds: dict = {}
             for u in ops:
                 kinds[u.op_type] = kinds.get(u.op_type, 0) + 1
             lines.append(f"{n} op run(s) only in the {side}: "
@@ -220,7 +221,7 @@ def _error_svg(c: Comparison):
     chosen = [u for u in units if first is not None and u == (first.rank, first.iteration)]
     chosen += [u for u in units if u not in chosen][:MAX_PLOT_PANELS - len(chosen)]
     fig = figure(10, 2.4 * len(chosen))
-    cells = {}
+    cells: dict = {}
     for cell in (p[3] for p in c.series):
         cells[cell] = cells.get(cell, 0) + 1
     named = [cell for cell, _n in sorted(cells.items(), key=lambda kv: -kv[1])[:MAX_PLOT_CELLS]]

@@ -6,9 +6,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, List
 
 from ..model import SUSPECT
-from .common import (arrival_text, arrivals_shown, clean_text, coords_phrase, count_cell, counts_note,
-                     inconclusive_lead, parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown,
-                     scanned_text, producer_text, tensors_shown)
+from .common import (
+    arrival_text,
+    arrivals_shown,
+    clean_text,
+    coords_phrase,
+    count_cell,
+    counts_note,
+    inconclusive_lead,
+    parallel_text,
+    parameters_shown,
+    producer_text,
+    provenance_text,
+    rank_where,
+    ranks_shown,
+    scanned_text,
+    tensors_shown,
+)
 from .safe import md, md_code
 from .text import chain_label, max_abs_text, op_label, range_used_text, rank_text, scan_summary, shape_text
 

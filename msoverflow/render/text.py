@@ -6,9 +6,24 @@ from typing import TYPE_CHECKING, List, Optional
 
 from ..model import SUSPECT
 from ..scope import is_backward
-from .common import (arrival_text, arrivals_shown, clean_text, coords_phrase, count_cell, counts_note,
-                     inconclusive_lead, parallel_text, parameters_shown, provenance_text, rank_where, ranks_shown,
-                     scanned_text, producer_text, steps_text, tensors_shown)
+from .common import (
+    arrival_text,
+    arrivals_shown,
+    clean_text,
+    coords_phrase,
+    count_cell,
+    counts_note,
+    inconclusive_lead,
+    parallel_text,
+    parameters_shown,
+    producer_text,
+    provenance_text,
+    rank_where,
+    ranks_shown,
+    scanned_text,
+    steps_text,
+    tensors_shown,
+)
 from .safe import plain
 
 if TYPE_CHECKING:
@@ -173,10 +188,10 @@ def render_text(report: Report, top: int = 10) -> str:
         lines.append("")
         lines.append(parameter_table(report))
     if report.arrivals:
-        shown, left_out = arrivals_shown(report)
+        arrivals, left_out = arrivals_shown(report)
         lines.append("")
         lines.append(f"Arrivals ({len(report.arrivals)}: a collective delivered a bad value to the rank)")
-        lines += [f"  {arrival_text(a)}" for a in shown]
+        lines += [f"  {arrival_text(a)}" for a in arrivals]
         if left_out:
             lines.append(f"  ... {left_out}")
     lines.append("")

@@ -12,8 +12,21 @@ from typing import Dict, List, Optional, Protocol
 import numpy as np
 
 from ..dtypes import dtype_max
-from ..model import (CLEAN, CROSS_RANK, FLAGGED, INVALID, NONFINITE_INPUT, ORIGIN, OVERFLOW, PROPAGATOR,
-                     SATURATION, SUSPECT, OpExecution, TensorEvent, TensorStats)
+from ..model import (
+    CLEAN,
+    CROSS_RANK,
+    FLAGGED,
+    INVALID,
+    NONFINITE_INPUT,
+    ORIGIN,
+    OVERFLOW,
+    PROPAGATOR,
+    SATURATION,
+    SUSPECT,
+    OpExecution,
+    TensorEvent,
+    TensorStats,
+)
 from .knowledge import OpKnowledge
 
 
@@ -214,7 +227,7 @@ def _fault_kind(ex: OpExecution, bad_outs: List[TensorEvent], access: TensorAcce
         num_slot = division.get("numerator")
         num = by_slot.get(num_slot) if num_slot is not None else None
         zero_den = _zero_positions(access, den)
-        if zero_den:
+        if zero_den and den is not None:      # (no zeros counted without a denominator)
             both = _zero_over_zero(access, num, den) if num is not None else 0
             if st.nan and both:
                 return Verdict(ORIGIN, INVALID, f"0/0: denominator (input {den.slot}) is 0 at {zero_den} of "
@@ -233,7 +246,7 @@ def _fault_kind(ex: OpExecution, bad_outs: List[TensorEvent], access: TensorAcce
         needs = str(domain.get("needs", ""))
         if arg_stats is not None:
             outside = _outside_domain(arg_stats, needs)
-            if outside:
+            if outside and arg is not None:       # (arg_stats implies arg)
                 return Verdict(ORIGIN, INVALID, f"{ex.op_type} of {outside} (input {arg.slot} min {_fmt(arg_stats.min)})",
                                advice="domain", values={"needs": needs})
 
@@ -263,11 +276,12 @@ def _small_denominator(access: TensorAccess, by_slot: Dict[int, TensorEvent], di
                        limit: Optional[float]) -> str:
     """Why a division overflowed when its numerator fits the output's range: a denominator close to 0 (SqrtGrad's
     dy / (2 sqrt(x)) with a tiny sqrt). Its smallest |x| is the cause, so the detail states it; "" otherwise."""
-    den = by_slot.get(division.get("denominator"))
+    den_slot = division.get("denominator")
+    den = by_slot.get(den_slot) if den_slot is not None else None
     num = by_slot.get(division["numerator"]) if division.get("numerator") is not None else None
     smallest = _min_abs(access, den)
     num_max = _max_abs(access, num) if num is not None else 1.0
-    if smallest is None or num_max is None or not 0 < smallest < 1 or (limit and num_max > limit):
+    if den is None or smallest is None or num_max is None or not 0 < smallest < 1 or (limit and num_max > limit):
         return ""
     numerator = f"input {num.slot}" if num is not None else "1"
     return (f"; the denominator (input {den.slot}) goes down to |x| = {_fmt(smallest)} while the numerator "

@@ -14,7 +14,7 @@ def test_compare_page_of_a_real_pair(compare_pairs, browser, artifacts, tmp_path
     import msoverflow
     # both dumps beside the page, as `compare a b -o report.html` run in their parent folder
     pair = [shutil.copytree(dump, tmp_path / side) for dump, side in zip(compare_pairs["softmax_fp16"],
-                                                                           ("baseline", "target"))]
+                                                                           ("baseline", "target"), strict=True)]
     result = msoverflow.compare(*map(str, pair))
     path = tmp_path / "compare.html"
     path.write_text(render_compare_html(result, page_dir=str(tmp_path)), encoding="utf-8")

@@ -8,8 +8,16 @@ import pytest
 from msoverflow.analysis import analyze
 from msoverflow.render import render
 
-from .readable import (edge_crossings, edges_through_labels, number, overlapping_texts, probe, raw_mathtext,
-                       texts_outside_frames, tick_labels)
+from .readable import (
+    edge_crossings,
+    edges_through_labels,
+    number,
+    overlapping_texts,
+    probe,
+    raw_mathtext,
+    texts_outside_frames,
+    tick_labels,
+)
 from .test_html_report import _open
 
 pytestmark = pytest.mark.mindspore

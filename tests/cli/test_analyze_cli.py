@@ -7,9 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.support.synth_dump import SynthDump
-
 from msoverflow.cli import main
+from tests.support.synth_dump import SynthDump
 
 
 def _snapshot(root):

@@ -6,9 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from tests.support.synth_dump import SynthDump
-
 from msoverflow.cli import main
+from tests.support.synth_dump import SynthDump
 
 
 @pytest.fixture

@@ -8,11 +8,10 @@ import os
 
 import pytest
 
-from tests.support.ascend_fixtures import build_seed_scenario
-
 from msoverflow.analysis import analyze
 from msoverflow.cli import main
 from msoverflow.report_dict import report_dict
+from tests.support.ascend_fixtures import build_seed_scenario
 
 SCHEMA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "msoverflow", "schema", "report.schema.json")
 

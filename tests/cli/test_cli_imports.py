@@ -54,6 +54,7 @@ def test_analyze_imports_no_config_patch_or_other_command(tmp_path):
 def test_every_command_registers_with_its_table_help():
     import argparse
     import importlib
+
     from msoverflow.cli import COMMANDS
     for name, help_text in COMMANDS.items():
         sub = argparse.ArgumentParser().add_subparsers()

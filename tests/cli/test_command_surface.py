@@ -9,9 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from tests.support.synth_dump import SynthDump
-
 from msoverflow.cli import main
+from tests.support.synth_dump import SynthDump
 
 RUN = ["run", "--device", "cpu", "--ms-version", "2.10"]
 

@@ -122,7 +122,7 @@ def _statistics_dump(root, softmax_max):
     rows = [dict(op_type=t, op_name=f"Default_net-Net_{t}-op{i}", task_id=i, stream_id=0, timestamp=10 + 2 * i + k,
                  io=io, slot=0, array=arr)
             for i, (t, arrays) in enumerate((("Mul", (X[:8], X[:8] * 2)), ("Softmax", (X[:8] * 2, softmax))))
-            for k, (io, arr) in enumerate(zip(("input", "output"), arrays))]
+            for k, (io, arr) in enumerate(zip(("input", "output"), arrays, strict=True))]
     path = os.path.join(str(root), "rank_0", "Net", "0", "0", "statistic.csv")
     write_statistic_csv(path, rows)
     return str(root)

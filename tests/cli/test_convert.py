@@ -7,13 +7,10 @@ import os
 import numpy as np
 import pytest
 
-from tests.support import ascend_fixtures as fx
-
 from msoverflow import cli, names
 from msoverflow.layout import read_mapping
 from msoverflow.readers import opdebug as od
-
-
+from tests.support import ascend_fixtures as fx
 
 
 def _snapshot(root):
@@ -55,7 +52,7 @@ def test_convert_directory_writes_npy_named_like_mindspore(dump, tmp_path, capsy
     out = tmp_path / "out"
     assert cli.main(["convert", str(root), "-o", str(out)]) == 0
     assert _snapshot(root) == before
-    for rank, (d, name, x, w, y) in arrays.items():
+    for _rank, (d, name, x, w, y) in arrays.items():
         target = out / d.relative_to(root)
         stem = name
         files = sorted(p.name for p in target.glob(stem + ".*.npy"))

@@ -14,9 +14,8 @@ import time
 import numpy as np
 import pytest
 
-from tests.support.synth_dump import SynthDump
-
 from msoverflow.cli import main
+from tests.support.synth_dump import SynthDump
 
 
 def _dump(path):

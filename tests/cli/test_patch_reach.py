@@ -12,7 +12,6 @@ from msoverflow import cli
 from msoverflow.patch import yaml_patch
 from msoverflow.patch.targets import Target
 from msoverflow.resources import config_path
-
 from tests.support import mindformers_source
 
 TABLE = YAML(typ="safe").load(open(config_path("mindformers_reach.yaml"), encoding="utf-8"))

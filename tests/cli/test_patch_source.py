@@ -7,7 +7,6 @@ import pytest
 
 from msoverflow import cli
 from msoverflow.patch import source_patch
-
 from tests.support.patch_reports import DEMO_MODEL, NORM_LINE_CODE, demo_norm_line, hand_report, write_report
 
 

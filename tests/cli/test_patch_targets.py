@@ -6,7 +6,6 @@ import pytest
 from msoverflow import cli
 from msoverflow.errors import UserError
 from msoverflow.patch.targets import Target, path_matches, target_from_args, target_from_report
-
 from tests.support.patch_reports import DEMO_MODEL, hand_report, write_report
 
 
@@ -81,6 +80,7 @@ def test_cli_argument_errors(tmp_path, capsys):
 
 def test_verify_reads_loss_and_parameter_finiteness_from_common_log_lines():
     import math
+
     from msoverflow.job import OutputWatch
     watch = OutputWatch()
     for line in ("step 0: loss 226.9761 params finite: True",          # msoverflow.demo.train

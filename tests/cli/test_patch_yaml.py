@@ -14,7 +14,6 @@ from ruamel.yaml import YAML
 from msoverflow import cli
 from msoverflow.patch import yaml_patch
 from msoverflow.patch.targets import Target, target_from_report
-
 from tests.support.patch_reports import DEMO_MODEL, hand_report, write_report
 
 
@@ -68,7 +67,7 @@ def _assert_only_fields_changed(original: str, patched: str, fields):
         assert tag in ("replace", "insert"), (tag, a[i1:i2], b[j1:j2])
         for line in b[j1:j2]:
             assert line.strip().split(":")[0] in fields, line
-        for old, new in zip(a[i1:i2], b[j1:j2]):
+        for old, new in zip(a[i1:i2], b[j1:j2], strict=False):
             # the key, its indentation, quoting and trailing comment survive: only the value differs
             assert old.split(":")[0] == new.split(":")[0]
             assert old.count('"') == new.count('"') and old.count("#") == new.count("#")

@@ -7,12 +7,11 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from tests.support.synth_dump import SynthDump, ir_node
-
 from msoverflow.analysis import analyze
 from msoverflow.cli import build_parser, main
-from msoverflow.model import (ORIGIN, PROPAGATOR, Finding, RankStatus, Report, TensorStats, TensorSummary)
+from msoverflow.model import ORIGIN, PROPAGATOR, Finding, RankStatus, Report, TensorStats, TensorSummary
 from msoverflow.render import render
+from tests.support.synth_dump import SynthDump, ir_node
 
 F32, F16 = np.float32, np.float16
 SCOPE = "Default/network-Net/head-Head"

@@ -14,13 +14,12 @@ import random
 import numpy as np
 import pytest
 
-from tests.support.ascend_fixtures import build_pp_seed_case, build_seed_scenario, write_opdebug_json
-from tests.support.synth_dump import SynthDump
-
 from msoverflow.analysis import analyze
 from msoverflow.cli import main
 from msoverflow.render import render
 from msoverflow.report_dict import report_dict
+from tests.support.ascend_fixtures import build_pp_seed_case, build_seed_scenario, write_opdebug_json
+from tests.support.synth_dump import SynthDump
 
 SCHEMA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "msoverflow", "schema", "report.schema.json")
 

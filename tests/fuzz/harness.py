@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import struct
-import sys
 import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List
@@ -101,7 +100,7 @@ def _seeds() -> Dict[str, bytes]:
         opbin_path = af.write_opdebug_bin(os.path.join(tmp, "Opdebug.Node_OpDebug.9.0.100"),
                                           [{"unit": "AI Core", "task_id": 1, "stream_id": 0, "status": 0x20}])
         opdebug_bin = Path(opbin_path).read_bytes()
-    ir = (f"%para1_x : <Tensor[Float16], (2, 2)>\n"
+    ir = ("%para1_x : <Tensor[Float16], (2, 2)>\n"
           + ir_node(1, "MatMul", FULL, ["%para1", "%para1"], source=("SRC", 5, "return x @ x"))
           + ir_node(2, "Add", "Default/network-Net/Add-op2", ["%1", "%1"], source=("SRC", 6, "return y + y")))
     return {
@@ -395,7 +394,7 @@ def _dump_with(work: str, name: str, data: bytes, *, graph_ir: bytes = None, sou
     step = os.path.join(root, "rank_0", "Net", "0", "0")
     os.makedirs(step, exist_ok=True)
     x = np.array([1.0, 2.0], dtype=np.float16)
-    for slot, (io_, arr) in enumerate((("input", x), ("output", x * 2))):
+    for io_, arr in (("input", x), ("output", x * 2)):
         np.save(os.path.join(step, f"MatMul.{OP}.1.0.100.{io_}.0.DefaultFormat.Float16.npy"), arr)
     with open(os.path.join(step, name), "wb") as fh:
         fh.write(data)
@@ -595,7 +594,7 @@ def _patch_guard(path: str, work: str):
         try:
             tree = ast.parse(Path(src).read_bytes())
         except SyntaxError as exc:
-            raise CaseFailure(f"the guard patch made a script that does not parse: {exc}")
+            raise CaseFailure(f"the guard patch made a script that does not parse: {exc}") from exc
         # what the patch binds (its helper, `import mindspore`, any msoverflow import) comes before its first use
         # (names the script itself already used before binding them are its own business)
         late = _used_before_bound(ast.parse(data)) if parsed_before else {}

@@ -8,8 +8,8 @@ where memory was the failure, under an address-space limit the old code exceeds.
 """
 import json
 import os
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 

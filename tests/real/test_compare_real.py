@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from tests.support import gen_compare_pairs
 from msoverflow.cli import main
+from tests.support import gen_compare_pairs
 
 pytestmark = pytest.mark.mindspore
 EXIT = {"diverged": 1, "equivalent": 0, "inconclusive": 3}
@@ -152,6 +152,7 @@ def test_backward_ops_pair_through_their_forward_op(compare_pairs, tmp_path):
     occurrence alone it would meet the gradient of another forward op; through the saved graph's forward names
     it meets its own, and the runs stay equivalent. Without the saved graphs the same dumps diverge."""
     import shutil
+
     import msoverflow
     baseline, target = compare_pairs["identical_rerun"]
     moved = tmp_path / "moved"

@@ -21,8 +21,9 @@ def _case(hunt_runs, name):
 
 
 def _valid(report):
-    import jsonschema
     from importlib import resources
+
+    import jsonschema
     schema = json.loads(resources.files("msoverflow").joinpath("schema/report.schema.json").read_text())
     jsonschema.validate(report, schema)
 

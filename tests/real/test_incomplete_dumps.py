@@ -6,11 +6,11 @@ notice from the listing and the headers, and the answer must say so: `incomplete
 writes (binary DumpData, msaccucmp) are SPEC-BUILT from the documented formats (tests/support/ascend_fixtures.py)."""
 import json
 import os
-from pathlib import Path
 import shutil
 import stat
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -297,6 +297,7 @@ def _as_statistics(dump, keep=None):
     statistic.csv (documented-format writer, tests/support/ascend_fixtures.py) computed from the real tensors.
     keep(step, rows) may cut the rows."""
     import numpy as np
+
     from tests.support.ascend_fixtures import write_statistic_csv
     for folder in sorted((dump / "rank_0" / "Net" / "0").iterdir()):
         rows = []

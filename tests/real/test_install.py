@@ -6,10 +6,8 @@ Dependencies (numpy, pandas, rich, ruamel.yaml, libcst) come from this test run'
 msoverflow that runs is the installed wheel, never this checkout (checked).
 """
 import os
-import site
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import numpy as np

@@ -63,8 +63,8 @@ def test_config_loop_generated_msprobe_config_runs_and_analyses(tmp_path, capsys
     import os
     import subprocess
 
-    from tests.support import gen_msprobe_dumps
     from msoverflow.cli import main
+    from tests.support import gen_msprobe_dumps
     if not gen_msprobe_dumps.available():
         pytest.skip("mindspore and mindstudio-probe are not installed")
     config = tmp_path / "msprobe_config.json"

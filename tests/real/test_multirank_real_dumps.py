@@ -10,12 +10,11 @@ import shutil
 
 import pytest
 
-from tests.support import gen_real_dumps as gen
-
 from msoverflow.analysis import analyze
 from msoverflow.cli import main
 from msoverflow.render import render
 from msoverflow.report_dict import report_dict
+from tests.support import gen_real_dumps as gen
 
 pytestmark = pytest.mark.mindspore
 CASES = [case.name for case in gen.MULTI_RANK_CASES]

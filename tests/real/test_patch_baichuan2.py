@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from msoverflow.patch import source_patch
-
 from tests.support import mindformers_source
 
 pytestmark = pytest.mark.mindspore
@@ -228,6 +227,7 @@ def test_runtime_patch_on_the_real_normhead(version, tmp_path):
     writes the normalised weight into it), and the gradient matches the float64 reference."""
     import mindspore.common.dtype as mstype
     from mindspore import Tensor, nn
+
     from msoverflow.patch import Target, apply
     name, text = version
     cls = _normhead_class(text, tmp_path, "runtime")

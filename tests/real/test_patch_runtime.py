@@ -19,6 +19,7 @@ def ms():
 
 def _train(ms, mode, patch=None, amp_level=None, amp_first=False, steps=3, optimizer="sgd"):
     from mindspore import amp, nn
+
     from msoverflow.demo.model import CausalLMLoss, TinyBaichuan, batches
     from msoverflow.patch import apply
 
@@ -85,6 +86,7 @@ def test_composes_with_amp_in_either_order(ms, amp_first, amp_level):
 
 def test_undo_restores_structure_and_dtypes(ms):
     from mindspore import nn
+
     from msoverflow.demo.model import CausalLMLoss, TinyBaichuan
     from msoverflow.patch import apply
     net = TinyBaichuan()
@@ -142,8 +144,8 @@ def test_missing_target_names_the_cells_it_has(ms):
 
 def test_longest_path_match_wins(ms):
     from msoverflow.demo.model import TinyBaichuan
-    from msoverflow.patch.runtime import find_cells
     from msoverflow.patch import Target
+    from msoverflow.patch.runtime import find_cells
     net = TinyBaichuan(layers=2)
     hits = find_cells(net, Target(cell="network._backbone.layers.1.mlp"))
     assert [h[0] for h in hits] == ["layers.1.mlp"]

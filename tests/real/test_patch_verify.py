@@ -9,7 +9,6 @@ import textwrap
 import pytest
 
 from msoverflow import cli
-
 from tests.support.patch_reports import DEMO_MODEL
 
 pytestmark = [pytest.mark.mindspore, pytest.mark.slow]

@@ -30,7 +30,7 @@ def test_readme_quick_start_runs_as_written(tmp_path):
     env.pop("MSOVERFLOW_REPORT_JSON", None)            # the documented default: ./report.json
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     markers = [f"=== quickstart line {i} ===" for i in range(len(commands))]
-    script = "set -euo pipefail\n" + "".join(f"echo '{m}'\n{c}\n" for m, c in zip(markers, commands))
+    script = "set -euo pipefail\n" + "".join(f"echo '{m}'\n{c}\n" for m, c in zip(markers, commands, strict=True))
     proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=1200)
     output = proc.stdout + proc.stderr

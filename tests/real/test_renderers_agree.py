@@ -9,11 +9,9 @@ import re
 
 import pytest
 
-from msoverflow.api import analyze       # the public API: it also records the report's provenance
+from msoverflow.api import analyze  # the public API: it also records the report's provenance
 from msoverflow.render import render
-
-from tests.support import gen_msprobe_dumps
-from tests.support import gen_real_dumps
+from tests.support import gen_msprobe_dumps, gen_real_dumps
 from tests.support.ascend_fixtures import WILD_FORMS, build_pp_seed_case, build_seed_scenario, build_wild_form
 
 STATUSES = "origin|received|flagged|clean|not dumped|incomplete"

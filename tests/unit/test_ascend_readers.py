@@ -12,14 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support import ascend_fixtures as fx
-
 from msoverflow import names
 from msoverflow.readers import dumpdata_bin as db
 from msoverflow.readers import opdebug as od
 from msoverflow.readers import statistic_csv as sc
-
-
+from tests.support import ascend_fixtures as fx
 
 ALL_DTYPES = ["float16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "int64",
               "uint32", "uint64", "bool"]
@@ -243,7 +240,7 @@ def test_statistic_csv_variants(tmp_path, variant, dtype_style):
     events = sc.read_statistic_csv(path, rank=1, graph="0", iteration=4, warn=warnings)
     assert warnings == []
     assert len(events) == len(arrays)
-    for event, array in zip(events, arrays):
+    for event, array in zip(events, arrays, strict=True):
         assert event.shape == array.shape
         assert event.dtype == array.dtype.name
         assert event.loader is None and event.io == "output"

@@ -41,7 +41,7 @@ def _columns_are_spaced(lay):
             rows.setdefault(first + step, []).append(r)
     for col in rows.values():
         col.sort()
-        assert all(b - a >= 1 - 1e-9 for a, b in zip(col, col[1:])), col
+        assert all(b - a >= 1 - 1e-9 for a, b in zip(col, col[1:], strict=False)), col
 
 
 def test_a_chain_in_one_cell_becomes_one_node_and_the_origin_stays_alone():
@@ -166,7 +166,7 @@ def test_a_graph_too_tall_to_read_becomes_the_open_table():
     page = render(report, "html")
     assert '<svg id="propagation-svg"' not in page
     assert '<details id="propagation-list" open>' in page and "so they are listed below" in page
-    report.edges = [(a.full_name, b.full_name) for a, b in zip(ops, ops[1:])]       # a plain chain: drawn
+    report.edges = [(a.full_name, b.full_name) for a, b in zip(ops, ops[1:], strict=False)]       # a plain chain: drawn
     page = render(report, "html")
     assert '<svg id="propagation-svg"' in page and '<details id="propagation-list">' in page
 
@@ -175,6 +175,7 @@ def test_a_graph_too_tall_to_read_becomes_the_open_table():
 
 def _synthetic_dump(root):
     import numpy as np
+
     from tests.support.synth_dump import SynthDump
     d = SynthDump(str(root))
     d.op(0, "Mul", "Default_a-A_Mul-op0", [np.ones(4, np.float32)], [np.ones(4, np.float32)])

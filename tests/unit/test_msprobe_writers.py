@@ -140,7 +140,7 @@ def test_msprobe_frames_are_skipped_wherever_msprobe_lives(tmp_path):
             return collect(name)
         """))
     user = tmp_path / "train.py"
-    user.write_text(textwrap.dedent(f"""\
+    user.write_text(textwrap.dedent("""\
         import json
         import hook_cell
 

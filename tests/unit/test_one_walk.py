@@ -6,12 +6,11 @@ real MindSpore 2.10 CPU cases."""
 import numpy as np
 import pytest
 
-from tests.support.ascend_fixtures import build_seed_scenario, write_statistic_csv
-from tests.support.synth_dump import SynthDump
-
 from msoverflow import names, walk
 from msoverflow.analysis import analyze
 from msoverflow.report_dict import report_dict
+from tests.support.ascend_fixtures import build_seed_scenario, write_statistic_csv
+from tests.support.synth_dump import SynthDump
 
 F32, F16 = np.float32, np.float16
 fin = np.ones(4, F32)
@@ -171,7 +170,7 @@ TRICKY = ["MatMul.Default_MatMul-op1.0.0.17.input.0.DefaultFormat.Float32.npy",
 @pytest.mark.parametrize("batch", [TRICKY, [n for n in TRICKY if n.endswith(".Float32.npy")][:1] * 3])
 def test_bulk_name_grammar_agrees_with_parse(batch):
     bulk = names.parse_many(batch)
-    accepted = dict(zip(bulk.rows, range(len(bulk.rows))))
+    accepted = dict(zip(bulk.rows, range(len(bulk.rows)), strict=True))
     for i, name in enumerate(batch):
         one = names.parse(name)
         if one is None or one.kind != names.KIND_NPY:
@@ -219,7 +218,7 @@ def test_vectorised_row_check_agrees_with_scan():
         rows[11, 4] = 1e6 if dtype != F16 else np.inf
         rows[13, 5] = 3.4028235e38 if dtype != F16 else 1.0
         bad, pinned = scan_rows(rows, declared)
-        assert [(bool(b), bool(p)) for b, p in zip(bad, pinned)] == [scan(r, declared) for r in rows]
+        assert [(bool(b), bool(p)) for b, p in zip(bad, pinned, strict=True)] == [scan(r, declared) for r in rows]
     clean = np.ones((4, 3), F32)
     assert not scan_rows(clean, "float32")[0].any()
 

@@ -10,7 +10,6 @@ from msoverflow import parallel
 from msoverflow.analysis import analyze
 from msoverflow.report_dict import report_dict
 from msoverflow.walk import Unit, UnitSummary
-
 from tests.unit.test_one_walk import _rules_dump, _statistic_dump
 
 # CI installs the `dask` extra (scripts/bootstrap.sh): there a missing dask.distributed fails; elsewhere it skips.

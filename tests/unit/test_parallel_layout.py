@@ -7,12 +7,12 @@ import shutil
 
 import pytest
 
-from tests.support import ascend_fixtures as af
 from msoverflow.api import analyze
 from msoverflow.cli import main
 from msoverflow.errors import UserError
 from msoverflow.parallel_layout import ParallelLayout, parse_spec
 from msoverflow.render import render
+from tests.support import ascend_fixtures as af
 
 SCHEMA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "msoverflow", "schema", "report.schema.json")
 

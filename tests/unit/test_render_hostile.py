@@ -9,8 +9,18 @@ import re
 
 import pytest
 
-from msoverflow.model import (OUTPUT, RANK_CLEAN, RANK_NOT_DUMPED, RANK_RECEIVED, Arrival, Finding, RankStatus, Report,
-                              TensorStats, TensorSummary)
+from msoverflow.model import (
+    OUTPUT,
+    RANK_CLEAN,
+    RANK_NOT_DUMPED,
+    RANK_RECEIVED,
+    Arrival,
+    Finding,
+    RankStatus,
+    Report,
+    TensorStats,
+    TensorSummary,
+)
 from msoverflow.render import render
 from msoverflow.render.safe import md, md_code, plain
 

@@ -6,10 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from tests.support.synth_dump import SynthDump, ir_node
-
 from msoverflow.analysis import analyze
 from msoverflow.render.json_report import render_json
+from tests.support.synth_dump import SynthDump, ir_node
 
 F16 = np.float16
 F32 = np.float32

@@ -5,11 +5,10 @@ import time
 import numpy as np
 import pytest
 
-from tests.support.synth_dump import SynthDump
-
 from msoverflow import selection
 from msoverflow.cli import main
 from msoverflow.config.generator import parse_ranks, parse_steps
+from tests.support.synth_dump import SynthDump
 
 
 def test_grammar_forms():

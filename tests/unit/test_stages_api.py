@@ -36,7 +36,7 @@ def test_events_carry_the_one_definition_of_bad_and_find_the_fp16_overflow(tmp_p
     for events in (report.events(), msoverflow.events(report), msoverflow.events(str(tmp_path), steps="0")):
         assert len(events[(events.nan > 0) | (events.posinf > 0) | (events.neginf > 0)]) == 0   # non-finite only
         bad = events[events.bad]
-        assert list(zip(bad.op_type, bad.io, bad.over_range)) == [("Mul", "output", 1)]
+        assert list(zip(bad.op_type, bad.io, bad.over_range, strict=True)) == [("Mul", "output", 1)]
         assert events.bad.dtype == "boolean"
 
 
@@ -47,7 +47,7 @@ def test_an_integer_tensor_is_never_bad_and_an_unreadable_one_is_unknown(tmp_pat
     with open(cut, "r+b") as fh:
         fh.truncate(20)
     events = msoverflow.events(str(tmp_path))
-    assert dict(zip(events.op_type + "." + events.io, map(str, events.bad))) == {
+    assert dict(zip(events.op_type + "." + events.io, map(str, events.bad), strict=True)) == {
         "ArgMax.input": "False", "ArgMax.output": "False", "Exp.output": "<NA>"}
     assert len(events[events.bad]) == 0
 

@@ -11,7 +11,6 @@ import shutil
 
 import pytest
 
-from tests.support import ascend_fixtures as af
 from msoverflow.api import analyze
 from msoverflow.cli import main
 from msoverflow.errors import UserError
@@ -19,6 +18,7 @@ from msoverflow.parallel_layout import parse_spec
 from msoverflow.readers import _protobuf as pb
 from msoverflow.render import render
 from msoverflow.strategy_checkpoint import StrategyError, read_strategy
+from tests.support import ascend_fixtures as af
 
 
 def vendor_pb2():

@@ -7,7 +7,6 @@ import os
 import numpy as np
 import pytest
 
-from tests.support import ascend_fixtures as fx
 from msoverflow import cli, names
 from msoverflow import stats as tensor_stats
 from msoverflow.analysis import analyze
@@ -17,7 +16,7 @@ from msoverflow.readers import dumpdata_bin as db
 from msoverflow.readers import msprobe as mp
 from msoverflow.readers import opdebug as od
 from msoverflow.readers.ir_graph import parse_ir
-
+from tests.support import ascend_fixtures as fx
 
 # ---- every form analyses to the right op, step and kind ---------------------------------------------------
 
@@ -247,7 +246,7 @@ def _write_pytorch_dump(directory, rank, overflow, allreduce_bad=False):
     doc = {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None, "data": data}
     with open(os.path.join(directory, "dump.json"), "w") as fh:
         fh.write(json.dumps(doc, indent=1))          # Infinity written bare, as msprobe does
-    frames = [f"File /usr/lib/python3/site-packages/torch/nn/modules/module.py, line 1501, in _call_impl, \n"
+    frames = ["File /usr/lib/python3/site-packages/torch/nn/modules/module.py, line 1501, in _call_impl, \n"
               " return forward_call(*args, **kwargs)",
               "File /home/user/train.py, line 42, in forward, \n norm = torch.sqrt(var + self.eps)",
               "File /home/user/train.py, line 90, in <module>, \n loss = model(x)"]

@@ -110,8 +110,10 @@ def _collapse_chains(cells, edges) -> Tuple[List[Node], List[Edge]]:
             continue
         chain = [i]
         if i in starts_chain and i not in continues:
-            while links_on(chain[-1]) is not None:
-                chain.append(links_on(chain[-1]))
+            link = links_on(i)
+            while link is not None:
+                chain.append(link)
+                link = links_on(link)
         if len(chain) < MIN_CHAIN:
             chain = [i]
         for member in chain:
@@ -213,7 +215,7 @@ def _order_and_place(lay: Layout) -> None:
             ref = {s: p for p, s in enumerate(order[layer + ref_step])}
             current = {s: p for p, s in enumerate(order[layer])}
 
-            def key(s):
+            def key(s, ref=ref, current=current, layer=layer):     # sorted() below, within this iteration
                 linked = [ref[t] for t in neighbours.get((layer, s), []) if t in ref]
                 return (sum(linked) / len(linked) if linked else current[s], current[s])
             order[layer] = sorted(order[layer], key=key)
@@ -241,8 +243,8 @@ def _order_and_place(lay: Layout) -> None:
         for w in wanted:
             rows.append(max(w, rows[-1] + 1) if rows else w)
         # packing pushed slots down from where they wanted to be: centre the column on its wishes
-        shift = sum(r - w for r, w in zip(rows, wanted)) / len(rows)
-        for s, r in zip(col, rows):
+        shift = sum(r - w for r, w in zip(rows, wanted, strict=True)) / len(rows)
+        for s, r in zip(col, rows, strict=True):
             row_of[(layer, s)] = r - shift
     top = min(row_of.values(), default=0.0)
     row_of = {key: r - top for key, r in row_of.items()}

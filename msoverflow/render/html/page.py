@@ -7,8 +7,7 @@ import re
 import urllib.parse
 from typing import Dict, Optional, Sequence, Tuple
 
-from ...model import (RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED,
-                      Report)
+from ...model import RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED, Report
 from ..common import bad_value_phrase, clean_text, rank_where
 from ..safe import plain
 from ..text import op_label

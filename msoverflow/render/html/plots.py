@@ -3,11 +3,20 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ...dtypes import LOW_PRECISION_FLOATS, dtype_max
-from ...model import (FLAGGED, OVERFLOW, RANK_CLEAN, RANK_FLAGGED, RANK_NOT_DUMPED, SATURATION, Finding, Report,
-                      TensorSummary)
+from ...model import (
+    FLAGGED,
+    OVERFLOW,
+    RANK_CLEAN,
+    RANK_FLAGGED,
+    RANK_NOT_DUMPED,
+    SATURATION,
+    Finding,
+    Report,
+    TensorSummary,
+)
 from ..common import steps_text
 from ..safe import plot_label
 from ..text import op_label
@@ -48,7 +57,7 @@ def _node_label(f: Finding) -> str:
 
 
 def figure(width: float, height: float):
-    from matplotlib.figure import Figure     # no pyplot: no global figure state, no GUI backend
+    from matplotlib.figure import Figure  # no pyplot: no global figure state, no GUI backend
     return Figure(figsize=(width, height), dpi=100)
 
 
@@ -209,7 +218,7 @@ def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
              "spread": dict(marker="o", s=10, c=COLORS["spread"], zorder=3, label="spread (first origin's rank)"),
              "clean": dict(marker="o", s=60, facecolors="none", edgecolors=COLORS["clean"], linewidths=1.6,
                            zorder=3, label="clean rank")}
-    for ax, step in zip(axes, steps):
+    for ax, step in zip(axes, steps, strict=True):
         spans = [(rank_pos[r], (report.step_times[r][step][1] - report.step_times[r][step][0]) / 1000.0)
                  for r in ranks if step in report.step_times.get(r, {})]
         span_max = max((length for _, length in spans), default=0.0)
@@ -229,7 +238,7 @@ def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
                 span_max = max(span_max, max(xs))
             unknown = [e for e in pts if e[2] is None]
             if unknown:     # the report does not say when: drawn hollow at the step's start, and said so
-                hollow = {**style[kind], "facecolors": "none", "edgecolors": style[kind]["c"], "linewidths": 1.4}
+                hollow: Dict[str, Any] = {**style[kind], "facecolors": "none", "edgecolors": style[kind]["c"], "linewidths": 1.4}
                 hollow.pop("c")
                 hollow["label"] += " (time not recorded: drawn at 0)"
                 legend[kind + "?"] = ax.scatter([0.0] * len(unknown), [rank_pos.get(e[0], 0) for e in unknown],
@@ -285,7 +294,9 @@ def _timeline_ranks(ranks: List[int], events) -> Tuple[List[int], int]:
 def _graph_input(report: Report) -> Tuple[List[Finding], List[Tuple[int, int]], int]:
     """The origin and the first MAX_GRAPH_OPS ops it reached (time order), and the Report's producer -> consumer
     edges between them as indices."""
-    ops = [report.first] + list(report.propagation[:MAX_GRAPH_OPS])
+    first = report.first
+    assert first is not None            # the caller drew no graph without an origin
+    ops = [first] + list(report.propagation[:MAX_GRAPH_OPS])
     index_of: Dict[str, int] = {}
     for i, f in enumerate(ops):
         index_of.setdefault(f.full_name or f.op_name, i)
@@ -365,14 +376,14 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
     texts = [_graph_text(v, ops) for v in lay.nodes]
     is_origin = [0 in v.members for v in lay.nodes]
     boxes = []          # (width, height) of each node's frame, inches
-    for (label, _), origin in zip(texts, is_origin):
+    for (label, _), origin in zip(texts, is_origin, strict=True):
         w, h = _text_size(label, GRAPH_FONT + (1 if origin else 0), origin)
         pad = 2 * GRAPH_PAD * (GRAPH_FONT + 1) / 72.0
         boxes.append((w + pad, h + pad))
     columns = [max((boxes[k][0] for k, v in enumerate(lay.nodes) if v.layer == c), default=0.2)
                for c in range(lay.layers)]
     left = [GRAPH_MARGIN + sum(columns[:c]) + c * GRAPH_GAP for c in range(lay.layers)]
-    right = [x + w for x, w in zip(left, columns)]
+    right = [x + w for x, w in zip(left, columns, strict=True)]
     height = GRAPH_MARGIN * 2 + GRAPH_ROW * (rows - 1) + max(h for _, h in boxes)     # edges' rows included
 
     def y_of(row: float) -> float:
@@ -415,7 +426,7 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
                                      color="#546e7a", lw=1.0, linestyle="-" if e.from_graph else (0, (3, 2))))
     for k, v in enumerate(lay.nodes):
         (label, hover), origin = texts[k], is_origin[k]
-        face = "#ffebee" if origin else "#fafafa" if v.kind == "more" else palette.get(v.cell, "#eceff1")
+        face = "#ffebee" if origin else "#fafafa" if v.kind == "more" else palette.get(v.cell or "", "#eceff1")
         x, y = centre(k)
         text = ax.text(x, y, label, ha="center", va="center", fontsize=GRAPH_FONT + (1 if origin else 0),
                        fontweight="bold" if origin else "normal", color="#b71c1c" if origin else "#263238",
@@ -475,10 +486,11 @@ def headroom_svg(report: Report) -> Tuple[Optional[str], str]:
     if not rows:
         return None, "no tensor statistics around the origin"
     values, colors, texts = [], [], []
-    finite = [t.stats.max_abs for _, t, _ in rows if t.stats.max_abs]
+    finite = [t.stats.max_abs for _, t, _ in rows if t.stats and t.stats.max_abs]
     top = max(finite + [FP16_MAX]) * 30
-    for label, t, _ in rows:
+    for _label, t, _ in rows:
         s = t.stats
+        assert s is not None            # _headroom_rows keeps tensors with statistics
         limit = dtype_max(t.dtype)
         if s.posinf or s.neginf:
             values.append(top)
@@ -507,7 +519,7 @@ def headroom_svg(report: Report) -> Tuple[Optional[str], str]:
     if BF16_MAX < xmax:
         ax.axvline(BF16_MAX, color=COLORS["flag"], ls="--", lw=1.2)
         ax.text(BF16_MAX, -0.9, " bfloat16 max 3.39e38", color=COLORS["flag"], fontsize=8, va="bottom")
-    for y, value, text in zip(ys, values, texts):     # on a light backing: limit lines and grid pass behind
+    for y, value, text in zip(ys, values, texts, strict=True):     # on a light backing: limit lines and grid pass behind
         ax.text(max(value, low), y, text, va="center", fontsize=8,
                 bbox=dict(boxstyle="square,pad=0.15", fc="white", ec="none", alpha=0.85))
     ax.set_yticks(ys)

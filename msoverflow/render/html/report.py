@@ -9,9 +9,20 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from ...model import Finding, Report, TensorSummary
-from ..common import (arrival_text, coords_phrase, count_cell, counts_note, parallel_text,
-                      producer_text, provenance_text, ranks_shown, read_text, scanned_text, steps_text,
-                      tensors_shown)
+from ..common import (
+    arrival_text,
+    coords_phrase,
+    count_cell,
+    counts_note,
+    parallel_text,
+    producer_text,
+    provenance_text,
+    ranks_shown,
+    read_text,
+    scanned_text,
+    steps_text,
+    tensors_shown,
+)
 from ..text import max_abs_text, op_label, range_used_text, shape_text
 from .page import CSS, STATUS_CLASS, Links, esc, finding_id, sample, verdict_card
 from .plots import headroom_svg, plot_settings, propagation_svg, timeline_svg
