@@ -1,13 +1,14 @@
 """The analysis as a chain of stages, each taking a value and handing one on:
 
-    open the dump once -> plan the units -> walk (map/reduce) -> decide the findings -> settle completeness
-    -> assemble the Report
+    open the dump once -> plan the units -> walk (map/reduce) -> take out what is no fault (harmless) -> decide
+    the findings -> settle completeness -> explain (what harmless found, since when) -> assemble the Report
 
 Per rank, executions are walked in time order (step, then timestamp). The first execution whose outputs are bad
 while its inputs are fine is that rank's origin. The rest of that step is scanned cheaply (a tensor read stops at
-its first bad chunk) to show how it spread; later steps are skipped unless `scan_all`. Ranks are compared by step,
-never by their clocks. Where each stage lives: layout.py (Dump, Plan), walk.py and parallel.py (the walk),
-findings.py (decide), completeness.py (check, settle), assemble.py. Each stage's time goes to the `msoverflow`
+its first bad chunk) to show how it spread; later steps are skipped unless `scan_all`, or while the bad values may
+be no fault (contained, or a loss scale's business: later steps decide). Ranks are compared by step, never by their
+clocks. Where each stage lives: layout.py (Dump, Plan), walk.py and parallel.py (the walk), diagnosis/harmless.py
+(harmless, explain), findings.py (decide), completeness.py (check, settle), assemble.py. Each stage's time goes to the `msoverflow`
 logger (-v, --log-file).
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Callable, Optional
 
 from . import completeness, findings
 from .assemble import assemble, not_understood, nothing_understood
+from .diagnosis import harmless
 from .errors import UserError
 from .evaluate import TensorAccess
 from .graphs import SavedGraphs
@@ -30,11 +32,12 @@ from .selection import not_in_dump, parse
 
 def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progress: Optional[bool] = None,
             warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = None,
-            scheduler: Optional[str] = None, finished: bool = False, parallel=None) -> Report:
+            scheduler: Optional[str] = None, finished: bool = False, parallel=None, strict: bool = False) -> Report:
     """ranks/steps: a selection (msoverflow.selection.Selection, or any collection; None: all).
     jobs: worker processes (None: from the CPU count, for dumps large enough); scheduler: a Dask scheduler
     address to run the per-rank scans on (msoverflow/parallel.py); finished: the job that wrote the dump has
-    ended; parallel: a parallel_layout.ParallelSpec (None: from a file beside the dump, else inferred)."""
+    ended; parallel: a parallel_layout.ParallelSpec (None: from a file beside the dump, else inferred); strict:
+    contained values and overflows a loss scale handled stay findings."""
     notes = Notes(warn)
     with timed("discover"):
         dump = Dump.open(path, notes)
@@ -48,23 +51,29 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
     if not plan.units:
         raise not_in_dump(path, plan.ranks, plan.steps, dump.dirs)
     access, kn = TensorAccess(notes), knowledge()
+    graphs = SavedGraphs({}, {}, notes)      # where the saved graphs are is learnt as the walk goes
+    sight = harmless.Sight(graphs, plan.units, access, kn)
     with timed("walk"), _Progress(sys.stderr.isatty() if progress is None else progress, plan.files) as bar:
         # Opdebug records mean the hardware watched every op: every unit is judged by them (only flagged ops, whose
         # inputs decide, and collectives, which tell which rank a bad value came from, are worth a tensor read).
         walked = map_reduce(plan.units, kn, scan_all, access, notes, jobs=jobs, scheduler=scheduler,
-                            files=plan.files, advance=bar.advance, flags=plan.flags)
+                            files=plan.files, advance=bar.advance, flags=plan.flags, stops=sight.stops(strict))
     if not walked.runs and not walked.records:
         if plan.ranks or plan.steps:
             raise not_in_dump(path, plan.ranks, plan.steps, dump.dirs)
         return nothing_understood(dump, walked, list(notes))
-    graphs = SavedGraphs(walked.graphs, walked.rank_roots, notes)
+    graphs.learn(walked.rank_roots, walked.graphs)
+    with timed("harmless"):     # contained values and overflows a loss scale handled are no finding (--strict: are)
+        found = harmless.find(walked, sight, strict)
+        walked = found.remove(walked)
     with timed("decide"):
         decision = findings.decide(walked, graphs, access, kn, notes)
     with timed("settle"):
         # (rank, step)s whose files stop short (job killed, dump still being written): the listing and headers only
         incomplete = completeness.check(plan.dirs, cut=walked.truncated, warn=notes, finished=finished)
         decision = completeness.settle(decision, incomplete, walked.unreadable, plan.dirs, graphs, access, kn)
-    # The diagnosis of causes (issue 25) is the next stage: decision = diagnose(decision, ...)
+    with timed("explain"):
+        decision = found.explain(decision, sight)
     with timed("assemble"):
         return assemble(dump, plan, walked, decision, graphs, access, kn, notes, parallel=parallel)
 

@@ -33,22 +33,24 @@ Ids = Union[None, str, int, Iterable[int], Selection]
 def analyze(path: Union[str, "os.PathLike[str]"], *, ranks: Ids = None, steps: Ids = None, scan_all: bool = False,
             warn: Optional[Callable[[str], None]] = None, jobs: Optional[int] = 1, scheduler: Optional[str] = None,
             finished: bool = False, parallel=None, progress: Optional[bool] = False,
-            command: Union[None, str, Sequence[str]] = None) -> Report:
+            command: Union[None, str, Sequence[str]] = None, strict: bool = False) -> Report:
     """Analyse a dump directory (any layout `msoverflow analyze` reads) and return the Report.
     ranks/steps: only these (None: all), as ints, a range, or in the command line's grammar ("0-3", "0|5-8").
     Warnings go to `warn` (default: kept in report.warnings only). finished: the job that wrote the dump has ended
     (files written seconds ago are complete). parallel: the layout as `--parallel` takes it ("dp=4,tp=2,pp=2" or a
     MindFormers YAML / rank table; or the ParallelSpec `--parallel` parsed). command: the command line that asked
-    (the CLI passes its argv), recorded in report.provenance."""
+    (the CLI passes its argv), recorded in report.provenance. strict: non-finite values that are no fault
+    (report.contained: absorbed, e.g. a causal mask's -inf by Softmax; report.handled: overflows a dynamic loss
+    scale skipped) are findings too."""
     path = _path("path", path)
     _check(jobs=(jobs, (int, type(None))), scheduler=(scheduler, (str, type(None))),
-           warn=(warn, (AnyCallable, type(None))), **_parallel(parallel))
+           warn=(warn, (AnyCallable, type(None))), strict=(strict, (bool,)), **_parallel(parallel))
     selected = parse(ranks, "ranks="), parse(steps, "steps=")
     from .analysis import analyze as run_analysis
     from .parallel_layout import parse_spec
     from .provenance import collect
     report = run_analysis(path, ranks=selected[0], steps=selected[1], scan_all=scan_all, progress=progress,
-                          warn=warn, jobs=jobs, scheduler=scheduler, finished=finished,
+                          warn=warn, jobs=jobs, scheduler=scheduler, finished=finished, strict=strict,
                           parallel=parse_spec(parallel) if isinstance(parallel, str) else parallel)
     report.provenance = collect(report, command)
     return report
@@ -128,6 +130,7 @@ class Options:
     parallel: object = None
     progress: Optional[bool] = False
     warn: Optional[Callable[[str], None]] = None
+    strict: bool = False
 
 
 def analyze_with(path: str, options: Options, command: Union[None, str, Sequence[str]] = None) -> Report:

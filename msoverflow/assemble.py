@@ -74,7 +74,8 @@ def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, graph
                   scanned_steps={rank: steps for rank, steps in scanned_steps.items() if steps},
                   edges=_edges(decision.first, decision.propagation), completeness=decision.incomplete,
                   likely_origin=decision.likely, parallel=layout, parameters=hits,
-                  event_reader=functools.partial(events_frame, scanned_units))
+                  event_reader=functools.partial(events_frame, scanned_units), contained=decision.contained,
+                  handled=decision.handled, strict=decision.strict)
 
 
 def not_understood(dump: Dump, warnings: List[str]) -> Report:

@@ -26,7 +26,9 @@ from .model import (
     OVERFLOW,
     PROPAGATOR,
     SUSPECT,
+    Contained,
     Finding,
+    Handled,
     OpExecution,
     OverflowRecord,
     Status,
@@ -60,6 +62,10 @@ class Decision:
     likely: Optional[Finding] = None        # LIKELY_ORIGIN: its output file is cut short (never proven)
     incomplete: List[StepCompleteness] = field(default_factory=list)   # (rank, step)s found incomplete
     reasons: List[str] = field(default_factory=list)   # why no answer stands, from the stages after decide
+    # non-finite values that are no fault (the harmless stage, msoverflow/diagnosis/harmless.py)
+    contained: List[Contained] = field(default_factory=list)
+    handled: List[Handled] = field(default_factory=list)
+    strict: bool = False                    # they stayed findings (--strict)
 
 
 def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKnowledge, note) -> Decision:
@@ -173,9 +179,9 @@ def _fed_by_bad(candidates: Judged, judged: Judged, graphs: SavedGraphs) -> Froz
     for ex, v in candidates:
         if v.role != SUSPECT:
             continue
-        node, _graph = graphs.node(ex)
+        node, graph = graphs.node(ex)
         producers = [p for p in (node.inputs if node else []) if p and not p.startswith("param:")]
-        if any((ex.rank, ex.step, names.scope_to_file_name(p)) in bad for p in producers):
+        if any((ex.rank, ex.step, graph.file_name(p)) in bad for p in producers):
             fed.add(id(ex))
     return frozenset(fed)
 
@@ -219,7 +225,7 @@ def describe(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: SavedGra
         pnode = graph.by_full.get(producer) if producer else None
         if pnode is not None:
             evidence.append(f"seen first as input {v.bad_input.slot} of {ex.op_type} ({ex.op_name})")
-            node, op_type, op_name = pnode, pnode.op_type, pnode.full_name.replace("/", "_")
+            node, op_type, op_name = pnode, pnode.op_type, graph.file_name(pnode.full_name)
     place = graphs.place(ex, node, graph, op_type, forward_of=kn.forward_of)
     cell_type = place.cell_type
     if cell_type is None and place.source is not None and v.role == ORIGIN:
@@ -294,10 +300,10 @@ def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judg
     for consumer, verdict in judged:
         if consumer.rank != ex.rank or consumer.step != ex.step or verdict.role != PROPAGATOR:
             continue
-        node, _graph = graphs.node(consumer)
+        node, graph = graphs.node(consumer)
         for event in consumer.inputs:
             producer = node.inputs[event.slot] if node is not None and event.slot < len(node.inputs) else None
-            if producer is None or names.scope_to_file_name(producer) != op_name or not access.bad(event):
+            if producer is None or graph.file_name(producer) != op_name or not access.bad(event):
                 continue
             stats = access.stats(event)
             kind = INVALID if stats is not None and stats.nan else OVERFLOW

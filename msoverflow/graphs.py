@@ -7,7 +7,7 @@ Saved graphs are parsed on first need only: most runs need one graph for one fin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Mapping, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from .model import GraphNode, NamedRun, OpExecution, Source
 from .scope import cell_of, forward_in_scope, is_backward
@@ -25,28 +25,72 @@ class Place:
 
 class SavedGraphs:
     """The saved graphs of a dump: (rank, graph) -> the graph a reader built (msprobe) or, on first need, the .ir
-    under that rank's directory."""
+    under that rank's directory. Every saved graph of a rank is read at once: dump files number a kernel's `-opN`
+    across the rank's graphs (readers/ir_graph.py, GraphIndex.number_as_dumped). Where the graphs are can be learnt
+    as the walk goes (`learn`): the harmless diagnosis reads them while the walk still runs."""
 
     def __init__(self, built: Mapping[Tuple[int, str], object], rank_roots: Mapping[Tuple[int, str], Optional[str]],
                  warn: Callable[[str], None]):
-        self.built, self.rank_roots, self.warn = built, rank_roots, warn
+        self.built: Dict[Tuple[int, str], object] = dict(built)
+        self.rank_roots: Dict[Tuple[int, str], Optional[str]] = dict(rank_roots)
+        self.warn = warn
         self._cache: Dict[Tuple[int, str], object] = {}
+        self._loaded: Dict[str, Mapping[str, object]] = {}   # rank root -> graph id -> GraphIndex
+        self._ids: Optional[Tuple[Tuple[int, int], Dict[int, List[str]]]] = None
+
+    def learn(self, rank_roots: Mapping[Tuple[int, str], Optional[str]],
+              built: Optional[Mapping[Tuple[int, str], object]] = None) -> None:
+        """More of where the graphs are: a unit's rank roots, the graphs a reader built (from the reduce)."""
+        for key, root in rank_roots.items():
+            self.rank_roots.setdefault(key, root)
+        self.built.update(built or {})
+        # a graph asked for before it was known is asked again (a reader's graph wins over a saved .ir)
+        self._cache = {key: graph for key, graph in self._cache.items() if graph is not None and key not in self.built}
+
+    def ids(self) -> Dict[int, List[str]]:
+        """rank -> its graph ids: those dumped, and those whose saved graph is beside them (a graph whose files
+        were filtered out, or that never ran, still tells what it writes)."""
+        from .readers.ir_graph import saved_graph_ids
+        known = (len(self.rank_roots), len(self.built))
+        if self._ids is None or self._ids[0] != known:
+            keys = set(self.rank_roots) | set(self.built)
+            for rank, root in {(rank, root) for (rank, _graph), root in self.rank_roots.items() if root}:
+                keys |= {(rank, graph) for graph in saved_graph_ids(root)}
+            found: Dict[int, List[str]] = {}
+            for rank, graph in sorted(keys):
+                found.setdefault(rank, []).append(graph)
+            self._ids = (known, found)
+        return self._ids[1]
 
     def graph(self, rank: int, graph: str):
         """The GraphIndex of (rank, graph), or None when no saved graph could be read."""
         key = (rank, graph)
         if key not in self._cache:
-            self._cache[key] = self.built.get(key)
-            root = self.rank_roots.get(key)
-            if root and self._cache[key] is None:
-                from .readers.ir_graph import graph_files, load_ir
-                for path in graph_files(root, graph):
-                    try:
-                        self._cache[key] = load_ir(path)
-                        break
-                    except OSError as exc:
-                        self.warn(f"{path}: cannot read saved graph ({exc.strerror})")
+            found = self.built.get(key)
+            # a graph with no dumped files (filtered out, or it never ran) has its saved graph in the rank's root
+            root = self.rank_roots.get(key) or next((r for (k, _g), r in self.rank_roots.items() if k == rank and r),
+                                                    None)
+            if found is None:
+                if not root:
+                    return None             # not known (yet): asked again once the walk has said where it is
+                if root not in self._loaded:
+                    from .readers.ir_graph import load_saved_graphs
+                    from .rules.knowledge import knowledge
+                    plumbing = knowledge().is_plumbing
+                    self._loaded[root] = load_saved_graphs(root, lambda op_type: not plumbing(op_type), self.warn)
+                found = self._loaded[root].get(graph) or self._other_names(root, graph)
+            self._cache[key] = found
         return self._cache[key]
+
+    def _other_names(self, root: str, graph: str):
+        """A saved graph named otherwise than trace_code_graph_N.ir (numbered as its own file has it)."""
+        from .readers.ir_graph import graph_files, load_ir
+        for path in graph_files(root, graph):
+            try:
+                return load_ir(path)
+            except OSError as exc:
+                self.warn(f"{path}: cannot read saved graph ({exc.strerror})")
+        return None
 
     def node(self, ex: NamedRun):
         """(the op's GraphNode or None, its graph or None)."""

@@ -284,6 +284,7 @@ class Finding(IterationAlias):
     producers: List[str] = field(default_factory=list)   # the graph's inputs of this op (full names), for edges
     ir_file: Optional[str] = None     # the saved graph (.ir) holding this op
     ir_line: Optional[int] = None
+    history: Optional["History"] = None   # since when: its inputs and parameters over the dumped steps
 
 
 @dataclass
@@ -343,6 +344,68 @@ class ParameterHit(IterationAlias):
 
 
 @dataclass
+class Contained:
+    """A non-finite value that is no fault (msoverflow/diagnosis/contained.py): every op it reached in the saved
+    graph either passed it on or absorbed it with finite outputs (a -inf fill consumed by Softmax), and it reached no
+    loss, gradient, parameter or optimizer state."""
+    rank: int
+    steps: List[int]
+    graph: str
+    op_type: str                    # the site: the op whose output holds the value first
+    op_name: str
+    value: str                      # what it holds: "-inf", "+inf", "NaN", "values beyond float16's range"
+    absorbed_by: List[str]          # op types of the consumers that absorbed it ("Softmax")
+    full_name: Optional[str] = None
+    cell: Optional[str] = None
+    cell_type: Optional[str] = None
+    source: Optional[Source] = None
+    spread: List[str] = field(default_factory=list)      # ops it passed through before it was absorbed
+    absorbers: List[str] = field(default_factory=list)   # the absorbing ops' names
+    evidence: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Handled:
+    """Overflows a dynamic loss scale handled by design (msoverflow/diagnosis/loss_scale.py): in the backward only,
+    the steps' updates skipped, and a later step trained again."""
+    ranks: List[int]
+    steps: List[int]
+    scale_from: Optional[float] = None     # the loss scale the first of these steps ran with
+    scale_to: Optional[float] = None       # the loss scale the recovering step ran with
+    scale_how: str = ""                    # "read" | "inferred" | "" (the dump does not hold it)
+    scale_evidence: str = ""               # where it was read, or what it was inferred from
+    skipped_how: str = ""                  # how the skipped updates are known
+    recovered_at: Optional[int] = None     # the first later step without an overflow
+    ops: List[str] = field(default_factory=list)          # op types that overflowed first in these steps
+    evidence: List[str] = field(default_factory=list)
+    # rank -> the steps whose overflow it only received through a collective (data parallel: the gradient
+    # AllReduce) from a rank where it is handled
+    received: Dict[int, List[int]] = field(default_factory=dict)
+
+
+@dataclass
+class Series:
+    """One quantity over the dumped steps: max |x| of an input of the origin, or of a parameter feeding it."""
+    name: str                       # "input 0 of SqrtGrad", "lm_head.weight"
+    kind: str                       # "input" | "parameter"
+    steps: List[int]
+    max_abs: List[Optional[float]]  # None: not in that step's files
+    trend: str = ""                 # "growing" | "jump" | "steady" | "" (too few steps to say)
+    since: Optional[int] = None     # growing from / jumped at this step
+
+
+@dataclass
+class History:
+    """Since when (msoverflow/diagnosis/history.py): the origin's inputs and the parameters feeding it, across the
+    dumped steps up to the origin's, and what that says about the cause."""
+    rank: int
+    step: int
+    series: List[Series]
+    summary: str
+    earlier_cause: bool = False     # a cause earlier than the step (training dynamics), not this op's precision
+
+
+@dataclass
 class Report:
     dump_dir: str
     first: Optional[Finding]
@@ -377,6 +440,10 @@ class Report:
     provenance: Dict[str, object] = field(default_factory=dict)   # msoverflow version, command, time, host, ...
     # Reads the scanned steps' tensor events again (set by the analysis; not in the JSON report).
     event_reader: Optional[Callable[[], object]] = field(default=None, repr=False, compare=False)
+    # Non-finite values that are no fault (msoverflow/diagnosis/): a verdict is clean when these are all there is
+    contained: List[Contained] = field(default_factory=list)
+    handled: List[Handled] = field(default_factory=list)
+    strict: bool = False               # contained and handled values were findings too (--strict)
 
     @property
     def iterations(self) -> Dict[int, List[int]]:

@@ -69,14 +69,18 @@ class Walked:
 
 def map_reduce(units: List[Unit], kn, scan_all: bool, access, warn: Callable[[str], None], *,
                jobs: Optional[int] = None, scheduler: Optional[str] = None, files: Optional[int] = None,
-               advance: Callable[[int], None] = lambda n: None, flags: bool = False) -> Walked:
-    """Every unit through walk.scan_unit (flags: the dump holds hardware overflow records), reduced."""
+               advance: Callable[[int], None] = lambda n: None, flags: bool = False,
+               stops: Optional[Callable[[UnitSummary], bool]] = None) -> Walked:
+    """Every unit through walk.scan_unit (flags: the dump holds hardware overflow records), reduced. A rank's
+    later steps are not read after a step for which `stops(summary)` holds (default: it holds an origin; never
+    with scan_all); it is asked in this process, in step order."""
+    stops = (lambda summary: False) if scan_all else (stops or (lambda summary: summary.has_origin))
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
     chains: Dict[int, List[Unit]] = {}
     for unit in units:
         chains.setdefault(unit.rank, []).append(unit)
     if scheduler:
-        summaries, scanned_all = _on_dask(chains, scan_all, scheduler, advance, flags)
+        summaries, scanned_all = _on_dask(chains, stops, scheduler, advance, flags)
     else:
         cpus = os.cpu_count() or 1
         if jobs is None:           # the default: a worker per CPU, where that pays (see POOL_MIN_CPUS)
@@ -85,14 +89,14 @@ def map_reduce(units: List[Unit], kn, scan_all: bool, access, warn: Callable[[st
         if files is None and jobs > 1 and len(chains) > 1:
             files = Plan(units).files
         if jobs > 1 and len(chains) > 1 and (files or 0) >= POOL_MIN_FILES:
-            summaries, scanned_all = _on_pool(chains, scan_all, min(jobs, len(chains)), advance, flags)
+            summaries, scanned_all = _on_pool(chains, stops, min(jobs, len(chains)), advance, flags)
         else:
-            summaries, scanned_all = _in_process(chains, kn, scan_all, access, warn, advance, flags)
+            summaries, scanned_all = _in_process(chains, kn, stops, access, warn, advance, flags)
             return _reduce(summaries, chains, access, None, scanned_all)
     return _reduce(summaries, chains, access, warn, scanned_all)
 
 
-def _in_process(chains, kn, scan_all, access, warn, advance, flags=False):
+def _in_process(chains, kn, stops, access, warn, advance, flags=False):
     summaries, scanned_all = [], True
     for rank in sorted(chains):
         earlier_bad = False
@@ -101,15 +105,15 @@ def _in_process(chains, kn, scan_all, access, warn, advance, flags=False):
             advance(summary.files)
             summaries.append(summary)
             earlier_bad = summary.earlier_bad
-            if summary.has_origin and not scan_all:
+            if stops(summary):
                 scanned_all = scanned_all and position == len(chains[rank]) - 1
                 break
     return summaries, scanned_all
 
 
-def _chained(chains, scan_all, submit, wait_first, advance):
-    """Hand out each rank's first step; when a step comes back, hand out that rank's next one unless the step
-    held an origin. Later steps of a finished rank are never submitted."""
+def _chained(chains, stops, submit, wait_first, advance):
+    """Hand out each rank's first step; when a step comes back, hand out that rank's next one unless it stops
+    the rank (it held an origin). Later steps of a finished rank are never submitted."""
     summaries, scanned_all = [], True
     pending = {}
     for rank in sorted(chains):
@@ -121,21 +125,21 @@ def _chained(chains, scan_all, submit, wait_first, advance):
             advance(summary.files)
             summaries.append(summary)
             last = position == len(chains[rank]) - 1
-            if summary.has_origin and not scan_all:
+            if stops(summary):
                 scanned_all = scanned_all and last
             elif not last:
                 pending[submit(chains[rank][position + 1], summary.earlier_bad)] = (rank, position + 1)
     return summaries, scanned_all
 
 
-def _on_pool(chains, scan_all, jobs, advance, flags=False):
+def _on_pool(chains, stops, jobs, advance, flags=False):
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["msoverflow.walk", "msoverflow.rules"])
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        return _chained(chains, scan_all, lambda unit, bad: pool.submit(_remote_scan, unit, bad, flags),
+        return _chained(chains, stops, lambda unit, bad: pool.submit(_remote_scan, unit, bad, flags),
                         lambda futures: wait(futures, return_when=FIRST_COMPLETED).done, advance)
 
 
@@ -164,7 +168,7 @@ def check_scheduler_address(address: str) -> None:
         raise UserError(f"{usage} (port {port} is out of range)")
 
 
-def _on_dask(chains, scan_all, address, advance, flags=False):
+def _on_dask(chains, stops, address, advance, flags=False):
     try:
         from distributed import Client, as_completed
     except ImportError:
@@ -176,7 +180,7 @@ def _on_dask(chains, scan_all, address, advance, flags=False):
     except (OSError, TimeoutError, ValueError) as exc:
         raise UserError(f"--scheduler {address}: cannot reach the Dask scheduler ({exc})") from None
     try:
-        return _chained(chains, scan_all,
+        return _chained(chains, stops,
                         lambda unit, bad: client.submit(_remote_scan, unit, bad, flags, pure=False),
                         lambda futures: [f for f in futures if f.done()]
                         or [next(as_completed(futures, loop=client.loop))], advance)

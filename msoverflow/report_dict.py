@@ -54,12 +54,39 @@ def finding_dict(f) -> dict:
         "rank": f.rank, "graph": graph_id(f.graph), "iteration": f.step, "op_type": f.op_type,
         "op_name": f.op_name, "full_name": f.full_name, "ir_file": f.ir_file, "ir_line": f.ir_line, "role": f.role, "kind": f.kind, "detail": f.detail, "timestamp": f.timestamp,
         "forward_op": f.forward_op, "cell": f.cell, "cell_type": f.cell_type,
-        "source": ({"file": f.source.file, "line": f.source.line, "code": f.source.code} if f.source else None),
+        "source": _source(f.source),
         "inputs": [tensor_dict(t) for t in f.inputs], "outputs": [tensor_dict(t) for t in f.outputs],
         "overflow_flags": [{"unit": r.unit, "status": r.status, "status_words": r.status_words,
                             "task_id": r.task_id, "stream_id": r.stream_id, "source": r.source} for r in f.flags],
         "recommendation": f.recommendation, "evidence": f.evidence,
+        "history": history_dict(f.history) if f.history is not None else None,
     }
+
+
+def _source(s) -> Optional[dict]:
+    return {"file": s.file, "line": s.line, "code": s.code} if s else None
+
+
+def history_dict(h) -> dict:
+    return {"rank": h.rank, "step": h.step, "summary": h.summary, "earlier_cause": h.earlier_cause,
+            "series": [{"name": s.name, "kind": s.kind, "steps": s.steps,
+                        "max_abs": [finite_or_none(v) for v in s.max_abs], "trend": s.trend or None,
+                        "since": s.since} for s in h.series]}
+
+
+def contained_dict(c) -> dict:
+    return {"rank": c.rank, "steps": c.steps, "graph": graph_id(c.graph), "op_type": c.op_type, "op_name": c.op_name,
+            "full_name": c.full_name, "cell": c.cell, "cell_type": c.cell_type, "value": c.value,
+            "absorbed_by": c.absorbed_by, "absorbers": c.absorbers, "spread": c.spread, "source": _source(c.source),
+            "evidence": c.evidence}
+
+
+def handled_dict(h) -> dict:
+    return {"ranks": h.ranks, "steps": h.steps, "scale_from": finite_or_none(h.scale_from),
+            "scale_to": finite_or_none(h.scale_to), "scale_how": h.scale_how or None,
+            "scale_evidence": h.scale_evidence or None, "skipped_how": h.skipped_how, "recovered_at": h.recovered_at,
+            "ops": h.ops, "evidence": h.evidence,
+            "received": {str(rank): steps for rank, steps in sorted(h.received.items())}}
 
 
 def report_dict(report) -> dict:
@@ -73,6 +100,9 @@ def report_dict(report) -> dict:
                          "op_name": f.op_name, "full_name": f.full_name, "kind": f.kind, "cell": f.cell}
                         for f in report.propagation],
         "flagged": [finding_dict(f) for f in report.flagged],
+        "strict": report.strict,
+        "contained": [contained_dict(c) for c in report.contained],
+        "handled": [handled_dict(h) for h in report.handled],
         "ranks": [{"rank": r.rank, "status": r.status, "iteration": r.step, "op_name": r.op_name,
                    "op_type": r.op_type, "via": r.via, "note": r.note, "coords": r.coords, "present": r.present,
                    "expected": r.expected, **({"last_rank": r.last_rank} if r.last_rank is not None else {})}

@@ -33,6 +33,10 @@ def register(sub):
     p.add_argument("--top", type=int, default=10, help="later origins to list (default 10)")
     p.add_argument("--all", dest="scan_all", action="store_true",
                    help="scan every step (default: stop after the step holding the first origin)")
+    p.add_argument("--strict", action="store_true",
+                   help="report contained values (a -inf that Softmax absorbs) and overflows a dynamic loss scale "
+                        "handled (skipped updates while it calibrates) as anomalies too; by default they are listed "
+                        "and the verdict is clean when they are all there is")
     add_report_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--jobs", type=int, metavar="N",
@@ -70,7 +74,7 @@ def options(args, **overrides):
     """The api.Options of analyze's parsed arguments (also run's --analyze-arg ones), `overrides` over them."""
     from ..api import Options
     from ..logs import log
-    values = dict(ranks=args.ranks, steps=args.steps, scan_all=args.scan_all, jobs=args.jobs,
+    values = dict(ranks=args.ranks, steps=args.steps, scan_all=args.scan_all, strict=args.strict, jobs=args.jobs,
                   scheduler=args.scheduler, finished=args.finished, parallel=args.parallel,
                   progress=False if (args.no_progress or getattr(args, "quiet", False)) else None,
                   warn=lambda message: log.debug("warning: %s", message))

@@ -25,6 +25,9 @@ def register(subparsers):
     parser.add_argument("--no-analyze", action="store_true", help="only run and dump")
     parser.add_argument("--analyze-arg", dest="analyze_args", action="append", default=[], metavar="ARG",
                         help="extra argument for msoverflow analyze (repeatable)")
+    parser.add_argument("--strict", action="store_true",
+                        help="the analysis reports contained values and overflows a loss scale handled as anomalies "
+                             "too (analyze --strict)")
     parser.add_argument("--two-pass", action="store_true",
                         help="pass 1 watches every step cheaply (Ascend: overflow-only dump; CPU/GPU: the optimizer "
                              "update kernels' inputs, or --kernels) to find the first bad step and ranks; pass 2 "
@@ -68,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _with_analysis_args(args):
     """(run's arguments with --analyze-arg's report options filled in where run's own are not given, analyze's
-    parsed arguments): `--analyze-arg=--format=json` shapes the report as `--format json` does."""
+    parsed arguments): `--analyze-arg=--format=json` shapes the report as `--format json` does; run's --strict is
+    analyze's."""
     from .analyze import parse
     if getattr(args, "analysis_args", None) is None:
         analysis = parse(["DUMP", *args.analyze_args])
@@ -77,6 +81,7 @@ def _with_analysis_args(args):
                 setattr(args, name, getattr(analysis, name))
         args.no_save = args.no_save or analysis.no_save
         args.top = analysis.top
+        analysis.strict = analysis.strict or getattr(args, "strict", False)
         args.analysis_args = analysis
     return args, args.analysis_args
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from .. import safeio
 from ..model import GraphNode
@@ -86,6 +86,40 @@ def _args(line: str, start: int) -> List[str]:
     return [a for a in args if a]
 
 
+# A node's call and attributes span a few lines; in a broken file the joining stops here (memory stays flat).
+MAX_JOINED_CHARS = 1 << 20
+_OPENING, _CLOSING = "([{", ")]}"
+
+
+def _depth(text: str) -> int:
+    return sum(text.count(c) for c in _OPENING) - sum(text.count(c) for c in _CLOSING)
+
+
+def _logical_lines(lines: Iterable[str]):
+    """(number of the first line, text): a node line whose brackets stay open is joined with the lines they run
+    on to (a tensor constant printed over several lines, attributes wrapped by older versions), so its arguments
+    and the comment lines after it are read as one node."""
+    pending, depth, start, size = None, 0, 0, 0
+    for number, line in enumerate(lines, 1):
+        if pending is not None:
+            pending.append(line.strip())
+            depth += _depth(line)
+            size += len(line)
+            if depth <= 0 or size >= MAX_JOINED_CHARS:
+                yield start, " ".join(pending)
+                pending = None
+            continue
+        if _NODE.match(line) and _depth(line) > 0:
+            pending, depth, start, size = [line.rstrip("\n")], _depth(line), number, len(line)
+            continue
+        yield number, line
+    if pending is not None:
+        yield start, " ".join(pending)
+
+
+_OP_NUMBER = re.compile(r"^(.*)-op(\d+)$")
+
+
 class GraphIndex:
     """Nodes of one saved graph, looked up by full name or by the name as written in dump files."""
 
@@ -94,14 +128,39 @@ class GraphIndex:
         self.path = path
         self.by_full: Dict[str, GraphNode] = {n.full_name: n for n in nodes}
         self.by_file: Dict[str, GraphNode] = {scope_to_file_name(n.full_name): n for n in nodes}
+        self.dumped_as: Dict[str, str] = {}     # full name -> its name in dump files, where that differs
+        self._by_dumped: Dict[str, GraphNode] = {}
         short: Dict[str, List[GraphNode]] = {}
         for n in nodes:
             short.setdefault(n.full_name.rsplit("/", 1)[-1], []).append(n)
         self.by_short = {k: v[0] for k, v in short.items() if len(v) == 1}
 
+    def number_as_dumped(self, counts: Dict[str, int], runs_kernel: Callable[[str], bool]) -> None:
+        """MindSpore 2.x dump files number a kernel's `-opN` per scope and op type, from 0, in kernel order across
+        the session's graphs (graph-id order); the saved graph keeps the numbers its compile passes left (gaps, and
+        another order), so `fc1-Dense/Cast-op3` in the .ir can be `fc1-Dense_Cast-op1` in the files (seen on real
+        MindSpore 2.10 CPU dumps, checked there by every tensor's shape). counts: kernels of each scope and type in
+        the earlier graphs (updated); runs_kernel(op_type): the node runs a kernel (Load, Depend ... do not)."""
+        for node in self.nodes:
+            match = _OP_NUMBER.match(node.full_name)
+            if match is None or not runs_kernel(node.op_type):
+                continue
+            number = counts.get(match.group(1), 0)
+            counts[match.group(1)] = number + 1
+            dumped = scope_to_file_name(f"{match.group(1)}-op{number}")
+            self._by_dumped[dumped] = node
+            if dumped != scope_to_file_name(node.full_name):
+                self.dumped_as[node.full_name] = dumped
+
+    def file_name(self, full_name: str) -> str:
+        """How dump files name the node of this full name."""
+        return self.dumped_as.get(full_name) or scope_to_file_name(full_name)
+
     def find(self, op_name: str) -> Optional[GraphNode]:
-        """The node of a dump file's op name: full-scope (2.x) or short (`Conv2D-op12`, older versions)."""
-        return self.by_file.get(op_name) or self.by_full.get(op_name) or self.by_short.get(op_name)
+        """The node of a dump file's op name: full-scope (2.x, numbered as dumped) or short (`Conv2D-op12`, older
+        versions)."""
+        return (self._by_dumped.get(op_name) or self.by_file.get(op_name) or self.by_full.get(op_name)
+                or self.by_short.get(op_name))
 
     def consumers(self, full_name: str) -> List[GraphNode]:
         return [n for n in self.nodes if full_name in n.inputs]
@@ -131,7 +190,7 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
                 pending_forward[len(nodes)] = current["forward"]
             nodes.append(node)
 
-    for line_number, line in enumerate(lines, 1):
+    for line_number, line in _logical_lines(lines):
         m = _NODE.match(line)
         if m:
             finish()
@@ -139,8 +198,7 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             op_type = op[len("PrimFunc_"):] if op.startswith("PrimFunc_") else op
             args = [a[1:] if _REF.fullmatch(a) else "const" for a in _args(line, m.end())]
             current = {"id": m.group(1), "op_type": op_type, "inputs": args, "line": line_number,
-                       "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0,
-                       "open": line.count("{") - line.count("}")}
+                       "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0}
             u = _UNIQUE.search(line.split("cnode_primal_attrs", 1)[-1]) if "cnode_primal_attrs" in line else None
             f = _FORWARD.search(line)
             if f:
@@ -179,8 +237,6 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
                 if rank <= current.get("source_rank", 99):
                     current["source"] = src
                     current["source_rank"] = rank
-        elif current.get("open", 0) > 0:      # attributes of the node line wrapped onto this line
-            current["open"] += stripped.count("{") - stripped.count("}")
         elif not stripped.startswith("#") and not stripped.startswith(":") and stripped and current:
             finish()
             current = None
@@ -252,3 +308,34 @@ def collective_groups(rank_root: str) -> Dict[str, str]:
         except OSError:
             continue
     return found
+
+
+_SAVED_GRAPH = re.compile(r"^(?:ms_output_)?trace_code_graph_(\w+)\.ir$")
+
+
+def saved_graph_ids(rank_root: str) -> List[str]:
+    """The graph ids whose saved graph is in the rank's graphs/ folder (numeric ids in number order)."""
+    try:
+        names = os.listdir(os.path.join(rank_root, "graphs"))
+    except OSError:
+        return []
+    ids = {m.group(1) for m in map(_SAVED_GRAPH.match, names) if m}
+    return sorted(ids, key=lambda graph: (not graph.isdigit(), int(graph) if graph.isdigit() else 0, graph))
+
+
+def load_saved_graphs(rank_root: str, runs_kernel: Callable[[str], bool],
+                      warn: Callable[[str], None]) -> Dict[str, GraphIndex]:
+    """graph id -> GraphIndex of every saved graph of a rank, numbered as its dump files name the kernels
+    (GraphIndex.number_as_dumped: the numbering runs on across the graphs)."""
+    graphs: Dict[str, GraphIndex] = {}
+    counts: Dict[str, int] = {}
+    for graph in saved_graph_ids(rank_root):
+        for path in graph_files(rank_root, graph):
+            try:
+                graphs[graph] = load_ir(path)
+            except OSError as exc:
+                warn(f"{path}: cannot read saved graph ({exc.strerror})")
+                continue
+            graphs[graph].number_as_dumped(counts, runs_kernel)
+            break
+    return graphs

@@ -12,7 +12,7 @@ from ..model import RANK_CLEAN, RANK_NOT_DUMPED
 from ..selection import format_ids
 
 if TYPE_CHECKING:
-    from ..model import Arrival, RankStatus, Report, TensorSummary
+    from ..model import Arrival, Contained, Handled, History, RankStatus, Report, TensorSummary
 
 MAX_RANK_ROWS = 64        # text and markdown; the HTML shows more (render/html/)
 MAX_ARRIVALS = 64
@@ -161,10 +161,84 @@ def inconclusive_lead(report: Report) -> str:
 
 def clean_text(report: Report) -> str:
     """What a clean verdict covers, in its headline: the files, ranks and steps read (a dump of step 0 alone is
-    clean in step 0, not in the run)."""
+    clean in step 0, not in the run), and the non-finite values that are no fault when there are some."""
     steps = {step for scanned in report.scanned_steps.values() for step in scanned}
-    return (f"no inf, NaN or out-of-range value in {read_text(report)} (ranks {steps_text(report.ranks)}; "
-            f"steps {steps_text(steps)})")
+    where = f"{read_text(report)} (ranks {steps_text(report.ranks)}; steps {steps_text(steps)})"
+    harmless = [text for count, text in ((len(report.contained), "contained"),
+                                         (sum(len(h.steps) for h in report.handled), "handled by the loss scale"))
+                if count]
+    if harmless:
+        return f"no fault in {where}; its non-finite values are {' or '.join(harmless)} (below)"
+    return f"no inf, NaN or out-of-range value in {where}"
+
+
+def scale_text(value: Optional[float]) -> str:
+    """A loss scale: 2^24 for a power of two, else the number."""
+    if value is None:
+        return "?"
+    import math
+    if value > 0 and math.log2(value) == int(math.log2(value)):
+        return f"2^{int(math.log2(value))}"
+    return f"{value:g}"
+
+
+def _steps_phrase(steps: Iterable[int]) -> str:
+    steps = list(steps)
+    return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps_text(steps)}"
+
+
+def contained_text(c: Contained) -> str:
+    """`MaskedFill in network._backbone.attn (CausalSelfAttention): -inf, absorbed by Softmax (rank 0, steps 0-1)`."""
+    where = f" in {c.cell} ({c.cell_type})" if c.cell else ""
+    return (f"{c.op_type}{where}: {c.value}, absorbed by {', '.join(c.absorbed_by)} "
+            f"(rank {c.rank}, {_steps_phrase(c.steps)})")
+
+
+def handled_text(h: Handled) -> str:
+    """`steps 0-7: the dynamic loss scale calibrating (2^24 -> 2^16); updates skipped; not a fault (rank 0)`."""
+    if h.scale_from is not None and h.scale_to is not None and h.scale_to < h.scale_from:
+        what = f"the dynamic loss scale calibrating ({scale_text(h.scale_from)} -> {scale_text(h.scale_to)})"
+    elif h.scale_from is not None:
+        what = f"an overflow at loss scale {scale_text(h.scale_from)}"
+    elif h.scale_how == "inferred":
+        what = "the dynamic loss scale calibrating (its value is not in the dump)"
+    else:
+        what = "an overflow in the backward"
+    ranks = f"rank {h.ranks[0]}" if len(h.ranks) == 1 else f"ranks {steps_text(h.ranks)}"
+    return f"{_steps_phrase(h.steps)}: {what}; updates skipped; not a fault ({ranks})"
+
+
+def handled_details(h: Handled) -> List[str]:
+    """How each part of a handled run is known: the scale (read or inferred), the skipped updates, the recovery."""
+    lines = []
+    if h.scale_how == "read":
+        lines.append(f"scale read from {h.scale_evidence}")
+    elif h.scale_how == "inferred":
+        lines.append(f"scale {h.scale_evidence}")
+    else:
+        lines.append("scale: not in the dump")
+    lines.append(f"updates skipped: {h.skipped_how}")
+    for rank, steps in sorted(h.received.items()):
+        lines.append(f"rank {rank} only received the overflow of {_steps_phrase(steps)} through a collective, from "
+                     "a rank where it is handled")
+    if h.recovered_at is not None:
+        lines.append(f"recovered: step {h.recovered_at} holds no bad value")
+    return lines
+
+
+def history_lines(h: History, limit: int = 6) -> List[str]:
+    """The history's series in a line each: `fc.weight (parameter): 0.212 at step 0 -> 3.1e+04 at step 37,
+    growing from step 10`."""
+    lines = []
+    for one in h.series[:limit]:
+        known = [(s, v) for s, v in zip(one.steps, one.max_abs, strict=True) if v is not None]
+        if not known:
+            continue
+        trend = {"growing": f", growing from step {one.since}", "jump": f", jumped at step {one.since}",
+                 "steady": ", steady"}.get(one.trend, "")
+        lines.append(f"{one.name} ({one.kind}): max |x| {known[0][1]:.3g} at step {known[0][0]} -> "
+                     f"{known[-1][1]:.3g} at step {known[-1][0]}{trend}")
+    return lines
 
 
 def read_text(report: Report) -> str:

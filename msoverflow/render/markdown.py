@@ -10,9 +10,13 @@ from .common import (
     arrival_text,
     arrivals_shown,
     clean_text,
+    contained_text,
     coords_phrase,
     count_cell,
     counts_note,
+    handled_details,
+    handled_text,
+    history_lines,
     inconclusive_lead,
     parallel_text,
     parameters_shown,
@@ -48,6 +52,30 @@ def _tensor_block(title: str, tensors: List[TensorSummary]) -> List[str]:
     note = counts_note(shown)
     out += ([""] if left_out or note else []) + ([f"- ... {left_out}"] if left_out else [])
     return out + ([f"- {note}"] if note else [])
+
+
+def _harmless(report: Report, top: int) -> List[str]:
+    """Non-finite values that are no fault: contained ones, and overflows the loss scale handled."""
+    out: List[str] = []
+    strict = " (reported as findings: --strict)" if report.strict else ""
+    if report.contained:
+        out += ["", f"Contained ({len(report.contained)}: absorbed with finite outputs; they reach no loss, gradient, "
+                    f"parameter or optimizer state){strict}:", ""]
+        for c in report.contained[:top]:
+            out.append(f"- {md(contained_text(c))}"
+                       + (f": {md_code(f'{c.source.file}:{c.source.line}')} {md_code(c.source.code)}"
+                          if c.source else ""))
+        if len(report.contained) > top:
+            out.append(f"- ... {len(report.contained) - top} more (--top N, or --format json)")
+    if report.handled:
+        out += ["", f"Handled by the loss scale ({len(report.handled)}: backward only, updates skipped, later steps "
+                    f"recover){strict}:", ""]
+        for h in report.handled[:top]:
+            out.append(f"- {md(handled_text(h))}")
+            out += [f"  - {md(detail)}" for detail in handled_details(h)]
+        if len(report.handled) > top:
+            out.append(f"- ... {len(report.handled) - top} more (--top N, or --format json)")
+    return out
 
 
 def render_markdown(report: Report, top: int = 10) -> str:
@@ -91,6 +119,9 @@ def render_markdown(report: Report, top: int = 10) -> str:
             shown = chain[:8] + (["..."] + chain[-3:] if len(chain) > 11 else chain[8:])
             out += ["", f"Spread in step {f.step} through {len(chain)} ops: "
                     + " -> ".join(md_code(c) if c != "..." else c for c in [chain_label(f)] + shown)]
+        if f.history is not None:
+            out += ["", f"Since when: {md(f.history.summary)}", ""]
+            out += [f"- {md(line)}" for line in history_lines(f.history)]
         later = report.anomalies[1:]
         if later:
             out += ["", f"Later origins ({len(later)}, time order):", ""]
@@ -107,6 +138,7 @@ def render_markdown(report: Report, top: int = 10) -> str:
         if report.coverage or report.inconclusive:
             out += ["", "Limits of this dump:", ""] + [f"- caveat: {md(c)}" for c in report.coverage]
             out += [f"- also: {md(c)}" for c in report.inconclusive]
+    out += _harmless(report, top)
     if report.rank_status:
         with_coords = any(r.coords for r in report.rank_status)
         shown_ranks, left_out = ranks_shown(report.rank_status)

@@ -10,9 +10,13 @@ from .common import (
     arrival_text,
     arrivals_shown,
     clean_text,
+    contained_text,
     coords_phrase,
     count_cell,
     counts_note,
+    handled_details,
+    handled_text,
+    history_lines,
     inconclusive_lead,
     parallel_text,
     parameters_shown,
@@ -158,6 +162,10 @@ def render_text(report: Report, top: int = 10) -> str:
             shown = chain[:8] + (["..."] + chain[-3:] if len(chain) > 11 else chain[8:])
             lines.append(f"  spread in step {f.step} through {len(chain)} ops: "
                          + " -> ".join([chain_label(f)] + shown))
+        if f.history is not None:
+            lines.append("")
+            lines.append(f"Since when: {f.history.summary}")
+            lines += [f"  {line}" for line in history_lines(f.history)]
         later = report.anomalies[1:]
         if later:
             lines.append("")
@@ -179,6 +187,7 @@ def render_text(report: Report, top: int = 10) -> str:
             lines.append("Limits of this dump")
             lines += [f"  caveat: {limit}" for limit in report.coverage]
             lines += [f"  also: {reason}" for reason in report.inconclusive]
+    lines += harmless_sections(report, top)
     if report.rank_status:
         lines.append("")
         lines.append(rank_table(report.rank_status))
@@ -210,6 +219,30 @@ def render_text(report: Report, top: int = 10) -> str:
         lines.append(f"-- {provenance}")
     # Everything above may carry names from the dump: no control character reaches the terminal.
     return plain("\n".join(lines) + "\n")
+
+
+def harmless_sections(report: Report, top: int = 10) -> List[str]:
+    """Non-finite values that are no fault: contained ones, and overflows the loss scale handled."""
+    lines: List[str] = []
+    strict = " (reported as findings: --strict)" if report.strict else ""
+    if report.contained:
+        lines += ["", f"Contained ({len(report.contained)}: absorbed with finite outputs; they reach no loss, "
+                      f"gradient, parameter or optimizer state){strict}"]
+        for c in report.contained[:top]:
+            lines.append(f"  {contained_text(c)}")
+            if c.source:
+                lines.append(f"    source: {c.source.file}:{c.source.line}  {c.source.code}")
+        if len(report.contained) > top:
+            lines.append(f"  ... {len(report.contained) - top} more (--top N, or --format json)")
+    if report.handled:
+        lines += ["", f"Handled by the loss scale ({len(report.handled)}: backward only, updates skipped, later "
+                      f"steps recover){strict}"]
+        for h in report.handled[:top]:
+            lines.append(f"  {handled_text(h)}")
+            lines += [f"    {detail}" for detail in handled_details(h)]
+        if len(report.handled) > top:
+            lines.append(f"  ... {len(report.handled) - top} more (--top N, or --format json)")
+    return lines
 
 
 def _short(name: Optional[str], width: int = 56) -> str:

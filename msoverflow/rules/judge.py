@@ -103,7 +103,7 @@ def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: b
     written = _written_by_the_op(ex, bad_ins, kn, earlier_bad)
     if written:
         verdict = _fault_kind(ex, bad_outs, access, kn)
-        if verdict.advice in ("overflow", "invalid") and _updates_weights(ex.op_type):
+        if verdict.advice in ("overflow", "invalid") and kn.updates_weights(ex.op_type):
             verdict.advice = "optimizer_update"
         verdict.evidence.append(written)
         return verdict
@@ -191,11 +191,6 @@ def _written_by_the_op(ex: OpExecution, bad_ins: List[TensorEvent], kn: OpKnowle
             "nothing earlier in this step was bad, so it was finite before")
 
 
-def _updates_weights(op_type: str) -> bool:
-    """An optimizer update (SGD, Adam, Apply*), not a plain Assign or Scatter, which have no learning rate."""
-    return not op_type.startswith(("Assign", "Scatter"))
-
-
 def _judge_inputs_only(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: bool) -> Verdict:
     bad_ins = [e for e in _floats(ex.inputs) if access.bad(e)]
     if not bad_ins:
@@ -204,7 +199,7 @@ def _judge_inputs_only(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, e
     if written:
         kind = _nonfinite_kind(access, bad_ins)
         return Verdict(ORIGIN, kind, f"{ex.op_type} wrote a non-finite value into input {bad_ins[0].slot} from "
-                       "finite inputs (inputs-only dump)", advice="optimizer_update" if _updates_weights(ex.op_type)
+                       "finite inputs (inputs-only dump)", advice="optimizer_update" if kn.updates_weights(ex.op_type)
                        else "overflow", evidence=[written], bad_input=bad_ins[0])
     if earlier_bad:
         return Verdict(PROPAGATOR, _nonfinite_kind(access, bad_ins), f"input {bad_ins[0].slot} already bad",

@@ -20,6 +20,11 @@ class OpKnowledge:
         consumers = table.get("consumers") or {}
         self.consumer_types = set(consumers.get("op_types") or [])
         self.consumer_words = [str(w).lower() for w in consumers.get("scope_words") or []]
+        self.absorbers = frozenset(table.get("absorbers") or [])
+        plumbing = table.get("graph_plumbing") or {}
+        self.plumbing = {kind: frozenset(plumbing.get(kind) or [])
+                         for kind in ("pass_all", "pass_first", "no_value", "graph_output")}
+        self.loss_scale_parameters = frozenset(table.get("loss_scale_parameters") or [])
 
     def forward_of(self, op_type: str) -> Optional[str]:
         if op_type in self.backward_to_forward:
@@ -32,6 +37,15 @@ class OpKnowledge:
     def written_inputs(self, op_type: str) -> frozenset:
         """The input slots the op writes in place (their dumped values are the op's own results)."""
         return self.writes_inputs.get(op_type, frozenset())
+
+    def updates_weights(self, op_type: str) -> bool:
+        """An optimizer update (SGD, Adam, Apply*): it writes weights in place. Not a plain Assign or Scatter,
+        which have no learning rate."""
+        return op_type in self.writes_inputs and not op_type.startswith(("Assign", "Scatter"))
+
+    def is_plumbing(self, op_type: str) -> bool:
+        """A saved-graph node that runs no kernel (Load, Depend, MakeTuple, ...)."""
+        return any(op_type in kinds for kinds in self.plumbing.values())
 
     def is_collective(self, op_type: str) -> bool:
         return op_type in self.collectives

@@ -7,7 +7,6 @@ writes (binary DumpData, msaccucmp) are SPEC-BUILT from the documented formats (
 import json
 import os
 import shutil
-import stat
 import sys
 import time
 from pathlib import Path
@@ -20,22 +19,12 @@ from msoverflow.cli import main
 from msoverflow.completeness import RECENT_SECONDS, check
 from msoverflow.layout import Dump
 from msoverflow.render import render
+from tests.support.fixture_runs import copy_dump
 
 SCHEMA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "msoverflow", "schema", "report.schema.json")
 NORMHEAD = "dp2_normhead_one_rank"      # origin: SqrtGrad on rank 1 at iteration 1 (its last step)
 LAST = 1
 RECEIVED_LEAD = "a bad value was received but its origin may be in unreadable or missing files"
-
-
-def _copy(source, tmp_path, name="dump"):
-    """A writable copy that keeps the files' times (copy2): a finished dump, not one being written."""
-    target = tmp_path / name
-    shutil.copytree(source, target)
-    for root, dirs, files in os.walk(target):
-        for entry in dirs + files:
-            path = os.path.join(root, entry)
-            os.chmod(path, os.stat(path).st_mode | stat.S_IWUSR)
-    return target
 
 
 def _step_dir(dump, rank, iteration):
@@ -119,7 +108,7 @@ def test_every_real_dump_as_written_is_complete(real_dumps, multirank_dumps, msp
 @pytest.mark.mindspore
 def test_truncated_origin_output_and_an_empty_file_make_rank_1_incomplete_not_received(multirank_dumps, tmp_path,
                                                                                        capsys):
-    dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
+    dump = copy_dump(multirank_dumps[NORMHEAD], tmp_path)
     step = _step_dir(dump, 1, LAST)
     with open(_sqrtgrad_output(step), "r+b") as fh:
         fh.truncate(100)
@@ -165,7 +154,7 @@ def test_a_received_bad_value_in_a_cut_step_is_said_in_every_form_never_no_bad_v
 
 @pytest.mark.mindspore
 def test_only_the_origin_output_truncated_names_the_likely_origin_in_every_form(multirank_dumps, tmp_path):
-    dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
+    dump = copy_dump(multirank_dumps[NORMHEAD], tmp_path)
     step = _step_dir(dump, 1, LAST)
     with open(_sqrtgrad_output(step), "r+b") as fh:
         fh.truncate(100)
@@ -193,7 +182,7 @@ def test_only_the_origin_output_truncated_names_the_likely_origin_in_every_form(
 
 @pytest.mark.mindspore
 def test_a_step_killed_after_sqrtgrads_inputs_is_incomplete_not_clean(multirank_dumps, tmp_path, capsys):
-    dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
+    dump = copy_dump(multirank_dumps[NORMHEAD], tmp_path)
     step = _step_dir(dump, 1, LAST)
     _cut(step, lambda written: 1 + max(i for i, n in enumerate(written)
                                        if n.startswith("SqrtGrad.") and ".input." in n))
@@ -209,7 +198,7 @@ def test_a_step_killed_after_sqrtgrads_inputs_is_incomplete_not_clean(multirank_
 
 @pytest.mark.mindspore
 def test_a_step_directory_missing_on_one_rank_is_incomplete(multirank_dumps, tmp_path):
-    dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
+    dump = copy_dump(multirank_dumps[NORMHEAD], tmp_path)
     shutil.rmtree(_step_dir(dump, 1, LAST))
     report = analyze(str(dump), progress=False)
     row = _row(report, 1)
@@ -228,7 +217,7 @@ def test_a_clean_dump_whose_last_step_lost_half_its_files_is_inconclusive_with_c
                              else (real_dumps["clean_fp32"], 1, 23))
     assert main(["analyze", str(source), "--no-progress"]) == 0       # complete: clean
     capsys.readouterr()
-    dump = _copy(source, tmp_path)
+    dump = copy_dump(source, tmp_path)
     step = _step_dir(dump, 0, last)
     _cut(step, lambda written: len(written) // 2)
     assert main(["analyze", str(dump), "--no-progress"]) == 3
@@ -243,7 +232,7 @@ def test_a_clean_dump_whose_last_step_lost_half_its_files_is_inconclusive_with_c
 
 @pytest.mark.mindspore
 def test_a_file_written_seconds_ago_means_the_dump_may_still_be_being_written(real_dumps, tmp_path):
-    dump = _copy(real_dumps["clean_fp32"], tmp_path)
+    dump = copy_dump(real_dumps["clean_fp32"], tmp_path)
     assert analyze(str(dump), progress=False).verdict == "clean"
     step = _step_dir(dump, 0, 1)
     os.utime(step / _by_time(step)[-1])             # now: a writer creates its files, so their directory is new too
@@ -266,7 +255,7 @@ def test_a_file_written_seconds_ago_means_the_dump_may_still_be_being_written(re
 
 @pytest.mark.mindspore
 def test_a_fresh_copy_whose_every_file_is_new_is_not_a_dump_being_written(real_dumps, tmp_path):
-    dump = _copy(real_dumps["clean_fp32"], tmp_path)
+    dump = copy_dump(real_dumps["clean_fp32"], tmp_path)
     now = time.time()
     for root, dirs, files in os.walk(dump):       # as `cp -r` leaves it: every file and directory new
         for name in files + dirs:
@@ -280,7 +269,7 @@ def test_an_origin_proven_on_another_rank_stands_and_the_cut_rank_is_incomplete(
     """Rank 0 (which only received the bad value) lost the later half of its last step: the origin proven on rank 1
     by its own inputs is still the answer (exit 1); rank 0 is `incomplete`, not `received`, and the cut is listed
     under the dump's limits."""
-    dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
+    dump = copy_dump(multirank_dumps[NORMHEAD], tmp_path)
     step = _step_dir(dump, 0, LAST)
     _cut(step, lambda written: len(written) // 2)
     report = analyze(str(dump), progress=False)
@@ -296,29 +285,19 @@ def _as_statistics(dump, keep=None):
     """The dump in its statistic.csv form (saved_data "statistic"): each step's npy files become rows of one
     statistic.csv (documented-format writer, tests/support/ascend_fixtures.py) computed from the real tensors.
     keep(step, rows) may cut the rows."""
-    import numpy as np
-
-    from tests.support.ascend_fixtures import write_statistic_csv
-    for folder in sorted((dump / "rank_0" / "Net" / "0").iterdir()):
-        rows = []
-        for name in _by_time(folder):
-            parsed = names.parse(name)
-            rows.append({"op_type": parsed.op_type, "op_name": parsed.op_name, "task_id": parsed.task_id,
-                         "stream_id": parsed.stream_id, "timestamp": parsed.timestamp, "io": parsed.io,
-                         "slot": parsed.slot, "array": np.load(folder / name)})
-            os.remove(folder / name)
-        write_statistic_csv(str(folder / "statistic.csv"), keep(int(folder.name), rows) if keep else rows)
+    from tests.support.ascend_fixtures import statistics_form
+    statistics_form(str(dump / "rank_0" / "Net" / "0"), keep)
 
 
 @pytest.mark.mindspore
 def test_a_statistics_dump_is_complete_and_its_cut_last_step_is_not(three_step_dumps, tmp_path):
     """statistic.csv dumps have one file per step: the kernels are rows, never "0 of 97 kernels' files"."""
-    whole = _copy(three_step_dumps["normhead_fp32_clean_3steps"], tmp_path, "whole")
+    whole = copy_dump(three_step_dumps["normhead_fp32_clean_3steps"], tmp_path, "whole")
     _as_statistics(whole)
     _age(whole / "rank_0" / "Net" / "0" / "2")
     assert check(Dump.open(str(whole), lambda message: None).dirs) == []
     assert analyze(str(whole), progress=False).verdict == "clean"
-    cut = _copy(three_step_dumps["normhead_fp32_clean_3steps"], tmp_path, "cut")
+    cut = copy_dump(three_step_dumps["normhead_fp32_clean_3steps"], tmp_path, "cut")
     _as_statistics(cut, keep=lambda step, rows: rows[:len(rows) // 2] if step == 2 else rows)
     _age(cut / "rank_0" / "Net" / "0" / "2")
     report = analyze(str(cut), progress=False)

@@ -14,7 +14,11 @@ from tests.support import gen_real_dumps as gen
 
 CASE_NAMES = [case.name for case in gen.CASES]
 ANOMALY_CASES = [c.name for c in gen.CASES if c.expected["expected_verdict"] == "anomaly"]
-CLEAN_CASES = [c.name for c in gen.CASES if c.expected["expected_verdict"] == "clean"]
+# clean cases whose files hold no non-finite value at all (a contained or handled one states its first bad tensor)
+CLEAN_CASES = [c.name for c in gen.CASES if c.expected["expected_verdict"] == "clean"
+               and not c.expected.get("expected_first_bad_tensor")]
+# anomalies whose first bad tensor is no fault (an overflow a loss scale handled, steps before the origin)
+HARMLESS_FIRST = [c.name for c in gen.CASES if "iteration" in (c.expected.get("expected_first_bad_tensor") or {})]
 NORMHEAD_CASES = [c.name for c in gen.CASES if c.expected["expected_cell"] == "NormHead"]
 
 
@@ -63,7 +67,9 @@ def test_documented_layout(real_dumps, name):
         ir = rank / "graphs" / f"ms_output_trace_code_graph_{graph}.ir"
         assert "# Fullname with scope:" in ir.read_text()
         order = (rank / "execution_order" / f"ms_execution_order_graph_{graph}.csv").read_text().splitlines()
-        assert order[0] == "NodeExecutionOrder-FullNameWithScope" and len(order) > 1
+        # a graph that only hands parameters back (the loss-scale loop's graph 1) runs no kernel
+        kernels = any(not t.op_type == "Parameter" for t in tensor_files(dump, int(graph)))
+        assert order[0] == "NodeExecutionOrder-FullNameWithScope" and (len(order) > 1) == kernels
         for iteration in layout[graph]:
             assert any((rank / "Net" / graph / str(iteration)).glob("*.npy"))
     metadata_config = json.loads((rank / ".dump_metadata" / "config.json").read_text())
@@ -72,7 +78,7 @@ def test_documented_layout(real_dumps, name):
 
 
 @pytest.mark.mindspore
-@pytest.mark.parametrize("name", [n for n in CASE_NAMES if n != "jit_value_and_grad_three_graphs"])
+@pytest.mark.parametrize("name", [c.name for c in gen.CASES if len(c.expected["expected_layout"]) == 1])
 def test_global_execution_order_lists_every_iteration_of_a_single_graph_run(real_dumps, name):
     rank = real_dumps[name] / "rank_0"
     listed = gen.read_global_execution_order(rank)
@@ -163,11 +169,14 @@ def test_first_bad_tensor_is_the_stated_origin(real_dumps, name):
     found = gen.first_bad_tensors(dump, limit=1)
     assert found, "expected an anomaly, every tensor is finite and in range"
     first = found[0]
-    assert (first["graph"], first["iteration"]) == (record["expected_graph"], record["expected_iteration"])
     stated = record.get("expected_first_bad_tensor")
-    if stated:  # inputs-only: the origin's output is not dumped, its consumer's input is the first bad tensor
+    # inputs-only: the origin's output is not dumped, its consumer's input is the first bad tensor; a loss scale
+    # calibrating: the first bad tensor is a handled overflow steps before the origin
+    assert (first["graph"], first["iteration"]) == (record["expected_graph"],
+                                                    (stated or {}).get("iteration", record["expected_iteration"]))
+    if stated:
         assert (first["op_type"], first["io"], first["slot"]) == (stated["op_type"], stated["io"], stated["slot"])
-        assert stated["scope_contains"] in first["op_name"]
+        assert stated.get("scope_contains", "") in first["op_name"]
         return
     assert (first["op_type"], first["io"]) == (record["expected_first_op_type"], "output")
     assert record["expected_first_op_scope_contains"] in first["op_name"]
@@ -192,7 +201,7 @@ def ir_node_block(ir_text: str, op_name: str) -> str:
 
 
 @pytest.mark.mindspore
-@pytest.mark.parametrize("name", [n for n in ANOMALY_CASES if n != "normhead_inputs_only"])
+@pytest.mark.parametrize("name", [n for n in ANOMALY_CASES if n != "normhead_inputs_only" and n not in HARMLESS_FIRST])
 def test_source_line_of_the_origin_is_in_its_ir_node(real_dumps, name):
     dump, record = real_dumps[name], real_dumps.case(name)
     first = gen.first_bad_tensors(dump, limit=1)[0]

@@ -13,6 +13,7 @@ import json
 import os
 import struct
 import sys
+from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
@@ -185,6 +186,32 @@ def write_statistic_csv(path: str, rows: Iterable[dict], variant: str = "2.2", *
             for cells in [header] + lines:
                 writer.writerow(cells + ([""] if variant == "trailing-comma" else []))
     return path
+
+
+def statistics_form(dump_root: str, keep=None, load=None) -> None:
+    """A real npy dump turned into its statistic.csv form (saved_data "statistic") in place: each step directory's
+    tensors become the rows of one statistic.csv (2.2 header) computed from their real values, in the order they
+    were written, and the npy files go. keep(step, rows) may cut a step's rows; load(path) -> (declared dtype,
+    array) reads a tensor (default np.load; MindSpore CPU writes fp32 bytes under fp16 headers: pass a loader that
+    knows, and the row keeps the declared dtype)."""
+    from msoverflow import names
+
+    for root, _dirs, files in sorted(os.walk(dump_root)):
+        tensors = sorted((name for name in files if name.endswith(".npy")), key=lambda n: names.parse(n).timestamp)
+        if not tensors:
+            continue
+        rows = []
+        for name in tensors:
+            path = os.path.join(root, name)
+            declared, array = load(Path(path)) if load else (None, np.load(path))
+            parsed = names.parse(name)
+            rows.append({"op_type": parsed.op_type, "op_name": parsed.op_name, "task_id": parsed.task_id,
+                         "stream_id": parsed.stream_id, "timestamp": parsed.timestamp, "io": parsed.io,
+                         "slot": parsed.slot, "array": array,
+                         **({"declared_dtype": str(declared)} if declared is not None else {})})
+            os.remove(path)
+        step = int(os.path.basename(root)) if os.path.basename(root).isdigit() else None
+        write_statistic_csv(os.path.join(root, "statistic.csv"), keep(step, rows) if keep else rows)
 
 
 # ---- Opdebug records ------------------------------------------------------------------------------

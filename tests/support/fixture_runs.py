@@ -60,3 +60,17 @@ def prune_stale(cache_root: Path, current: Path) -> None:
             continue
         if time.time() - last_used > STALE_AFTER_S:
             shutil.rmtree(other, ignore_errors=True)
+
+
+def copy_dump(source, tmp_path, name: str = "dump") -> Path:
+    """A writable copy of a fixture dump that keeps the files' times (copy2): a finished dump, not one being
+    written. Tests edit copies, never the shared fixture."""
+    import os
+    import stat
+    target = Path(tmp_path) / name
+    shutil.copytree(source, target)
+    for root, dirs, files in os.walk(target):
+        for entry in dirs + files:
+            path = os.path.join(root, entry)
+            os.chmod(path, os.stat(path).st_mode | stat.S_IWUSR)
+    return target

@@ -74,6 +74,7 @@ def test_a_rank_stops_after_the_step_of_its_origin_on_every_executor():
                                       earlier_bad=unit.iteration >= 1))
         return future
 
-    summaries, scanned_all = parallel._chained(chains, False, submit, lambda futures: futures[:1], lambda n: None)
+    summaries, scanned_all = parallel._chained(chains, lambda summary: summary.has_origin, submit,
+                                               lambda futures: futures[:1], lambda n: None)
     assert sorted(handed) == [(0, 0, False), (0, 1, False), (1, 0, False), (1, 1, False), (1, 2, True)]
     assert not scanned_all and len(summaries) == 5

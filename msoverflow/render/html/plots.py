@@ -41,6 +41,7 @@ GRAPH_CELL_COLORS = ("#e3f2fd", "#e8f5e9", "#fff3e0", "#f3e5f5", "#e0f7fa", "#fc
 MAX_HEADROOM_BARS = 24
 RANGE_KINDS = (OVERFLOW, SATURATION, FLAGGED)    # kinds of origin a headroom chart explains
 MAX_TABLE_ROWS = 200          # links from markers point at table rows up to this many
+MAX_HISTORY_SERIES = 6        # since-when plot: lines drawn (the history keeps the nearest parameters)
 
 
 def _short_cell(cell: Optional[str], parts: int = 2) -> str:
@@ -532,3 +533,29 @@ def headroom_svg(report: Report) -> Tuple[Optional[str], str]:
             "limit" + (" and the bf16 limit" if BF16_MAX < xmax else " (bf16's max, 3.39e38, is off this scale)")
             + "; a bar at the right edge is inf.")
     return inline_svg(fig, "headroom-svg", "max |x| against the dtype limits"), note
+
+
+def history_svg(report: Report) -> Tuple[Optional[str], str]:
+    """Since when: max |x| of the first origin's inputs and of the parameters feeding it, per dumped step."""
+    h = report.first.history if report.first is not None else None
+    if h is None:
+        return None, "fewer than two dumped steps up to the origin's: no history"
+    series = [one for one in h.series if any(v for v in one.max_abs)][:MAX_HISTORY_SERIES]
+    if not series:
+        return None, "no value of the origin's inputs or parameters in the dumped steps"
+    fig = figure(10, 3.2)
+    ax = fig.add_subplot()
+    for k, one in enumerate(series):
+        points = [(step, value) for step, value in zip(one.steps, one.max_abs, strict=True) if value]
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="os^Dvx"[k % 6], ms=4, lw=1.4,
+                label=plot_label(f"{one.name} ({one.kind})", 48))
+    ax.axvline(h.step, color=COLORS["origin"], ls="--", lw=1.2)
+    ax.text(h.step, 1.0, f" step {h.step}", color=COLORS["origin"], fontsize=8, va="bottom",
+            transform=ax.get_xaxis_transform())
+    ax.set_yscale("log")
+    ax.set_xlabel("step", fontsize=9)
+    ax.set_ylabel("max |x| (log scale)", fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.grid(color="#eeeeee")
+    ax.legend(fontsize=8, loc="upper left", frameon=False)
+    return inline_svg(fig, "history-svg", "history of the origin's inputs and parameters per step"), h.summary

@@ -11,9 +11,13 @@ from typing import Dict, List, Optional, Tuple
 from ...model import Finding, Report, TensorSummary
 from ..common import (
     arrival_text,
+    contained_text,
     coords_phrase,
     count_cell,
     counts_note,
+    handled_details,
+    handled_text,
+    history_lines,
     parallel_text,
     producer_text,
     provenance_text,
@@ -25,7 +29,7 @@ from ..common import (
 )
 from ..text import max_abs_text, op_label, range_used_text, shape_text
 from .page import CSS, STATUS_CLASS, Links, esc, finding_id, sample, verdict_card
-from .plots import headroom_svg, plot_settings, propagation_svg, timeline_svg
+from .plots import headroom_svg, history_svg, plot_settings, propagation_svg, timeline_svg
 
 MAX_TENSOR_ROWS = 32          # per input/output table of a finding (the bad tensors first)
 MAX_TABLE_ROWS = 200
@@ -63,6 +67,34 @@ def _rank_table(report: Report) -> str:
     for s in report.rank_status:
         counts[s.status] = counts.get(s.status, 0) + 1
     out.append('<p class="note">' + ", ".join(f"{n} {esc(k)}" for k, n in counts.items()) + "</p></section>")
+    return "\n".join(out)
+
+
+def _harmless(report: Report, top: int, links: Links) -> str:
+    """Contained values and overflows the loss scale handled: what they are, and why they are no fault."""
+    strict = " (reported as findings: --strict)" if report.strict else ""
+    out = []
+    if report.contained:
+        items = []
+        for c in report.contained[:top]:
+            source = (f" {links.file(c.source.file, c.source.file, c.source.line)} <code>{esc(c.source.code)}</code>"
+                      if c.source else "")
+            items.append(f"<li>{esc(contained_text(c))}{source}<ul class=\"note\">"
+                         + "".join(f"<li>{esc(e)}</li>" for e in c.evidence) + "</ul></li>")
+        more = len(report.contained) - top
+        out.append(f'<section id="contained"><h2>Contained ({len(report.contained)}){esc(strict)}</h2><p class="note">'
+                   "Non-finite values absorbed with finite outputs; they reach no loss, gradient, parameter or "
+                   "optimizer state: not faults.</p><ul>" + "".join(items) + "</ul>"
+                   + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "") + "</section>")
+    if report.handled:
+        items = [f"<li>{esc(handled_text(h))}<ul class=\"note\">"
+                 + "".join(f"<li>{esc(d)}</li>" for d in handled_details(h)) + "</ul></li>"
+                 for h in report.handled[:top]]
+        more = len(report.handled) - top
+        out.append(f'<section id="handled"><h2>Handled by the loss scale ({len(report.handled)}){esc(strict)}</h2>'
+                   '<p class="note">Overflows in the backward only whose updates were skipped, with later steps '
+                   "recovering: a dynamic loss scale doing its job, not faults.</p><ul>" + "".join(items) + "</ul>"
+                   + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "") + "</section>")
     return "\n".join(out)
 
 
@@ -260,9 +292,14 @@ def render_html(report: Report, top: int = 10, page_dir: Optional[str] = None) -
         if report.first is not None:
             views += [("propagation", "Propagation from the origin", *propagation_svg(report)),
                       ("headroom", "Headroom: max |x| against the dtype's limits", *headroom_svg(report))]
-    sections = [verdict_card(report, links), _rank_table(report), _parameter_table(report), _arrivals(report)]
+        if report.first is not None and report.first.history is not None:
+            views.append(("history", "Since when", *history_svg(report)))
+    sections = [verdict_card(report, links), _harmless(report, top, links), _rank_table(report),
+                _parameter_table(report), _arrivals(report)]
     for section_id, heading, svg, note in views:
         more = _propagation_table(report, svg is not None) if section_id == "propagation" else ""
+        if section_id == "history" and report.first is not None and report.first.history is not None:
+            more = "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in history_lines(report.first.history)) + "</ul>"
         sections.append(_plot_section(section_id, heading, svg, note, more))
         if not svg and not more:
             not_drawn.append((section_id, note))

@@ -1,0 +1,140 @@
+"""The harmless stage of the analysis: which non-finite values are no fault. Contained values first
+(msoverflow/diagnosis/contained.py), then the overflows a loss scale handled (msoverflow/diagnosis/loss_scale.py),
+over the op runs the walk judged not clean. In the chain (msoverflow/analysis.py):
+
+    sight = Sight(graphs, units, access, kn)          what the diagnosis reads the dump through
+    walk(..., stops=sight.stops(strict))              a rank's walk reads on past a step that may be harmless
+    harmless = find(walked, sight, strict)            -> Harmless
+    walked = harmless.remove(walked)                  what it accounts for is no finding (unless --strict)
+    decide, settle                                    the first origin is the first harmful one
+    decision = harmless.explain(decision, sight)      unconfirmed ones said on their findings; since when
+
+Each step takes one value and hands on a new one; nothing changes what an earlier stage handed over.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..model import ORIGIN, Contained, Finding, Handled
+from ..rules.knowledge import OpKnowledge
+from .contained import find_contained
+from .dataflow import Flows, StepIndex
+from .history import history
+from .loss_scale import find_handled, may_be_handled
+
+if TYPE_CHECKING:
+    from ..findings import Decision
+    from ..graphs import SavedGraphs
+    from ..layout import Unit
+    from ..parallel import Walked
+    from ..walk import UnitSummary
+
+KEEP_STEPS = 8          # steps' op-run indexes kept in memory at once
+
+
+class Sight:
+    """What the diagnosis reads the dump through: the saved graphs' data flow (learnt as the walk goes) and each
+    (rank, step)'s op runs, read again when asked for (the last KEEP_STEPS kept)."""
+
+    def __init__(self, graphs: "SavedGraphs", units: Sequence["Unit"], access, kn: OpKnowledge):
+        self.graphs, self.access, self.kn = graphs, access, kn
+        self.flows = Flows(graphs.graph, graphs.ids, kn)
+        self.index_of = step_indexes(units, lambda message: None)   # files the walk read: it said what was wrong
+        self.steps: Dict[int, List[int]] = {}
+        for unit in units:
+            self.steps.setdefault(unit.rank, []).append(unit.step)
+
+    def stops(self, strict: bool) -> Callable[["UnitSummary"], bool]:
+        """The walk's early stop: a step ends its rank's walk when it holds a fault for sure, not one that is
+        contained or that a loss scale may have handled (later steps decide those); with strict, any origin."""
+        def stops(summary: "UnitSummary") -> bool:
+            self.graphs.learn(summary.rank_roots)
+            return summary.has_origin and (strict or harmful_step(summary.judged, self.flows, self.index_of,
+                                                                  self.access, self.kn))
+        return stops
+
+
+@dataclass(frozen=True)
+class Harmless:
+    """The non-finite values that are no fault, and the op runs they account for."""
+    contained: List[Contained] = field(default_factory=list)
+    handled: List[Handled] = field(default_factory=list)
+    accounted: frozenset = frozenset()                   # ids of the op runs the two account for
+    # (rank, steps, text): steps that look handled but cannot be confirmed; said on their findings
+    notes: List[Tuple[int, List[int], str]] = field(default_factory=list)
+    strict: bool = False                                 # they stay findings (--strict)
+
+    def keep(self, judged: Sequence[tuple]) -> list:
+        """The judged (op run, verdict) pairs that remain findings."""
+        if self.strict:
+            return list(judged)
+        return [pair for pair in judged if id(pair[0]) not in self.accounted]
+
+    def remove(self, walked: "Walked") -> "Walked":
+        """The walk without what is no fault: a new Walked whose judged op runs and arrivals leave it out."""
+        if self.strict or not self.accounted:
+            return walked
+        return dataclasses.replace(walked, judged=self.keep(walked.judged),
+                                   arrivals=[ex for ex in walked.arrivals if id(ex) not in self.accounted])
+
+    def explain(self, decision: "Decision", sight: Sight) -> "Decision":
+        """A new Decision carrying the contained values and handled overflows, the notes on findings whose steps
+        look handled but could not be confirmed, and the first origin's since-when history."""
+        renewed: Dict[int, Finding] = {}
+        for finding in [decision.first, *decision.anomalies, *decision.flagged]:
+            if finding is None or id(finding) in renewed:
+                continue
+            said = [text for rank, steps, text in self.notes if finding.rank == rank and finding.step in steps]
+            changes: dict = {"evidence": finding.evidence + said} if said else {}
+            if finding is decision.first and finding.role == ORIGIN:
+                changes["history"] = history(finding.rank, finding.graph, finding.op_name, finding.op_type,
+                                             finding.step, sight.steps.get(finding.rank, []), sight.flows,
+                                             sight.index_of, sight.kn)
+            renewed[id(finding)] = dataclasses.replace(finding, **changes) if changes else finding
+        return dataclasses.replace(
+            decision, first=renewed.get(id(decision.first), decision.first),
+            anomalies=[renewed.get(id(f), f) for f in decision.anomalies],
+            flagged=[renewed.get(id(f), f) for f in decision.flagged],
+            contained=self.contained, handled=self.handled, strict=self.strict)
+
+
+def find(walked: "Walked", sight: Sight, strict: bool = False) -> Harmless:
+    """The contained values and handled overflows among the walk's judged op runs (scanned: rank -> the steps the
+    walk read, in order)."""
+    judged = walked.judged
+    contained, ids = find_contained(judged, sight.flows, sight.index_of, sight.access, sight.kn)
+    rest = [pair for pair in judged if id(pair[0]) not in ids]
+    handled, handled_ids, notes = find_handled(rest, walked.scanned, sight.flows, sight.index_of, sight.access,
+                                               sight.kn)
+    return Harmless(contained, handled, frozenset(ids | handled_ids), notes, strict)
+
+
+def harmful_step(pairs: Sequence[tuple], flows: Flows, index_of, access, kn: OpKnowledge) -> bool:
+    """Whether one step's bad op runs hold a value that is surely a fault: neither contained nor possibly handled
+    by a loss scale. The walk stops after such a step; past any other it reads on, since later steps decide."""
+    _contained, ids = find_contained(pairs, flows, index_of, access, kn)
+    rest = [pair for pair in pairs if id(pair[0]) not in ids]
+    return bool(rest) and not may_be_handled(rest, flows, kn)
+
+
+def step_indexes(units: Sequence["Unit"], warn: Callable[[str], None],
+                 keep: int = KEEP_STEPS) -> Callable[[int, int], Optional[StepIndex]]:
+    """index_of(rank, step) over a dump's planned units (layout.Unit), read when asked for; the last `keep` read
+    are kept (the diagnosis goes through a rank's steps in order, so memory stays flat on long dumps)."""
+    by_key: Dict[Tuple[int, int], "Unit"] = {(unit.rank, unit.step): unit for unit in units}
+    cache: "OrderedDict[Tuple[int, int], Optional[StepIndex]]" = OrderedDict()
+
+    def index_of(rank: int, step: int) -> Optional[StepIndex]:
+        key = (rank, step)
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        unit = by_key.get(key)
+        cache[key] = StepIndex.of_unit(unit, warn) if unit is not None else None
+        if len(cache) > keep:
+            cache.popitem(last=False)
+        return cache[key]
+    return index_of
