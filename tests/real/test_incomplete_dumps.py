@@ -136,7 +136,7 @@ def test_a_received_bad_value_in_a_cut_step_is_said_in_every_form_never_no_bad_v
     """Rank 0 received the bad value through the gradient AllReduce, then its step was cut short; rank 0 analysed
     alone. The arrival is a bad value read: the verdict is inconclusive with the arrival as its lead, not 'no bad
     value seen'."""
-    dump = _copy(multirank_dumps[NORMHEAD], tmp_path)
+    dump = copy_dump(multirank_dumps[NORMHEAD], tmp_path)
     step = _step_dir(dump, 0, LAST)
     _cut(step, lambda written: 20 + max(i for i, n in enumerate(written)          # 20 files after the delivery
                                         if n.startswith("AllReduce.") and ".output." in n))
