@@ -74,6 +74,11 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
         decision = completeness.settle(decision, incomplete, walked.unreadable, plan.dirs, graphs, access, kn)
     with timed("explain"):
         decision = found.explain(decision, sight)
+    if decision.first is not None or decision.likely is not None:   # a clean dump does not even import it
+        with timed("diagnose"):
+            # the cause of every origin, recomputed from its dumped inputs (msoverflow/diagnosis)
+            from .diagnosis.stage import diagnose
+            decision = diagnose(decision, dump, plan, walked, graphs, notes, parallel=parallel)
     with timed("assemble"):
         return assemble(dump, plan, walked, decision, graphs, access, kn, notes, parallel=parallel)
 

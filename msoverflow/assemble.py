@@ -59,13 +59,14 @@ def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, graph
         judged_runs.setdefault(ex.rank, []).append(ex)
     hits = parameter_hits(judged_runs, rank_status, access.stats, graphs.node,
                           lambda op_type: op_type in kn.state_updates, kn.is_collective, note,
-                          {(ex.rank, ex.step) for ex, _v in decision.judged})
+                          {(ex.rank, ex.step) for ex, _v in decision.judged}, graphs.of_rank)
     scanned_units = [u for u in plan.units if u.step in walked.scanned.get(u.rank, ())]
     # msprobe's dump.json records the order of its entries, not when they ran: no step span, no time into a step.
     clocked = LAYOUT_MSPROBE not in walked.layouts
     return Report(dump_dir=os.path.abspath(dump.path), first=decision.first, anomalies=decision.anomalies,
                   propagation=decision.propagation, warnings=list(note), ranks=sorted(walked.runs), steps=steps_seen,
-                  files=walked.files, tensors_read=access.tensors_read, layout=",".join(walked.layouts),
+                  files=walked.files, tensors_read=access.tensors_read, outputs_checked=walked.facts.with_outputs,
+                  layout=",".join(walked.layouts),
                   tail_clean=walked.scanned_all, rank_status=rank_status, coverage=limits,
                   extra={"tensors_read_to_decide": decision.tensors_read_to_decide, "mindspore": meta["summary"]},
                   inconclusive=decision.reasons + reasons, flagged=decision.flagged,

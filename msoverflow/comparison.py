@@ -27,17 +27,18 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
 import numpy as np
 
+from . import stats as tensor_stats
 from .errors import READ_ERRORS, UserError, reading
 from .evaluate import TensorAccess, _take_header
 from .graphs import SavedGraphs
 from .layout import Dump, Plan
 from .logs import Notes
-from .model import IterationAlias, NamedRun, OpExecution, Source, TensorEvent
+from .model import IterationAlias, NamedRun, OpExecution, Source, Status, TensorEvent
 from .report_dict import finite_or_none, graph_id
 from .rules.knowledge import knowledge
 from .scope import cell_of
-from .selection import Selection
-from .walk import read_unit_runs
+from .selection import Selection, format_ids, not_in_dump
+from .walk import read_unit_runs, split_unread, unread_of
 
 VERDICT_DIVERGED = "diverged"
 VERDICT_EQUIVALENT = "equivalent"
@@ -201,6 +202,7 @@ class Comparison:
     diverged_ops: int = 0
     parallel: Optional[Dict[str, object]] = None          # the layout (parallel_layout.ParallelLayout.to_dict())
     coords: Dict[int, Dict[str, int]] = field(default_factory=dict)   # rank -> its coordinates (known layout)
+    provenance: Dict[str, object] = field(default_factory=dict)   # msoverflow version, command, time, host (api)
     # every matched op run whose outputs differ, in the order compared (frame(); not in the JSON answer)
     differences: List[OpDiff] = field(default_factory=list, repr=False)
 
@@ -289,6 +291,7 @@ def comparison_dict(c: Comparison) -> dict:
         "inconclusive": c.reasons,
         "caveats": c.caveats,
         "warnings": c.warnings,
+        "provenance": c.provenance or None,
     }
 
 
@@ -297,7 +300,7 @@ def comparison_dict(c: Comparison) -> dict:
 def _side(path: str, ranks: Optional[Selection], steps: Optional[Selection], warn) -> Tuple[Plan, Dict[int, str]]:
     """One dump opened once (analyze's Dump) and its plan of (rank, step) units for the selection, never expanded;
     and every rank of the dump (selected or not) -> its rank_N directory or "" (the world and the graphs the
-    parallel layout is read from)."""
+    parallel layout is read from). A selection the dump has nothing of is a usage error saying what it holds."""
     dump = Dump.open(path, warn)
     if not dump.dirs:
         raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
@@ -306,7 +309,10 @@ def _side(path: str, ranks: Optional[Selection], steps: Optional[Selection], war
     for d in sorted(dump.dirs, key=lambda d: (d.rank, str(d.graph))):
         if not roots.get(d.rank):
             roots[d.rank] = d.rank_root or ""
-    return dump.plan(ranks, steps), roots
+    plan = dump.plan(ranks, steps)
+    if not plan.units:
+        raise not_in_dump(path, plan.ranks, plan.steps, dump.dirs)
+    return plan, roots
 
 
 # ---- matching ----------------------------------------------------------------------------------------------------
@@ -514,10 +520,9 @@ def compare_matrices(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], tol
     return found
 
 
-def _compare_stats(base: TensorEvent, tgt: TensorEvent, ulp_dtype: Optional[str], tolerance: float) -> dict:
-    """Statistics-only tensors: their min and max (and non-finite counts) within tolerance."""
-    sa, sb = base.stats, tgt.stats
-    assert sa is not None and sb is not None        # the caller compares statistics only when both have them
+def _compare_stats(sa, sb, ulp_dtype: Optional[str], tolerance: float) -> dict:
+    """Statistics (TensorStats) of a pair where one side at least has nothing else: their min and max (and whether
+    each holds NaN or infinities) within tolerance. The errors are lower bounds of the element errors."""
     pairs = [(x, y) for x, y in ((sa.min, sb.min), (sa.max, sb.max)) if x is not None and y is not None]
     specials_differ = (sa.nan > 0) != (sb.nan > 0) or (sa.posinf > 0) != (sb.posinf > 0) or \
         (sa.neginf > 0) != (sb.neginf > 0)
@@ -629,11 +634,15 @@ class _Comparer:
         diff.shape, diff.target_shape = base.shape, tgt.shape
         diff.ulp_dtype = _ulp_dtype(base.dtype, tgt.dtype, finer)
         if a is None or b is None:
-            if base.stats is not None and tgt.stats is not None:
+            # a side with statistics only (a statistics dump, msprobe's task statistics) against statistics or a
+            # tensor (whose own Max and Min are computed): compared by Max and Min
+            sa = base.stats if base.stats is not None or a is None else tensor_stats.compute(a, base.dtype)
+            sb = tgt.stats if tgt.stats is not None or b is None else tensor_stats.compute(b, tgt.dtype)
+            if sa is not None and sb is not None:
                 diff.statistics_only = True
                 self.statistics_only += 1
                 self.compared += 1
-                for key, value in _compare_stats(base, tgt, diff.ulp_dtype, self.tolerance).items():
+                for key, value in _compare_stats(sa, sb, diff.ulp_dtype, self.tolerance).items():
                     setattr(diff, key, value)
             else:
                 diff.note = "unreadable: " + "; ".join(e.note for e in (base, tgt) if e.note) if (
@@ -673,8 +682,6 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
         note("baseline and target are the same directory")
     base_plan, base_roots = _side(baseline, ranks, steps, note)
     target_plan, target_roots = _side(target, ranks, steps, note)
-    if not base_plan.units:
-        raise UserError(f"{baseline}: no dump files for the selected rank/step")
     base_units = {(u.rank, u.step): u for u in base_plan.units}
     target_units = {(u.rank, u.step): u for u in target_plan.units}
     layout = _layout(parallel, baseline, base_roots, target_roots, note)
@@ -687,15 +694,17 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
     series: List[tuple] = []
     matched = baseline_ops = target_ops = 0
     units = sorted(set(base_units) & set(target_units))
-    for side, mine, other in (("baseline", base_units, target_units), ("target", target_units, base_units)):
-        for rank, step in sorted(set(mine) - set(other)):
-            reasons.append(f"rank {rank} step {step} is in the {side} only")
+    different = _different_jobs(base_units, target_units)     # the runs are not the same model or job: why
+    shapes_differ: List[Tuple[OpDiff, TensorDiff]] = []
     orders: Dict[Tuple[int, int], int] = {}
     base_caches: Dict[tuple, SavedGraphs] = {}
     target_caches: Dict[tuple, SavedGraphs] = {}
+    read_of: Dict[str, list] = {"baseline": [], "target": []}   # (UnitRead, runs) of each compared unit
     for rank, step in units:
         base_runs, base_index = read_unit_runs(base_units[(rank, step)], note)
         target_runs, target_index = read_unit_runs(target_units[(rank, step)], note)
+        read_of["baseline"].append((base_index, base_runs))
+        read_of["target"].append((target_index, target_runs))
         baseline_ops += len(base_runs)
         target_ops += len(target_runs)
         orders[(rank, step)] = max(1, len(base_runs))
@@ -726,6 +735,7 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
                     _describe(op, ex, graphs)
                     op.coords = coords_of(rank)
                     diverged.append(op)
+                    shapes_differ += [(op, t) for t in op.outputs if t.note.startswith("shape differs")][:1]
                 error, role, cell = op.error_ulps, op.role, op.cell
             if len(series) < 50 * MAX_SERIES:
                 series.append((rank, step, position_of[id(run)], cell or _cell_name(run.op_name), error, role))
@@ -738,25 +748,39 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
                    key=OpDiff.severity, reverse=True)[:top]
     caveats = []
     if comparer.statistics_only:
-        caveats.append(f"{comparer.statistics_only} tensor(s) were compared by their statistics only (min, max): "
-                       "values that differ inside the same range are not visible")
+        caveats.append(f"{comparer.statistics_only} tensor(s) were compared by their statistics only (Max, Min): "
+                       "the errors shown are lower bounds, and values that differ inside the same range are not "
+                       "visible")
+    reasons += _share_reasons(matched, baseline_ops, target_ops, different)
+    if shapes_differ:
+        op, t = shapes_differ[0]
+        different.append(f"the op runs do not pair up as one model's: {len(shapes_differ)} matched op run(s) give "
+                         f"outputs of different shapes (first: {op.op_type} {op.op_name} output {t.slot}, "
+                         f"{_shape_text(t.shape)} against {_shape_text(t.target_shape)}): different models or "
+                         "batch shapes, or ops paired wrongly")
+    reasons += different
     if not units:
         reasons.append("no (rank, step) is in both dumps")
     elif comparer.compared == 0:
         reasons.append("no tensor could be compared (no data or statistics in both dumps)")
-    if baseline_ops and matched / baseline_ops < MIN_MATCHED_SHARE:
-        reasons.append(f"only {matched} of the baseline's {baseline_ops} op runs matched an op run of the target "
-                       "(different models, or scope names changed)")
-    unread = comparer.base.unreadable + comparer.target.unreadable
+    unread = 0
+    for side, plan in (("baseline", base_plan), ("target", target_plan)):
+        reasons.extend(_side_gaps(side, plan, read_of[side], note))
+        unread += len(_unread(read_of[side]))
+    unread = max(unread, comparer.base.unreadable + comparer.target.unreadable)
     if unread:
         reasons.append(f"{unread} tensor file(s) could not be read")
-    if first is not None:
+    if different:
+        # a difference between two different models or jobs is no divergence: none is named
+        verdict, first, worst = VERDICT_INCONCLUSIVE, None, []
+    elif first is not None:
         verdict = VERDICT_DIVERGED
     elif reasons:
         verdict = VERDICT_INCONCLUSIVE
     elif comparer.statistics_only == comparer.compared:
         verdict = VERDICT_INCONCLUSIVE
-        reasons.append("only statistics were dumped: they agree, but element values could not be compared")
+        reasons.append("only statistics could be compared (Max and Min; a dump holds statistics only): they agree, "
+                       "but element values could not be compared")
     else:
         verdict = VERDICT_EQUIVALENT
     return Comparison(baseline=os.path.abspath(baseline), target=os.path.abspath(target), verdict=verdict,
@@ -768,6 +792,64 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
                       series=_sample(series, MAX_SERIES), diverged_ops=diverged_ops, differences=diverged,
                       parallel=layout.to_dict() if layout is not None else None,
                       coords={rank: found for rank in sorted({r for r, _s in units}) if (found := coords_of(rank))})
+
+
+def _unread(reads) -> Dict[str, Status]:
+    """walk.unread_of over one side's compared units: the files its readers could not read and the tensors whose
+    bytes could not be read when compared (analyze's one rule of "read")."""
+    found: Dict[str, Status] = {}
+    for index, runs in reads:
+        found.update(unread_of([], (e for run in runs for e in run.tensors()), index.unread))
+    return found
+
+
+def _side_gaps(side: str, plan: Plan, reads, warn) -> List[str]:
+    """analyze's completeness check (completeness.check: every step against the other steps of its graph and the
+    other ranks, files cut short or empty) on one side: a side that is cut is never equivalent."""
+    from . import completeness
+    _unread_files, cut = split_unread(_unread(reads))
+    incomplete = completeness.check(plan.dirs, cut=cut, warn=warn)
+    return [f"the {side} is incomplete: {line}" for line in completeness.reasons(incomplete)]
+
+
+def _share_reasons(matched: int, baseline_ops: int, target_ops: int, different: List[str]) -> List[str]:
+    """The matched share, counted against both sides. One side all matched inside a much larger other is a dump
+    filtered by kernel lists (or cut): a reason, not a verdict on the models. Otherwise few matches mean the runs
+    are not the same model: added to `different` (then no divergence is named)."""
+    larger, smaller = max(baseline_ops, target_ops), min(baseline_ops, target_ops)
+    if not larger or matched / larger >= MIN_MATCHED_SHARE:
+        return []
+    big = "baseline" if baseline_ops >= target_ops else "target"
+    if matched == smaller:
+        return [f"only {matched} of the {big}'s {larger} op runs matched an op run of the other side, which holds "
+                f"{smaller}, all matched (a dump filtered by kernel lists, or cut short)"]
+    different.insert(0, f"the runs are not the same model: {matched} of {larger} op runs matched "
+                        f"({baseline_ops} in the baseline, {target_ops} in the target; runs of one model match "
+                        f"at least {MIN_MATCHED_SHARE:.0%})")
+    return []
+
+
+def _different_jobs(base_units, target_units) -> List[str]:
+    """Why two runs are not the same job, from their (rank, step)s: different ranks, different steps."""
+    found = []
+    for what, of in (("ranks", lambda units: {r for r, _s in units}), ("steps", lambda units: {s for _r, s in units})):
+        mine, theirs = of(base_units), of(target_units)
+        if mine != theirs:
+            only = [f"{what[:-1]} {format_ids(a - b, 8)} in the {side} only" for side, a, b in
+                    (("baseline", mine, theirs), ("target", theirs, mine)) if a - b]
+            found.append(f"the runs are not the same job: the baseline holds {what} {format_ids(mine, 8)}, the "
+                         f"target {what} {format_ids(theirs, 8)} ({'; '.join(only)})")
+    if not found:
+        for side, mine, other in (("baseline", base_units, target_units), ("target", target_units, base_units)):
+            only = sorted(set(mine) - set(other))
+            if only:
+                found.append(f"the runs are not the same job: {len(only)} (rank, step)(s) are in the {side} only "
+                             f"(first: rank {only[0][0]} step {only[0][1]})")
+    return found
+
+
+def _shape_text(shape) -> str:
+    return "x".join(map(str, shape)) if shape else "scalar" if shape == () else "unknown"
 
 
 def _layout(parallel, baseline: str, base_roots: Dict[int, str], target_roots: Dict[int, str], warn):

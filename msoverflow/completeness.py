@@ -8,14 +8,15 @@ seconds; never a tensor:
 - the graph's kernels (execution_order/ms_execution_order_graph_{g}.csv) against the kernels that wrote files;
   two steps with the same file count are believed complete, and when they hold fewer kernels than the csv lists,
   they set the count (on CPU the csv and the file names do not name every kernel alike);
-- a rank's last step against the same graph's other steps on that rank, and against the same step on the other
-  ranks that run the same graph (same kernel count in their csv): a job dies in its last step;
+- every step against the same graph's other steps on that rank (files, or statistic.csv rows), and against the same
+  step on the other ranks that run the same graph (same kernel count in their csv): a job dies in its last step, and
+  a copy or a full disk loses files of any step;
 - a step present on some ranks and absent on another that holds other steps;
-- in each rank's last step (where a killed job stops and a running one writes): empty files and files shorter than
-  their header says (the walk reads the header of every tensor that could hold an origin and marks these
-  model.Status.TRUNCATED; a step the walk did not scan, after its rank's first origin, cannot change the answer and
-  is checked by its counts), and files written in the last seconds while older ones exist (a dump whose every file
-  is that young was written at once: a fresh copy, a short run).
+- in every step: empty files and files shorter than their header says (the walk reads the header of every tensor
+  that could hold an origin and marks these model.Status.TRUNCATED; a step the walk did not scan, after its rank's
+  first origin, cannot change the answer and is checked by its counts);
+- in each rank's last step (where a running job writes): files written in the last seconds while older ones exist
+  (a dump whose every file is that young was written at once: a fresh copy, a short run).
 Overflow-only dumps (Opdebug files, op_debug_mode 1-4) and kernel-filtered ones (dump_mode 1) dump a different
 set of ops each step: only their files are checked, not their counts. Files whose names the grammar does not read
 (a checkpoint left in a step directory) are the walk's "not understood", never counted here.
@@ -42,6 +43,7 @@ from .selection import format_ids
 
 RECENT_SECONDS = 10.0     # files younger than this: the writer may still be at work
 CAUSE = "the job died or the dump is still being written"
+LOST = "files of a step the job went past are missing or cut short (an incomplete copy, a full disk, files removed)"
 STILL_WRITTEN = "the dump may still be being written: run again when the job has finished"
 
 
@@ -156,24 +158,22 @@ def check(dirs: Sequence[DumpDir], *, cut: Iterable[str] = (), warn: Callable[[s
         at_step[(item.d.graph, item.d.step)].append(item)
         of_graph[(item.d.rank, item.d.graph)].append(item)
 
-    # Each rank's last step (where a killed job stops, where a running one writes): files cut short or empty (as the
-    # walk's reads of their headers found them), and files written in the last seconds. A writer creates its files,
-    # so only a directory written to in the last seconds has its files' times looked at (a stat each).
+    # Every step: files cut short or empty (as the walk's reads of their headers found them). Each rank's last step
+    # (where a running job writes): files written in the last seconds. A writer creates its files, so only a
+    # directory written to in the last seconds has its files' times looked at (a stat each).
     young = now - RECENT_SECONDS
     cut_in: Dict[str, List[str]] = defaultdict(list)
     for path in cut:
         cut_in[os.path.dirname(path)].append(path)
     oldest = min((item.mtime for item in listings), default=now)
     for item in listings:
-        if item.d.step != last_step[item.d.rank]:
-            continue
         step = (item.d.rank, item.d.step)
         short = cut_in.get(item.d.path, [])
         truncated[step].extend(short)
         if short:
             problems[step].append((item.files - len(short), item.files, f"{len(short)} of {item.files} files "
                                    "truncated or empty"))
-        if item.mtime <= young:
+        if item.d.step != last_step[item.d.rank] or item.mtime <= young:
             continue
         times = item.times()
         fresh = [mtime for mtime in times if mtime > young]
@@ -193,7 +193,7 @@ def check(dirs: Sequence[DumpDir], *, cut: Iterable[str] = (), warn: Callable[[s
     for item in listings:
         files_at[(item.d.rank, item.d.step)] += item.files
     if counted:      # overflow-only and filtered dumps hold different ops (and steps) on each rank
-        _counts(listings, at_step, of_graph, problems, last_step, execution_order, quiet)
+        _counts(listings, at_step, of_graph, problems, execution_order, quiet)
         _absent_steps([d for d in chosen if d.layout != LAYOUT_DEBUG], files_at, problems)
 
     found = []
@@ -209,7 +209,7 @@ def check(dirs: Sequence[DumpDir], *, cut: Iterable[str] = (), warn: Callable[[s
         present, expected = (worst[0], worst[1]) if worst else (files, None)
         found.append(StepCompleteness(rank=step[0], step=step[1], complete=False, present=present,
                                       expected=expected, reasons=reasons, truncated=sorted(truncated.get(step, [])),
-                                      recent=bool(recent.get(step))))
+                                      recent=bool(recent.get(step)), earlier=step[1] < last_step.get(step[0], step[1])))
     return found
 
 
@@ -220,11 +220,10 @@ def _matched_by_settled_step(item: _Listing, of_graph, young: float) -> bool:
                and other.rows() == item.rows() for other in of_graph[(item.d.rank, item.d.graph)])
 
 
-def _counts(listings: List[_Listing], at_step, of_graph, problems, last_step: Dict[int, int], execution_order,
-            warn) -> None:
-    """Kernels against the execution order; a rank's last step against its other steps and the other ranks that
-    run the same graph (the same kernels in their execution order: pipeline stages share graph ids, not graphs).
-    Names are parsed only where the file counts leave a doubt."""
+def _counts(listings: List[_Listing], at_step, of_graph, problems, execution_order, warn) -> None:
+    """Kernels against the execution order; every step against the same graph's other steps on its rank and the
+    other ranks that run the same graph (the same kernels in their execution order: pipeline stages share graph ids,
+    not graphs). Names are parsed only where the file counts leave a doubt."""
     by_graph = {key: [item for item in items if item.d.layout == LAYOUT_MS] for key, items in of_graph.items()}
     by_graph = {key: items for key, items in by_graph.items() if items}
     ordered: Dict[Tuple[int, str], Optional[int]] = {}     # the graph's kernels, as a fingerprint of their names
@@ -247,12 +246,11 @@ def _counts(listings: List[_Listing], at_step, of_graph, problems, last_step: Di
                     problems[step].append((item.kernels(), expected, f"{item.kernels()} of {expected} kernels' "
                                            f"files (graph {graph})"))
                     continue
-            if item.d.step == last_step[rank]:
-                others = [other for other in items if other is not item]
-                _compare(item, others, f"step {{}} of graph {graph} on this rank", problems[step])
+            others = [other for other in items if other is not item]
+            _compare(item, others, f"step {{}} of graph {graph} on this rank", problems[step])
     for item in listings:       # the same step on the other ranks that run the same graph
         rank, graph = item.d.rank, item.d.graph
-        if item.d.layout != LAYOUT_MS or item.d.step != last_step[rank] or not ordered.get((rank, graph)):
+        if item.d.layout != LAYOUT_MS or not ordered.get((rank, graph)):
             continue
         peers = [other for other in at_step[(graph, item.d.step)] if other.d.rank != rank
                  and other.d.layout == LAYOUT_MS
@@ -303,7 +301,7 @@ def summary(step: StepCompleteness) -> str:
 
 
 def _words(step: StepCompleteness) -> str:
-    return f"{'; '.join(step.reasons)}; {STILL_WRITTEN if step.recent else CAUSE}"
+    return f"{'; '.join(step.reasons)}; {STILL_WRITTEN if step.recent else LOST if step.earlier else CAUSE}"
 
 
 def reasons(steps: List[StepCompleteness], limit: int = 3) -> List[str]:
@@ -386,4 +384,4 @@ def cross_rank_advice(first, rows: List[RankStatus], steps: List[StepCompletenes
             "mode, unreadable files)")
 
 
-__all__ = ["check", "settle", "cross_rank_advice", "mark_ranks", "reasons", "summary", "RECENT_SECONDS", "CAUSE"]
+__all__ = ["check", "settle", "cross_rank_advice", "mark_ranks", "reasons", "summary", "RECENT_SECONDS", "CAUSE", "LOST"]

@@ -130,6 +130,7 @@ def _not_second_origins(judged: Judged, graphs: SavedGraphs) -> Dict[int, Verdic
     in the same step, the Cell's bad output is that value passing through, not a later origin."""
     made: Dict[Tuple[int, int], List[str]] = {}
     demoted: Dict[int, Verdict] = {}
+    outputs = _api_outputs(judged, graphs)
     for ex, v in judged:
         if v.role not in (ORIGIN, SUSPECT) or v.kind == CROSS_RANK:
             continue
@@ -141,8 +142,53 @@ def _not_second_origins(judged: Judged, graphs: SavedGraphs) -> Dict[int, Verdic
                 demoted[id(ex)] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
                     f"its Cell holds {inside[0]}, which made the bad value first"])
                 continue
+            same = _same_value(ex, outputs.get((ex.rank, ex.step, _direction(ex.op_name)), {}))
+            if same is not None:
+                demoted[id(ex)] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
+                    f"its output is the output of {same} (same shape and statistics): the same value, made inside "
+                    "it"])
+                continue
         made.setdefault((ex.rank, ex.step), []).append(name)
     return demoted
+
+
+def _direction(op_name: str) -> bool:
+    """A framework dump entry of the backward pass (`Torch.sqrt.0.backward`, `Module.head.NormHead.backward.0`)."""
+    return ".backward" in op_name
+
+
+def _fingerprint(event) -> Optional[tuple]:
+    """A tensor's shape and the dump's statistics of it; None when the dump states none or nothing bad."""
+    st = event.stats
+    if st is None or event.shape is None or not (st.nonfinite or st.over_range):
+        return None
+    numbers = tuple(x if x is None or x == x else "nan" for x in (st.min, st.max, st.max_abs))
+    return (tuple(event.shape), event.dtype, st.nan, st.posinf, st.neginf) + numbers
+
+
+def _api_outputs(judged: Judged, graphs: SavedGraphs) -> Dict[Tuple[int, int, bool], Dict[tuple, str]]:
+    """Per (rank, step, backward?): the bad outputs of the ops that are not Cell/Module entries, by fingerprint."""
+    found: Dict[Tuple[int, int, bool], Dict[tuple, str]] = {}
+    for ex, _v in judged:
+        node, _graph = graphs.node(ex)
+        if node is None or node.wraps_scope is not None:
+            continue
+        for event in ex.outputs:
+            key = _fingerprint(event)
+            if key is not None:
+                found.setdefault((ex.rank, ex.step, _direction(ex.op_name)), {}).setdefault(key, ex.op_name)
+    return found
+
+
+def _same_value(ex: OpExecution, api_outputs: Dict[tuple, str]) -> Optional[str]:
+    """The op (not a Cell entry) of the same step and pass whose bad output a Cell/Module entry's bad output equals:
+    a Module's forward returns what an API call inside it computed. Without construct.json the Module's scope does
+    not hold its API calls; the equal value still says it is the same one."""
+    for event in ex.outputs:
+        key = _fingerprint(event)
+        if key is not None and key in api_outputs and api_outputs[key] != ex.op_name:
+            return api_outputs[key]
+    return None
 
 
 def _ordered(walked: "Walked", candidates: Judged, after_arrival: Set[int], kn: OpKnowledge,
@@ -260,7 +306,7 @@ def describe(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: SavedGra
                    forward_op=place.forward_op, cell=place.cell, cell_type=cell_type, source=place.source,
                    inputs=inputs, outputs=outputs, flags=list(ex.flags),
                    recommendation=kn.recommend(v.advice, **values) if v.role in (ORIGIN, SUSPECT) else "",
-                   evidence=evidence, producers=list(node.inputs) if node else [],
+                   evidence=evidence, producers=list(node.inputs) if node else [], advice=v.advice,
                    ir_file=getattr(graph, "path", None) if node else None, ir_line=node.ir_line if node else None)
 
 

@@ -82,6 +82,13 @@ class SavedGraphs:
             self._cache[key] = found
         return self._cache[key]
 
+    def of_rank(self, rank: int) -> list:
+        """The rank's saved graphs that could be read, in graph-id order (a branch graph that did not run in a step
+        is among them when it ran in another)."""
+        ids = sorted(self.ids().get(rank, []), key=lambda g: (not g.isdigit(), int(g) if g.isdigit() else 0, g))
+        found = [self.graph(rank, g) for g in ids]
+        return [g for g in found if g is not None]
+
     def _other_names(self, root: str, graph: str):
         """A saved graph named otherwise than trace_code_graph_N.ir (numbered as its own file has it)."""
         from .readers.ir_graph import graph_files, load_ir

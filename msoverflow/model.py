@@ -174,6 +174,15 @@ class GraphNode:
     # A framework dump's Cell/Module entry (msprobe) is not one op but the whole Cell: the scope it covers. A bad
     # value first made by an op inside that scope is not a second origin when the Cell's own output shows it.
     wraps_scope: Optional[str] = None
+    # A framework dump's Cell entry whose outputs include its parameters' gradients (msprobe parameters_grad):
+    # output slot -> the parameter's name ("lm_head.weight").
+    parameter_grads: Optional[Dict[int, str]] = None
+    # The node's literal arguments (slot -> text as the .ir writes it: `Bool(1)`, `I64(-1)`, `(I64(0), I64(1))`)
+    # and its primitive attributes (the text inside `primitive_attrs: {...}`), parsed only when an op is
+    # recomputed (msoverflow/readers/ir_graph.py literal(), attributes()).
+    literals: Dict[int, str] = field(default_factory=dict)
+    attrs_text: str = ""
+    types_text: str = ""      # the node's inferred types line: `(<Tensor[Float32], (2, 4)>, ...) -> (...)`
 
 
 class NamedRun(Protocol):
@@ -259,6 +268,52 @@ class Source:
     code: str
 
 
+# Causes of an origin (Finding.cause): what recomputing the op from its dumped inputs says made its bad value.
+CAUSE_PRECISION = "precision"   # bad in the low-precision dtype, finite in float32: a precision patch is the fix
+CAUSE_DOMAIN = "domain"         # bad in every training dtype from finite inputs: sqrt/log of a negative, 0/0, x/0,
+                                # inf - inf, or a value beyond float32's range
+CAUSE_DATA = "data"             # a zero token/mask count as a denominator, or the data batch itself holds the value
+CAUSE_DEVICE = "device"         # the inputs recompute finite where the dump is not: a kernel bug or a hardware fault
+CAUSE_UNKNOWN = "unknown"       # it could not be recomputed (the reason says why)
+CAUSES = (CAUSE_PRECISION, CAUSE_DOMAIN, CAUSE_DATA, CAUSE_DEVICE, CAUSE_UNKNOWN)
+
+
+@dataclass
+class Recomputed:
+    """The origin op recomputed from its dumped inputs in one precision."""
+    dtype: str                       # float16 | bfloat16 | float32 | float64
+    finite: bool                     # every value of the recomputed output is finite
+    max_abs: Optional[float]         # largest finite |x|
+    nonfinite: int = 0
+    agrees: Optional[bool] = None    # the dump holds what this gives, seen in the coarser dtype (None: not comparable)
+    mismatches: int = 0              # elements where they differ
+
+
+@dataclass
+class Sample:
+    """One bad element: its dumped value beside the recomputed ones (repro prints these)."""
+    index: Tuple[int, ...]
+    dumped: float
+    recomputed: Dict[str, float] = field(default_factory=dict)   # precision -> value
+
+
+@dataclass
+class Cause:
+    """Why an origin made its bad value (msoverflow/diagnosis/cause.py)."""
+    cause: str                       # CAUSE_*
+    reason: str                      # one sentence: what the recompute showed
+    advice: str = ""
+    by: str = ""                     # what recomputed it: "numpy" | "mindspore" | "" (not recomputed)
+    output_slot: Optional[int] = None
+    recompute: List[Recomputed] = field(default_factory=list)
+    where: str = ""                  # "all 8 values", "all 30 in batch row 1", "spread across the tensor: ..."
+    axes: Dict[str, List[int]] = field(default_factory=dict)
+    pattern: str = ""                # "bit flip" | "memory stomp" | "overflow" | ""
+    pattern_text: str = ""
+    evidence: List[str] = field(default_factory=list)
+    samples: List[Sample] = field(default_factory=list)
+
+
 @dataclass
 class Finding(IterationAlias):
     """One op execution that produced a bad value, with what the rules concluded about it."""
@@ -284,6 +339,8 @@ class Finding(IterationAlias):
     producers: List[str] = field(default_factory=list)   # the graph's inputs of this op (full names), for edges
     ir_file: Optional[str] = None     # the saved graph (.ir) holding this op
     ir_line: Optional[int] = None
+    cause: Optional[Cause] = None     # what made the bad value (origins; diagnosis)
+    advice: str = ""                  # the recommendation's key in op_knowledge.yaml (the cause may replace it)
     history: Optional["History"] = None   # since when: its inputs and parameters over the dumped steps
 
 
@@ -329,6 +386,7 @@ class StepCompleteness(IterationAlias):
     reasons: List[str] = field(default_factory=list)   # "417 of 556 kernels' files", "3 files are truncated", ...
     truncated: List[str] = field(default_factory=list)   # files shorter than their header says, 0-byte files
     recent: bool = False               # files modified in the last seconds: the dump may still be being written
+    earlier: bool = False              # a step before its rank's last one: the job went past it (files were lost)
 
 
 @dataclass
@@ -416,6 +474,7 @@ class Report:
     steps: Dict[int, List[int]]        # rank -> steps seen
     files: int = 0
     tensors_read: int = 0
+    outputs_checked: int = 0           # op runs whose dumped outputs were checked (values or statistics)
     layout: str = ""
     tail_clean: bool = True            # False when later steps were not scanned (early exit)
     extra: Dict[str, Any] = field(default_factory=dict)
@@ -485,6 +544,11 @@ class Report:
         """A collective delivered a bad value to a rank (an arrival is kept when that rank's own step is cut short
         and its row says `incomplete`)."""
         return bool(self.arrivals) or any(row.status == RANK_RECEIVED for row in self.rank_status)
+
+    @property
+    def cause(self) -> Optional[Cause]:
+        """What made the first origin's bad value (precision, domain, data, device or unknown), or None."""
+        return self.first.cause if self.first is not None else None
 
     @property
     def verdict(self) -> str:

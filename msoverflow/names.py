@@ -48,6 +48,8 @@ READER_DIRS = ("dump_tensor_data",)
 # Whole-file names a reader reads (one per directory), and files beside the tensors that hold none.
 WHOLE_FILES = ("statistic.csv", "dump.json")
 MAPPING_FILE = "mapping.csv"
+# The name a dump writer gives a file whose own name is over 255 characters (mapping.csv holds the original)
+SHORT_NAME = re.compile(r"^[0-9a-f]{24}(?:\.npy)?$")
 _NEVER_TENSORS = (".ir", ".pb", ".txt", ".log")
 
 
@@ -56,7 +58,7 @@ def is_dump_file(name: str) -> bool:
     holding one is a step; one the readers cannot place is reported as not understood, never skipped in silence
     (a stray `net.step.100.ckpt` in a step directory is one file not understood, not a missing tensor)."""
     return (name.endswith(".npy") or name in WHOLE_FILES or name.startswith("Opdebug.")
-            or (name.count(".") >= 3 and not name.endswith(_NEVER_TENSORS)))
+            or (name.count(".") >= 3 and not name.endswith(_NEVER_TENSORS)) or SHORT_NAME.match(name) is not None)
 
 
 def understood(name: str) -> bool:

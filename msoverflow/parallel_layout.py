@@ -43,6 +43,10 @@ _SPEC_KEYS = {"dp": "dp", "data_parallel": "dp", "tp": "tp", "mp": "tp", "model_
               "pipeline_stage": "pp", "pipeline_stages": "pp"}
 _YAML_LIMIT = 256 << 10     # MindFormers configs are a few KiB; pure-Python ruamel.yaml loads tens of KiB a second
 _MAX_FILES_LOOKED_AT = 200
+_BESIDE_YAMLS_READ = 16          # YAMLs beside a dump read for a parallel_config (the first, by name)
+_BESIDE_YAMLS_PARSED = 4         # of those, parsed (only those with a top-level parallel_config: key)
+_BESIDE_YAML_LIMIT = 64 << 10    # bytes of a YAML found beside a dump (a named --parallel YAML: _YAML_LIMIT)
+_PARALLEL_KEY = re.compile(r"^[\"']?parallel_config[\"']?[ \t]*:", re.M)   # a top-level key, block style
 ORDER = "rank = pp * (dp_size * tp_size) + dp * tp_size + tp (MindSpore/MindFormers: pipeline-major, tp fastest)"
 
 
@@ -200,14 +204,20 @@ def _read_strategies(files: List[str], where: str) -> ParallelSpec:
     return spec
 
 
-def _yaml_spec(path: str) -> Optional[ParallelSpec]:
+def _yaml_text(path: str, limit: int = _YAML_LIMIT, key=re.compile("parallel_config")) -> Optional[str]:
+    """A YAML's text when it names `parallel_config` (`key`: where; None: it does not)."""
     try:
-        text = safeio.read_text(path, _YAML_LIMIT, errors="replace")
+        text = safeio.read_text(path, limit, errors="replace")
     except safeio.TooLarge:
-        raise UserError(f"{path}: larger than {_YAML_LIMIT >> 10} KiB, not a MindFormers YAML (they are a few KiB)") from None
+        raise UserError(f"{path}: larger than {limit >> 10} KiB, not a MindFormers YAML (they are a few KiB)") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from exc
-    if "parallel_config" not in text:
+    return text if key.search(text) else None
+
+
+def _yaml_spec(path: str, text: Optional[str] = None) -> Optional[ParallelSpec]:
+    text = _yaml_text(path) if text is None else text
+    if text is None:
         return None
     try:       # nesting and alias expansion bounded before anything is built (an alias bomb is refused)
         doc = safeio.loads_yaml(text)
@@ -279,15 +289,30 @@ def _strategy_beside(path: str, warn) -> Optional[ParallelSpec]:
 
 
 def _yaml_beside(path: str, warn) -> Optional[ParallelSpec]:
+    """A MindFormers YAML found without --parallel: among the files _beside() lists (the dump directory and its
+    parent, by name), the first _BESIDE_YAMLS_READ named *.yaml/*.yml are read (each at most _BESIDE_YAML_LIMIT),
+    and only those with a top-level `parallel_config:` key are parsed, at most _BESIDE_YAMLS_PARSED of them: an
+    unrelated YAML costs one bounded read, a hostile one a bounded parse (docs/analyze.md)."""
+    read = parsed = 0
     for f in _beside(path):
-        if f.lower().endswith((".yaml", ".yml")):
-            try:
-                spec = _yaml_spec(f)
-            except UserError as exc:
-                warn(str(exc))
+        if not f.lower().endswith((".yaml", ".yml")):
+            continue
+        if read == _BESIDE_YAMLS_READ or parsed == _BESIDE_YAMLS_PARSED:
+            warn(f"{os.path.dirname(f)}: more YAML files than the {_BESIDE_YAMLS_READ} looked at for a parallel "
+                 "layout; name the one to use with --parallel")
+            return None
+        read += 1
+        try:
+            text = _yaml_text(f, _BESIDE_YAML_LIMIT, _PARALLEL_KEY)
+            if text is None:
                 continue
-            if spec is not None:
-                return spec
+            parsed += 1
+            spec = _yaml_spec(f, text)
+        except UserError as exc:
+            warn(f"{exc}; not used (name a layout with --parallel)")
+            continue
+        if spec is not None:
+            return spec
     return None
 
 

@@ -4,7 +4,14 @@ Two kinds of evidence in a dump:
   - an optimizer (state-update) op of the rank's first bad step: input 0 is the parameter it writes; a bad
     input of the same shape is its gradient (or moment). The parameter's name comes from the op's node line in
     the saved graph (`SGD(%para4_head.weight, ...)`), else the op is named instead;
-  - a `Parameter` file whose value is non-finite (the weight itself went bad).
+  - a `Parameter` file whose value is non-finite (the weight itself went bad);
+  - a framework dump's parameter gradients (msprobe `{Cell}.parameters_grad`: the reader names each output slot
+    that holds one, GraphNode.parameter_grads);
+  - when the step ran no optimizer kernel (a loss-scale cell skips the update on overflow), a gradient
+    collective's bad output: the gradient reducer hands its reduced gradients on in the order of the weights (the
+    graph's output tuple), and the optimizer call takes them in the same order, so the k-th reduced gradient is
+    the k-th optimizer call's parameter. Both orders come from the saved graphs (the optimizer may sit in a branch
+    graph that did not run); the shapes must agree pair by pair, else the row says the parameter is not known.
 How it was hit follows the rank's own story (the per-rank table): a rank where a bad value was created computed
 it; a rank that received its first bad value through a collective got the gradient through that collective.
 """
@@ -22,12 +29,15 @@ _PARAM_ARG = re.compile(r"=\s*[\w.]+\(\s*%para\d+_([^,\s)]+)")
 
 def parameter_hits(executions: Dict[int, List[OpExecution]], rank_status: List[RankStatus], stats_of: Callable,
                    node_of: Callable, is_state_update: Callable[[str], bool], is_collective: Callable[[str], bool],
-                   warn: Callable[[str], None], bad_steps: Set[Tuple[int, int]]) -> List[ParameterHit]:
+                   warn: Callable[[str], None], bad_steps: Set[Tuple[int, int]],
+                   graphs_of_rank: Callable[[int], List[object]] = lambda rank: []) -> List[ParameterHit]:
     """stats_of(event) -> TensorStats (lazy read); node_of(ex) -> (GraphNode or None, graph or None);
-    bad_steps: the (rank, step)s where the scan judged any op bad (only those are looked at)."""
+    bad_steps: the (rank, step)s where the scan judged any op bad (only those are looked at);
+    graphs_of_rank(rank) -> the rank's saved graphs in graph-id order (where the optimizer calls are)."""
     hits: List[ParameterHit] = []
     lines = _NodeLines()
-    seen = set()
+    gradients = _ReducedGradients(lines, is_collective, is_state_update, graphs_of_rank)
+    seen: Set[Tuple[int, str]] = set()
     for row in rank_status:
         if row.step is None or (row.status not in (RANK_ORIGIN, RANK_RECEIVED) and not row.via):
             continue
@@ -42,7 +52,7 @@ def parameter_hits(executions: Dict[int, List[OpExecution]], rank_status: List[R
             # of parameters not named yet (their file names spell dots as underscores)
             updates = [ex for ex in step if is_state_update(ex.op_type) and len(ex.inputs) > 1]
             values = [ex for ex in step if ex.is_parameter]
-            found = 0
+            found: int = 0
             for ex in updates + values:
                 if len(hits) >= MAX_HITS:
                     warn(f"more than {MAX_HITS} parameters were hit: the table lists the first {MAX_HITS}")
@@ -51,14 +61,50 @@ def parameter_hits(executions: Dict[int, List[OpExecution]], rank_status: List[R
                     hit = _value_hit(ex, row, stats_of)
                 else:
                     hit = _update_hit(ex, row, stats_of, node_of, lines, is_collective, computed_here)
-                key = (row.rank, hit.name.replace(".", "_")) if hit is not None else None
-                if hit is not None and key not in seen:
-                    seen.add(key)
-                    hits.append(hit)
-                    found += 1
+                found += _add(hit, row, hits, seen)
+            for hit in _framework_grads(step, row, stats_of, node_of, computed_here):
+                found += _add(hit, row, hits, seen)
+            if not found:       # no optimizer kernel ran with a bad input: the gradients say which parameters
+                for hit in gradients.hits(step, row, stats_of, node_of, computed_here):
+                    found += _add(hit, row, hits, seen)
             if found:
                 break
     return hits
+
+
+def _add(hit: Optional[ParameterHit], row: RankStatus, hits: List[ParameterHit], seen: Set[Tuple[int, str]]) -> int:
+    """Adds a hit not seen on its rank yet (names compared with dots as underscores); 1 when added."""
+    if hit is None:
+        return 0
+    key = (row.rank, hit.name.replace(".", "_"))
+    if key in seen or len(hits) >= MAX_HITS:
+        return 0
+    seen.add(key)
+    hits.append(hit)
+    return 1
+
+
+def _framework_grads(step: List[OpExecution], row: RankStatus, stats_of, node_of,
+                     computed_here: bool) -> List[ParameterHit]:
+    """The bad parameter gradients a framework dump names (msprobe parameters_grad, GraphNode.parameter_grads)."""
+    found = []
+    for ex in step:
+        node, _graph = node_of(ex)
+        names = getattr(node, "parameter_grads", None)
+        if not names:
+            continue
+        for event in ex.outputs:
+            if event.slot in names and _bad(event, stats_of):
+                if computed_here:
+                    how = "gradient computed on this rank"
+                elif row.via:
+                    how = f"gradient non-finite after the rank received via {row.via}"
+                else:
+                    how = "gradient non-finite; no dumped op on this rank made it"
+                found.append(ParameterHit(name=names[event.slot], rank=ex.rank, step=ex.step, shape=event.shape,
+                                          how=how + f" (msprobe parameters_grad of {ex.op_name})",
+                                          op_name=ex.op_name, coords=row.coords))
+    return found
 
 
 def _bad(event, stats_of) -> bool:
@@ -136,6 +182,95 @@ def _collective_before(node, slot: int, graph, is_collective, depth: int = 4) ->
             following += [i for i in producer.inputs if i and not i.startswith(("param:", "%")) and i != "const"]
         frontier = following[:16]
     return None
+
+
+class _ReducedGradients:
+    """Parameters hit through the gradient collectives of a step that ran no optimizer kernel (module docstring)."""
+
+    def __init__(self, lines: "_NodeLines", is_collective, is_state_update, graphs_of_rank):
+        self.lines, self.is_collective, self.is_state_update = lines, is_collective, is_state_update
+        self.graphs_of_rank = graphs_of_rank
+        self._calls: Dict[int, List[Tuple[Optional[str], Optional[Tuple[int, ...]]]]] = {}
+
+    def hits(self, step: List[OpExecution], row: RankStatus, stats_of, node_of,
+             computed_here: bool) -> List[ParameterHit]:
+        found = []
+        for ex in step:
+            if not self.is_collective(ex.op_type):
+                continue
+            bad = next((e for e in ex.outputs if _bad(e, stats_of)), None)
+            if bad is None:
+                continue
+            node, graph = node_of(ex)
+            name, why = self._parameter(ex.rank, node, graph, bad.shape)
+            through = f"{ex.op_type} {ex.op_name}"
+            if computed_here:
+                how = f"gradient computed on this rank, then through {through}"
+            else:
+                how = f"gradient received via {through}"
+            how += ("; no optimizer ran (update skipped): named by the saved graph's optimizer call" if name
+                    else f"; no optimizer ran (update skipped) and the parameter is not known: {why}")
+            found.append(ParameterHit(name=name or f"? (the gradient {ex.op_type} {ex.op_name} reduced)",
+                                      rank=ex.rank, step=ex.step, shape=bad.shape, how=how, op_name=ex.op_name,
+                                      coords=row.coords))
+        return found
+
+    def _parameter(self, rank: int, node, graph, shape) -> Tuple[Optional[str], str]:
+        """(the parameter whose gradient `node` reduced, or None and why not)."""
+        if node is None or graph is None:
+            return None, "no saved graph names this collective"
+        reduced = _reduced_in_order(graph, self.is_collective)
+        if node.full_name not in reduced:
+            return None, "the collective's output is not one of the graph's outputs (no gradient tuple)"
+        calls = self._optimizer_calls(rank)
+        if not calls:
+            return None, "no saved graph of this rank holds an optimizer call"
+        if len(calls) != len(reduced):
+            return None, (f"the graph hands on {len(reduced)} reduced gradients, the optimizer calls take "
+                          f"{len(calls)}")
+        index = reduced.index(node.full_name)
+        param, param_shape = calls[index]
+        if param is None:
+            return None, f"the optimizer call for gradient {index + 1} does not name its parameter"
+        if param_shape is not None and shape is not None and tuple(param_shape) != tuple(shape):
+            return None, (f"gradient {index + 1} has shape {tuple(shape)}, the optimizer call's parameter {param} "
+                          f"{tuple(param_shape)}")
+        return param, ""
+
+    def _optimizer_calls(self, rank: int) -> List[Tuple[Optional[str], Optional[Tuple[int, ...]]]]:
+        if rank not in self._calls:
+            calls = []
+            for graph in self.graphs_of_rank(rank):
+                for node in getattr(graph, "nodes", ()):
+                    if self.is_state_update(node.op_type) and node.op_type not in _PLAIN_WRITES:
+                        name = _parameter_name(node, graph, self.lines)
+                        calls.append((name, graph.parameter_shapes.get(name) if name else None))
+            self._calls[rank] = calls
+        return self._calls[rank]
+
+
+def _reduced_in_order(graph, is_collective, hops: int = 3) -> List[str]:
+    """The collectives whose outputs (through a Mul by 1/n, a Cast: at most `hops` ops) are elements of the graph's
+    output tuple, in the tuple's order: the reduced gradients as the gradient reducer hands them on."""
+    cached = getattr(graph, "_reduced_gradients", None)
+    if cached is not None:
+        return cached
+    elements: List[str] = []
+    for name in getattr(graph, "returns", ()):
+        node = graph.by_full.get(name)
+        elements += node.inputs if node is not None and node.op_type == "MakeTuple" else [name]
+    reduced = []
+    for element in elements:
+        node = graph.by_full.get(element)
+        for _ in range(hops + 1):
+            if node is None or is_collective(node.op_type):
+                break
+            producers = [i for i in node.inputs if i in graph.by_full]
+            node = graph.by_full[producers[0]] if len(producers) == 1 else None
+        if node is not None and is_collective(node.op_type):
+            reduced.append(node.full_name)
+    graph._reduced_gradients = reduced
+    return reduced
 
 
 class _NodeLines:

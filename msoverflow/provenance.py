@@ -1,6 +1,6 @@
 """What produced a report, so a report attached to an issue weeks later can be traced: msoverflow's version, the
 command line, when, on which host, and the MindSpore version that wrote the dump (its .dump_metadata, when present).
-Filled in one place, by msoverflow.api.analyze; the renderers only show Report.provenance."""
+Filled in one place, by msoverflow.api.analyze (and api.compare for a Comparison); the renderers only show it."""
 from __future__ import annotations
 
 import datetime
@@ -24,12 +24,17 @@ def collect(report: Report, command: Union[None, str, Sequence[str]] = None) -> 
     if not isinstance(meta, dict):
         meta = {}
     version = meta.get("version")
+    # None when the dump holds no .dump_metadata (msprobe, ACL, hand-copied files): never guessed
+    return stamp(command, str(version) if isinstance(version, (str, int, float)) and version == version else None)
+
+
+def stamp(command: Union[None, str, Sequence[str]] = None, mindspore_version: Optional[str] = None) -> dict:
+    """msoverflow's version, the command, when and where (a Report's or a Comparison's provenance)."""
     return {
         "msoverflow_version": __version__,
         "command": command_line(command),
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
-        # None when the dump holds no .dump_metadata (msprobe, ACL, hand-copied files): never guessed
-        "mindspore_version": str(version) if isinstance(version, (str, int, float)) and version == version else None,
+        "mindspore_version": mindspore_version,
     }
 

@@ -59,8 +59,31 @@ def finding_dict(f) -> dict:
         "overflow_flags": [{"unit": r.unit, "status": r.status, "status_words": r.status_words,
                             "task_id": r.task_id, "stream_id": r.stream_id, "source": r.source} for r in f.flags],
         "recommendation": f.recommendation, "evidence": f.evidence,
+        "cause": f.cause.cause if f.cause else None,
+        "recompute": [recomputed_dict(r) for r in f.cause.recompute] if f.cause else [],
+        "diagnosis": cause_dict(f.cause) if f.cause else None,
         "history": history_dict(f.history) if f.history is not None else None,
     }
+
+
+def recomputed_dict(r) -> dict:
+    return {"dtype": r.dtype, "finite": r.finite, "max_abs": r.max_abs, "nonfinite": r.nonfinite,
+            "agrees": r.agrees, "mismatches": r.mismatches}
+
+
+def _value(x: float):
+    """A value that may be non-finite: the number, or 'nan' / 'inf' / '-inf' (JSON has no such numbers)."""
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def cause_dict(cause) -> dict:
+    return {"reason": cause.reason, "advice": cause.advice, "by": cause.by, "output_slot": cause.output_slot,
+            "where": cause.where, "axes": cause.axes, "pattern": cause.pattern, "pattern_text": cause.pattern_text,
+            "evidence": cause.evidence,
+            "samples": [{"index": list(s.index), "dumped": _value(s.dumped),
+                         "recomputed": {k: _value(v) for k, v in s.recomputed.items()}} for s in cause.samples]}
 
 
 def _source(s) -> Optional[dict]:

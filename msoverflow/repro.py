@@ -34,13 +34,41 @@ class Repro:
     inputs: List[str] = field(default_factory=list)
     op_type: str = ""
     how: str = ""
+    cause: str = ""                                        # the analysis' cause of the origin, with its reason
+    samples: List[dict] = field(default_factory=list)      # bad elements: dumped beside recomputed values
 
     def describe(self) -> str:
         lines = [f"repro of {self.op_type} ({self.how}) in {self.out_dir}",
                  f"  script: {self.script}"]
         lines += [f"  input : {p}" for p in self.inputs]
+        if self.cause:
+            lines.append(f"  cause : {self.cause}")
+        if self.samples:
+            lines.append("  the bad values, dumped and recomputed from these inputs (msoverflow's reference kernels):")
+            lines += [f"    {text}" for text in sample_lines(self.samples)]
         lines.append(f"  run it: python {self.script} [--device CPU|Ascend|GPU]")
         return "\n".join(lines)
+
+
+def sample_lines(samples: List[dict]) -> List[str]:
+    """One line per bad element: its index, the dumped value and the recomputed one per precision."""
+    lines = []
+    for sample in samples:
+        values = ", ".join(f"{dtype} {value}" for dtype, value in (sample.get("recomputed") or {}).items())
+        lines.append(f"at {tuple(sample.get('index') or ())}: dumped {sample.get('dumped')}; recomputed {values}")
+    return lines
+
+
+def _samples(first: dict, execution) -> tuple:
+    """The report's cause and samples of the origin (an older report without them: recomputed here)."""
+    diagnosis = first.get("diagnosis") if isinstance(first.get("diagnosis"), dict) else None
+    if diagnosis is not None and isinstance(diagnosis.get("samples"), list):
+        return first.get("cause"), diagnosis.get("reason") or "", diagnosis["samples"], diagnosis.get("output_slot")
+    from .diagnosis.cause import diagnose
+    from .evaluate import TensorAccess
+    from .report_dict import cause_dict
+    cause = diagnose(execution, TensorAccess(lambda message: None), mindspore=False)
+    return cause.cause, cause.reason, cause_dict(cause)["samples"], cause.output_slot
 
 
 def find_origin_inputs(report: dict, dump_dir: Optional[str] = None):
@@ -143,9 +171,12 @@ def write(report: dict, out_dir: str, device: str = "CPU", dump_dir: Optional[st
     form = VJP_FORMS.get(op_type)
     how = (f"through {form['forward']}'s gradient" if form else
            "the backward kernel itself" if op_type.endswith("Grad") else "the op itself")
+    cause, reason, samples, slot = _samples(first, execution)
     spec = {"op_type": op_type, "forward_op": forward, "full_name": first.get("full_name"),
             "rank": first.get("rank"), "iteration": first.get("iteration"), "kind": first.get("kind"),
-            "dumped_dtype": dumped, "inputs": meta, "vjp": form, "device": device}
+            "dumped_dtype": dumped, "inputs": meta, "vjp": form, "device": device,
+            "samples": [{"index": s.get("index"), "dumped": s.get("dumped")} for s in samples],
+            "sample_output": slot or 0}
     script = os.path.join(out_dir, "repro.py")
     try:
         with open(os.path.join(out_dir, "repro.json"), "w", encoding="utf-8") as fh:
@@ -155,7 +186,8 @@ def write(report: dict, out_dir: str, device: str = "CPU", dump_dir: Optional[st
                      .replace("__DEVICE__", device))
     except OSError as exc:
         raise UserError(f"{exc.filename or out_dir}: cannot write ({exc.strerror or exc})") from None
-    return Repro(out_dir=out_dir, script=script, inputs=inputs, op_type=op_type, how=how)
+    return Repro(out_dir=out_dir, script=script, inputs=inputs, op_type=op_type, how=how,
+                 cause=f"{cause}: {reason}" if cause else "", samples=samples)
 
 
 SCRIPT = '''\
@@ -214,6 +246,21 @@ def run(ms, dtype_name, arrays):
     return [o.astype(ms.float32).asnumpy().astype(np.float64) for o in outputs]
 
 
+def sampled(outputs, slot):
+    """The output's values at the dumped bad positions (the shapes may differ: then by flat position)."""
+    if slot >= len(outputs):
+        return ["-"] * len(SPEC["samples"])
+    values = outputs[slot]
+    found = []
+    for sample in SPEC["samples"]:
+        index = tuple(sample["index"])
+        try:
+            found.append(f"{float(values[index] if len(index) == values.ndim else values.reshape(-1)[0]):.6g}")
+        except (IndexError, ValueError):
+            found.append("-")
+    return found
+
+
 def error_text(exc):
     """The error in one line: its first line that says something (MindSpore's can start with blank or ----- lines),
     else where it was raised. Never cut mid-word."""
@@ -250,17 +297,24 @@ def main():
               f"inf {stats['inf']} nan {stats['nan']}")
     dtypes = [SPEC["dumped_dtype"]] + [d for d in ("float32", "bfloat16") if d != SPEC["dumped_dtype"]]
     bad = {}
+    at_samples = {}
     for name in dtypes:
         try:
             outputs = run(ms, name, arrays)
         except Exception as exc:  # bf16 kernels are missing on some devices
             print(f"  {name:<9}: not run on {args.device} ({error_text(exc)})")
             continue
+        at_samples[name] = sampled(outputs, SPEC["sample_output"])
         bad[name] = False
         for slot, values in enumerate(outputs):
             stats = describe(values)
             bad[name] = bad[name] or stats["inf"] > 0 or stats["nan"] > 0
             print(f"  {name:<9}: output {slot} max|x| {stats['max_abs']:.6g} inf {stats['inf']} nan {stats['nan']}")
+    if SPEC["samples"]:
+        print(f"  the bad values of output {SPEC['sample_output']}, as dumped and as re-run here:")
+        for i, sample in enumerate(SPEC["samples"]):
+            values = ", ".join(f"{name} {found[i]}" for name, found in at_samples.items())
+            print(f"    at {tuple(sample['index'])}: dumped {sample['dumped']}; {values}")
     dumped = SPEC["dumped_dtype"]
     wide = [n for n in ("float32", "bfloat16") if n in bad and n != dumped]
     if bad.get(dumped) and wide and not any(bad[n] for n in wide):

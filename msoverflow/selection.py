@@ -81,6 +81,9 @@ class Selection:
         return list(self)
 
 
+MAX_LISTED = 1_000_000     # values an iterable selection may list (ranges of step 1 and text are never listed)
+
+
 def parse(text: Union[None, str, int, Iterable[int], Selection], what: str = "--steps") -> Optional[Selection]:
     """`0|5-8`, `0,7`, `0-3`, `all` (None: no filter), an int, a range, an iterable of ints or a Selection ->
     Selection, kept as ranges (a range or a sorted iterable is never held as a set of its values). `what` names the
@@ -99,7 +102,10 @@ def parse(text: Union[None, str, int, Iterable[int], Selection], what: str = "--
         return _of_ranges([(_bounded(ends[0], what, text), _bounded(ends[1], what, text))] if ends else [])
     if not isinstance(text, str):
         runs: List[List[int]] = []      # consecutive values merge as they come: a sorted iterable costs its runs
-        for value in text:
+        for count, value in enumerate(text):
+            if count == MAX_LISTED:     # a generator that never ends, a stepped range of billions
+                raise SelectionError(f"{_said(what, text)}: more than {MAX_LISTED:,} values; give a range or a "
+                                     "text such as 0-3|8")
             if isinstance(value, (bool, float)):
                 raise SelectionError(f"{_said(what, text)}: {value!r} is not a step or rank id")
             number = _bounded(value, what, text)
@@ -125,8 +131,11 @@ def parse(text: Union[None, str, int, Iterable[int], Selection], what: str = "--
 
 
 def _said(what: str, text) -> str:
-    """The option and its value as the user wrote them: `--ranks '0-x'`, `ranks='0-x'`."""
-    return f"{what}{text!r}" if what.endswith("=") else f"{what} {text!r}"
+    """The option and its value as the user wrote them: `--ranks '0-x'`, `ranks='0-x'` (a long text or a list of
+    millions in a few words: safeio.brief)."""
+    from .safeio import brief
+    said = repr(text) if isinstance(text, (str, range)) and len(repr(text)) <= 200 else brief(text, 60)
+    return f"{what}{said}" if what.endswith("=") else f"{what} {said}"
 
 
 def _bounded(value, what: str, text) -> int:
@@ -135,7 +144,8 @@ def _bounded(value, what: str, text) -> int:
     except (TypeError, ValueError):
         raise SelectionError(f"{_said(what, text)}: expected {GRAMMAR}") from None
     if not 0 <= number <= MAX_ID:
-        raise SelectionError(f"{_said(what, text)}: {number} is not a step or rank id (0 to {MAX_ID})")
+        from .safeio import brief  # an int of 5,000 digits does not convert to text
+        raise SelectionError(f"{_said(what, text)}: {brief(number)} is not a step or rank id (0 to {MAX_ID})")
     return number
 
 

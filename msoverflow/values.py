@@ -46,3 +46,13 @@ def bad_counts(nonfinite: int, over_range: int) -> bool:
 def over_range_mask(values: np.ndarray, limit: Optional[float]) -> Optional[np.ndarray]:
     """Finite values beyond the limit (for counting); None without a limit."""
     return None if limit is None else np.abs(values) > limit
+
+
+def bad_mask(values: np.ndarray, declared: Optional[str]) -> np.ndarray:
+    """Element by element: not finite, or beyond the declared dtype's range (the same definition, per value)."""
+    values = np.asarray(values)
+    if values.dtype.kind != "f":
+        return np.zeros(values.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        beyond = over_range_mask(values, limit_of(declared))
+        return ~np.isfinite(values) if beyond is None else (~np.isfinite(values) | beyond)

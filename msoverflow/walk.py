@@ -160,11 +160,36 @@ def unit_executions(unit: Unit, warn: Warn = lambda message: None) -> List[OpExe
 @dataclass
 class UnitRead:
     """One unit read whole, as objects: its op runs in time order (Opdebug records joined to their ops), and
-    where their graphs are (msprobe's built from its entries; `.ir` files under the rank roots)."""
+    where their graphs are (msprobe's built from its entries; `.ir` files under the rank roots); `unread`: what its
+    readers could not read (unread_of), before any tensor is touched."""
     executions: List[OpExecution]
     records: List[OverflowRecord]
     graphs: Dict[Tuple[int, str], GraphIndex]
     rank_roots: Dict[Tuple[int, str], Optional[str]]
+    unread: Dict[str, Status] = field(default_factory=dict)
+
+
+def unread_of(contents: Iterable[DirContent], events: Iterable[TensorEvent],
+              known: Optional[Dict[str, Status]] = None) -> Dict[str, Status]:
+    """The one rule of "read", for analyze and compare alike: every file a reader could not read (a header that
+    does not parse, an empty file, a shortened name no mapping.csv row resolves) and every tensor whose bytes could
+    not be read (a payload cut short, a file that turned out empty or corrupt when read): path -> Status
+    (TRUNCATED when the file stops short, else UNREADABLE). Any of these could hold the origin. known: what an
+    earlier look at the same unit found (UnitRead.unread), to which the tensors read since are added."""
+    found: Dict[str, Status] = dict(known or {})
+    for content in contents:
+        for path, status in content.unread.items():
+            if status is Status.TRUNCATED or path not in found:
+                found[path] = status
+    for e in events:
+        if e.status.unread and (e.status is Status.TRUNCATED or e.source not in found):
+            found[e.source] = e.status
+    return found
+
+
+def split_unread(found: Dict[str, Status]) -> Tuple[List[str], List[str]]:
+    """(every unread file, the ones cut short), sorted."""
+    return sorted(found), sorted(path for path, status in found.items() if status is Status.TRUNCATED)
 
 
 def read_unit(unit: Unit, warn: Warn = lambda message: None) -> UnitRead:
@@ -186,7 +211,7 @@ def _unit_read(unit: Unit, contents: List[DirContent], warn: Warn) -> UnitRead:
     if records:
         _match_records(records, executions)
     return UnitRead(executions, records, msprobe_graphs(nodes),
-                    {(d.rank, d.graph): d.rank_root for d in unit.dirs})
+                    {(d.rank, d.graph): d.rank_root for d in unit.dirs}, unread_of(contents, events))
 
 
 class OpRun:
@@ -220,6 +245,11 @@ class OpRun:
             self._execution.order = self.order
         return self._execution
 
+    def tensors(self) -> List[TensorEvent]:
+        """The tensors made so far (none while the run is still columns): what unread_of() looks at after a read."""
+        ex = self._execution
+        return ex.inputs + ex.outputs if ex is not None else []
+
 
 def read_unit_runs(unit: Unit, warn: Warn = lambda message: None) -> Tuple[List[OpRun], UnitRead]:
     """A unit's op runs in time order (graph order breaks ties), as read_unit() orders its executions. A unit of
@@ -230,7 +260,7 @@ def read_unit_runs(unit: Unit, warn: Warn = lambda message: None) -> Tuple[List[
     roots = {(d.rank, d.graph): d.rank_root for d in unit.dirs}
     runs = _column_runs(contents, roots)
     if runs is not None:
-        return runs, UnitRead([], [], {}, roots)
+        return runs, UnitRead([], [], {}, roots, unread_of(contents, []))
     read = _unit_read(unit, contents, warn)
     return [OpRun.of(ex) for ex in read.executions], read
 
@@ -445,6 +475,7 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
     caller_access, access = access, TensorAccess(note)
     twins = Counter((d.graph, d.step) for d in unit.dirs)
     executions: List[OpExecution] = []
+    contents: List[DirContent] = []
     plain_events: List[TensorEvent] = []
     firsts: List[int] = []
     lasts: List[int] = []
@@ -453,10 +484,9 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
             summary.layouts.append(d.layout)
         summary.rank_roots.setdefault((d.rank, d.graph), d.rank_root)
         content = read_dir(d, note)
+        contents.append(content)
         summary.files += content.files
         summary.unknown += content.unknown
-        summary.unreadable += content.unreadable
-        summary.truncated += content.truncated
         summary.refused += content.refused
         summary.records += content.records
         if content.nodes:
@@ -526,15 +556,9 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
                 summary.after_arrival.append(len(summary.judged))
         summary.judged.append((ex, verdict))
     summary.earlier_bad = earlier_bad
-    for ex in executions:
-        for e in ex.inputs + ex.outputs:
-            if e.status.unread:
-                summary.unreadable.append(e.source)
-                if e.status is Status.TRUNCATED:
-                    summary.truncated.append(e.source)
-            elif e.status is Status.UNDECODABLE:
-                summary.undecodable.append((e.source, e.note))
-    summary.unreadable, summary.truncated = sorted(set(summary.unreadable)), sorted(set(summary.truncated))
+    events = [e for ex in executions for e in ex.inputs + ex.outputs]
+    summary.undecodable = [(e.source, e.note) for e in events if e.status is Status.UNDECODABLE]
+    summary.unreadable, summary.truncated = split_unread(unread_of(contents, events))
     kept = [ex for ex, _ in summary.judged] + summary.arrivals
     summary.side_reads = side.tensors_read
     if caller_access is not None:

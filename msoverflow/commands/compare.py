@@ -37,7 +37,8 @@ def register(sub):
 
 
 def run(args) -> int:
-    from ..comparison import DEFAULT_ULPS, compare
+    from ..api import compare
+    from ..comparison import DEFAULT_ULPS
     from ..errors import UserError
     from ..logs import log
     from ._output import deliver_comparison
@@ -46,5 +47,6 @@ def run(args) -> int:
     if not tolerance >= 0:
         raise UserError(f"--ulps {args.ulps}: expected 0 or more")
     result = compare(args.baseline, args.target, ranks=args.ranks, steps=args.steps, tolerance_ulps=tolerance,
-                     top=args.top, warn=lambda message: log.debug("warning: %s", message), parallel=args.parallel)
+                     top=args.top, warn=lambda message: log.debug("warning: %s", message), parallel=args.parallel,
+                     command=getattr(args, "command_line", None))
     return deliver_comparison(args, result)

@@ -25,9 +25,12 @@ def register(subparsers):
                     "Ways: runtime (msoverflow.patch.apply, injected into an unmodified script by --verify), "
                     "a MindFormers YAML (--yaml CONFIG; only fields that reach the culprit), the model's source "
                     "(--how source, diff by default, --write to apply), or, for a 0/0 at a masked mean, the "
-                    "zero-token guard (--how guard). Exit codes: 0 patch shown/written/fixed, 1 verify shows it is not "
-                    "fixed, 2 bad input, 4 internal error, 3 no change that reaches the culprit was made (already patched, or no field/patch reaches "
-                    "it: the output says why and what to do instead).")
+                    "zero-token guard (--how guard). The patch follows the cause the analysis found: a device fault, "
+                    "a value no dtype holds (domain) or a bad batch (data) gets no precision patch (exit 3, with what "
+                    "to do instead; --cell/--op patches anyway). Exit codes: 0 patch shown/written/fixed, 1 verify "
+                    "shows it is not fixed, 2 bad input, 4 internal error, 3 no change that reaches the culprit was "
+                    "made (already patched, or no field/patch reaches it, or the cause is not a precision problem: "
+                    "the output says why and what to do instead).")
     what = parser.add_argument_group("what to patch")
     what.add_argument("--from", dest="report", metavar="REPORT", help="msoverflow analyze --format json output")
     what.add_argument("--dump", metavar="DIR", help="a dump directory: analyse it first")
@@ -119,6 +122,10 @@ def run(args: argparse.Namespace) -> int:
         target = target_from_args(args.cell, args.op, report)
     elif report is not None:
         target = target_from_report(report, args.report or args.dump)
+        refused = _cause_refuses(report, target, args.report or args.dump)
+        if refused:
+            print(refused)
+            return EXIT_NO_CHANGE
     else:
         raise UserError("nothing to patch: give --from REPORT, --dump DIR, --cell PATH_OR_TYPE or --op TYPE")
 
@@ -178,6 +185,27 @@ def _echo(line: str) -> None:
 
 
 _DIVISION_OPS = {"Div", "RealDiv", "DivNoNan", "Divide", "DivExt"}
+
+
+def _cause_refuses(report: dict, target, where: str) -> str:
+    """The patch follows the cause the analysis found (first.cause): only `precision` (and `unknown`, said so) gets
+    a precision patch; a zero denominator (`data` or `domain` at a division) gets the guard. A device fault, a value
+    no dtype holds and a bad batch get no patch: the text says why and what to do instead ('' to go on)."""
+    first = report.get("first") or {}
+    cause = first.get("cause")
+    diagnosis = first.get("diagnosis")
+    diagnosis = diagnosis if isinstance(diagnosis, dict) else {}
+    reason, advice = str(diagnosis.get("reason") or ""), str(diagnosis.get("advice") or "")
+    if cause == "unknown":
+        print(f"note: the cause could not be established ({reason}); the patch below assumes a precision problem")
+    if cause not in ("device", "domain", "data") or (cause != "device" and _is_masked_division(target)):
+        return ""
+    instead = {"device": "re-run the step on the same device and on another",
+               "domain": "fix the value at its source (clamp, offset or guard the input)",
+               "data": "check the data pipeline for the rows named"}[cause]
+    return (f"{where}: no patch: the cause is {cause!r}: {reason}. {advice or instead}\n"
+            f"A precision patch would not fix it (no change made, exit {EXIT_NO_CHANGE}); to patch anyway, name "
+            "the target with --cell or --op.")
 
 
 def _is_masked_division(target) -> bool:

@@ -389,15 +389,13 @@ def _read_dir_files(content, batch) -> None:
         try:
             header = read_dump_header(path)
         except DumpFormatError as exc:
-            content.warn(str(exc))
-            content.unreadable.append(path)
-            if isinstance(exc, TruncatedFile):
-                content.truncated.append(path)
+            content.not_read(path, Status.TRUNCATED if isinstance(exc, TruncatedFile) else Status.UNREADABLE,
+                             str(exc))
             continue
         found = tensor_events(path, parsed, rank=d.rank, graph=d.graph, iteration=d.step, warn=content.warn,
                               header=header)
         if not found:
-            content.unreadable.append(path)
+            content.not_read(path)
         content.events.extend(found)
 
 

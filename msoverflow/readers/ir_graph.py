@@ -15,6 +15,8 @@ from ..names import scope_to_file_name
 
 _NODE = re.compile(r"^\s+%(\w+)\([^)]*\) = ([\w.]+)\(")
 _PARAM = re.compile(r"^%(para\d+)_(\S+?):")
+_PARAM_SHAPE = re.compile(r"Tensor\[\w+\]\], \(([\d, ]*)\)")     # a parameter line's `<Ref[Tensor[Float32]], (16, 32)`
+_RETURN = re.compile(r"^\s+Return\(")
 # `%12`, `%para3` (older dialects) or `%para3_fc.bias` (MindSpore 2.x names the parameter in every reference; its
 # name may hold dots)
 _REF = re.compile(r"%([\w.]+)")
@@ -86,6 +88,109 @@ def _args(line: str, start: int) -> List[str]:
     return [a for a in args if a]
 
 
+_ATTRS = "primitive_attrs: {"
+_SCALAR = re.compile(r"^(Bool|I8|I16|I32|I64|U8|U16|U32|U64|F16|BF16|F32|F64)\((.*)\)$")
+_NUMBER = re.compile(r"^-?(\d+\.?\d*(e[-+]?\d+)?|inf|nan)$", re.IGNORECASE)
+_TENSOR_VALUE = re.compile(r"\bvalue=(\[[^\]]*\]|[^,)\s]+)")
+
+
+def _attrs_text(line: str) -> str:
+    """The text inside a node line's `primitive_attrs: {...}` (empty when it has none)."""
+    start = line.find(_ATTRS)
+    if start < 0:
+        return ""
+    start += len(_ATTRS)
+    depth = 1
+    for i in range(start, len(line)):
+        depth += {"{": 1, "}": -1}.get(line[i], 0)
+        if depth == 0:
+            return line[start:i]
+    return ""
+
+
+def _split_top(text: str) -> List[str]:
+    """Comma-separated items at the top nesting level."""
+    items: List[str] = []
+    current: List[str] = []
+    depth = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            items.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    items.append("".join(current).strip())
+    return [item for item in items if item]
+
+
+def literal(text: str):
+    """A literal as the .ir writes it -> a Python value: `Bool(1)` True, `I64(-1)` -1, `F32(1e-05)` 1e-05,
+    `(I64(0), I64(1))` (0, 1), `"NCHW"` 'NCHW', `Tensor(shape=[], dtype=Float32, value=16)` 16.0. Raises
+    ValueError for anything else (a reference, a monad, a form not known here)."""
+    text = text.strip()
+    m = _SCALAR.match(text)
+    if m:
+        kind, value = m.groups()
+        if kind == "Bool":
+            return value.strip().lower() in ("1", "true")
+        return float(value) if kind.startswith(("F", "BF")) else int(value)
+    if text[:1] in "([" and text[-1:] in ")]":
+        return tuple(literal(item) for item in _split_top(text[1:-1]))
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1]
+    if text == "None":
+        return None
+    if _NUMBER.match(text):
+        return float(text) if any(c in text for c in ".eE") or "inf" in text or "nan" in text else int(text)
+    if text.startswith("Tensor(") and "dtype=" in text:
+        m = _TENSOR_VALUE.search(text)
+        if m:
+            value = m.group(1)
+            kind = int if re.search(r"dtype=U?Int", text) else float
+            numbers = [kind(float(v)) for v in value.strip("[]").replace(",", " ").split()]
+            return tuple(numbers) if value.startswith("[") else numbers[0]
+    raise ValueError(f"not a literal: {text[:40]}")
+
+
+def attributes(node: GraphNode) -> Dict[str, object]:
+    """The node's primitive attributes whose values are literals (`transpose_a: Bool(1)` -> {'transpose_a': True})."""
+    found: Dict[str, object] = {}
+    for item in _split_top(node.attrs_text):
+        key, sep, value = item.partition(":")
+        if sep:
+            try:
+                found[key.strip()] = literal(value)
+            except ValueError:
+                continue
+    return found
+
+
+_TYPE_ITEM = re.compile(r"<(?:Ref\[)?Tensor\[\w+\]\]?, \(([\d, ]*)\)|<[^<>]*>")
+
+
+def shapes(node: GraphNode):
+    """(input shapes by slot, output shapes) the front end inferred for the node; None for a slot that is not a
+    tensor of known shape. Empty lists when the graph has no types line."""
+    text = node.types_text
+    arrow = text.find(") -> (")
+    if arrow < 0:
+        return [], []
+
+    def parse(part: str):
+        found: List[Optional[Tuple[int, ...]]] = []
+        for m in _TYPE_ITEM.finditer(part):
+            if m.group(1) is None:
+                found.append(None)
+            else:
+                found.append(tuple(int(d) for d in m.group(1).replace(" ", "").split(",") if d))
+        return found
+    return parse(text[:arrow + 1]), parse(text[arrow + len(") -> "):])
+
+
 # A node's call and attributes span a few lines; in a broken file the joining stops here (memory stays flat).
 MAX_JOINED_CHARS = 1 << 20
 _OPENING, _CLOSING = "([{", ")]}"
@@ -123,9 +228,14 @@ _OP_NUMBER = re.compile(r"^(.*)-op(\d+)$")
 class GraphIndex:
     """Nodes of one saved graph, looked up by full name or by the name as written in dump files."""
 
-    def __init__(self, nodes: List[GraphNode], path: Optional[str] = None):
+    def __init__(self, nodes: List[GraphNode], path: Optional[str] = None, returns: Optional[List[str]] = None,
+                 parameter_shapes: Optional[Dict[str, Tuple[int, ...]]] = None, data_inputs: Iterable[str] = ()):
         self.nodes = nodes
         self.path = path
+        self.returns = returns or []          # full names of what the graph's Return hands out (a MakeTuple, ...)
+        self.parameter_shapes = parameter_shapes or {}     # weight name -> shape (the .ir's parameter lines)
+        # the graph's parameters that are not weights (`IsWeight: false`, no Ref): the data batch it is fed
+        self.data_inputs = frozenset(data_inputs)
         self.by_full: Dict[str, GraphNode] = {n.full_name: n for n in nodes}
         self.by_file: Dict[str, GraphNode] = {scope_to_file_name(n.full_name): n for n in nodes}
         self.dumped_as: Dict[str, str] = {}     # full name -> its name in dump files, where that differs
@@ -168,6 +278,9 @@ class GraphIndex:
 
 def parse_ir(lines: Iterable[str]) -> GraphIndex:
     params: Dict[str, str] = {}
+    shapes: Dict[str, Tuple[int, ...]] = {}
+    returns: List[str] = []             # what each subgraph's Return hands out (%ids)
+    data_inputs: List[str] = []
     ids: Dict[str, str] = {}            # %113 -> full name (filled once the node's Fullname line is seen)
     unique: Dict[str, str] = {}         # unique_id -> full name
     nodes: List[GraphNode] = []
@@ -179,7 +292,8 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             node = GraphNode(full_name=current["full_name"], op_type=current["op_type"], ir_id=current["id"],
                              inputs=current["inputs"], is_backend_cast=current["backend_cast"],
                              inferred_out=current.get("inferred"), kernel_out=current.get("kernel"),
-                             ir_line=current.get("line"))
+                             ir_line=current.get("line"), literals=current["literals"], attrs_text=current["attrs"],
+                             types_text=current.get("types_text", ""))
             src = current.get("source")
             if src:
                 node.source_file, node.source_line, node.source_code = src
@@ -191,14 +305,23 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             nodes.append(node)
 
     for line_number, line in _logical_lines(lines):
+        if _RETURN.match(line):
+            finish()
+            current = None
+            returns.extend(a[1:] for a in _args(line, line.index("(") + 1) if _REF.fullmatch(a))
+            continue
         m = _NODE.match(line)
         if m:
             finish()
             op = m.group(2)
             op_type = op[len("PrimFunc_"):] if op.startswith("PrimFunc_") else op
-            args = [a[1:] if _REF.fullmatch(a) else "const" for a in _args(line, m.end())]
+            texts = _args(line, m.end())
+            args = [a[1:] if _REF.fullmatch(a) else "const" for a in texts]
             current = {"id": m.group(1), "op_type": op_type, "inputs": args, "line": line_number,
-                       "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0}
+                       "backend_cast": "is_backend_cast: Bool(1)" in line, "types": 0,
+                       "open": line.count("{") - line.count("}"),
+                       "literals": {slot: text for slot, (text, arg) in enumerate(zip(texts, args, strict=True)) if arg == "const"},
+                       "attrs": _attrs_text(line)}
             u = _UNIQUE.search(line.split("cnode_primal_attrs", 1)[-1]) if "cnode_primal_attrs" in line else None
             f = _FORWARD.search(line)
             if f:
@@ -210,6 +333,11 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             p = _PARAM.match(line)
             if p:
                 params[p.group(1)] = p.group(2)
+                shape = _PARAM_SHAPE.search(line, p.end())
+                if shape and "is_parameter" in line:
+                    shapes[p.group(2)] = tuple(int(d) for d in shape.group(1).replace(" ", "").split(",") if d)
+                if "IsWeight: false" in line or ("<Tensor[" in line and "Ref[" not in line):
+                    data_inputs.append(p.group(2))
             continue
         stripped = line.strip()
         if stripped.startswith(": ("):
@@ -217,6 +345,7 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
             if current["types"] == 1:
                 d = _DTYPE_OUT.search(stripped)
                 current["inferred"] = d.group(1) if d else None
+                current["types_text"] = stripped[1:].strip()
             elif current["types"] == 2:
                 d = _KERNEL_OUT.search(stripped)
                 current["kernel"] = d.group(1) if d else None
@@ -257,7 +386,8 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
     for index, (fwd_name, fwd_unique) in pending_forward.items():
         node = nodes[index]
         node.forward_name = unique.get(fwd_unique or "") or fwd_name
-    return GraphIndex(nodes)
+    return GraphIndex(nodes, returns=[ids[r] for r in returns if r in ids], parameter_shapes=shapes,
+                      data_inputs=data_inputs)
 
 
 def load_ir(path: str) -> GraphIndex:

@@ -334,8 +334,10 @@ def read_step_dir(d, warn: Warn) -> Tuple[List[TensorEvent], List[GraphNode], in
     for order, (entry, body) in enumerate(data):
         if _match(_PARAM_GRAD, entry):
             if entry in orphans:   # no backward entry of that Cell: the gradients stand alone
-                events.extend(make(list(_tensors(body, entry, unread)), entry, OUTPUT, order))
+                records, names = _named_grads([entry], doc["data"], 0, unread)
+                events.extend(make(records, entry, OUTPUT, order))
                 nodes.append(_node(entry, parents, stacks))
+                nodes[-1].parameter_grads = names or None
             continue
         forward_entry = forward_of(entry)
         in_keys = ("input_args", "input_kwargs", "parameters") if forward_entry is None else ("input",)
@@ -345,17 +347,36 @@ def read_step_dir(d, warn: Warn) -> Tuple[List[TensorEvent], List[GraphNode], in
         ins = [r for key in in_keys for r in _tensors(body.get(key), f"{entry}.{key}", unread)]
         outs = list(_tensors(body.get("output"), f"{entry}.output", unread))
         # Parameter gradients come from the Cell's backward: they are more of its outputs.
-        outs += [r for grad_entry in grads_of.get(entry, ())
-                 for r in _tensors(doc["data"][grad_entry], grad_entry, unread)]
+        grads, names = _named_grads(grads_of.get(entry, ()), doc["data"], len(outs), unread)
+        outs += grads
         events.extend(make(ins, entry, INPUT, order))
         events.extend(make(outs, entry, OUTPUT, order))
         nodes.append(_node(entry, parents, stacks))
+        nodes[-1].parameter_grads = names or None
     why = None
     if unread.count:
         why = (f"{path}: {unread.count} record(s) could hold a tensor but were not understood (e.g. "
                f"{'; '.join(unread.examples)}); they could hold the origin")
         warn(why)
     return events, nodes, 1 + (1 if stacks else 0) + (1 if parents else 0), why
+
+
+def _named_grads(grad_entries, data, first_slot: int, unread) -> Tuple[List[dict], Dict[int, str]]:
+    """The tensor records of parameters_grad entries and, per output slot (from first_slot), the parameter each
+    is the gradient of: `Cell.lm_head.NormHead.parameters_grad.0: {"weight": [...]}` -> lm_head.weight."""
+    records: List[dict] = []
+    names: Dict[int, str] = {}
+    for grad_entry in grad_entries:
+        body = data[grad_entry]
+        m = _match(_PARAM_GRAD, grad_entry)
+        prefix = (m.group(2) + ".") if m and m.group(2) else ""
+        items = body.items() if isinstance(body, dict) and "type" not in body else [(None, body)]
+        for key, item in items:
+            for record in _tensors(item, f"{grad_entry}.{key}" if key is not None else grad_entry, unread):
+                if key is not None:
+                    names[first_slot + len(records)] = f"{prefix}{key}"
+                records.append(record)
+    return records, names
 
 
 def _parameter_grads_by_owner(data) -> Dict[Optional[str], List[str]]:
@@ -430,7 +451,7 @@ def _read_dir(content, _files) -> None:
     content.events.extend(events)
     content.nodes.extend(nodes)
     if unread:     # dump.json unreadable, or records in it not understood: never a clean verdict
-        content.unreadable.append(os.path.join(d.path, DUMP_JSON))
+        content.not_read(os.path.join(d.path, DUMP_JSON))
 
 
 READER = Reader("msprobe", _read_dir, layouts=(LAYOUT_MSPROBE,))

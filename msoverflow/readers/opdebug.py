@@ -360,7 +360,7 @@ def _read_dir_files(content, batch) -> None:
         try:
             read_entries(path)
         except OpdebugFormatError:
-            content.unreadable.append(path)
+            content.not_read(path)
         content.records.extend(read_opdebug(
             path, rank=d.rank, graph=d.graph, iteration=d.step, file_timestamp=parsed.timestamp,
             file_task_id=parsed.task_id, file_stream_id=parsed.stream_id, warn=content.warn))

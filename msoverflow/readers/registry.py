@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from .. import names
-from ..model import OverflowRecord, TensorEvent
+from ..model import OverflowRecord, Status, TensorEvent
 
 if TYPE_CHECKING:
     from ..layout import DumpDir
@@ -52,12 +52,20 @@ class DirContent:
     nodes: list = field(default_factory=list)                     # msprobe: the ops' graph nodes
     files: int = 0                                                # dump files understood
     unknown: List[str] = field(default_factory=list)              # dump-looking files whose names are not known
-    unreadable: List[str] = field(default_factory=list)           # files that yielded nothing readable
-    truncated: List[str] = field(default_factory=list)            # of those, files that stop short of their header
+    # files a reader could not read, path -> Status.UNREADABLE | TRUNCATED (walk.unread_of: the one rule of "read")
+    unread: Dict[str, Status] = field(default_factory=dict)
     refused: List[str] = field(default_factory=list)              # "path: why" of refused statistic files
 
     def path(self, name: str) -> str:
         return os.path.join(self.d.path, name)
+
+    def not_read(self, path: str, status: Status = Status.UNREADABLE, why: str = "") -> None:
+        """A dump file whose tensors could not be read, whatever the reason (corrupt, cut short, empty, a shortened
+        name no mapping.csv row resolves): it could hold the origin, so no verdict is clean while it is left."""
+        if why:
+            self.warn(why)
+        if status is Status.TRUNCATED or path not in self.unread:
+            self.unread[path] = status
 
 
 _READERS: Optional[List[Reader]] = None
@@ -86,6 +94,11 @@ def read_dir(d, warn: Warn) -> DirContent:
     batches: Dict[str, list] = {}
     npy_names: List[str] = []
     for name in d.entries:
+        if names.SHORT_NAME.match(name) and name not in mapping:
+            content.not_read(content.path(name), why=f"{content.path(name)}: a shortened file name (the dump writer's "
+                             "for names over 255 characters) that mapping.csv does not list: its op is not known, "
+                             "not read")
+            continue
         if name in by_file_name:
             by_file_name[name].read(content, [name])
         elif name.startswith(ignored):
@@ -109,8 +122,6 @@ def read_dir(d, warn: Warn) -> DirContent:
     if npy_names:
         shown = [mapping.get(n, n) for n in npy_names] if mapping else npy_names
         columns = names.parse_many(shown)
-        for i in columns.rejected:
-            _unknown(content, npy_names[i])
         by_kind[names.KIND_NPY].read(content, [npy_names, columns])
     return content
 

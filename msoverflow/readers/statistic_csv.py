@@ -278,7 +278,7 @@ def _read_dir_files(content, batch) -> None:
                 continue
             content.events.extend(rows)
         if complaints:     # rows that could not be read could hold the bad value: never clean
-            content.unreadable.append(path)
+            content.not_read(path)
 
 
 _COLUMN_TITLES = {"count": "Count", "nan": "NaN Count", "posinf": "Positive Inf Count",

@@ -160,16 +160,19 @@ def inconclusive_lead(report: Report) -> str:
 
 
 def clean_text(report: Report) -> str:
-    """What a clean verdict covers, in its headline: the files, ranks and steps read (a dump of step 0 alone is
-    clean in step 0, not in the run), and the non-finite values that are no fault when there are some."""
+    """What a clean verdict covers, in its headline: the outputs, files, ranks and steps read (a dump of step 0
+    alone is clean in step 0, not in the run), what was skipped on purpose, and the non-finite values that are no
+    fault when there are some."""
     steps = {step for scanned in report.scanned_steps.values() for step in scanned}
     where = f"{read_text(report)} (ranks {steps_text(report.ranks)}; steps {steps_text(steps)})"
+    skipped = "" if report.layout == "hunt" and not report.files else (
+        "; not read, on purpose: the inputs of ops whose outputs are fine, integer tensors")
     harmless = [text for count, text in ((len(report.contained), "contained"),
                                          (sum(len(h.steps) for h in report.handled), "handled by the loss scale"))
                 if count]
     if harmless:
-        return f"no fault in {where}; its non-finite values are {' or '.join(harmless)} (below)"
-    return f"no inf, NaN or out-of-range value in {where}"
+        return f"no fault in {where}; its non-finite values are {' or '.join(harmless)} (below){skipped}"
+    return f"no inf, NaN or out-of-range value in {where}{skipped}"
 
 
 def scale_text(value: Optional[float]) -> str:
@@ -242,10 +245,11 @@ def history_lines(h: History, limit: int = 6) -> List[str]:
 
 
 def read_text(report: Report) -> str:
-    """What was read: "66 files" of a dump, or "1234 tensors checked live" by hunt (which reads no file)."""
+    """What was read: "the outputs of 33 op runs read from 66 files" of a dump (what a clean verdict rests on:
+    their values or statistics), or "1234 tensors checked live" by hunt (which reads no file)."""
     if report.layout == "hunt" and not report.files:
         return f"{report.tensors_read} tensors checked live"
-    return f"{report.files} files"
+    return f"the outputs of {report.outputs_checked} op run(s) read from {report.files} file(s)"
 
 
 def scanned_text(report: Report) -> str:
@@ -266,9 +270,9 @@ def scanned_text(report: Report) -> str:
             + (f"; ... {more} more rank(s) (--format json)" if more > 0 else ""))
 
 
-def provenance_text(report: Report) -> str:
+def provenance_text(report) -> str:
     """`msoverflow 0.4.0 on host, 2026-12-01T03:40:00Z: msoverflow analyze DUMP (MindSpore 2.10.0)`; "" when the
-    Report carries none."""
+    Report (or Comparison) carries none."""
     p = report.provenance or {}
     if not p:
         return ""
@@ -281,3 +285,54 @@ def provenance_text(report: Report) -> str:
     if p.get("mindspore_version"):
         text += f" (MindSpore {p['mindspore_version']})"
     return text
+
+
+# ---- the cause of an origin (msoverflow/diagnosis) ---------------------------------------------------------
+
+def value_text(x: Optional[float]) -> str:
+    """A recomputed or dumped value: nan, inf, -inf or the number."""
+    if x is None:
+        return "-"
+    if x != x:
+        return "nan"
+    if x in (float("inf"), float("-inf")):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.6g}"
+
+
+def cause_text(cause) -> str:
+    """'device: recomputed from its dumped inputs, ...' (the cause's word, then what showed it)."""
+    return f"{cause.cause}: {cause.reason}"
+
+
+def cause_values_text(cause) -> str:
+    """Where the bad values sit, and the pattern they form."""
+    return "; ".join(part for part in (cause.where, cause.pattern_text) if part)
+
+
+def recompute_rows(cause) -> List[Tuple[str, str, str, str]]:
+    """(dtype, finite, max |x|, agrees with the dump) per precision the origin was recomputed in."""
+    rows = []
+    for r in cause.recompute:
+        finite = "yes" if r.finite else f"no ({r.nonfinite} non-finite)"
+        several = r.mismatches != 1
+        agrees = ("-" if r.agrees is None else "yes" if r.agrees else
+                  f"no ({r.mismatches} value{'s' if several else ''} differ{'' if several else 's'})")
+        rows.append((r.dtype, finite, value_text(r.max_abs), agrees))
+    return rows
+
+
+def recompute_title(cause) -> str:
+    by = {"numpy": "msoverflow's reference kernels", "mindspore": "MindSpore on this machine's CPU"}.get(cause.by, "")
+    return f"recomputed from the dumped inputs ({by})" if by else "recomputed from the dumped inputs"
+
+
+def sample_texts(cause) -> List[str]:
+    """'at row 3, column 0: dumped 5.77e+05; float16 inf, float32 5.77e+05, float64 5.77e+05'."""
+    from ..diagnosis.where import axis_names, position_text
+    lines = []
+    for s in cause.samples:
+        where = position_text(list(s.index), axis_names(len(s.index))) if s.index else "the only value"
+        values = ", ".join(f"{dtype} {value_text(v)}" for dtype, v in s.recomputed.items())
+        lines.append(f"at {where}: dumped {value_text(s.dumped)}; recomputed {values}")
+    return lines

@@ -11,7 +11,7 @@ import os
 from typing import List, Optional
 
 from ..comparison import Comparison, OpDiff, TensorDiff, comparison_dict
-from .common import parallel_text, rank_phrase
+from .common import parallel_text, provenance_text, rank_phrase
 from .safe import md, md_code, plain, plot_label
 
 MAX_UNMATCHED_SHOWN = 20
@@ -23,6 +23,12 @@ SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b
                  "#17becf")
 SERIES_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
+
+
+def matched_text(c) -> str:
+    """The matched op runs counted against both sides (a cut or filtered side shows in either count)."""
+    return (f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs and {c.matched_ops} of {c.target_ops} "
+            "target op runs")
 
 def render_compare_json(c: Comparison) -> str:
     from ..safeio import json_safe
@@ -148,9 +154,8 @@ def render_compare_text(c: Comparison) -> str:
         out.append("Present on one side only (reported, not fatal):")
         out += ["  " + line for line in unmatched]
         out.append("")
-    out.append(f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs ({c.target_ops} in the target) in "
-               f"{len(c.units)} (rank, step) unit(s); {c.tensors_compared} tensors compared; tolerance "
-               f"{_g(c.tolerance_ulps)} ulps.")
+    out.append(f"{matched_text(c)} in {len(c.units)} (rank, step) unit(s); {c.tensors_compared} tensors compared; "
+               f"tolerance {_g(c.tolerance_ulps)} ulps.")
     if c.parallel:
         out.append(f"layout: {parallel_text(c.parallel)}")
     for line in c.caveats:
@@ -159,6 +164,8 @@ def render_compare_text(c: Comparison) -> str:
         out.append(f"inconclusive: {line}")
     if c.warnings:
         out.append(f"{len(c.warnings)} warning(s) (--format json lists them)")
+    if provenance_text(c):
+        out.append(f"-- {provenance_text(c)}")
     return "\n".join(plain(line) for line in out) + "\n"     # names from a dump never drive the terminal
 
 
@@ -199,6 +206,8 @@ def render_compare_markdown(c: Comparison) -> str:
     if c.parallel:
         out += [f"Layout: {md(parallel_text(c.parallel))}.", ""]
     out += [f"- caveat: {md(x)}" for x in c.caveats] + [f"- inconclusive: {md(x)}" for x in c.reasons]
+    if provenance_text(c):
+        out += ["", f"Made by {md(provenance_text(c))}."]
     return "\n".join(out) + "\n"
 
 
@@ -285,8 +294,7 @@ def compare_card(c: Comparison, links, after: str = "") -> str:
 
 
 def scope_text(c: Comparison) -> str:
-    return (f"Matched {c.matched_ops} of {c.baseline_ops} baseline op runs ({c.target_ops} in the target); "
-            f"{c.tensors_compared} tensors compared; tolerance {_g(c.tolerance_ulps)} ulps.")
+    return f"{matched_text(c)}; {c.tensors_compared} tensors compared; tolerance {_g(c.tolerance_ulps)} ulps."
 
 
 def render_compare_html(c: Comparison, page_dir: Optional[str] = None) -> str:
@@ -334,6 +342,8 @@ def render_compare_html(c: Comparison, page_dir: Optional[str] = None) -> str:
                  + "".join(f"<p class=note>inconclusive: {esc(x)}</p>" for x in c.reasons)
                  + ("<ul class=warn>" + "".join(f"<li>{esc(w)}</li>" for w in c.warnings[:300]) + "</ul>"
                     if c.warnings else "") + links.note() + "</section>")    # last: every link is made
+    if provenance_text(c):
+        parts.append(f'<footer id="provenance" class="note"><p>Made by {esc(provenance_text(c))}</p></footer>')
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{esc('msoverflow compare: ' + c.verdict)}</title><style>{CSS}</style></head><body><main>"

@@ -9,6 +9,7 @@ from ..model import SUSPECT
 from .common import (
     arrival_text,
     arrivals_shown,
+    cause_values_text,
     clean_text,
     contained_text,
     coords_phrase,
@@ -24,6 +25,9 @@ from .common import (
     provenance_text,
     rank_where,
     ranks_shown,
+    recompute_rows,
+    recompute_title,
+    sample_texts,
     scanned_text,
     tensors_shown,
 )
@@ -52,6 +56,19 @@ def _tensor_block(title: str, tensors: List[TensorSummary]) -> List[str]:
     note = counts_note(shown)
     out += ([""] if left_out or note else []) + ([f"- ... {left_out}"] if left_out else [])
     return out + ([f"- {note}"] if note else [])
+
+
+def _cause_block(cause) -> List[str]:
+    out: List[str] = []
+    if cause.recompute:
+        title = recompute_title(cause)
+        out += ["", f"{md(title[:1].upper() + title[1:])}:", "", "| dtype | finite | max abs | agrees with the dump |",
+                "|---|---|---|---|"]
+        out += ["| " + " | ".join(md(cell) for cell in row) + " |" for row in recompute_rows(cause)]
+        out += [""] + [f"- {md(text)}" for text in sample_texts(cause)]
+    if cause.evidence:
+        out += [""] + [f"- {md(e)}" for e in cause.evidence]
+    return out
 
 
 def _harmless(report: Report, top: int) -> List[str]:
@@ -102,6 +119,10 @@ def render_markdown(report: Report, top: int = 10) -> str:
         out.append(f"- what: {md(f.detail)}")
         if f.source:
             out.append(f"- source: {md_code(f'{f.source.file}:{f.source.line}')} {md_code(f.source.code)}")
+        if f.cause is not None:
+            out.append(f"- cause: **{md(f.cause.cause)}**: {md(f.cause.reason)}")
+            if cause_values_text(f.cause):
+                out.append(f"- values: {md(cause_values_text(f.cause))}")
         out.append(f"- op: {md_code(f.full_name or f.op_name)}")
         if f.recommendation:
             out.append(f"- fix: {md(f.recommendation)}")
@@ -114,6 +135,8 @@ def render_markdown(report: Report, top: int = 10) -> str:
             out.append(f"- overflow flag: {md(flag.unit)} status {flag.status:#x} "
                        f"({md(', '.join(flag.status_words) or 'overflow')}) from {md_code(flag.source)}")
         out += [f"- {md(e)}" for e in f.evidence[:top * 4]]
+        if f.cause is not None:
+            out += _cause_block(f.cause)
         if report.propagation:
             chain = [chain_label(p) for p in report.propagation]
             shown = chain[:8] + (["..."] + chain[-3:] if len(chain) > 11 else chain[8:])
@@ -126,7 +149,8 @@ def render_markdown(report: Report, top: int = 10) -> str:
         if later:
             out += ["", f"Later origins ({len(later)}, time order):", ""]
             out += [f"- rank {a.rank} step {a.step} graph {md(a.graph)}: {md(a.kind)} in {md(op_label(a))}: "
-                    f"{md(a.detail)}" for a in later[:top]]
+                    f"{md(a.detail)}" + (f" (cause: {md(a.cause.cause)})" if a.cause is not None else "")
+                    for a in later[:top]]
             if len(later) > top:
                 out.append(f"- ... {len(later) - top} more (--top N, or --format json)")
         if report.flagged:

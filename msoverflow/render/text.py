@@ -9,6 +9,8 @@ from ..scope import is_backward
 from .common import (
     arrival_text,
     arrivals_shown,
+    cause_text,
+    cause_values_text,
     clean_text,
     contained_text,
     coords_phrase,
@@ -24,6 +26,9 @@ from .common import (
     provenance_text,
     rank_where,
     ranks_shown,
+    recompute_rows,
+    recompute_title,
+    sample_texts,
     scanned_text,
     steps_text,
     tensors_shown,
@@ -116,6 +121,23 @@ def tensor_table(title: str, tensors: List[TensorSummary]) -> str:
     return "\n".join(lines)
 
 
+def cause_lines(cause) -> List[str]:
+    """The recompute behind the cause: per precision, and the bad values beside the recomputed ones."""
+    from rich.table import Table
+    lines = []
+    if cause.recompute:
+        table = Table(box=None, pad_edge=False, show_edge=False)
+        for column in ("dtype", "finite", "max |x|", "agrees with the dump"):
+            table.add_column(column, overflow="fold")
+        for row in recompute_rows(cause):
+            table.add_row(*_cells(*row))
+        lines.append(f"  {recompute_title(cause)}")
+        lines.append(_print(table))
+        lines += [f"    {text}" for text in sample_texts(cause)]
+    lines += [f"  - {item}" for item in cause.evidence]
+    return lines
+
+
 def headline(report: Report) -> str:
     """The verdict in one line: the text report's first line (and the Report's repr)."""
     f = report.first
@@ -143,6 +165,10 @@ def render_text(report: Report, top: int = 10) -> str:
         lines.append(f"  what  : {f.detail}")
         if f.source:
             lines.append(f"  source: {f.source.file}:{f.source.line}  {f.source.code}")
+        if f.cause is not None:
+            lines.append(f"  cause : {cause_text(f.cause)}")
+            if cause_values_text(f.cause):
+                lines.append(f"  values: {cause_values_text(f.cause)}")
         if f.recommendation:
             lines.append(f"  fix   : {f.recommendation}")
         lines.append("")
@@ -157,6 +183,8 @@ def render_text(report: Report, top: int = 10) -> str:
                          f"({', '.join(flag.status_words) or 'overflow'}) from {flag.source}")
         for item in f.evidence:
             lines.append(f"  - {item}")
+        if f.cause is not None:
+            lines += cause_lines(f.cause)
         if report.propagation:
             chain = [chain_label(p) for p in report.propagation]
             shown = chain[:8] + (["..."] + chain[-3:] if len(chain) > 11 else chain[8:])
@@ -171,7 +199,8 @@ def render_text(report: Report, top: int = 10) -> str:
             lines.append("")
             lines.append(f"Later origins ({len(later)}, by step)")
             for other in later[:top]:
-                lines.append(f"  {_where(other)}: {other.kind} in {op_label(other)} - {other.detail}")
+                cause = f" (cause: {other.cause.cause})" if other.cause is not None else ""
+                lines.append(f"  {_where(other)}: {other.kind} in {op_label(other)} - {other.detail}{cause}")
             if len(later) > top:
                 lines.append(f"  ... {len(later) - top} more (--top N, or --format json)")
         if report.flagged:

@@ -298,6 +298,8 @@ def option_words(draw) -> bytes:
 
 def case_bytes(kind: str, seed_map: Dict[str, bytes]):
     """The strategy for one target's input bytes."""
+    if kind in targets_read.STRATEGIES:
+        return targets_read.STRATEGIES[kind]()
     seed_key = TARGETS[kind][0]
     base = mutated(seed_map[seed_key])
     extra = {"npy": npy_header_case(), "dumpdata": dumpdata_case(),
@@ -689,7 +691,13 @@ TARGETS: Dict[str, tuple] = {
     "cli_convert_names": ("convert_name", _cli_convert_names),
     "cli_options": ("options", _cli_options),
 }
-READER_TARGETS = [k for k in TARGETS if not k.startswith(("cli_", "config_", "patch_"))]
+# issue 28's targets (tests/fuzz/targets_read.py): compare with cut sides, completeness in any step, API
+# arguments, --parallel, output paths of every command. Their inputs are plans hypothesis draws whole.
+from tests.fuzz import targets_read  # noqa: E402  (it imports this module's helpers lazily)
+
+TARGETS.update(targets_read.TARGETS)
+ROUND4_TARGETS = list(targets_read.TARGETS)
+READER_TARGETS = [k for k in TARGETS if not k.startswith(("cli_", "config_", "patch_")) and k not in ROUND4_TARGETS]
 CLI_TARGETS = [k for k in TARGETS if k not in READER_TARGETS]
 
 def _read_layout_yaml(path: str, work: str):

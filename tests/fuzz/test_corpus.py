@@ -1,5 +1,9 @@
 """The regression corpus: every class of hostile or broken input from issue 9 (and each new one the fuzzer found),
-each with its expected outcome, run through the real CLI in a subprocess (RLIMIT_AS 4 GB, 60 s timeout).
+each with its expected outcome, run through the real CLI in a subprocess (RLIMIT_AS 4 GB, 60 s of CPU time).
+
+A hang is measured in CPU time (RLIMIT_CPU in the child, ITIMER_PROF in-process: a loop that spins is caught the
+same on an idle machine and at a load of 40), with a generous wall limit (WALL_LIMIT) for a case that blocks; the
+long fuzz run (tests/fuzz/run_long.py) keeps its 30 s wall limit per case.
 
 Every case also checks the contract: no traceback, exit code as expected (never 4 for bad input, never 1 for a
 crash), the dump tree byte-for-byte unchanged, and nothing written where it must not be.
@@ -9,6 +13,7 @@ inputs that cannot live in git (FIFOs, links to /dev/zero, 100k-dim headers) are
 import json
 import os
 import resource
+import signal
 import struct
 import subprocess
 import sys
@@ -25,9 +30,14 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 NPY = f"MatMul.{OP}.1.0.100.output.0.DefaultFormat.Float16.npy"
 
 
+CPU_LIMIT = 60           # seconds of CPU time one corpus case may use: a hang, whatever the machine's load
+WALL_LIMIT = 600         # seconds on the clock: only a case that blocks (never spins) gets this far
+
+
 def _limits():
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT, CPU_LIMIT + 5))
 
 
 def msoverflow(*args, cwd=None, env=None):
@@ -36,15 +46,16 @@ def msoverflow(*args, cwd=None, env=None):
     full_env.update(env or {})
     try:
         return subprocess.run([sys.executable, "-m", "msoverflow", *map(str, args)], capture_output=True,
-                              timeout=60, cwd=cwd, env=full_env, preexec_fn=_limits)
+                              timeout=WALL_LIMIT, cwd=cwd, env=full_env, preexec_fn=_limits)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"hang: msoverflow {' '.join(map(str, args))} ran over 60 s")
+        pytest.fail(f"hang: msoverflow {' '.join(map(str, args))} blocked for {WALL_LIMIT} s")
 
 
 def contract(proc, expect, *, says=None):
     err = proc.stderr.decode("utf-8", "replace")
     out = proc.stdout.decode("utf-8", "replace")
     assert "Traceback" not in err, err[-2000:]
+    assert proc.returncode != -signal.SIGXCPU, f"hang: over {CPU_LIMIT} s of CPU time\n{err[-1500:]}"
     assert proc.returncode in expect, f"exit {proc.returncode}, expected {expect}\n{err[-1500:]}\n{out[-500:]}"
     if says:
         assert says in err + out, f"expected {says!r} in the output:\n{err[-1500:]}\n{out[-800:]}"
@@ -400,18 +411,20 @@ def _corpus_entries():
 @pytest.mark.parametrize("name,entry", _corpus_entries())
 def test_fuzz_corpus(name, entry):
     """Each saved input runs through its harness target and keeps the contract (CORPUS.json: `expect`)."""
-    import signal
-
     def hang(signum, frame):
-        raise AssertionError(f"hang: {name} ran over 60 s")
+        raise AssertionError(f"hang: {name} used over {CPU_LIMIT} s of CPU time"
+                             if signum == signal.SIGPROF else f"hang: {name} blocked for {WALL_LIMIT} s")
     assert entry["expect"] == "contract"
-    previous = signal.signal(signal.SIGALRM, hang)
-    signal.alarm(60)
+    previous = {sig: signal.signal(sig, hang) for sig in (signal.SIGPROF, signal.SIGALRM)}
+    signal.setitimer(signal.ITIMER_PROF, CPU_LIMIT)       # CPU time of this process: load does not stretch it
+    signal.alarm(WALL_LIMIT)
     try:
         harness.run_case(entry["target"], (CORPUS / name).read_bytes())
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @pytest.mark.parametrize("target", ["/dev/zero", "fifo"])

@@ -18,7 +18,7 @@ import pytest
 
 from tests.fuzz import harness
 from tests.fuzz.harness import MSPROBE_CONSTRUCT, MSPROBE_DUMP, MSPROBE_STACK, OP, tree_digest
-from tests.fuzz.test_corpus import clean_dump, contract, dumpdata, msoverflow
+from tests.fuzz.test_corpus import CPU_LIMIT, WALL_LIMIT, clean_dump, contract, dumpdata, msoverflow
 
 INF = float("inf")
 
@@ -51,10 +51,11 @@ def _limited(as_mb):
     def limits():
         resource.setrlimit(resource.RLIMIT_AS, (as_mb << 20, as_mb << 20))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT, CPU_LIMIT + 5))    # a hang, whatever the load
     return limits
 
 
-def run_limited(as_mb, *args, timeout=120):
+def run_limited(as_mb, *args, timeout=WALL_LIMIT):
     env = dict(os.environ, PYTHONIOENCODING="utf-8", MSOVERFLOW_REPORT_JSON="")
     return subprocess.run([sys.executable, "-m", "msoverflow", *map(str, args)], capture_output=True, env=env,
                           timeout=timeout, preexec_fn=_limited(as_mb))

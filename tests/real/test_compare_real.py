@@ -39,6 +39,10 @@ def test_pair_verdict_and_first_divergence(answers, name):
     assert answer["verdict"] == expected["verdict"], answer["inconclusive"]
     assert code == EXIT[expected["verdict"]]
     first = answer["first_divergence"]
+    if expected["verdict"] == "inconclusive":      # not comparable (or not decidable): no divergence is named
+        assert first is None and answer["worst"] == []
+        assert answer["inconclusive"][0].startswith(expected["reason"]), answer["inconclusive"]
+        return
     if expected["verdict"] == "equivalent":
         assert first is None and answer["worst"] == []
         assert answer["summary"]["matched_ops"] == answer["summary"]["baseline_ops"] > 0
@@ -73,6 +77,10 @@ def test_every_format_says_the_same(answers, name):
             body = html.unescape(body)
             assert "<svg" in body or first is None
         assert answer["verdict"].upper() in body.upper()
+        for reason in answer["inconclusive"]:       # every format gives every reason
+            assert reason in body.replace("\\_", "_"), (fmt, reason)
+        provenance = answer["provenance"]
+        assert provenance["command"].startswith("msoverflow compare ") and provenance["msoverflow_version"] in body
         if first is not None:
             assert first["op_type"] in body and first["op_name"] in body
             assert f"rank {first['rank']}" in body.lower() or f"{first['rank']}, {first['iteration']}" in body
@@ -150,7 +158,8 @@ def _move_op_last(dump_dir, op_number_name):
 def test_backward_ops_pair_through_their_forward_op(compare_pairs, tmp_path):
     """Real re-run whose backward BatchMatMul-op0 (gradient of the forward BatchMatMul-op1) is moved last: paired by
     occurrence alone it would meet the gradient of another forward op; through the saved graph's forward names
-    it meets its own, and the runs stay equivalent. Without the saved graphs the same dumps diverge."""
+    it meets its own, and the runs stay equivalent. Without the saved graphs the backward ops pair wrongly: their
+    outputs' shapes differ, which no divergence explains (inconclusive, never diverged)."""
     import shutil
 
     import msoverflow
@@ -164,7 +173,9 @@ def test_backward_ops_pair_through_their_forward_op(compare_pairs, tmp_path):
     shutil.copytree(moved, plain_target)
     for d in (plain_base, plain_target):
         shutil.rmtree(d / "rank_0" / "graphs")
-    assert msoverflow.compare(str(plain_base), str(plain_target), steps=[0]).verdict == "diverged"
+    plain = msoverflow.compare(str(plain_base), str(plain_target), steps=[0])
+    assert plain.verdict == "inconclusive" and plain.first_divergence is None
+    assert any(r.startswith("the op runs do not pair up as one model's: ") for r in plain.reasons), plain.reasons
 
 
 @pytest.fixture(scope="module")
@@ -221,3 +232,42 @@ def test_bad_parallel_spec_is_a_one_line_usage_error(compare_pairs, spec, capsys
     assert code == 2 and "Traceback" not in err
     lines = [line for line in err.splitlines() if line.strip() and not line.startswith((" ", "usage:"))]
     assert len(lines) == 1 and spec in lines[0], err
+
+
+@pytest.mark.parametrize("name,words", [
+    ("different_models", "the runs are not the same model: "),
+    ("different_rank_counts", "the runs are not the same job: the baseline holds ranks 0, the target ranks 0,1")])
+def test_runs_that_are_not_comparable_are_inconclusive_never_diverged(answers, name, words):
+    """Issue 26: two different models, or one job on 1 rank against the same network on 2, gave DIVERGED with an
+    invented first divergence. Exit 3, the reason first, in every format."""
+    for fmt in ("json", "text", "markdown", "html"):
+        code, body = answers[name][fmt]
+        assert code == 3, (fmt, code)
+        body = html.unescape(body).replace("\\_", "_")
+        assert words in body and "DIVERGED" not in body.upper().replace("DIVERGED_OPS", ""), fmt
+    answer = json.loads(answers[name]["json"][1])
+    assert answer["verdict"] == "inconclusive" and answer["first_divergence"] is None
+    if name == "different_models":
+        summary = answer["summary"]
+        larger = max(summary["baseline_ops"], summary["target_ops"])
+        assert answer["inconclusive"][0].startswith(
+            f"the runs are not the same model: {summary['matched_ops']} of {larger} op runs matched")
+        assert summary["matched_ops"] < larger / 2
+
+
+def test_a_statistics_dump_is_compared_by_max_and_min_against_a_tensor_dump(answers):
+    """The same msprobe run dumped with tensors and with statistics only: every matched tensor is compared by Max
+    and Min (the tensor side's own), they agree, and the answer says the errors are lower bounds."""
+    answer = json.loads(answers["msprobe_statistics_vs_tensors"]["json"][1])
+    summary = answer["summary"]
+    assert summary["tensors_compared"] > 0 and summary["statistics_only"] is True
+    assert summary["matched_ops"] == summary["baseline_ops"] == summary["target_ops"]
+    assert any("lower bounds" in c for c in answer["caveats"])
+    assert not any("no tensor could be compared" in r for r in answer["inconclusive"])
+
+
+def test_a_step_the_dumps_do_not_hold_lists_what_they_hold(compare_pairs, capsys):
+    baseline, target = compare_pairs["identical_rerun"]
+    assert main(["compare", str(baseline), str(target), "--steps", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "the dump has no files for --steps 5; it holds ranks 0 (rank 0: steps 0,1)" in err

@@ -120,3 +120,13 @@ def test_msprobe_op_level_dumps_carry_no_pynative_caveat_and_one_origin(msprobe_
     stats = analyze(str(msprobe_dumps["l1_statistics_stepk"] / "dump"), progress=False)
     assert all(not t.stats.counts_exact for t in stats.first.outputs if t.stats is not None)
     assert "≥1" in stats.first.detail
+
+
+@pytest.mark.parametrize("name,step", [("l0_statistics", 0), ("l0_tensor_stepk", 2), ("mix_tensor_step2", 2)])
+def test_parameters_hit_from_msprobe_parameters_grad(msprobe_dumps, name, step):
+    """Real msprobe L0/mix dumps of the demo (NormHead overflow in backward): no optimizer op is dumped, the Cell's
+    `parameters_grad` entry names the gradient: lm_head.weight, made on this rank (issue 26.1)."""
+    report = analyze(str(msprobe_dumps[name]), progress=False)
+    assert [(p.name, p.rank, p.step, p.shape) for p in report.parameters] == [("lm_head.weight", 0, step, (32, 16))]
+    assert report.parameters[0].how.startswith("gradient computed on this rank (msprobe parameters_grad of "
+                                               "Cell.lm_head.NormHead.backward.")

@@ -19,7 +19,7 @@ CASES = ["clean_fp32", "normhead_fp16_overflow", "normhead_fp32_clean", "overflo
          "zero_token_loss_division", "zero_token_mask_weights", "sqrt_negative", "log_nonpositive",
          "jit_value_and_grad_three_graphs", "normhead_kernels_filtered", "normhead_inputs_only",
          "sgd_update_overflow", "causal_mask_softmax", "loss_scale_calibration_fp16",
-         "loss_scale_then_forward_overflow", "lr_warmup_divergence"]
+         "loss_scale_then_forward_overflow", "lr_warmup_divergence", "kernel_zoo", "sdc_gradient_nan"]
 
 
 @pytest.mark.parametrize("case", CASES)

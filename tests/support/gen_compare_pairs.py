@@ -44,6 +44,7 @@ class Run:
     argv: tuple                 # after the python executable (script paths relative to tests/support/, or -m module)
     workers: int = 0            # msrun workers (0: a plain process)
     msprobe: bool = False       # PyNative under PrecisionDebugger (L1, tensors) instead of a MindSpore dump
+    msprobe_task: str = "tensor"    # msprobe's task: "tensor" (npy files and statistics) or "statistics" (dump.json)
     iterations: tuple = (0,)
 
     def command_args(self) -> tuple:
@@ -86,6 +87,9 @@ RUNS: List[Run] = [
         (NET, "--steps", "1"), msprobe=True),
     Run("msprobe_softmax_fp16", "the same with the Softmax in float16",
         (NET, "--steps", "1", "--softmax-dtype", "float16"), msprobe=True),
+    Run("msprobe_fp32_statistics", "msprobe_fp32 again with msprobe's task statistics: Max, Min, Mean and Norm "
+        "of every tensor in dump.json, no tensor files", (NET, "--steps", "1"), msprobe=True,
+        msprobe_task="statistics"),
 ]
 RUNS_BY_NAME = {r.name: r for r in RUNS}
 
@@ -109,6 +113,18 @@ PAIRS: List[Pair] = [
          "runs part (in a graph-mode dump that Cast exists in the target only and the Softmax is first)",
          dict(verdict="diverged", rank=0, iteration=0, op_type="Tensor.to", source_contains="self.softmax(",
               dtype="float16")),
+    # Not comparable (issue 26): never a divergence, whatever differs.
+    Pair("different_models", "demo_fp32", "net_fp32", "two different models (the demo TinyBaichuan against "
+         "compare_net.py): a handful of op runs match by type and scope and differ",
+         dict(verdict="inconclusive", reason="the runs are not the same model: ")),
+    Pair("different_rank_counts", "net_fp32", "dp2_fp32", "the same network on 1 rank against 2 data-parallel "
+         "ranks (msrun): another job, whose gradients go through AllReduce and whose batch shapes differ",
+         dict(verdict="inconclusive", reason="the runs are not the same job: the baseline holds ranks 0, the target "
+                                             "ranks 0,1")),
+    Pair("msprobe_statistics_vs_tensors", "msprobe_fp32", "msprobe_fp32_statistics", "the same msprobe run, "
+         "dumped with tensors and with statistics only: compared by Max and Min, which agree; the element values "
+         "of the statistics side are not there to compare",
+         dict(verdict="inconclusive", reason="only statistics could be compared (Max and Min")),
 ]
 PAIRS_BY_NAME = {p.name: p for p in PAIRS}
 
@@ -134,8 +150,8 @@ def _run_msprobe(run: Run, out_dir: Path, python: str) -> dict:
     target.mkdir(parents=True)
     with tempfile.TemporaryDirectory(prefix=f"msoverflow_compare_{run.name}_") as tmp:
         dump = Path(tmp) / "dump"
-        config = {"task": "tensor", "dump_path": str(dump), "rank": [], "step": [], "level": "L1",
-                  "extra_info": True, "tensor": {"scope": [], "list": [], "data_mode": ["all"]}}
+        config = {"task": run.msprobe_task, "dump_path": str(dump), "rank": [], "step": [], "level": "L1",
+                  "extra_info": True, run.msprobe_task: {"scope": [], "list": [], "data_mode": ["all"]}}
         config_path = Path(tmp) / "config.json"
         config_path.write_text(json.dumps(config, indent=2))
         env = dict(os.environ, GLOG_v="3",

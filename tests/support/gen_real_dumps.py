@@ -109,7 +109,8 @@ def _expect(verdict, *, op_type=None, iteration=None, kind=None, graph=0, forwar
 
 
 _NORMHEAD_OVERFLOW = dict(op_type="SqrtGrad", iteration=0, kind="overflow", forward_op="Sqrt", cell="NormHead",
-                          source_contains=NORMHEAD_SQRT_LINE, expected_first_op_scope_contains="lm_head-NormHead")
+                          source_contains=NORMHEAD_SQRT_LINE, expected_first_op_scope_contains="lm_head-NormHead",
+                          expected_cause="precision")
 
 CASES: List[Case] = [
     Case(
@@ -152,6 +153,7 @@ CASES: List[Case] = [
         expected=_expect("anomaly", op_type="Div", iteration=1, kind="invalid", forward_op="Div",
                          cell="TokenAveragedLoss", source_contains="/ token_count", layout={0: [0, 1]},
                          expected_first_op_scope_contains="Grad_Div",
+                         expected_cause="data",
                          expected_zero_denominator_input_slot=1,
                          expected_later_origin={"op_type": "Div", "scope_contains": "network-TokenAveragedLoss_Div",
                                                 "nan": True}),
@@ -166,7 +168,7 @@ CASES: List[Case] = [
         expected=_expect("anomaly", op_type="Div", iteration=1, kind="invalid", forward_op="Div",
                          cell="TokenAveragedLoss", source_contains="/ token_count", layout={0: [0, 1]},
                          expected_first_op_scope_contains="network-TokenAveragedLoss_Div",
-                         expected_zero_denominator_input_slot=1),
+                         expected_zero_denominator_input_slot=1, expected_cause="data"),
     ),
     Case(
         name="sqrt_negative",
@@ -175,6 +177,7 @@ CASES: List[Case] = [
         argv=("sqrt_negative.py",),
         expected=_expect("anomaly", op_type="Sqrt", iteration=0, kind="invalid", forward_op="Sqrt",
                          cell="StdHead", source_contains="ops.sqrt(self.variance(x))",
+                         expected_cause="domain",
                          expected_first_op_scope_contains="StdHead"),
     ),
     Case(
@@ -184,6 +187,7 @@ CASES: List[Case] = [
         argv=("log_nonpositive.py",),
         expected=_expect("anomaly", op_type="Log", iteration=0, kind="invalid", forward_op="Log",
                          cell="LogFeatures", source_contains="ops.log(x)",
+                         expected_cause="domain",
                          expected_first_op_scope_contains="LogFeatures"),
     ),
     Case(
@@ -196,6 +200,7 @@ CASES: List[Case] = [
         expected=_expect("anomaly", op_type="SGD", iteration=0, kind="overflow", forward_op="SGD", cell="SGD",
                          source_contains="hyper_map", layout={0: [0, 1]},
                          expected_first_op_scope_contains="optimizer-SGD",
+                         expected_cause="domain",
                          expected_first_bad_tensor={"op_type": "SGD", "io": "input", "slot": 0,
                                                     "scope_contains": "optimizer-SGD"}),
     ),
@@ -238,6 +243,46 @@ CASES: List[Case] = [
                                                     "scope_contains": "Grad_ReduceSum"}),
     ),
     Case(
+        name="nan_in_batch",
+        description="fp32 sequence regressor fed a batch whose row 1 holds NaN at sequence positions 1-4, every "
+                    "channel, one step.",
+        shows="The first bad value is in the data batch, a graph input (inputs0), before any op ran. Observed: "
+              "the Parameter files are written at the end of the step, so the first bad tensor in time is the input "
+              "0 of the Reshape that reads the batch (produced by `parameter inputs0` in the .ir).",
+        argv=("nan_in_batch.py",),
+        expected=_expect("anomaly", op_type="Reshape", iteration=0, kind="invalid", forward_op="Reshape",
+                         cell="Dense", source_contains="self.fc(x)", expected_cause="data",
+                         expected_first_op_scope_contains="fc-Dense_Reshape",
+                         expected_first_bad_tensor={"op_type": "Reshape", "io": "input", "slot": 0,
+                                                    "scope_contains": "fc-Dense_Reshape"}),
+    ),
+    Case(
+        name="kernel_zoo",
+        description="fp32 network through many kinds of op (MatMul/BatchMatMul with each transpose flag, LayerNorm, "
+                    "Softmax, LogSoftmax, elementwise math, reductions, a Cast to float16), one clean SGD step.",
+        shows="Every op's dumped output, to check msoverflow's reference kernels against MindSpore's own results "
+              "(forward and backward); verdict clean.",
+        argv=("kernel_zoo.py",),
+        expected=_expect("clean"),
+    ),
+    Case(
+        name="sdc_gradient_nan",
+        description="EDITED, not a run of its own: the clean_fp32 dump (a real run) with the weight gradient of fc2 "
+                    "at step 1 edited as silent data corruption would leave it: the exponent bits of one of its 16 "
+                    "values flipped to make a NaN, and that NaN carried to the tensors that hold the gradient "
+                    "downstream (SGD's gradient input) and to the weight SGD updates with it (SGD's written "
+                    "input 0, its output, the weight's Parameter file). Made by gen_real_dumps._derive, never by "
+                    "hand; the edits are listed in case.json.",
+        shows="A NaN in a gradient and its consumers whose finite fp32 inputs recompute finite: cause `device`, "
+              "with the layout of a bit flip (1 of 16 values, isolated, two exponent bits from the recomputed "
+              "value).",
+        argv=(),
+        derive=("clean_fp32", "silent_corruption"),
+        expected=_expect("anomaly", op_type="MatMul", iteration=1, kind="invalid", forward_op="MatMul",
+                         cell="Dense", source_contains="self.fc2(", layout={0: [0, 1]},
+                         expected_first_op_scope_contains="fc2-Dense_Grad_MatMul_MatMul-op2", expected_cause="device"),
+    ),
+    Case(
         name="causal_mask_softmax",
         description="fp32 single-head causal self-attention: ops.masked_fill(scores, causal, float('-inf')) before "
                     "Softmax, MSE loss, SGD, two steps in graph mode.",
@@ -272,6 +317,7 @@ CASES: List[Case] = [
               "first harmful origin, in fc1's MatMul.",
         argv=("loss_scale_fp16.py", "--steps", "14", "--forward-overflow-step", "10"),
         expected=_expect("anomaly", op_type="MatMul", iteration=10, kind="overflow", forward_op="MatMul",
+                         expected_cause="precision",
                          cell="Dense", source_contains="self.fc1(x)",
                          layout={0: list(range(14)), 1: list(range(14)), 2: [8, 9, 11, 12, 13]},
                          expected_first_op_scope_contains="fc1-Dense",
@@ -287,11 +333,17 @@ CASES: List[Case] = [
               "growth, long before the step, is the cause (training dynamics), not the op's precision.",
         argv=("lr_warmup_divergence.py",),
         expected=_expect("anomaly", op_type="MatMul", iteration=37, kind="overflow", forward_op="MatMul",
+                         expected_cause="precision",
                          cell="Dense", source_contains="self.fc(x)", layout={0: list(range(38))},
                          expected_first_op_scope_contains="fc-Dense",
                          expected_growing_parameter="fc.weight"),
     ),
 ]
+# The op whose output 0 the silent_corruption transform edits, and the step.
+SDC_TARGET = {"iteration": 1, "op_name_contains": "fc2-Dense_Grad_MatMul_MatMul-op2", "io": "output", "slot": 0}
+# Ops that write the tensor in their input 0 in place (the dump holds it after the write): what they compute from
+# an edited gradient is edited too.
+_IN_PLACE = ("SGD",)
 
 def _ranks(statuses: Dict[int, tuple]) -> Dict[str, dict]:
     """expected per-rank table: rank -> (status, iteration, op_type)."""
@@ -312,7 +364,8 @@ MULTI_RANK_CASES: List[Case] = [
         argv=(_DP, "--model", "tokens", "--steps", "2", "--bad", "1:1"),
         workers=2, dump_settings=_ALL_DEVICES,
         expected=_expect("anomaly", op_type="Div", iteration=1, kind="invalid", forward_op="Div",
-                         cell="TokenWeightedLoss", source_contains="mask / token_count", layout={0: [0, 1]},
+                         cell="TokenWeightedLoss", expected_cause="data", source_contains="mask / token_count",
+                         layout={0: [0, 1]},
                          expected_origin_rank=1, expected_ranks=_ranks({0: ("received", 1, "AllReduce"),
                                                                         1: ("origin", 1, "Div")})),
     ),
@@ -338,11 +391,27 @@ MULTI_RANK_CASES: List[Case] = [
         argv=(_DP, "--model", "tokens", "--steps", "3", "--bad", "1:1,3:2", "--rollback"),
         workers=4, dump_settings=_ALL_DEVICES,
         expected=_expect("anomaly", op_type="Div", iteration=1, kind="invalid", forward_op="Div",
-                         cell="TokenWeightedLoss", source_contains="mask / token_count", layout={0: [0, 1, 2]},
+                         cell="TokenWeightedLoss", expected_cause="data", source_contains="mask / token_count",
+                         layout={0: [0, 1, 2]},
                          expected_origin_rank=1,
                          expected_later_origins=[{"rank": 3, "iteration": 2, "op_type": "Div"}],
                          expected_ranks=_ranks({0: ("received", 1, "AllReduce"), 1: ("origin", 1, "Div"),
                                                 2: ("received", 1, "AllReduce"), 3: ("origin", 2, "Div")})),
+    ),
+    Case(
+        name="dp4_skip_on_overflow",
+        description="4 ranks (msrun, MCCL), data parallel, the demo TinyBaichuan (fp16 NormHead) under a "
+                    "loss-scale-style cell whose optimizer runs only inside `if every reduced gradient is finite`; "
+                    "rank 2 trains step 1 of 2 with loss scale 256, every other (rank, step) with 1.",
+        shows="SqrtGrad in NormHead's backward overflows on rank 2 at step 1; the NormHead weight's inf gradient "
+              "reaches every rank through the gradient AllReduce, and the step runs no optimizer kernel (skipped "
+              "on overflow): the parameters hit come from the gradients, through the saved graph.",
+        argv=(_DP, "--model", "normhead", "--steps", "2", "--bad", "2:1", "--skip-on-overflow"),
+        workers=4, dump_settings=_ALL_DEVICES,
+        expected=_expect("anomaly", layout={0: [0, 1], 2: [0]}, **{**_NORMHEAD_OVERFLOW, "iteration": 1},
+                         expected_origin_rank=2,
+                         expected_ranks=_ranks({0: ("received", 1, "AllReduce"), 1: ("received", 1, "AllReduce"),
+                                                2: ("origin", 1, "SqrtGrad"), 3: ("received", 1, "AllReduce")})),
     ),
     Case(
         name="dp2_loss_scale_calibrating",
@@ -369,7 +438,8 @@ MULTI_RANK_CASES: List[Case] = [
         argv=(),
         derive=("dp4_two_origins", "empty_rank_2"),
         expected=_expect("anomaly", op_type="Div", iteration=1, kind="invalid", forward_op="Div",
-                         cell="TokenWeightedLoss", source_contains="mask / token_count", layout={0: [0, 1, 2]},
+                         cell="TokenWeightedLoss", expected_cause="data", source_contains="mask / token_count",
+                         layout={0: [0, 1, 2]},
                          expected_origin_rank=1,
                          expected_later_origins=[{"rank": 3, "iteration": 2, "op_type": "Div"}],
                          expected_ranks=_ranks({0: ("received", 1, "AllReduce"), 1: ("origin", 1, "Div"),
@@ -600,8 +670,52 @@ def _derive(case: Case, source_dump: Path, target: Path):
         rank_dir = target / "rank_2"
         shutil.rmtree(rank_dir)
         rank_dir.mkdir()
-    else:
-        raise ValueError(f"unknown transform {transform!r}")
+        return {}
+    if transform == "silent_corruption":
+        return _silent_corruption(target, SDC_TARGET)
+    raise ValueError(f"unknown transform {transform!r}")
+
+
+def _silent_corruption(dump: Path, target: dict) -> dict:
+    """Turn one value of an op's output into NaN by flipping exponent bits (the fewest that make the exponent all
+    ones, on a value with a non-zero mantissa), and give the same NaN to every tensor of that step that held the
+    same values (the consumers' inputs) and to what in-place writers (SGD) made from it. Returns what was edited."""
+    import numpy as np
+
+    step_files = [t for t in iter_tensor_files(dump) if t.iteration == target["iteration"]]
+    source = next(t for t in step_files if target["op_name_contains"] in t.op_name and t.io == target["io"]
+                  and t.slot == target["slot"])
+    original = np.load(source.path)
+    bits = original.reshape(-1).view(np.uint32)
+    exponent = (bits >> np.uint32(23)) & np.uint32(0xFF)
+    flips = np.array([8 - bin(int(e)).count("1") for e in exponent])
+    flips[(bits & np.uint32(0x7FFFFF)) == 0] = 99          # a zero mantissa would make inf, not NaN
+    index = int(np.argmin(flips))
+    nan_bits = np.uint32(bits[index] | np.uint32(0x7F800000))
+    edits = {"element": index, "original_value": float(original.reshape(-1)[index]),
+             "flipped_exponent_bits": int(flips[index]), "new_bits": f"0x{int(nan_bits):08x}", "files": []}
+
+    def give_nan(path: Path):
+        array = np.load(path)
+        array.reshape(-1).view(np.uint32)[index] = nan_bits
+        np.save(path, array)
+        edits["files"].append(path.name)
+
+    written = []
+    for t in step_files:
+        array = np.load(t.path)
+        if array.dtype == original.dtype and array.shape == original.shape and np.array_equal(array, original):
+            if t.op_type in _IN_PLACE and t.io == "input" and t.slot == 1:
+                written.append(t)
+            give_nan(t.path)
+    for writer in written:
+        out = next(t for t in step_files if t.op_name == writer.op_name and t.io == "output" and t.slot == 0)
+        updated = np.load(out.path)
+        for t in step_files:
+            array = np.load(t.path)
+            if array.dtype == updated.dtype and array.shape == updated.shape and np.array_equal(array, updated):
+                give_nan(t.path)
+    return edits
 
 
 def run_case(case: Case, out_dir: Path, python: str = sys.executable, timeout: float = CASE_TIMEOUT_S) -> dict:
@@ -625,12 +739,13 @@ def run_case(case: Case, out_dir: Path, python: str = sys.executable, timeout: f
     command = case.command(python, master_port=_free_port(), log_dir=str(log_dir)) if not case.derive else []
     log_path = case_dir / "run.log"
     started = time.monotonic()
+    derived_edits: dict = {}
     try:
         with open(log_path, "wb") as log:
             if case.derive:
                 source = Path(out_dir) / case.derive[0] / "dump"
                 log.write(f"[gen_real_dumps] derived from {source} ({case.derive[1]})\n".encode())
-                _derive(case, source, staging / "derived")
+                derived_edits = _derive(case, source, staging / "derived")
                 exit_code = 0
                 dump = staging / "derived"
             else:
@@ -656,8 +771,11 @@ def run_case(case: Case, out_dir: Path, python: str = sys.executable, timeout: f
                                      "--master_port=P", "--join=True", "--log_dir=D", *case.argv]
                                     if case.workers else ["python", *case.argv]),
         "derived_from": list(case.derive) if case.derive else None,
+        **({"derived_edits": derived_edits} if derived_edits else {}),
         "workers": case.workers,
-        "dump_config": config,
+        # a derived dump keeps the files, and so the dump settings, of the run it was made from
+        "dump_config": (read_case_json(Path(out_dir) / case.derive[0]) or {}).get("dump_config", config)
+        if case.derive else config,
         "dump_path_note": "the dump was written to the temporary path in dump_config and then moved here",
         "exit_code": exit_code,
         "duration_s": round(time.monotonic() - started, 2),

@@ -110,6 +110,43 @@ def test_a_module_entry_wrapping_the_origin_is_not_a_later_origin(tmp_path):
     assert not any("PyNative" in c for c in report.coverage)
 
 
+@pytest.mark.parametrize("construct", ["absent", "empty"])
+def test_a_module_entry_equal_to_an_api_call_inside_it_is_one_origin_without_construct_json(tmp_path, construct):
+    """PyTorch mix level (L0 Modules + L1 APIs) as msprobe's PyTorch collector writes it: an API entry when the call
+    returns, a Module's forward entry (its input_args, input_kwargs, output) in its forward hook, after the APIs it
+    ran. No construct.json chain: the Module's scope does not hold `Torch.sqrt.0.forward`; its output is that
+    call's output (same shape, same statistics), so the run has one origin."""
+    nan = float("nan")         # msprobe writes the Max and Min of a tensor holding NaN as NaN
+    data = {"Torch.sqrt.0.forward": {"input_args": [_tensor("torch.float16", [32, 1], 1.0, -4.0)],
+                                     "input_kwargs": {}, "output": [_tensor("torch.float16", [32, 1], nan, nan)]},
+            "Tensor.__truediv__.0.forward": {"input_args": [_tensor("torch.float16", [32, 16], 2.0, -2.0),
+                                                            _tensor("torch.float16", [32, 1], nan, nan)],
+                                             "input_kwargs": {}, "output": [_tensor("torch.float16", [32, 16], nan, nan)]},
+            "Module.lm_head.NormHead.forward.0": {"input_args": [_tensor("torch.float16", [4, 16], 2.0, -2.0)],
+                                                  "input_kwargs": {},
+                                                  "output": [_tensor("torch.float16", [32, 16], nan, nan)]}}
+    folder = str(tmp_path / "dump" / "step0" / "rank0")
+    _write(folder, data)
+    if construct == "absent":
+        os.remove(os.path.join(folder, "construct.json"))
+    report = analyze(str(tmp_path / "dump"), progress=False)
+    assert [f.op_name for f in report.anomalies] == ["Torch.sqrt.0.forward"], [f.op_name for f in report.anomalies]
+    module = [f for f in report.propagation if f.op_name == "Module.lm_head.NormHead.forward.0"]
+    assert module and any("is the output of Tensor.__truediv__.0.forward" in e for e in module[0].evidence)
+
+
+def test_a_module_entry_whose_output_no_api_call_made_stays_an_origin(tmp_path):
+    """The rule needs the same value: a Module whose bad output differs from every API output (another Max) is
+    still an origin of its own."""
+    data = {"Torch.sqrt.0.forward": {"input_args": [_tensor("torch.float16", [4], 1.0, -4.0)], "input_kwargs": {},
+                                     "output": [_tensor("torch.float16", [4], INF, 0.0)]},
+            "Module.other.Head.forward.0": {"input_args": [_tensor("torch.float16", [4], 2.0, -2.0)],
+                                            "input_kwargs": {}, "output": [_tensor("torch.float16", [8], INF, 0.0)]}}
+    _write(str(tmp_path / "dump" / "step0" / "rank0"), data)
+    report = analyze(str(tmp_path / "dump"), progress=False)
+    assert [f.op_name for f in report.anomalies] == ["Torch.sqrt.0.forward", "Module.other.Head.forward.0"]
+
+
 def test_module_entries_of_different_scopes_stay_origins(tmp_path):
     """Two Modules that each made a bad value from finite inputs are two origins (the wrapper rule needs the
     earlier origin inside the Module's own scope)."""

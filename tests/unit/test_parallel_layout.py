@@ -165,7 +165,8 @@ def _no_stages_claimed(report, fmt_texts):
 
 @pytest.mark.mindspore
 @pytest.mark.parametrize("case,layout", [("dp4_two_origins", "pp=4"), ("dp4_two_origins", "dp=2,pp=2"),
-                                         ("dp2_empty_loss_mask", "pp=2"), ("dp2_normhead_one_rank", "pp=2")])
+                                         ("dp2_empty_loss_mask", "pp=2"), ("dp2_normhead_one_rank", "pp=2"),
+                                         ("dp4_skip_on_overflow", "pp=4")])
 def test_pipeline_stages_on_a_data_parallel_run_are_refused(multirank_dumps, case, layout, capsys):
     """Every rank runs the same kernels and the gradient AllReduce is over the world group: not pipeline stages."""
     dump = str(multirank_dumps[case])

@@ -8,7 +8,7 @@ import urllib.parse
 from typing import Dict, Optional, Sequence, Tuple
 
 from ...model import RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED, Report
-from ..common import bad_value_phrase, clean_text, rank_where
+from ..common import bad_value_phrase, cause_values_text, clean_text, rank_where
 from ..safe import plain
 from ..text import op_label
 
@@ -186,7 +186,7 @@ def card(kind: str, badge: str, items: Sequence[Tuple[str, str]], lead: str = ""
 
 
 def verdict_card(report: Report, links: Optional[Links] = None, after: str = "") -> str:
-    """The verdict at a glance: its badge, the origin, where, what, the Cell and source line, the fix."""
+    """The verdict at a glance: its badge, the origin, where, what, its cause, the Cell and source line, the fix."""
     links = links or Links()
     verdict = report.verdict
     f = report.first
@@ -197,6 +197,10 @@ def verdict_card(report: Report, links: Optional[Links] = None, after: str = "")
                  ("kind", esc(f.kind)),
                  ("where", f"{esc(rank_where(f.rank, report))}, step {f.iteration}, graph {esc(f.graph)}"),
                  ("what", esc(f.detail)),
+                 *((("cause", f'<strong class="cause">{esc(f.cause.cause)}</strong>: {esc(f.cause.reason)}'),)
+                   if f.cause is not None else ()),
+                 *((("values", esc(cause_values_text(f.cause))),) if f.cause is not None and cause_values_text(f.cause)
+                   else ()),
                  ("Cell", esc(f"{f.cell or '-'}" + (f" ({f.cell_type})" if f.cell_type else ""))),
                  ("source", (f"{links.file(f.source.file, f.source.file, f.source.line)} "
                              f"<code>{esc(f.source.code)}</code>") if f.source else "not known (no saved graph)"),

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Tuple
 from ...model import Finding, Report, TensorSummary
 from ..common import (
     arrival_text,
+    cause_values_text,
     contained_text,
     coords_phrase,
     count_cell,
@@ -23,6 +24,9 @@ from ..common import (
     provenance_text,
     ranks_shown,
     read_text,
+    recompute_rows,
+    recompute_title,
+    sample_texts,
     scanned_text,
     steps_text,
     tensors_shown,
@@ -178,9 +182,28 @@ def _finding_block(f: Finding, index: int, links: Links) -> str:
             + "</ul>")
     if f.evidence:
         out.append("<ul>" + "".join(f"<li>{esc(item)}</li>" for item in f.evidence) + "</ul>")
+    if f.cause is not None:
+        out.append(_cause_block(f.cause))
     if f.recommendation:
         out.append(f"<p><strong>fix:</strong> {esc(f.recommendation)}</p>")
     out.append("</article>")
+    return "\n".join(out)
+
+
+def _cause_block(cause) -> str:
+    """The cause of an origin: what the recompute showed, per precision, and the bad values beside the recomputed
+    ones."""
+    out = [f'<div class="cause"><p><strong>cause: {esc(cause.cause)}</strong> · {esc(cause.reason)}</p>']
+    if cause.recompute:
+        rows = "".join("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>"
+                       for row in recompute_rows(cause))
+        out.append(f"<table><caption style='text-align:left'>{esc(recompute_title(cause))}</caption><thead><tr>"
+                   "<th>dtype</th><th>finite</th><th>max |x|</th><th>agrees with the dump</th></tr></thead><tbody>"
+                   + rows + "</tbody></table>")
+    items = sample_texts(cause) + ([cause_values_text(cause)] if cause_values_text(cause) else []) + cause.evidence
+    if items:
+        out.append("<ul>" + "".join(f"<li>{esc(item)}</li>" for item in items) + "</ul>")
+    out.append("</div>")
     return "\n".join(out)
 
 
@@ -204,10 +227,12 @@ def _origins_table(report: Report) -> str:
     for i, f in enumerate(report.anomalies[:MAX_TABLE_ROWS]):
         rows.append(f'<tr><td class="num">{i + 1}</td><td class="num">{f.rank}</td><td class="num">{f.iteration}</td>'
                     f'<td>{esc(f.kind)}</td><td><a href="#{finding_id(i)}">{esc(f.op_type)}</a></td>'
-                    f'<td>{esc(f.cell or f.cell_type or "-")}</td><td>{esc(f.detail)}</td></tr>')
+                    f'<td>{esc(f.cell or f.cell_type or "-")}</td><td>{esc(f.cause.cause if f.cause else "-")}</td>'
+                    f'<td>{esc(f.detail)}</td></tr>')
     more = len(report.anomalies) - MAX_TABLE_ROWS
     return ('<section id="origins"><h2>All origins (time order per rank, ranks by step)</h2><table><thead><tr>'
-            "<th>#</th><th>rank</th><th>step</th><th>kind</th><th>op</th><th>Cell</th><th>what</th></tr></thead>"
+            "<th>#</th><th>rank</th><th>step</th><th>kind</th><th>op</th><th>Cell</th><th>cause</th><th>what</th>"
+            "</tr></thead>"
             "<tbody>" + "".join(rows) + "</tbody></table>"
             + (f'<p class="note">{more} more: see --format json.</p>' if more > 0 else "") + "</section>")
 

@@ -10,6 +10,9 @@ bad gradient made on one rank reaches every rank in that step.
 --bad R:S[,R:S]  : the (rank, step) pairs that go bad.
 --rollback       : after a step that left non-finite weights, restore the weights from before it (a skipped
                    step, as a loss-scale manager does), so a later origin is independent of the earlier one.
+--skip-on-overflow: train with a loss-scale-style cell (SkipOnOverflowCell): the optimizer runs inside a branch
+                   taken only when every reduced gradient is finite, so a bad step runs no optimizer kernel at all
+                   (what nn.TrainOneStepWithLossScaleCell does; its own overflow check needs Ascend status ops).
 """
 import argparse
 
@@ -45,6 +48,28 @@ class TokenWeightedLoss(nn.Cell):
         return ops.reduce_sum(per_token * (mask / token_count))
 
 
+class SkipOnOverflowCell(nn.Cell):
+    """Gradients, the data-parallel gradient reducer (one AllReduce per gradient), then the optimizer only when
+    every reduced gradient is finite: `if finite: loss = depend(loss, optimizer(grads))`."""
+
+    def __init__(self, network, optimizer):
+        super().__init__(auto_prefix=False)
+        self.network = network
+        self.optimizer = optimizer
+        self.weights = optimizer.parameters
+        self.grad = ops.GradOperation(get_by_list=True)
+        self.grad_reducer = nn.DistributedGradReducer(self.weights, mean=True, degree=get_group_size())
+
+    def construct(self, *inputs):
+        loss = self.network(*inputs)
+        grads = self.grad(self.network, self.weights)(*inputs)
+        grads = self.grad_reducer(grads)
+        finite = ops.stack([ops.isfinite(g).all().astype(ms.float32) for g in grads]).min()
+        if finite > 0.5:
+            loss = ops.depend(loss, self.optimizer(grads))
+        return loss
+
+
 def _bad_pairs(text):
     pairs = set()
     for item in filter(None, (text or "").split(",")):
@@ -59,6 +84,7 @@ def main():
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--bad", default="1:1")
     parser.add_argument("--rollback", action="store_true")
+    parser.add_argument("--skip-on-overflow", action="store_true")
     parser.add_argument("--bad-scale", type=float, default=256.0, help="normhead: the bad rank's loss scale")
     args = parser.parse_args()
     bad = _bad_pairs(args.bad)
@@ -77,7 +103,8 @@ def main():
         from msoverflow.demo.model import TinyBaichuan, CausalLMLoss
         net = TinyBaichuan()
         loss_net = CausalLMLoss(net, 1.0)
-    train_step = nn.TrainOneStepCell(loss_net, nn.SGD(net.trainable_params(), 1e-4 if args.model == "normhead" else 0.01))
+    optimizer = nn.SGD(net.trainable_params(), 1e-4 if args.model == "normhead" else 0.01)
+    train_step = (SkipOnOverflowCell if args.skip_on_overflow else nn.TrainOneStepCell)(loss_net, optimizer)
     rs = np.random.RandomState(1 + rank)
     for step in range(args.steps):
         saved = {p.name: p.asnumpy().copy() for p in net.trainable_params()} if args.rollback else None

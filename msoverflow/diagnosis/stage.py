@@ -1,0 +1,277 @@
+"""The diagnose stage of the analysis chain (msoverflow/analysis.py): every origin of the decision gets its cause
+(Finding.cause), recomputed from the dump.
+
+It is handed the decision and what the walk already holds: the op run each origin was built from and its saved
+graph. A (rank, step) is read again only when a cause needs more of it (a zero denominator's producer, a forward
+entry, a consumer's input, a data-parallel peer's copy), and then once. A decision without origins never reaches
+this module. Reading a tensor that fails here is a warning and an `unknown` cause, never an error of the analysis.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+
+from ..evaluate import TensorAccess
+from ..model import (
+    CAUSE_DATA,
+    CAUSE_DEVICE,
+    CAUSE_DOMAIN,
+    CAUSE_UNKNOWN,
+    CROSS_RANK,
+    LIKELY_ORIGIN,
+    ORIGIN,
+    Cause,
+    Finding,
+    OpExecution,
+    TensorEvent,
+)
+from ..rules.knowledge import knowledge
+from .cause import ADVICE
+from .cause import diagnose as diagnose_op
+
+if TYPE_CHECKING:
+    from ..findings import Decision
+    from ..graphs import SavedGraphs
+    from ..layout import Dump, Plan
+    from ..parallel import Walked
+
+Warn = Callable[[str], None]
+# What reading a dump's tensors again may raise (a file truncated or replaced since the walk, a header that lies)
+READ_FAULTS = (OSError, ValueError, IndexError, TypeError, OverflowError, MemoryError)
+
+
+def to_diagnose(decision: "Decision") -> List[Finding]:
+    """The findings whose cause is looked for: the origins (first, likely, the later ones), and the first finding
+    whatever its role (an op first seen with a bad input: its cause is where that input came from)."""
+    out: List[Finding] = []
+    for finding in [decision.first, decision.likely, *decision.anomalies]:
+        if finding is None or any(finding is f for f in out):
+            continue
+        if finding.role in (ORIGIN, LIKELY_ORIGIN) or finding is decision.first:
+            out.append(finding)
+    return out
+
+
+def diagnose(decision: "Decision", dump: "Dump", plan: "Plan", walked: "Walked", graphs: "SavedGraphs",
+             warn: Warn, parallel=None, mindspore: bool = True) -> "Decision":
+    """A new Decision whose origins carry their cause (and the recommendation that follows it); the findings
+    handed in are left as they were. parallel: the analysis's parallel_layout.ParallelSpec (the data-parallel
+    groups whose replicas are compared, resolved only when an origin needs them)."""
+    wanted = to_diagnose(decision)
+    if not wanted:
+        return decision
+    steps = _Steps(dump, plan, walked, graphs, warn)
+    access = TensorAccess(warn)
+    groups = _Groups(parallel, dump, walked)
+    # the op run each finding was built from: the walk's own (findings name their run's op, graph and time)
+    runs = {(ex.rank, ex.step, ex.graph, ex.op_name, ex.time): ex for ex, _v in decision.judged}
+    reached = [f.op_name for f in decision.propagation if decision.first is not None
+               and (f.rank, f.step) == (decision.first.rank, decision.first.step)]
+    diagnosed: Dict[int, Finding] = {}
+    for finding in wanted:
+        run = runs.get((finding.rank, finding.step, finding.graph, finding.op_name, finding.timestamp))
+        cause = _cause(finding, run, steps, access, warn, mindspore=mindspore and finding is decision.first)
+        if cause.cause in (CAUSE_DEVICE, CAUSE_UNKNOWN):
+            _replica_evidence(finding, cause, reached if finding is decision.first else [], groups, steps, access)
+        diagnosed[id(finding)] = dataclasses.replace(finding, cause=cause,
+                                                     recommendation=_recommendation(finding, cause))
+
+    def new(f: Finding) -> Finding:
+        return diagnosed.get(id(f), f)
+    return dataclasses.replace(decision, first=new(decision.first) if decision.first is not None else None,
+                               likely=new(decision.likely) if decision.likely is not None else None,
+                               anomalies=[new(f) for f in decision.anomalies],
+                               flagged=[new(f) for f in decision.flagged])
+
+
+def _cause(finding: Finding, run: Optional[OpExecution], steps: "_Steps", access: TensorAccess, warn: Warn,
+           mindspore: bool) -> Cause:
+    step = steps.get(finding.rank, finding.step, scanned_only=True)
+    if step is None:
+        return Cause(CAUSE_UNKNOWN, "not recomputed: its step was not scanned")
+    try:
+        # MindSpore's subprocess (seconds) only for the first origin; the others get what numpy can say
+        return diagnose_finding(finding, step, access, mindspore=mindspore, run=run, graphs=steps.graphs)
+    except READ_FAULTS as exc:     # a file that changed or lies about itself: a warning, never fatal
+        warn(f"{finding.op_name}: its cause could not be found ({type(exc).__name__}: {exc})")
+        return Cause(CAUSE_UNKNOWN, f"not recomputed: {type(exc).__name__} while reading its tensors")
+
+
+class _Step:
+    """One (rank, step) unit, read whole again only on first need."""
+
+    def __init__(self, unit, warn: Warn):
+        self.unit, self.warn = unit, warn
+        self._read = None
+        self._by_name: Optional[Dict[str, List[OpExecution]]] = None
+
+    @property
+    def read(self):
+        if self._read is None:
+            from .. import walk
+            self._read = walk.read_unit(self.unit, self.warn)
+        return self._read
+
+    def executions(self) -> List[OpExecution]:
+        return self.read.executions
+
+    def named(self, name: str) -> List[OpExecution]:
+        """The step's runs of one op name (indexed once: a step may hold thousands of origins)."""
+        if self._by_name is None:
+            self._by_name = {}
+            for ex in self.read.executions:
+                self._by_name.setdefault(ex.op_name, []).append(ex)
+        return self._by_name.get(name, [])
+
+
+class _Steps:
+    """The (rank, step) units diagnosis reads, each read once: the scanned ones, and others of the opened dump on
+    demand (a data-parallel peer's step the walk did not need)."""
+
+    def __init__(self, dump: "Dump", plan: "Plan", walked: "Walked", graphs: "SavedGraphs", warn: Warn):
+        self.dump, self.graphs, self.warn = dump, graphs, warn
+        self.scanned = {(u.rank, u.step): u for u in plan.units if u.step in walked.scanned.get(u.rank, ())}
+        self.steps: Dict[Tuple[int, int], Optional[_Step]] = {}
+
+    def get(self, rank: int, step: int, scanned_only: bool = False) -> Optional[_Step]:
+        key = (rank, step)
+        if scanned_only and key not in self.scanned:
+            return None
+        if key not in self.steps:
+            unit = self.scanned.get(key)
+            if unit is None:
+                found = self.dump.plan([rank], [step]).units
+                unit = found[0] if found else None
+            self.steps[key] = _Step(unit, self.warn) if unit is not None else None
+        return self.steps[key]
+
+
+class _Groups:
+    """The data-parallel group of a rank, from the parallel layout, resolved on first need (only an origin the
+    recompute calls a device fault or cannot decide asks, on a dump of several ranks). Its warnings are not said
+    here: the report's rank table resolves the same layout and says them once."""
+
+    def __init__(self, parallel, dump: "Dump", walked: "Walked"):
+        self.parallel, self.dump, self.walked = parallel, dump, walked
+        self._coords: Optional[Dict[int, Optional[Dict[str, int]]]] = None
+
+    @property
+    def ranks(self) -> List[int]:
+        return sorted(self.walked.runs)
+
+    def of(self, rank: int) -> List[int]:
+        from .replicas import dp_group
+        if self._coords is None:
+            from ..parallel_layout import resolve
+            roots: Dict[int, str] = {}
+            for (r, _graph), root in sorted(self.walked.rank_roots.items(), key=lambda i: (i[0][0], str(i[0][1]))):
+                if root:
+                    roots.setdefault(r, root)
+            layout = resolve(self.parallel, self.dump.path, self.ranks, roots, lambda message: None)
+            self._coords = {r: layout.coords(r) if layout is not None else None for r in self.ranks}
+        return dp_group(rank, self._coords)
+
+
+# Recommendations (op_knowledge.yaml keys) that prescribe a wider dtype: wrong for a cause no dtype fixes.
+_PRECISION_ADVICE = frozenset({"overflow", "invalid", "overflow_cast", "saturation", "flagged"})
+
+
+def _recommendation(finding: Finding, cause: Cause) -> str:
+    """The recommendation follows the cause: a device fault or a value no dtype holds gets the cause's advice,
+    not a precision fix."""
+    if cause.advice and (cause.cause == CAUSE_DEVICE or (cause.cause in (CAUSE_DOMAIN, CAUSE_DATA) and
+                                                          finding.advice in _PRECISION_ADVICE)):
+        return cause.advice
+    return finding.recommendation
+
+
+def _replica_evidence(finding: Finding, cause: Cause, reached: List[str], groups: _Groups, steps: _Steps,
+                      access: TensorAccess) -> None:
+    """Data-parallel replicas of what the origin made (and what its value reached) on the other ranks of its dp
+    group: a rank holding a copy its peers do not is the suspect device. Only for origins the recompute calls
+    a device fault or could not decide: the others need no more reading."""
+    from .replicas import compare
+    if len(groups.ranks) < 2:
+        return
+    group = groups.of(finding.rank)
+    if len(group) < 2:
+        cause.evidence.append("replicas: not compared (the data-parallel groups are not known; --parallel "
+                              "dp=N,tp=M gives them)")
+        return
+    graph = steps.graphs.graph(finding.rank, finding.graph)
+
+    def runs_of(rank: int):
+        step = steps.get(rank, finding.step)
+        return step.executions() if step is not None else []
+
+    check = compare(finding.rank, group, runs_of, access, knowledge(),
+                    getattr(graph, "data_inputs", frozenset()), only=[finding.op_name, *reached])
+    cause.evidence.append(check.text)
+    if check.suspect and cause.cause == CAUSE_UNKNOWN:
+        first = next(d for d in check.differences if finding.rank in d.odd)
+        peers = ", ".join(str(r) for r in check.group if r not in first.odd)
+        cause.evidence.insert(0, f"the recompute alone could not decide: {cause.reason}")
+        cause.cause = CAUSE_DEVICE
+        cause.reason = (f"its data-parallel replicas disagree: rank {finding.rank}'s {first.name} differs from ranks "
+                        f"{peers}, which agree ({first.detail})")
+        cause.advice = ADVICE[CAUSE_DEVICE]
+
+
+def diagnose_finding(finding: Finding, step: _Step, access: TensorAccess, *, graphs: "SavedGraphs",
+                     mindspore: bool = True, run: Optional[OpExecution] = None) -> Cause:
+    """The cause of one finding. run: the op run the walk built it from (None: found again in its step, which
+    is then read)."""
+    if finding.kind == CROSS_RANK:
+        return Cause(CAUSE_UNKNOWN, "not recomputed: a collective delivered the value; its cause is on the rank "
+                     "that sent it")
+    ex = run if run is not None else _execution(step, finding)
+    if ex is None:
+        return Cause(CAUSE_UNKNOWN, "not recomputed: the op's own files were not found in its step")
+    graph = graphs.graph(finding.rank, finding.graph)
+    node = graph.find(ex.op_name) if graph is not None else None
+    if node is None and graph is not None and run is None:
+        node = graph.find(finding.op_name)
+    produced = _produced(ex, step, node, graph, access)
+    return diagnose_op(ex, access, node=node, graph=graph, produced=produced, step=step.executions,
+                       mindspore=mindspore)
+
+
+def _execution(step: _Step, finding: Finding) -> Optional[OpExecution]:
+    names = {finding.op_name}
+    if finding.full_name:
+        from ..names import scope_to_file_name
+        names.add(scope_to_file_name(finding.full_name))
+    matches = [ex for name in names for ex in step.named(name) if ex.graph == finding.graph]
+    if not matches:
+        return None
+    return min(matches, key=lambda ex: abs(ex.time - finding.timestamp))
+
+
+def _produced(ex: OpExecution, step: _Step, node, graph, access) -> Optional[List[TensorEvent]]:
+    """Where the op's results are when its outputs were not dumped: the inputs it writes in place, or, in an
+    inputs-only dump, the input of a consumer it feeds (found through the saved graph)."""
+    if ex.outputs:
+        return None
+    written = knowledge().written_inputs(ex.op_type)
+    own = [e for e in ex.inputs if e.slot in written]
+    if own:
+        return own
+    if node is None or graph is None:
+        return None
+    fed = []
+    for consumer in step.executions():
+        if consumer.step != ex.step or consumer.graph != ex.graph:
+            continue
+        cnode = graph.find(consumer.op_name)
+        if cnode is None or node.full_name not in cnode.inputs:
+            continue
+        for event in consumer.inputs:
+            if event.slot < len(cnode.inputs) and cnode.inputs[event.slot] == node.full_name:
+                fed.append(event)
+    bad = [e for e in fed if access.bad(e)]
+    return [_as_output(bad[0])] if bad else None
+
+
+def _as_output(event: TensorEvent) -> TensorEvent:
+    """A consumer's input read as the producer's output 0 (a copy: the walk's event is left as it was)."""
+    return dataclasses.replace(event, io="output", slot=0)
