@@ -81,6 +81,23 @@ class TensorDiff:
     agree: Optional[bool] = None           # None: could not be compared (note says why)
     statistics_only: bool = False          # only min/max were compared
     note: str = ""
+    nonfinite_differ: int = 0              # elements whose inf/NaN the other side does not hold
+
+    @property
+    def exact(self) -> bool:
+        """Compared and equal in every element (the same non-finite values included)."""
+        return self.agree is True and self.max_abs_error == 0.0 and not self.nonfinite_differ
+
+    @property
+    def scaled_error(self) -> Optional[float]:
+        """The error for the values' size, comparable across dtypes: the ulps times the ulp dtype's relative
+        spacing (about |error| / max(|value|, 2^-10 of the tensor's largest)); the relative error for a tensor
+        compared exactly (integers, bool)."""
+        if self.error_ulps is None:
+            return None
+        if self.ulp_dtype in _MANTISSA:
+            return self.error_ulps * 2.0 ** -_MANTISSA[self.ulp_dtype]
+        return self.max_rel_error
 
 
 @dataclass
@@ -109,6 +126,45 @@ class OpDiff(IterationAlias):
     def error_ulps(self) -> Optional[float]:
         values = [t.error_ulps for t in self.outputs if t.error_ulps is not None]
         return max(values) if values else None
+
+    def _largest(self, name: str) -> Optional[float]:
+        values = [getattr(t, name) for t in self.outputs if getattr(t, name) is not None]
+        return max(values) if values else None
+
+    @property
+    def max_abs_error(self) -> Optional[float]:
+        """The largest over the outputs (so are max_rel_error and scaled_error)."""
+        return self._largest("max_abs_error")
+
+    @property
+    def max_rel_error(self) -> Optional[float]:
+        return self._largest("max_rel_error")
+
+    @property
+    def scaled_error(self) -> Optional[float]:
+        return self._largest("scaled_error")
+
+    @property
+    def cosine(self) -> Optional[float]:
+        """The lowest over the outputs that have one (a tensor of one element has none)."""
+        values = [t.cosine for t in self.outputs if t.cosine is not None]
+        return min(values) if values else None
+
+    @property
+    def ulp_dtype(self) -> Optional[str]:
+        """The dtype whose ulps measure error_ulps (the output with the largest error)."""
+        measured = [t for t in self.outputs if t.error_ulps is not None]
+        return max(measured, key=lambda t: t.error_ulps or 0.0).ulp_dtype if measured else None
+
+    @property
+    def nonfinite_differ(self) -> int:
+        return sum(t.nonfinite_differ for t in self.outputs)
+
+    def severity(self) -> Tuple[bool, float, float]:
+        """How the largest differences are ranked (highest first): an op whose outputs' inf/NaN differ, then the
+        error for the values' size (ulps alone would rank a float16 tensor's error with a float32 one's), then
+        the absolute error."""
+        return bool(self.nonfinite_differ), self.scaled_error or 0.0, self.max_abs_error or 0.0
 
 
 @dataclass
@@ -147,10 +203,45 @@ class Comparison:
     parallel: Optional[Dict[str, object]] = None          # the layout (parallel_layout.ParallelLayout.to_dict())
     coords: Dict[int, Dict[str, int]] = field(default_factory=dict)   # rank -> its coordinates (known layout)
     provenance: Dict[str, object] = field(default_factory=dict)   # msoverflow version, command, time, host (api)
+    # every matched op run whose outputs differ, in the order compared (frame(); not in the JSON answer)
+    differences: List[OpDiff] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
         """The JSON answer (schema msoverflow/schema/compare.schema.json) as a dict."""
         return comparison_dict(self)
+
+    def frame(self):
+        """Every matched op run whose outputs differ, as a pandas DataFrame ordered by rank, step and position in
+        the baseline's execution order: rank, step, position, graph, op_type, op_name, role (origin | received |
+        propagator), first (the first divergence), cell, cell_type, max_abs_error, max_rel_error, cosine (None
+        for a single value), error_ulps, ulp_dtype, nonfinite_differ, dtype_change, note. Empty (with these
+        columns) when nothing differs."""
+        import pandas as pd
+        first = self.first_divergence
+        rows = [dict(rank=op.rank, step=op.step, position=op.position, graph=op.graph, op_type=op.op_type,
+                     op_name=op.op_name, role=op.role, first=op is first, cell=op.cell, cell_type=op.cell_type,
+                     max_abs_error=op.max_abs_error, max_rel_error=op.max_rel_error, cosine=op.cosine,
+                     error_ulps=op.error_ulps, ulp_dtype=op.ulp_dtype, nonfinite_differ=op.nonfinite_differ,
+                     dtype_change=op.dtype_change, note=op.note)
+                for op in sorted(self.differences, key=lambda op: (op.rank, op.step, op.position))]
+        return pd.DataFrame(rows, columns=list(_FRAME_COLUMNS)).astype(_FRAME_COLUMNS)
+
+    def __repr__(self) -> str:
+        """One line: the verdict, how much differs, the two dumps (render/notebook.py)."""
+        from .render.notebook import comparison_repr
+        return comparison_repr(self)
+
+    def _repr_html_(self) -> str:
+        """A notebook shows the verdict card, not the object's fields."""
+        from .render.notebook import comparison_html
+        return comparison_html(self)
+
+
+_FRAME_COLUMNS = {"rank": "int64", "step": "int64", "position": "int64", "graph": "object", "op_type": "object",
+                  "op_name": "object", "role": "object", "first": "bool", "cell": "object", "cell_type": "object",
+                  "max_abs_error": "float64", "max_rel_error": "float64", "cosine": "float64",
+                  "error_ulps": "float64", "ulp_dtype": "object", "nonfinite_differ": "int64",
+                  "dtype_change": "object", "note": "object"}
 
 
 # ---- the JSON answer (msoverflow/schema/compare.schema.json, schema 1: `iteration` for steps) ------------------
@@ -166,6 +257,7 @@ def _tensor_dict(t: TensorDiff) -> dict:
             "max_rel_error_infinite": t.max_rel_error == math.inf, "cosine": finite_or_none(t.cosine),
             "error_ulps": finite_or_none(t.error_ulps), "ulp_dtype": t.ulp_dtype, "tolerance_ulps": t.tolerance_ulps,
             "agree": t.agree, "statistics_only": t.statistics_only, "note": t.note,
+            "nonfinite_differ": t.nonfinite_differ,
             "baseline_file": t.baseline_file, "target_file": t.target_file}
 
 
@@ -380,7 +472,7 @@ def _finish(p: dict, i: int, ulp_dtype: Optional[str], tolerance: float) -> dict
     ulps = float(p["ulps"][i])
     limit = tolerance if ulp_dtype is not None else 0.0
     return dict(max_abs_error=float(p["max_abs"][i]), max_rel_error=float(p["max_rel"][i]), cosine=cosine,
-                error_ulps=ulps, agree=mismatched == 0 and ulps <= limit,
+                error_ulps=ulps, agree=mismatched == 0 and ulps <= limit, nonfinite_differ=mismatched,
                 note=f"{mismatched} non-finite value(s) differ" if mismatched else "")
 
 
@@ -440,8 +532,9 @@ def _compare_stats(sa, sb, ulp_dtype: Optional[str], tolerance: float) -> dict:
     a, b = np.array([p[0] for p in pairs], np.float64), np.array([p[1] for p in pairs], np.float64)
     found = compare_arrays(a, b, ulp_dtype, tolerance)
     found.pop("cosine")
-    if specials_differ:
-        found.update(agree=False, note="non-finite values differ")
+    if specials_differ:       # the counts may be lower bounds: at least one element differs
+        differ = sum(abs(getattr(sa, k) - getattr(sb, k)) for k in ("nan", "posinf", "neginf"))
+        found.update(agree=False, note="non-finite values differ", nonfinite_differ=max(1, int(differ)))
     return found
 
 
@@ -532,7 +625,7 @@ class _Comparer:
             diff.ulp_dtype = _ulp_dtype(base.dtype, tgt.dtype, True)
             for key, value in known.items():
                 setattr(diff, key, value)
-            return diff
+            return _one_value_has_no_cosine(diff)
         with reading(base.source):
             a = self.base.array(base) if base.stats is None or base.loader or base.source.endswith(".npy") else None
         with reading(tgt.source):
@@ -565,7 +658,15 @@ class _Comparer:
             return diff
         for key, value in compare_arrays(a, b, diff.ulp_dtype, self.tolerance).items():
             setattr(diff, key, value)
-        return diff
+        return _one_value_has_no_cosine(diff)
+
+
+def _one_value_has_no_cosine(diff: TensorDiff) -> TensorDiff:
+    """A tensor of one element (a scalar: an epsilon, an axis) has no cosine worth the name (it is 1, 0 or -1
+    whatever the error): None, shown as "-"."""
+    if diff.shape is not None and math.prod(diff.shape) < 2:
+        diff.cosine = None
+    return diff
 
 
 # ---- the walk ----------------------------------------------------------------------------------------------------
@@ -643,7 +744,8 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
     if first is not None and first.role == ROLE_PROPAGATOR:
         first.note = ("its input already differs and no matched op before it parts: the difference comes from "
                       "an op present on one side only, a step or rank not compared, or the data")
-    worst = sorted((op for op in diverged if op.error_ulps is not None), key=lambda op: -(op.error_ulps or 0.0))[:top]
+    worst = sorted((op for op in diverged if op.error_ulps is not None or op.nonfinite_differ),
+                   key=OpDiff.severity, reverse=True)[:top]
     caveats = []
     if comparer.statistics_only:
         caveats.append(f"{comparer.statistics_only} tensor(s) were compared by their statistics only (Max, Min): "
@@ -687,7 +789,7 @@ def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, st
                       tensors_compared=comparer.compared, units=units, reasons=reasons, caveats=caveats,
                       warnings=list(note), tolerance_ulps=tolerance_ulps,
                       statistics_only=bool(comparer.compared) and comparer.statistics_only == comparer.compared,
-                      series=_sample(series, MAX_SERIES), diverged_ops=diverged_ops,
+                      series=_sample(series, MAX_SERIES), diverged_ops=diverged_ops, differences=diverged,
                       parallel=layout.to_dict() if layout is not None else None,
                       coords={rank: found for rank in sorted({r for r, _s in units}) if (found := coords_of(rank))})
 

@@ -518,6 +518,16 @@ class Report:
             raise ValueError("this Report was not made from a dump by msoverflow.analyze(): it has no events to read")
         return self.event_reader()
 
+    def __repr__(self) -> str:
+        """One line: the verdict, where, the dump (render/notebook.py); the fields are in to_dict()."""
+        from .render.notebook import report_repr
+        return report_repr(self)
+
+    def _repr_html_(self) -> str:
+        """A notebook shows the verdict card, not the object's fields."""
+        from .render.notebook import report_html
+        return report_html(self)
+
     def to_dict(self) -> dict:
         """The JSON report (schema msoverflow/schema/report.schema.json) as a dict."""
         from .report_dict import report_dict
@@ -526,8 +536,14 @@ class Report:
     @property
     def bad_values_seen(self) -> bool:
         """Bad values were read although no origin is named (a rank received one, a likely origin was found)."""
-        return self.first is not None or self.likely_origin is not None or any(
-            row.status in (RANK_ORIGIN, RANK_RECEIVED, RANK_FLAGGED) for row in self.rank_status)
+        return self.first is not None or self.likely_origin is not None or self.bad_value_received or any(
+            row.status in (RANK_ORIGIN, RANK_FLAGGED) for row in self.rank_status)
+
+    @property
+    def bad_value_received(self) -> bool:
+        """A collective delivered a bad value to a rank (an arrival is kept when that rank's own step is cut short
+        and its row says `incomplete`)."""
+        return bool(self.arrivals) or any(row.status == RANK_RECEIVED for row in self.rank_status)
 
     @property
     def cause(self) -> Optional[Cause]:

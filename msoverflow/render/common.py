@@ -144,6 +144,21 @@ def arrivals_shown(report: Report, limit: int = MAX_ARRIVALS) -> Tuple[List[Arri
     return shown, (f"{left} more arrival(s); --format json lists all" if left > 0 else "")
 
 
+def bad_value_phrase(report: Report) -> str:
+    """Whether an inconclusive analysis saw a bad value at all ("" when its reasons say it: a likely origin, an
+    origin). A value a collective delivered whose maker was not found was made in files the analysis did not
+    read (cut short, missing, unreadable or not selected)."""
+    if report.likely_origin is None and report.bad_value_received:
+        return "a bad value was received but its origin may be in unreadable or missing files"
+    return "" if report.bad_values_seen else "no bad value seen"
+
+
+def inconclusive_lead(report: Report) -> str:
+    """What leads an inconclusive verdict's first reason (text, markdown, the one-line repr)."""
+    phrase = bad_value_phrase(report)
+    return "" if not phrase else phrase + (", but " if phrase == "no bad value seen" else ": ")
+
+
 def clean_text(report: Report) -> str:
     """What a clean verdict covers, in its headline: the outputs, files, ranks and steps read (a dump of step 0
     alone is clean in step 0, not in the run), what was skipped on purpose, and the non-finite values that are no

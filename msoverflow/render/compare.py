@@ -45,6 +45,41 @@ def _g(x: Optional[float], digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
+def cosine_text(x: Optional[float]) -> str:
+    """Seven significant digits, or 1 - (1 - cosine) when those would round to 1 (0.9999999564 is `1 - 4.4e-08`,
+    never `1`); "-" without one (a single value, statistics only)."""
+    if x is None:
+        return "-"
+    text = f"{x:.7g}"
+    if abs(float(text)) != 1.0 or abs(x) == 1.0:
+        return text
+    return f"1 - {1.0 - x:.2g}" if x > 0 else f"-1 + {1.0 + x:.2g}"
+
+
+def error_text(error_ulps: Optional[float], ulp_dtype: Optional[str], max_abs: Optional[float],
+               nonfinite_differ: int = 0) -> str:
+    """The error in the compared dtype's ulps; "exact match" when every element is equal; a tensor compared
+    exactly (integers, bool) by how far apart it is."""
+    special = f"{nonfinite_differ} inf/NaN differ" if nonfinite_differ else ""
+    if error_ulps is None:
+        return special or "-"
+    if max_abs == 0.0:
+        return f"{special}; the rest an exact match" if special else "exact match"
+    measured = f"{_g(error_ulps)} ulps of {ulp_dtype}" if ulp_dtype else f"differs by {_g(max_abs)} (compared exactly)"
+    return f"{special}; {measured}" if special else measured
+
+
+def _tensor_error(t: TensorDiff) -> str:
+    return error_text(t.error_ulps, t.ulp_dtype, t.max_abs_error, t.nonfinite_differ)
+
+
+def _op_error(op: OpDiff) -> str:
+    return error_text(op.error_ulps, op.ulp_dtype, op.max_abs_error, op.nonfinite_differ)
+
+
+WORST_ORDER = "inf/NaN mismatches first, then by the error for the values' size"
+
+
 def headline(c: Comparison) -> str:
     if c.verdict == "diverged":
         f = c.first_divergence
@@ -65,9 +100,9 @@ def _role_text(op: OpDiff) -> str:
 def tensor_line(t: TensorDiff) -> str:
     dtypes = t.baseline_dtype if t.baseline_dtype == t.target_dtype else f"{t.baseline_dtype} -> {t.target_dtype}"
     state = {True: "agrees", False: "DIFFERS", None: "not compared"}[t.agree]
-    metrics = (f"max abs err {_g(t.max_abs_error)}, max rel err {_g(t.max_rel_error)}, "
-               + (f"cosine {_g(t.cosine, 6)}, " if t.cosine is not None else "")
-               + f"{_g(t.error_ulps)} ulps of {t.ulp_dtype or 'exact'}")
+    metrics = "exact match" if t.exact else (
+        f"max abs err {_g(t.max_abs_error)}, max rel err {_g(t.max_rel_error)}, "
+        + (f"cosine {cosine_text(t.cosine)}, " if t.cosine is not None else "") + _tensor_error(t))
     extra = "; statistics only (min, max)" if t.statistics_only else ""
     return (f"{t.io} {t.slot} [{dtypes}] {state}: {metrics}{extra}" + (f"; {t.note}" if t.note else ""))
 
@@ -108,11 +143,11 @@ def render_compare_text(c: Comparison) -> str:
             out.append(f"         {t.target_file}")
         out.append("")
     if c.worst:
-        out.append(f"Largest differences ({len(c.worst)} of {c.diverged_ops} op runs that differ):")
-        for op in c.worst:
-            out.append(f"  {_g(op.error_ulps):>10} ulps  {op.role:<10} {rank_phrase(op.rank, op.coords)} "
-                       f"step {op.iteration}  "
-                       f"{op.op_type} {op.op_name}")
+        out.append(f"Largest differences ({len(c.worst)} of {c.diverged_ops} op runs that differ; {WORST_ORDER}):")
+        out.append(f"  {'#':>3}  {'max abs err':>11}  {'max rel err':>11}  {'error':<26} {'role':<10} where, op")
+        for i, op in enumerate(c.worst, 1):
+            out.append(f"  {i:>3}  {_g(op.max_abs_error):>11}  {_g(op.max_rel_error):>11}  {_op_error(op):<26} "
+                       f"{op.role:<10} {rank_phrase(op.rank, op.coords)} step {op.step}: {op.op_type} {op.op_name}")
         out.append("")
     unmatched = _unmatched_lines(c)
     if unmatched:
@@ -148,27 +183,26 @@ def render_compare_markdown(c: Comparison) -> str:
         if f.dtype_change:
             out.append(f"| dtype | {md(f.dtype_change)} |")
         out += [f"| why | {md(_role_text(f))} {md(f.note)} |", "",
-                "| tensor | dtypes | agrees | max abs err | max rel err | cosine | ulps | file (target) |",
+                "| tensor | dtypes | agrees | max abs err | max rel err | cosine | error | file (target) |",
                 "|---|---|---|---|---|---|---|---|"]
         for t in f.inputs + f.outputs:
             out.append(f"| {t.io} {t.slot} | {md(t.baseline_dtype)} / {md(t.target_dtype)} | "
                        f"{ {True: 'yes', False: '**no**', None: '-'}[t.agree]} | {_g(t.max_abs_error)} | "
-                       f"{_g(t.max_rel_error)} | {_g(t.cosine, 6)} | "
-                       f"{_g(t.error_ulps)} ({md(t.ulp_dtype or 'exact')}) | "
+                       f"{_g(t.max_rel_error)} | {cosine_text(t.cosine)} | {md(_tensor_error(t))} | "
                        f"{md_code(os.path.basename(t.target_file), True)} |")
         out.append("")
     if c.worst:
-        out += [f"## Largest differences ({len(c.worst)} of {c.diverged_ops})", "",
-                "| ulps | role | rank | step | op |", "|---|---|---|---|---|"]
-        out += [f"| {_g(op.error_ulps)} | {op.role} | {md(rank_phrase(op.rank, op.coords))} | {op.iteration} | "
-                f"{md_code(op.op_type, True)} "
-                f"{md_code(op.op_name, True)} |" for op in c.worst]
+        out += [f"## Largest differences ({len(c.worst)} of {c.diverged_ops})", "", f"Ranked: {WORST_ORDER}.", "",
+                "| # | max abs err | max rel err | error | role | rank | step | op |",
+                "|---|---|---|---|---|---|---|---|"]
+        out += [f"| {i} | {_g(op.max_abs_error)} | {_g(op.max_rel_error)} | {md(_op_error(op))} | {op.role} | "
+                f"{md(rank_phrase(op.rank, op.coords))} | {op.step} | {md_code(op.op_type, True)} "
+                f"{md_code(op.op_name, True)} |" for i, op in enumerate(c.worst, 1)]
         out.append("")
     unmatched = _unmatched_lines(c)
     if unmatched:
         out += ["## Present on one side only", ""] + [f"- {md(line)}" for line in unmatched] + [""]
-    out += ["## Scope", "", f"{matched_text(c)}; {c.tensors_compared} tensors compared; tolerance "
-            f"{_g(c.tolerance_ulps)} ulps.", ""]
+    out += ["## Scope", "", scope_text(c), ""]
     if c.parallel:
         out += [f"Layout: {md(parallel_text(c.parallel))}.", ""]
     out += [f"- caveat: {md(x)}" for x in c.caveats] + [f"- inconclusive: {md(x)}" for x in c.reasons]
@@ -238,33 +272,44 @@ def _error_svg(c: Comparison):
     return inline_svg(fig, "error-plot", "error along execution order"), note
 
 
+def compare_card(c: Comparison, links, after: str = "") -> str:
+    """The verdict card of a comparison (html.page.card): the page's first section and a notebook's display."""
+    from .html.page import card, esc
+    kind = {"diverged": "anomaly", "equivalent": "clean"}.get(c.verdict, "inconclusive")
+    f = c.first_divergence
+    items = [("baseline", links.file(c.baseline, c.baseline, folder=True)),
+             ("target", links.file(c.target, c.target, folder=True))]
+    if f is not None:
+        items += [("op", f"<code>{esc(f.op_type)}</code> <code>{esc(f.op_name)}</code>"),
+                  ("rank, step", f"{esc(rank_phrase(f.rank, f.coords))}, {f.step}"),
+                  ("Cell", f"{esc(f.cell)} ({esc(f.cell_type)})")]
+        if f.source:
+            items.append(("source", f"{links.file(f.source.file, None, f.source.line)} "
+                                    f"<code>{esc(f.source.code)}</code>"))
+        if f.dtype_change:
+            items.append(("dtype", esc(f.dtype_change)))
+        items.append(("why", f"{esc(_role_text(f))} {esc(f.note)}"))
+    return card(kind, c.verdict.upper(), items, lead=esc(headline(c).split(": ", 1)[-1]),  # the badge says the verdict
+                after=after)
+
+
+def scope_text(c: Comparison) -> str:
+    return f"{matched_text(c)}; {c.tensors_compared} tensors compared; tolerance {_g(c.tolerance_ulps)} ulps."
+
+
 def render_compare_html(c: Comparison, page_dir: Optional[str] = None) -> str:
     """The compare page; files under page_dir (default: the current directory) are linked relatively."""
     from .html.page import CSS, Links, esc
     links = Links(page_dir)
-    badge = {"diverged": "anomaly", "equivalent": "clean"}.get(c.verdict, "inconclusive")
     f = c.first_divergence
-    parts = [f'<section id="verdict"><div class="card {badge}"><span class="badge {badge}">{esc(c.verdict.upper())}'
-             f'</span> {esc(headline(c))}<dl>'
-             f"<dt>baseline</dt><dd>{links.file(c.baseline, c.baseline, folder=True)}</dd>"
-             f"<dt>target</dt><dd>{links.file(c.target, c.target, folder=True)}</dd>"]
-    if f is not None:
-        parts.append(f"<dt>op</dt><dd><code>{esc(f.op_type)}</code> <code>{esc(f.op_name)}</code></dd>"
-                     f"<dt>rank, step</dt><dd>{esc(rank_phrase(f.rank, f.coords))}, {f.iteration}</dd>"
-                     f"<dt>Cell</dt><dd>{esc(f.cell)} ({esc(f.cell_type)})</dd>")
-        if f.source:
-            parts.append(f"<dt>source</dt><dd>{links.file(f.source.file, None, f.source.line)} "
-                         f"<code>{esc(f.source.code)}</code></dd>")
-        if f.dtype_change:
-            parts.append(f"<dt>dtype</dt><dd>{esc(f.dtype_change)}</dd>")
-        parts.append(f"<dt>why</dt><dd>{esc(_role_text(f))} {esc(f.note)}</dd>")
-    parts.append("</dl></div></section>")
+    parts = [compare_card(c, links)]
     if f is not None:
         rows = "".join(
             f"<tr><td>{esc(t.io)} {t.slot}</td><td>{esc(t.baseline_dtype)} / {esc(t.target_dtype)}</td>"
             f"<td class=\"{'bad' if t.agree is False else ''}\">{ {True: 'yes', False: 'no', None: '-'}[t.agree]}</td>"
             f"<td class=num>{_g(t.max_abs_error)}</td><td class=num>{_g(t.max_rel_error)}</td>"
-            f"<td class=num>{_g(t.cosine, 6)}</td><td class=num>{_g(t.error_ulps)} ({esc(t.ulp_dtype or 'exact')})</td>"
+            f'<td class=num style="white-space:nowrap">{cosine_text(t.cosine)}</td>'
+            f"<td class=num>{esc(_tensor_error(t))}</td>"
             f"<td>{links.file(t.baseline_file)}<br>{links.file(t.target_file)}</td></tr>" for t in f.inputs + f.outputs)
         parts.append('<section id="tensors"><h2>Tensors of the first divergence</h2><table><tr><th>tensor</th>'
                      "<th>dtypes (baseline / target)</th><th>agrees</th><th>max abs err</th><th>max rel err</th>"
@@ -273,13 +318,15 @@ def render_compare_html(c: Comparison, page_dir: Optional[str] = None) -> str:
     parts.append('<section id="errors"><h2>Error along execution order, per Cell</h2>'
                  + (f'<div class="plot">{svg}</div>' if svg else "") + f'<p class="note">{esc(note)}</p></section>')
     if c.worst:
-        rows = "".join(f"<tr><td class=num>{_g(op.error_ulps)}</td><td>{esc(op.role)}</td>"
-                       f"<td>{esc(rank_phrase(op.rank, op.coords))}</td>"
-                       f"<td>{op.iteration}</td><td><code>{esc(op.op_type)}</code> {esc(op.op_name)}</td></tr>"
-                       for op in c.worst)
+        rows = "".join(f"<tr><td class=num>{i}</td><td class=num>{_g(op.max_abs_error)}</td>"
+                       f"<td class=num>{_g(op.max_rel_error)}</td><td class=num>{esc(_op_error(op))}</td>"
+                       f"<td>{esc(op.role)}</td><td>{esc(rank_phrase(op.rank, op.coords))}</td>"
+                       f"<td>{op.step}</td><td><code>{esc(op.op_type)}</code> {esc(op.op_name)}</td></tr>"
+                       for i, op in enumerate(c.worst, 1))
         parts.append(f'<section id="worst"><h2>Largest differences ({len(c.worst)} of {c.diverged_ops})</h2>'
-                     f"<table><tr><th>ulps</th><th>role</th><th>rank</th><th>step</th><th>op</th></tr>{rows}"
-                     "</table></section>")
+                     f'<p class="note">Ranked: {esc(WORST_ORDER)}.</p>'
+                     "<table><tr><th>#</th><th>max abs err</th><th>max rel err</th><th>error</th><th>role</th>"
+                     f"<th>rank</th><th>step</th><th>op</th></tr>{rows}</table></section>")
     unmatched = _unmatched_lines(c)
     shown = c.unmatched[:MAX_UNMATCHED_SHOWN]
     parts.append('<section id="unmatched"><h2>Present on one side only</h2>'
@@ -289,8 +336,7 @@ def render_compare_html(c: Comparison, page_dir: Optional[str] = None) -> str:
                      f"<td><code>{esc(u.op_type)}"
                      f"</code> {esc(u.op_name)}</td></tr>" for u in shown) + "</table>" if shown else "")
                  + "</section>")
-    scope = f"{matched_text(c)}; {c.tensors_compared} tensors compared; tolerance {_g(c.tolerance_ulps)} ulps."
-    parts.append(f'<section id="scope"><h2>Scope</h2><p>{esc(scope)}</p>'
+    parts.append(f'<section id="scope"><h2>Scope</h2><p>{esc(scope_text(c))}</p>'
                  + (f"<p>layout: {esc(parallel_text(c.parallel))}</p>" if c.parallel else "")
                  + "".join(f"<p class=note>caveat: {esc(x)}</p>" for x in c.caveats)
                  + "".join(f"<p class=note>inconclusive: {esc(x)}</p>" for x in c.reasons)

@@ -18,6 +18,7 @@ from .common import (
     handled_details,
     handled_text,
     history_lines,
+    inconclusive_lead,
     parallel_text,
     parameters_shown,
     producer_text,
@@ -98,8 +99,7 @@ def render_markdown(report: Report, top: int = 10) -> str:
     out: List[str] = ["# msoverflow report", ""]
     f = report.first
     if f is None and report.inconclusive:
-        seen = "" if report.bad_values_seen else "no bad value seen, but "
-        out.append(f"**Inconclusive**: {seen}{md(report.inconclusive[0])}")
+        out.append(f"**Inconclusive**: {md(inconclusive_lead(report))}{md(report.inconclusive[0])}")
         out += [f"- also: {md(reason)}" for reason in report.inconclusive[1:]]
     elif f is None:
         out.append(f"**Clean**: {md(clean_text(report))}.")

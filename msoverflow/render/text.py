@@ -19,6 +19,7 @@ from .common import (
     handled_details,
     handled_text,
     history_lines,
+    inconclusive_lead,
     parallel_text,
     parameters_shown,
     producer_text,
@@ -137,24 +138,29 @@ def cause_lines(cause) -> List[str]:
     return lines
 
 
-def render_text(report: Report, top: int = 10) -> str:
-    lines: List[str] = []
+def headline(report: Report) -> str:
+    """The verdict in one line: the text report's first line (and the Report's repr)."""
     f = report.first
     if f is None and report.inconclusive:
-        seen = "" if report.bad_values_seen else "no bad value seen, but "
-        lines.append(f"INCONCLUSIVE: {seen}{report.inconclusive[0]}")
+        return f"INCONCLUSIVE: {inconclusive_lead(report)}{report.inconclusive[0]}"
+    if f is None:
+        return f"CLEAN: {clean_text(report)}."
+    if f.role == SUSPECT:
+        return (f"ANOMALY: the hardware flagged {op_label(f)}; its inputs were not dumped, so it may have received "
+                "the bad value rather than created it")
+    made = "first seen in" if f.role == "propagator" else "first created by"
+    return f"ANOMALY: {f.kind} {made} {op_label(f)}"
+
+
+def render_text(report: Report, top: int = 10) -> str:
+    lines: List[str] = [headline(report)]
+    f = report.first
+    if f is None and report.inconclusive:
         lines += [f"  also: {reason}" for reason in report.inconclusive[1:]]
         lines += [f"  caveat: {limit}" for limit in report.coverage]
     elif f is None:
-        lines.append(f"CLEAN: {clean_text(report)}.")
         lines += [f"  caveat: {limit}" for limit in report.coverage]
     else:
-        if f.role == SUSPECT:
-            lines.append(f"ANOMALY: the hardware flagged {op_label(f)}; its inputs were not dumped, so it may "
-                         "have received the bad value rather than created it")
-        else:
-            made = "first seen in" if f.role == "propagator" else "first created by"
-            lines.append(f"ANOMALY: {f.kind} {made} {op_label(f)}")
         lines.append(f"  where : {_where(f, report)}")
         lines.append(f"  what  : {f.detail}")
         if f.source:

@@ -90,6 +90,33 @@ def test_every_format_says_the_same(answers, name):
                 assert first["source"]["code"] in body
 
 
+@pytest.mark.parametrize("name", [p.name for p in gen_compare_pairs.PAIRS])
+def test_every_format_prints_the_numbers_unrounded(answers, name):
+    """Each tensor of the first divergence with its cosine as cosine_text writes it (the real Softmax pairs hold
+    cosines under 1 that 6 digits printed as `1`), "exact match" for equal tensors, and the largest differences
+    with their absolute and relative errors, in the JSON's order."""
+    from msoverflow.render.compare import cosine_text
+    answer = json.loads(answers[name]["json"][1])
+    first = answer["first_divergence"]
+    bodies = {fmt: html.unescape(answers[name][fmt][1]) for fmt in ("text", "markdown", "html")}
+    for fmt, body in bodies.items():
+        assert "ulps of exact" not in body and "(exact)" not in body, fmt
+        if first is None:
+            continue
+        for t in first["inputs"] + first["outputs"]:
+            if t["cosine"] is not None and not (t["agree"] and t["max_abs_error"] == 0):
+                assert cosine_text(t["cosine"]) in body, (fmt, t["io"], t["slot"], t["cosine"])
+        if any(t["max_abs_error"] == 0 for t in first["inputs"]):
+            assert "exact match" in body, fmt
+        worst = body[body.index("Largest differences"):]
+        assert "max abs err" in worst and "max rel err" in worst, fmt
+        rows = [worst.index(op["op_name"]) for op in answer["worst"][:3] if worst.count(op["op_name"]) == 1]
+        assert rows == sorted(rows), fmt
+    if name in ("softmax_fp16", "dp2_softmax_fp16"):
+        assert any(t["cosine"] is not None and f"{t['cosine']:.6g}" == "1" and t["cosine"] < 1
+                   for t in first["inputs"] + first["outputs"])
+
+
 def test_cast_inserted_on_one_side_is_reported_not_fatal(answers):
     answer = json.loads(answers["softmax_fp16"]["json"][1])
     assert answer["unmatched"]["baseline"] == 0 and answer["unmatched"]["target"] > 0

@@ -24,6 +24,7 @@ from tests.support.fixture_runs import copy_dump
 SCHEMA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "msoverflow", "schema", "report.schema.json")
 NORMHEAD = "dp2_normhead_one_rank"      # origin: SqrtGrad on rank 1 at iteration 1 (its last step)
 LAST = 1
+RECEIVED_LEAD = "a bad value was received but its origin may be in unreadable or missing files"
 
 
 def _step_dir(dump, rank, iteration):
@@ -33,6 +34,14 @@ def _step_dir(dump, rank, iteration):
 def _by_time(folder):
     """The step's files in the order they were written (the timestamp in each name)."""
     return sorted(os.listdir(folder), key=lambda name: names.parse(name).timestamp)
+
+
+def _cut(step, keep):
+    """Delete the step's files written after the first `keep(names in the order written)` of them, as a job killed
+    there leaves its dump."""
+    written = _by_time(step)
+    for name in written[keep(written):]:
+        os.remove(step / name)
 
 
 def _sqrtgrad_output(folder):
@@ -118,8 +127,29 @@ def test_truncated_origin_output_and_an_empty_file_make_rank_1_incomplete_not_re
     assert any("rank(s) 1 hold incomplete steps" in w for w in report.warnings)
     assert main(["analyze", str(dump), "--no-progress"]) == 3
     out = capsys.readouterr().out
-    assert out.startswith("INCONCLUSIVE: rank 1, step 1: 2 of 456 files truncated or empty")
+    assert out.startswith(f"INCONCLUSIVE: {RECEIVED_LEAD}: rank 1, step 1: 2 of 456 files truncated or empty")
     assert "cross-rank" not in out and "dump the other ranks" not in out
+
+
+@pytest.mark.mindspore
+def test_a_received_bad_value_in_a_cut_step_is_said_in_every_form_never_no_bad_value_seen(multirank_dumps, tmp_path):
+    """Rank 0 received the bad value through the gradient AllReduce, then its step was cut short; rank 0 analysed
+    alone. The arrival is a bad value read: the verdict is inconclusive with the arrival as its lead, not 'no bad
+    value seen'."""
+    dump = copy_dump(multirank_dumps[NORMHEAD], tmp_path)
+    step = _step_dir(dump, 0, LAST)
+    _cut(step, lambda written: 20 + max(i for i, n in enumerate(written)          # 20 files after the delivery
+                                        if n.startswith("AllReduce.") and ".output." in n))
+    report = analyze(str(dump), ranks=[0], progress=False)
+    assert report.verdict == "inconclusive" and report.first is None and report.likely_origin is None
+    assert [(a.rank, a.step, a.op_type) for a in report.arrivals] == [(0, LAST, "AllReduce")]
+    assert _row(report, 0).status == "incomplete" and report.bad_values_seen
+    text, markdown, doc, page = _every_form(report)
+    assert text.startswith(f"INCONCLUSIVE: {RECEIVED_LEAD}: rank 0, step {LAST}: ")
+    assert markdown.startswith(f"# msoverflow report\n\n**Inconclusive**: {RECEIVED_LEAD}: rank 0, step {LAST}: ")
+    assert f"<dt>bad values</dt><dd>{RECEIVED_LEAD}</dd>" in page
+    assert doc["arrivals"][0]["op_type"] == "AllReduce" and doc["verdict"] == "inconclusive"
+    assert not any("no bad value seen" in form for form in (text, markdown, page))
 
 
 @pytest.mark.mindspore
@@ -154,10 +184,8 @@ def test_only_the_origin_output_truncated_names_the_likely_origin_in_every_form(
 def test_a_step_killed_after_sqrtgrads_inputs_is_incomplete_not_clean(multirank_dumps, tmp_path, capsys):
     dump = copy_dump(multirank_dumps[NORMHEAD], tmp_path)
     step = _step_dir(dump, 1, LAST)
-    written = _by_time(step)
-    last_input = max(i for i, n in enumerate(written) if n.startswith("SqrtGrad.") and ".input." in n)
-    for name in written[last_input + 1:]:
-        os.remove(step / name)
+    _cut(step, lambda written: 1 + max(i for i, n in enumerate(written)
+                                       if n.startswith("SqrtGrad.") and ".input." in n))
     report = analyze(str(dump), progress=False)
     assert report.verdict == "inconclusive" and report.first is None
     row = _row(report, 1)
@@ -215,9 +243,7 @@ def test_a_clean_dump_whose_last_step_lost_half_its_files_is_inconclusive_with_c
     capsys.readouterr()
     dump = copy_dump(source, tmp_path)
     step = _step_dir(dump, 0, last)
-    written = _by_time(step)
-    for name in written[len(written) // 2:]:
-        os.remove(step / name)
+    _cut(step, lambda written: len(written) // 2)
     assert main(["analyze", str(dump), "--no-progress"]) == 3
     out = capsys.readouterr().out
     assert out.startswith(f"INCONCLUSIVE: no bad value seen, but rank 0, step {last}: ")
@@ -269,9 +295,7 @@ def test_an_origin_proven_on_another_rank_stands_and_the_cut_rank_is_incomplete(
     under the dump's limits."""
     dump = copy_dump(multirank_dumps[NORMHEAD], tmp_path)
     step = _step_dir(dump, 0, LAST)
-    written = _by_time(step)
-    for name in written[len(written) // 2:]:
-        os.remove(step / name)
+    _cut(step, lambda written: len(written) // 2)
     report = analyze(str(dump), progress=False)
     assert report.verdict == "anomaly"
     assert (report.first.rank, report.first.iteration, report.first.op_type) == (1, LAST, "SqrtGrad")

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import urllib.parse
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 from ...model import RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED, Report
-from ..common import cause_values_text, clean_text, rank_where
+from ..common import bad_value_phrase, cause_values_text, clean_text, rank_where
 from ..safe import plain
 from ..text import op_label
 
@@ -18,27 +19,35 @@ COLORS = {"origin": "#c62828", "arrival": "#ef6c00", "flag": "#6a1b9a", "clean":
 
 # Colours are variables: light by default, dark when the reader's system asks for it, light and flat on paper.
 # The plots stay drawn on white in both schemes (their colours were chosen for white).
-CSS = """
+_VARIABLES = """
 :root{color-scheme:light dark;--bg:#fafafa;--fg:#212121;--panel:#fff;--line:#ddd;--head:#f0f0f0;--muted:#616161;
 --label:#555;--code:#f3f3f3;--link:#1a4fa0;--bad:#c62828;--recv:#d84315;--flag:#6a1b9a;--ok:#2e7d32;--grey:#757575;
 --incomplete:#9a5b00;--warn:#f9a825}
 @media (prefers-color-scheme: dark){:root{--bg:#121212;--fg:#e6e6e6;--panel:#1d1d1d;--line:#3c3c3c;--head:#262626;
 --muted:#b0b0b0;--label:#c4c4c4;--code:#2b2b2b;--link:#8ab4f8;--bad:#ff8a80;--recv:#ffb74d;--flag:#ce93d8;
 --ok:#81c784;--grey:#a8a8a8;--incomplete:#ffcc80;--warn:#fdd835}}
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;background:var(--bg);color:var(--fg)}
+"""
+# The verdict card and what it holds: the page's rules, and a notebook's display (scoped there, see notebook()).
+_CARD = """
 a{color:var(--link)}
-main{max-width:1200px;margin:0 auto;padding:16px 24px 48px}
-h1{font-size:1.5em;margin:.4em 0}
-h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid var(--line);padding-bottom:4px}
 .card{background:var(--panel);border:1px solid var(--line);border-left:8px solid var(--grey);border-radius:6px;
 padding:12px 18px}
 .card.anomaly{border-left-color:var(--bad)}.card.clean{border-left-color:var(--ok)}
 .card.inconclusive{border-left-color:var(--warn)}
+.card h2{border:0;margin:0;font-size:1.2em}
 .card dl{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;margin:8px 0}
 .card dt{font-weight:600;color:var(--label)}.card dd{margin:0}
 .badge{display:inline-block;padding:2px 10px;border-radius:12px;color:#fff;font-weight:600;font-size:.9em}
 .badge.anomaly{background:#c62828}.badge.clean{background:#2e7d32}.badge.inconclusive{background:#f9a825;color:#000}
-table{border-collapse:collapse;background:var(--panel);font-size:.88em;margin:6px 0}
+code{background:var(--code);padding:1px 4px;border-radius:3px;font-size:.92em;word-break:break-all}
+.note{color:var(--muted);font-size:.9em}
+"""
+CSS = _VARIABLES + """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;background:var(--bg);color:var(--fg)}
+main{max-width:1200px;margin:0 auto;padding:16px 24px 48px}
+h1{font-size:1.5em;margin:.4em 0}
+h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid var(--line);padding-bottom:4px}
+""" + _CARD + """table{border-collapse:collapse;background:var(--panel);font-size:.88em;margin:6px 0}
 th,td{border:1px solid var(--line);padding:3px 8px;text-align:left;vertical-align:top}
 th{background:var(--head)} td.num{text-align:right;font-variant-numeric:tabular-nums}
 td.bad{color:var(--bad);font-weight:600}
@@ -47,10 +56,9 @@ tr.received td:nth-child(2){color:var(--recv);font-weight:600}
 tr.flagged td:nth-child(2){color:var(--flag);font-weight:600} tr.clean td:nth-child(2){color:var(--ok)}
 tr.notdumped td:nth-child(2){color:var(--grey);font-style:italic}
 tr.incomplete td:nth-child(2){color:var(--incomplete);font-weight:bold}
-code{background:var(--code);padding:1px 4px;border-radius:3px;font-size:.92em;word-break:break-all}
 .plot{background:#fff;color-scheme:light;border:1px solid var(--line);border-radius:6px;padding:6px;overflow-x:auto}
 .plot svg{max-width:100%;height:auto} .scroll{max-height:30em;overflow-y:auto;display:inline-block}
-.note{color:var(--muted);font-size:.9em} .warn li{margin:2px 0}
+.warn li{margin:2px 0}
 nav a{margin-right:12px}
 @media print{
 :root{color-scheme:light;--bg:#fff;--fg:#000;--panel:#fff;--line:#bbb;--head:#eee;--muted:#444;--label:#333;
@@ -62,6 +70,28 @@ section,article,.card,.plot,tr{break-inside:avoid} h2,h3{break-after:avoid}
 details::details-content{content-visibility:visible;display:contents} details>summary{list-style:none}
 }
 """
+# In a notebook the card sits in a page that is not ours: its rules apply inside .msoverflow only, and its colours
+# follow the notebook's theme (JupyterLab's variables) where it has one.
+NOTEBOOK_SCOPE = "msoverflow"
+_NOTEBOOK_VARIABLES = (f".{NOTEBOOK_SCOPE}{{--panel:var(--jp-layout-color1,transparent);"
+                       "--line:var(--jp-border-color2,#ccc);--label:var(--jp-ui-font-color2,#666);"
+                       "--muted:var(--jp-ui-font-color2,#666);--code:var(--jp-layout-color2,rgba(127,127,127,.15));"
+                       "--link:var(--jp-content-link-color,#1a4fa0);--bad:#c62828;--ok:#2e7d32;--warn:#f9a825;"
+                       "--grey:#757575}")
+
+
+def _scoped(rules: str, scope: str) -> str:
+    """Each selector of `rules` (one rule per block, no nesting) prefixed with `scope`."""
+    def prefix(match):
+        selectors = ",".join(f"{scope} {sel.strip()}" for sel in match.group(1).split(","))
+        return selectors + "{"
+    return re.sub(r"([^{}]+)\{", prefix, rules.strip())
+
+
+def notebook(body: str) -> str:
+    """A notebook's display (_repr_html_): `body` (a card, a line) with the card's rules scoped to it."""
+    return (f'<div class="{NOTEBOOK_SCOPE}"><style>{_NOTEBOOK_VARIABLES}'
+            f'{_scoped(_CARD, "." + NOTEBOOK_SCOPE)}</style>{body}</div>')
 
 
 def esc(value) -> str:
@@ -145,13 +175,21 @@ def finding_id(index: int) -> str:
     return f"finding-{index}"
 
 
-def verdict_card(report: Report, links: Optional[Links] = None) -> str:
+def card(kind: str, badge: str, items: Sequence[Tuple[str, str]], lead: str = "", after: str = "") -> str:
+    """The verdict card every HTML view starts with (analyze, hunt, compare, a notebook's display): the badge
+    (kind: anomaly, clean or inconclusive), a line, then (term, HTML) items. lead, items and after are HTML."""
+    return "\n".join([f'<section id="verdict" class="card {kind}">',
+                      f'<h2>Verdict <span class="badge {kind}">{esc(badge)}</span></h2>',
+                      f"<p>{lead}</p>" if lead else "",
+                      "<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in items) + "</dl>", after,
+                      "</section>"])
+
+
+def verdict_card(report: Report, links: Optional[Links] = None, after: str = "") -> str:
     """The verdict at a glance: its badge, the origin, where, what, its cause, the Cell and source line, the fix."""
     links = links or Links()
     verdict = report.verdict
     f = report.first
-    out = [f'<section id="verdict" class="card {verdict}">',
-           f'<h2 style="border:0;margin:0">Verdict <span class="badge {verdict}">{esc(verdict.upper())}</span></h2>']
     if f is not None:
         # A finding that only the hardware flag names (its inputs were not dumped) is not called the origin.
         role = {"flagged": "flagged (not proven)", "propagator": "first seen in"}.get(f.role, "origin")
@@ -170,11 +208,12 @@ def verdict_card(report: Report, links: Optional[Links] = None) -> str:
                         + (f" ({links.file(f.ir_file, None, f.ir_line)})" if f.ir_file else "")),
                  ("fix", esc(f.recommendation) or "-")]
     elif verdict == "inconclusive":
-        items = [("why", "<ul>" + "".join(f"<li>{esc(r)}</li>" for r in report.inconclusive) + "</ul>")]
+        seen = bad_value_phrase(report)
+        items = ([("bad values", esc(seen))] if seen else []) + [
+            ("why", "<ul>" + "".join(f"<li>{esc(r)}</li>" for r in report.inconclusive) + "</ul>")]
     else:
         items = [("result", esc(clean_text(report)))]
-    out.append("<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in items) + "</dl>")
     if f is not None and report.inconclusive:
-        out.append('<p class="note">Also not understood: ' + "; ".join(esc(r) for r in report.inconclusive) + "</p>")
-    out.append("</section>")
-    return "\n".join(out)
+        after = '<p class="note">Also not understood: ' + "; ".join(esc(r) for r in report.inconclusive) + \
+            "</p>" + after
+    return card(verdict, verdict.upper(), items, after=after)
