@@ -196,13 +196,15 @@ def read_unit(unit: Unit, warn: Warn = lambda message: None) -> UnitRead:
     return _unit_read(unit, [read_dir(d, warn) for d in unit.dirs], warn)
 
 
-def _unit_read(unit: Unit, contents: List[DirContent], warn: Warn) -> UnitRead:
+def _unit_read(unit: Unit, contents: List[DirContent], warn: Warn,
+               ops: Optional[Callable[[str], bool]] = None) -> UnitRead:
     events: List[TensorEvent] = []
     records: List[OverflowRecord] = []
     nodes: Dict[Tuple[int, str], list] = {}
     for content in contents:
         d = content.d
-        events.extend(_content_events(content, all_rows=True))
+        made = _content_events(content, all_rows=True, ops=ops)
+        events.extend(made if ops is None else [e for e in made if ops(e.op_name)])
         records.extend(content.records)
         if content.nodes:
             nodes.setdefault((d.rank, d.graph), []).extend(content.nodes)
@@ -251,17 +253,21 @@ class OpRun:
         return ex.inputs + ex.outputs if ex is not None else []
 
 
-def read_unit_runs(unit: Unit, warn: Warn = lambda message: None) -> Tuple[List[OpRun], UnitRead]:
+def read_unit_runs(unit: Unit, warn: Warn = lambda message: None,
+                   ops: Optional[Callable[[str], bool]] = None) -> Tuple[List[OpRun], UnitRead]:
     """A unit's op runs in time order (graph order breaks ties), as read_unit() orders its executions. A unit of
     plain npy files (one directory per graph, no statistics, no repeated run, no odd name) stays columns, as in
     analyze's scan: its names parsed in bulk, tensors made objects only when a run's execution() is asked for;
-    any other unit is read whole as objects."""
+    any other unit is read whole as objects. ops(op name as in file names): only those ops' runs (a statistic.csv
+    then makes objects of their rows only: a few ops of a 50,000-row step cost what they are)."""
     contents = [read_dir(d, warn) for d in unit.dirs]
     roots = {(d.rank, d.graph): d.rank_root for d in unit.dirs}
     runs = _column_runs(contents, roots)
     if runs is not None:
+        if ops is not None:
+            runs = [run for run in runs if ops(run.op_name)]
         return runs, UnitRead([], [], {}, roots, unread_of(contents, []))
-    read = _unit_read(unit, contents, warn)
+    read = _unit_read(unit, contents, warn, ops)
     return [OpRun.of(ex) for ex in read.executions], read
 
 
@@ -331,12 +337,15 @@ def msprobe_graphs(nodes: Dict[Tuple[int, str], list]) -> Dict[Tuple[int, str], 
     return graphs
 
 
-def _content_events(content: DirContent, all_rows: bool) -> List[TensorEvent]:
+def _content_events(content: DirContent, all_rows: bool,
+                    ops: Optional[Callable[[str], bool]] = None) -> List[TensorEvent]:
     """A directory's tensors as objects: statistic rows (stats joined to their tensor files), npy files, and
-    what the other readers made."""
+    what the other readers made. ops: only the rows of the ops it takes (the caller filters the rest)."""
     d = content.d
-    rows = content.table.events(_all(content.table.size), d.rank, d.graph, d.step) \
-        if content.table is not None else []
+    table_rows = None
+    if content.table is not None:
+        table_rows = _all(content.table.size) if ops is None else content.table.rows_of_ops(ops)
+    rows = content.table.events(table_rows, d.rank, d.graph, d.step) if content.table is not None else []
     files = _npy_events(content, range(len(content.npy.rows))) if content.npy is not None else []
     if content.table is not None and content.table_covers_npy:
         return rows + content.events

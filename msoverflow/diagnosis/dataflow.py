@@ -161,9 +161,11 @@ class StepIndex:
             self.by_name.setdefault((run.graph, run.op_name), run)
 
     @classmethod
-    def of_unit(cls, unit, warn: Callable[[str], None] = lambda message: None) -> "StepIndex":
+    def of_unit(cls, unit, warn: Callable[[str], None] = lambda message: None,
+                ops: Optional[Callable[[str], bool]] = None) -> "StepIndex":
+        """ops(op name as in file names): only those ops' runs (walk.read_unit_runs)."""
         from ..walk import read_unit_runs
-        runs, _read = read_unit_runs(unit, warn)
+        runs, _read = read_unit_runs(unit, warn, ops)
         return cls(runs, warn)
 
     def run(self, graph: str, op_name: str):

@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from ..model import GraphNode, History, Series
 from ..rules.knowledge import OpKnowledge
-from .dataflow import PARAM, Flow, Flows, StepIndex, is_backward
+from .dataflow import PARAM, Flow, Flows, StepIndex, is_backward, parameter_name
 
 GROWTH = 10.0              # a series that ends this many times above where it was has grown (or jumped)
 NEAR_START = 1.5           # a value within this factor of the first one has not started growing yet
@@ -26,9 +26,11 @@ MAX_HOPS = 8               # how far back through the forward the parameters are
 
 
 def history(rank: int, graph: str, op_name: str, op_type: str, step: int, steps: List[int], flows: Flows,
-            index_of: Callable[[int, int], Optional[StepIndex]], kn: OpKnowledge) -> Optional[History]:
+            ops_of: Callable[[int, int, Callable[[str], bool]], Optional[StepIndex]],
+            kn: OpKnowledge) -> Optional[History]:
     """The history of the origin op `op_name` (graph `graph`) of rank `rank` at `step`, over `steps` (the rank's
-    dumped steps); None when fewer than two steps up to the origin's are dumped."""
+    dumped steps; ops_of(rank, step, ops) reads the runs of the ops named); None when fewer than two steps up to
+    the origin's are dumped."""
     steps = _spread([s for s in sorted(set(steps)) if s <= step], step)
     if len(steps) < 2:
         return None
@@ -36,8 +38,9 @@ def history(rank: int, graph: str, op_name: str, op_type: str, step: int, steps:
     flow = flows(rank, graph)
     parameters = _feeding_parameters(flow, flows.written(rank), op_name, kn) if flow is not None else []
     params: Dict[str, List[Optional[float]]] = {name: [] for name, _written in parameters}
+    wanted = {op_name} | {parameter_name(name) for name in params}
     for position, s in enumerate(steps):
-        index = index_of(rank, s)
+        index = ops_of(rank, s, wanted.__contains__)
         if index is None:
             for values in params.values():
                 values.append(None)

@@ -448,6 +448,15 @@ class StatTable:
         rows = np.flatnonzero(matches[column.codes])
         return int(rows[0]) if rows.size else None
 
+    def rows_of_ops(self, wanted: Callable[[str], bool]):
+        """The rows whose op name, as file names write it (what events() names), `wanted` takes; each distinct
+        name is asked once."""
+        column = self.columns["op_name"]
+        count = column.size if isinstance(column, _ArrowText) else len(column.values)
+        keep = np.fromiter((wanted(scope_to_file_name(column.value(code))) for code in range(count)), dtype=bool,
+                           count=count)
+        return np.flatnonzero(keep[column.codes]) if count else np.zeros(0, dtype=np.int64)
+
     def first_timestamp(self) -> Optional[int]:
         return int(self.columns["timestamp"][0].min()) if self.size else None
 
