@@ -171,15 +171,35 @@ def test_without_a_kernel_or_mindspore_the_cause_is_unknown(real_dumps, monkeypa
 
 
 def test_diagnosis_reads_no_step_again(real_dumps, monkeypatch):
-    """The origin's op run and its graph are handed on from the walk: analyze reads each step's directory once,
-    the diagnosis included."""
+    """The origin's op run and its graph are handed on from the walk: the diagnose stage reads no step's directory
+    again. The since-when history (explain stage, the first origin only) reads the origin's rank once per step,
+    and only the rows of the ops it needs (walk.read_unit_runs(ops=...))."""
+    import msoverflow.diagnosis.stage as stage
     import msoverflow.walk as walk
-    calls = []
+    walked, in_diagnose, in_history = [], [], []
     real = walk.read_dir
-    monkeypatch.setattr(walk, "read_dir", lambda d, warn=None: calls.append(d.path) or real(d, warn))
+    diagnosing = [False]
+    monkeypatch.setattr(walk, "read_dir", lambda d, warn=None: (
+        (in_diagnose if diagnosing[0] else walked).append(d.path) or real(d, warn)))
+    real_diagnose = stage.diagnose
+
+    def diagnose(*args, **kwargs):
+        diagnosing[0] = True
+        try:
+            return real_diagnose(*args, **kwargs)
+        finally:
+            diagnosing[0] = False
+    monkeypatch.setattr(stage, "diagnose", diagnose)
+    real_ops = walk.read_unit_runs
+    monkeypatch.setattr(walk, "read_unit_runs", lambda unit, warn=lambda m: None, ops=None: (
+        in_history.append((unit.rank, unit.step)) if ops is not None else None) or real_ops(unit, warn, ops))
     report = analyze(str(real_dumps["overflow_last_of_three_steps"]), progress=False, jobs=1)
     assert report.first.cause.cause == "precision"
-    assert calls and len(calls) == len(set(calls)), collections.Counter(calls).most_common(3)
+    assert not in_diagnose, in_diagnose
+    assert len(in_history) == len(set(in_history)) == 3, in_history       # steps 0-2 of rank 0, once each
+    # the walk itself and the history's filtered reads: each directory at most twice in all
+    counts = collections.Counter(walked)
+    assert walked and max(counts.values()) <= 2, counts.most_common(3)
 
 
 def test_recompute_error_is_never_raised_out_of_diagnose(real_dumps):
