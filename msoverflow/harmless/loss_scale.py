@@ -23,8 +23,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from ..dataflow import PARAM, Flows, Judged, StepIndex, is_backward
-from ..model import CROSS_RANK, PROPAGATOR, Handled, OpExecution
+from ..dataflow import PARAM, Flows, Judged, StepIndex
+from ..model import CROSS_RANK, INVALID, PROPAGATOR, Handled, OpExecution
 from ..rules.knowledge import OpKnowledge
 
 SCALE_FLOOR = 1.0                         # DynamicLossScaleUpdateCell never goes below 1
@@ -161,11 +161,19 @@ def _harmful(pairs: Sequence[Judged], flows, kn: OpKnowledge) -> Tuple[bool, str
             return True, f"{ex.op_type} ({ex.op_name}) wrote a bad value into the state", makers[0]
     if _received(pairs):
         return False, "", makers[0]       # another rank made it: judged with that rank (find_handled)
+    for ex, verdict in ordered:
+        if verdict.role != PROPAGATOR and verdict.kind == INVALID:
+            # a loss scale handles overflows a smaller scale removes: never NaN from 0/0, inf - inf, a value outside
+            # an op's domain or a device fault
+            return True, (f"{ex.op_type} ({ex.op_name}) made NaN or divided by 0 from finite inputs: no smaller "
+                          "loss scale removes that"), makers[0]
     for ex in makers:
         flow = flows(ex.rank, ex.graph)
         node = flow.node(ex.op_name) if flow is not None else None
-        if not (is_backward(node.full_name, node.forward_name) if node is not None else is_backward(ex.op_name)):
-            return True, f"{ex.op_type} ({ex.op_name}) made it in the forward", makers[0]
+        if node is None or not flow.is_backward(node):
+            # backward is decided from the saved graph (what it differentiates, what it feeds), never from names
+            where = "in the forward" if node is not None else "where no saved graph places it in the backward"
+            return True, f"{ex.op_type} ({ex.op_name}) made it {where}", makers[0]
     return False, "", makers[0]
 
 
@@ -285,13 +293,13 @@ def _sens(index: StepIndex, flows, rank) -> Optional[Tuple[float, str]]:
     for run in sorted(index.runs, key=lambda r: r.time):
         flow = flows(rank, run.graph)
         node = flow.node(run.op_name) if flow is not None else None
-        if node is None or not is_backward(node.full_name, node.forward_name):
+        if node is None or not flow.is_backward(node):
             continue
         for event in run.execution().inputs:
             if event.dtype is not None and not event.is_float:
                 continue
             producer = flow.graph.by_full.get(flow.producer(node, event.slot) or "")
-            if producer is not None and is_backward(producer.full_name, producer.forward_name):
+            if producer is not None and flow.is_backward(producer):
                 continue
             stats = index.access.stats(event)
             if stats is not None and stats.count and not stats.nonfinite and stats.min == stats.max and stats.max:
