@@ -282,8 +282,18 @@ def _scale(step, index, before, previous, flows, rank, kn) -> Tuple[Optional[flo
             value = _scalar(run, "output", 0, before.access) if run is not None else None
             if value is not None:
                 return value, f"the {name} Parameter as dumped after step {previous}"
-    sens = _sens(index, flows, rank)
+    # the sens input is the loss scale only in a graph that holds one: else it is the backward's seed, a label
+    sens = _sens(index, flows, rank) if _holds_loss_scale(index, flows, rank, kn) else None
     return sens if sens is not None else (None, "")
+
+
+def _holds_loss_scale(index: StepIndex, flows, rank, kn: OpKnowledge) -> bool:
+    """A graph of the step reads a loss-scale Parameter (scale_sense ...): the dump shows a loss scale."""
+    for graph in {run.graph for run in index.runs}:
+        flow = flows(rank, graph)
+        if flow is not None and any(flow.consumers(PARAM + name)[0] for name in kn.loss_scale_parameters):
+            return True
+    return False
 
 
 def _sens(index: StepIndex, flows, rank) -> Optional[Tuple[float, str]]:
