@@ -27,6 +27,7 @@ from ..dataflow import PARAM, Flows, Judged, StepIndex
 from ..model import CROSS_RANK, INVALID, PROPAGATOR, Handled, OpExecution
 from ..rules.knowledge import OpKnowledge
 
+UNPROVEN = "backward not proven"          # why_harmful's mark: said on the finding (it may yet be a loss scale's)
 SCALE_FLOOR = 1.0                         # DynamicLossScaleUpdateCell never goes below 1
 WEIGHT_BYTES_COMPARED = 256 << 20         # at most this much of the weights is compared between two steps
 HALVING = (0.3, 0.8)                      # median step-to-step ratio of magnitudes read as a halving scale
@@ -58,10 +59,13 @@ def find_handled(judged: Sequence[Judged], scanned: Dict[int, List[int]],
     for pair in judged:
         by_step.setdefault((pair[0].rank, pair[0].step), []).append(pair)
     judged_runs: List[Tuple[int, Handled, bool, str, List[StepState]]] = []
+    unproven: List[Tuple[int, List[int], str]] = []
     for rank, steps in sorted(scanned.items()):
         if not any((rank, step) in by_step for step in steps):
             continue
         states = _states(rank, steps, by_step, flows, index_of, access, kn)
+        unproven += [(rank, [s.step], s.why_harmful[len(UNPROVEN) + 2:]) for s in states
+                     if s.why_harmful.startswith(UNPROVEN)]
 
         def scale_at(step, rank=rank, steps=steps):
             return _scale_at(rank, step, steps, flows, index_of, kn)
@@ -72,7 +76,7 @@ def find_handled(judged: Sequence[Judged], scanned: Dict[int, List[int]],
             for state in states if not state.received}
     runs: List[Handled] = []
     ids: Set[int] = set()
-    notes: List[Tuple[int, List[int], str]] = []
+    notes: List[Tuple[int, List[int], str]] = list(unproven)
     for rank, run, confirmed, note, states in judged_runs:
         if confirmed:
             confirmed, note = _received_handled(rank, run, states, made)
@@ -172,8 +176,11 @@ def _harmful(pairs: Sequence[Judged], flows, kn: OpKnowledge) -> Tuple[bool, str
         node = flow.node(ex.op_name) if flow is not None else None
         if node is None or not flow.is_backward(node):
             # backward is decided from the saved graph (what it differentiates, what it feeds), never from names
-            where = "in the forward" if node is not None else "where no saved graph places it in the backward"
-            return True, f"{ex.op_type} ({ex.op_name}) made it {where}", makers[0]
+            if node is not None and node.forward_name:
+                return True, f"{ex.op_type} ({ex.op_name}) made it in the forward (it feeds the loss)", makers[0]
+            return True, (f"{UNPROVEN}: {ex.op_type} ({ex.op_name}) is not shown to be in the backward (the saved "
+                          "graph records no forward node it differentiates), so a loss scale handling it is not "
+                          "proven"), makers[0]
     return False, "", makers[0]
 
 
