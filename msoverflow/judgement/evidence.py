@@ -78,5 +78,9 @@ def value_of(finding: Optional[Finding]) -> str:
 
 
 def kind_word(finding: Finding) -> str:
-    """A finding's kind as every view says it: NaN when its value is NaN (not "invalid"), else its kind."""
-    return "NaN" if value_of(finding) == "NaN" else finding.kind
+    """A finding's kind as every view says it: NaN when its value is NaN, inf for x/0 (never "invalid"), else its
+    kind."""
+    value = value_of(finding)
+    if value == "NaN":
+        return "NaN"
+    return "inf" if finding.kind == INVALID and value == "inf" else finding.kind     # x/0: an inf, not "invalid"

@@ -1,0 +1,85 @@
+"""Real MindSpore CPU runs for the judgement (issue 32: one judgement per report, harmless only when proven): each
+case holds a fault no loss scale handles and nothing contains. Same runner and case.json as gen_real_dumps (this
+module only adds cases), cached apart under `.fixture-cache/judge/<key>/`, the key hashing this file, its case
+scripts (tests/support/cases/judge/) and the MindSpore version, so adding a case never regenerates another set.
+
+    python -m tests.support.gen_judge_cases            # generate (or reuse) every case
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from tests.support import gen_real_dumps as base
+
+DEFAULT_CACHE_ROOT = base.REPO / ".fixture-cache" / "judge"
+SCRIPTS = Path(__file__).resolve().parent / "cases" / "judge"
+LOSS_SCALED = str(SCRIPTS / "loss_scaled.py")      # absolute: Case.command keeps an absolute script path
+
+CASES: List[base.Case] = [
+    base.Case(
+        name="judge_look_backward",
+        description="fp16 regressor under a dynamic loss scale (2^10); its first layer's Cell class is LookBackward.",
+        shows="Step 0's fp16 MatMul overflows in the forward (loss inf): a fault, though a Cell name says Backward.",
+        argv=(LOSS_SCALED, "--case", "look_backward"),
+        expected=base._expect("anomaly", op_type="MatMul", iteration=0, kind="overflow",
+                              layout={0: [0, 1], 1: [0, 1], 2: [1]}),
+    ),
+    base.Case(
+        name="judge_sqrt_zero_row",
+        description="fp32 regressor under a dynamic loss scale; sqrt of each row's sum of squares, step 0's batch "
+                    "holds an all-zero row.",
+        shows="SqrtGrad divides by sqrt(0) in step 0's backward; the loss scale skips the step and step 1 trains: a "
+              "0 denominator no smaller scale removes, never 'the loss scale calibrating'.",
+        argv=(LOSS_SCALED, "--case", "sqrt_zero_row"),
+        expected=base._expect("anomaly", op_type="SqrtGrad", iteration=0, kind="invalid",
+                              layout={0: [0, 1], 1: [0, 1], 2: [1]}),
+    ),
+    base.Case(
+        name="judge_log_clamp",
+        description="fp32 regressor: maximum(log(x), -10) on a batch holding a 0 and a -1.",
+        shows="log(-1) = NaN is a domain fault that CPU Maximum drops: never 'contained' (NaN is no fill).",
+        argv=(LOSS_SCALED, "--case", "log_clamp"),
+        expected=base._expect("anomaly", op_type="Log", iteration=0, kind="invalid",
+                              layout={0: [0, 1], 1: [0, 1], 2: [0, 1]}),
+    ),
+]
+
+
+def cache_key() -> str:
+    digest = hashlib.sha256()
+    for path in [Path(__file__).resolve(), *sorted(SCRIPTS.glob("*.py"))]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(f"mindspore={base.mindspore_version()}".encode())
+    return digest.hexdigest()[:16]
+
+
+def ensure_cases(out_dir: Optional[Path] = None, progress=None) -> base.RealDumps:
+    """Generate the cases unless a finished copy is in `out_dir` (default: the cache under this file's key)."""
+    out_dir = Path(out_dir) if out_dir else DEFAULT_CACHE_ROOT / cache_key()
+    records = {}
+    with base._locked(out_dir):
+        for case in CASES:
+            record = base.read_case_json(out_dir / case.name)
+            if not (record and record.get("ok")):
+                if progress:
+                    progress(f"running {case.name}: {' '.join(['python', *case.argv])}")
+                record = base.run_case(case, out_dir)
+            records[case.name] = record
+    return base.RealDumps(out_dir, records)
+
+
+def main() -> int:
+    if base.mindspore_version() is None:
+        print("gen_judge_cases: MindSpore is not installed", file=sys.stderr)
+        return 2
+    dumps = ensure_cases(progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    for name, record in dumps.records.items():
+        print(base._summary(name, record))
+    return 1 if dumps.failed() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
