@@ -48,8 +48,7 @@ class Evidence:
         first = report.first
         loss_scale = next((h.scale_from for h in report.handled if h.scale_how == "read"
                            and h.scale_from is not None), None)
-        updated = [p.name for p in report.parameters
-                   if first is None or (p.rank == first.rank and p.step >= first.step)]
+        updated = _updated(report)
         return Evidence(verdict=report.verdict, origin=first, value=value_of(first),
                         cause=first.cause if first is not None else None,
                         history=first.history if first is not None else None,
@@ -58,6 +57,25 @@ class Evidence:
                         ranks=len(report.ranks), complete=not report.completeness,
                         inconclusive=list(report.inconclusive), strict=report.strict,
                         division=first is not None and bool({first.op_type, first.forward_op} & DIVISION_OPS))
+
+
+def _updated(report: Report) -> List[str]:
+    """The parameters an update applied a non-finite value to, after the first origin (none when the origin is the
+    update itself: its inputs were finite). Applied: an optimizer kernel carried the bad value on (it is in the
+    first origin's spread), or a parameter's own value is non-finite; a gradient that is bad while no optimizer
+    ran (the update skipped) is not."""
+    from ..rules.knowledge import knowledge
+    first = report.first
+    if first is None:
+        return []
+    kn = knowledge()
+    if kn.updates_weights(first.op_type) or first.op_type in kn.state_updates:
+        return []
+    ran = [f for f in report.propagation if kn.updates_weights(f.op_type)]
+    hits = [p for p in report.parameters if p.rank == first.rank and p.step >= first.step]
+    if ran:
+        return [p.name for p in hits] or [f.op_name for f in ran]
+    return [p.name for p in hits if p.how.startswith("value")]
 
 
 def value_of(finding: Optional[Finding]) -> str:

@@ -175,11 +175,12 @@ def dynamics(e: Evidence) -> Optional[Conclusion]:
 
 @rule("origin", "history", "cause")
 def data_jump(e: Evidence) -> Optional[Conclusion]:
-    """A forward origin's input jumps at its step from steady steps before: cause data (the batch), no precision patch."""
-    if e.origin is None or e.history is None or e.origin.forward_op is not None or \
-            e.origin.kind not in (OVERFLOW, INVALID) or (e.cause is not None and e.cause.cause == CAUSE_DEVICE):
+    """The data batch (a graph input feeding the origin) jumps at the origin's step from steady steps: cause data."""
+    if e.origin is None or e.history is None or e.origin.kind not in (OVERFLOW, INVALID) or \
+            (e.cause is not None and e.cause.cause == CAUSE_DEVICE):
         return None
-    jumped = [s for s in e.history.series if s.kind == "input" and s.trend == "jump" and s.since == e.origin.step]
+    jumped = [s for s in e.history.series if s.kind == "graph input" and s.trend == "jump"
+              and s.since == e.origin.step]
     if not jumped or not _steady_before(jumped[0]):
         return None
     return _anomaly(e, CAUSE_DATA, e.history.summary, [FIX[CAUSE_DATA]], PATCH_NONE)

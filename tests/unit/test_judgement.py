@@ -69,13 +69,14 @@ def test_nan_is_called_nan_and_clean_has_no_next_command():
     assert clean.rule == "clean" and clean.next_command == "" and clean.fix == [] and clean.harmful is False
 
 
-def test_a_forward_input_that_jumps_at_the_step_is_data():
-    jump = Series(name="input 0 of MatMul", kind="input", steps=[0, 1, 2, 3], max_abs=[2.3, 2.2, 2.4, 6.5e4],
+def test_a_batch_that_jumps_at_the_step_is_data():
+    jump = Series(name="inputs0", kind="graph input", steps=[0, 1, 2, 3], max_abs=[2.3, 2.2, 2.4, 6.5e4],
                   trend="jump", since=3)
     e = Evidence(verdict="anomaly", origin=_finding(), cause=Cause("precision", "overflows float16"),
                  history=History(rank=0, step=3, series=[jump], summary="jumped", earlier_cause=False))
     assert judge(e).rule == "data_jump"
-    backward = Evidence(verdict="anomaly", origin=_finding(forward_op="MatMul"),
-                        cause=Cause("precision", "overflows float16"),
-                        history=History(rank=0, step=3, series=[jump], summary="jumped", earlier_cause=False))
-    assert judge(backward).rule == "cause_precision"
+    inner = Series(name="input 0 of MatMul", kind="input", steps=jump.steps, max_abs=jump.max_abs, trend="jump",
+                   since=3)
+    not_the_batch = Evidence(verdict="anomaly", origin=_finding(), cause=Cause("precision", "overflows float16"),
+                             history=History(rank=0, step=3, series=[inner], summary="jumped", earlier_cause=False))
+    assert judge(not_the_batch).rule == "cause_precision"
