@@ -85,3 +85,20 @@ def test_nan_dropped_by_a_clamp_is_not_contained(judge_cases):
     strict = msoverflow.analyze(str(judge_cases["judge_log_clamp"]), progress=False, strict=True)
     assert report.contained == [] and strict.first.op_type == "Log"
     assert report.conclusion.patch == "" and not report.conclusion.next_command
+
+
+def test_a_static_loss_scale_without_an_overflow_check_names_the_skip(judge_cases, tmp_path, capsys):
+    """TrainOneStepCell(sens=2^16): the scaled gradient overflows fp16 in the backward and SGD applies it. The fix
+    names the overflow check/skip beside the precision fix; no loss scale is named (the dump holds no loss-scale
+    Parameter: 2^16 is the sens)."""
+    report = msoverflow.analyze(str(judge_cases["judge_static_scale"]), progress=False)
+    c = report.conclusion
+    assert (report.first.op_type, c.rule, c.cause, c.patch) == ("Cast", "update_applied", "precision", "precision")
+    assert "skip it when they are not finite" in c.fix[0] and "float16" in c.fix[1]
+    assert report.handled == [] and check(report) == []
+    for fmt, text in _formats(report).items():
+        assert "skip it when they are not finite" in text, fmt
+        assert "loss scale calibrating" not in text and "at its floor" not in text, fmt
+    assert main(["analyze", str(judge_cases["judge_static_scale"]), "--no-progress",
+                 "--save", str(tmp_path / "r.json")]) == 1
+    assert "next: msoverflow patch --from" in capsys.readouterr().err

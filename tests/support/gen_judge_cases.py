@@ -45,6 +45,15 @@ CASES: List[base.Case] = [
         expected=base._expect("anomaly", op_type="Log", iteration=0, kind="invalid",
                               layout={0: [0, 1], 1: [0, 1], 2: [0, 1]}),
     ),
+    base.Case(
+        name="judge_static_scale",
+        description="fp16 regressor, TrainOneStepCell with sens 2^16 (a static loss scale, no overflow check), SGD.",
+        shows="The scaled gradients overflow fp16 in step 0's backward and SGD applies them: the weights go "
+              "non-finite. The fix names the overflow check/skip beside the precision fix; no loss scale is named "
+              "(the dump holds no loss-scale Parameter: 2^16 is the sens).",
+        argv=(LOSS_SCALED, "--case", "static_scale"),
+        expected=base._expect("anomaly", op_type="Cast", iteration=0, kind="overflow", layout={0: [0, 1]}),
+    ),
 ]
 
 

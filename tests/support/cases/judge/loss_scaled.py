@@ -73,15 +73,23 @@ class TrainOneStepWithCpuOverflowCheck(nn.TrainOneStepWithLossScaleCell):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--case", required=True, choices=["look_backward", "sqrt_zero_row", "log_clamp"])
+    parser.add_argument("--case", required=True, choices=["look_backward", "sqrt_zero_row", "log_clamp", "static_scale"])
     parser.add_argument("--steps", type=int, default=2)
     args = parser.parse_args()
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
     ms.set_seed(0)
     net = Net(args.case)
-    if args.case == "look_backward":
+    if args.case in ("look_backward", "static_scale"):
         net.to_float(mstype.float16)
+    if args.case == "static_scale":
+        train = nn.TrainOneStepCell(Fp32Loss(net), nn.SGD(net.trainable_params(), 0.01), sens=2.0 ** 16)
+        rs = np.random.RandomState(1)
+        for step in range(args.steps):
+            x = np.abs(rs.normal(1, 0.2, (BATCH, FEATURES))).astype(np.float32)
+            y = 0.1 * rs.normal(0, 1, (BATCH, 1)).astype(np.float32)
+            print(f"step {step}: loss {float(train(Tensor(x), Tensor(y)).asnumpy()):.4f}", flush=True)
+        return
     manager = nn.DynamicLossScaleUpdateCell(loss_scale_value=2.0 ** 10, scale_factor=2, scale_window=1000)
     train_step = TrainOneStepWithCpuOverflowCheck(Fp32Loss(net), nn.SGD(net.trainable_params(), 0.01),
                                                   scale_sense=manager)
