@@ -37,6 +37,7 @@ from ..model import (
 )
 from ..resources import load_yaml
 from ..rules.knowledge import OpKnowledge, knowledge
+from ..rules.numerics import division_form, outside
 from ..values import bad_mask
 from . import recompute, where
 from .recompute import LOW_PRECISION, Precision, RecomputeError
@@ -396,9 +397,9 @@ def _classify_reproduced(cause: Cause, ex, out, dumped, mask, shaped, low, limit
         if den is not None and np.any(den[mask] == 0):
             num_slot = division.get("numerator")
             num = _broadcast(gathered.by_slot[num_slot], dumped.shape) if num_slot in gathered.by_slot else None
-            zero_over_zero = num is not None and bool(np.all(num[mask & (den == 0)] == 0))
+            form = division_form(num, den, mask)
+            zero_over_zero = form == "0/0"
             count = _token_count(ex, den_slot, den, node, graph, step, kn, access)
-            form = "0/0" if zero_over_zero else "x/0"
             placement = where.place(mask & (den == 0))
             if count:
                 cause.cause = CAUSE_DATA
@@ -568,17 +569,7 @@ def _broadcast(values: np.ndarray, shape) -> Optional[np.ndarray]:
 
 
 def _outside(arg: np.ndarray, needs: str) -> Optional[np.ndarray]:
-    arg = np.asarray(arg, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        if needs == "non-negative":
-            return arg < 0
-        if needs == "positive":
-            return arg <= 0
-        if needs == "greater than -1":
-            return arg <= -1
-        if needs.startswith("within"):
-            return np.abs(arg) > 1
-    return None
+    return outside(needs, arg)
 
 
 def _samples(dumped: np.ndarray, mask: np.ndarray, shaped: Dict[str, np.ndarray]) -> List[Sample]:

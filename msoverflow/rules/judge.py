@@ -28,6 +28,7 @@ from ..model import (
     TensorStats,
 )
 from .knowledge import OpKnowledge
+from .numerics import outside_stats, zero_over_zero
 
 
 class TensorAccess(Protocol):
@@ -319,22 +320,8 @@ def _zero_over_zero(access: TensorAccess, num: TensorEvent, den: TensorEvent) ->
     a, b = access.array(num), access.array(den)
     if a is None or b is None:
         return 0
-    try:
-        both = np.logical_and(np.asarray(a) == 0, np.asarray(b) == 0)
-    except ValueError:          # shapes that do not broadcast: the dump lost something
-        return 0
-    return int(np.count_nonzero(both))
+    return zero_over_zero(a, b)
 
 
 def _outside_domain(st: TensorStats, needs: str) -> str:
-    negative = st.negative or 0
-    zero = st.zero or 0
-    if needs == "non-negative" and negative:
-        return f"a negative value ({negative} values < 0)"
-    if needs == "positive" and (negative or zero):
-        return (f"a negative value ({negative} values < 0)" if negative else f"zero ({zero} values)")
-    if needs == "greater than -1" and st.min is not None and st.min <= -1:
-        return "a value <= -1"
-    if needs.startswith("within") and st.max_abs is not None and st.max_abs > 1:
-        return "a value outside [-1, 1]"
-    return ""
+    return outside_stats(needs, st)
