@@ -131,7 +131,8 @@ class TensorEvent(IterationAlias):
 
     @property
     def is_float(self) -> bool:
-        return self.dtype is not None and "float" in self.dtype
+        """A float or complex tensor: the values a scan judges (a complex value is bad like a float, values.py)."""
+        return self.dtype is not None and ("float" in self.dtype or self.dtype.startswith("complex"))
 
     @property
     def is_parameter(self) -> bool:

@@ -96,6 +96,10 @@ def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: b
             limit = dtype_max(pinned[0].dtype)
             return Verdict(ORIGIN, SATURATION, f"output {pinned[0].slot} pinned at +-{_fmt(limit)} ({pinned[0].dtype} max): "
                            "saturated overflow", advice="saturation")
+        if not earlier_bad and kn.written_inputs(ex.op_type):
+            # an op whose outputs are not what it wrote (MindSpore CPU's Adam returns finite outputs and writes the
+            # weights in place): its written inputs hold what it made
+            return _judge_written(ex, access, kn)
         return Verdict(CLEAN)
 
     ins = _floats(ex.inputs)
@@ -189,6 +193,19 @@ def _written_by_the_op(ex: OpExecution, bad_ins: List[TensorEvent], kn: OpKnowle
     slots = ", ".join(str(e.slot) for e in bad_ins)
     return (f"input {slots} is written in place by {ex.op_type}: the dump holds its value after {ex.op_type} ran; "
             "nothing earlier in this step was bad, so it was finite before")
+
+
+def _judge_written(ex: OpExecution, access: TensorAccess, kn: OpKnowledge) -> Verdict:
+    """An op with finite outputs that writes inputs in place, nothing earlier in the step bad: a written input that
+    is bad was made by the op."""
+    written = kn.written_inputs(ex.op_type)
+    bad = [e for e in _floats(ex.inputs) if e.slot in written and access.bad(e)]
+    if not bad:
+        return Verdict(CLEAN)
+    why = _written_by_the_op(ex, bad, kn, earlier_bad=False)
+    return Verdict(ORIGIN, _nonfinite_kind(access, bad), f"{ex.op_type} wrote a non-finite value into input "
+                   f"{bad[0].slot} (its outputs stay finite)", advice="optimizer_update"
+                   if kn.updates_weights(ex.op_type) else "overflow", evidence=[why], bad_input=bad[0])
 
 
 def _judge_inputs_only(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: bool) -> Verdict:
