@@ -16,7 +16,6 @@ import numpy as np
 
 from .dtypes import dtype_max
 
-
 _COMPLEX_PARTS = {"complex32": "float16", "complex64": "float32", "complex128": "float64"}
 
 

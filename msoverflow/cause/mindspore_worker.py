@@ -48,7 +48,7 @@ def _call(cls, attrs, args):
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in attrs.items() if k in init}
     if len(args) > len(call):
-        kwargs.update(zip([p for p in init if p not in kwargs], args[len(call):]))
+        kwargs.update(zip([p for p in init if p not in kwargs], args[len(call):], strict=False))
         args = args[:len(call)]
     return cls(**kwargs)(*args)
 

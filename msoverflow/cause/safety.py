@@ -85,12 +85,12 @@ def produced_elements(op_type: str, shapes: Sequence[Optional[Tuple[int, ...]]],
             factor = (1,) * max(0, len(shape) - len(multiples)) + multiples
             return _size(shape) * _size(factor)
     if op_type in ("BroadcastTo", "Fill", "Fills", "Zeros", "Ones", "StandardNormal", "UniformReal", "Empty"):
-        shape = _ints(args.get("shape", args.get("size")))
-        if shape is not None:
-            return _size(shape)
+        given = _ints(args.get("shape", args.get("size")))
+        if given is not None:
+            return _size(given)
     if pointwise and known:
-        shape = _broadcast(known)
-        return _size(shape) if shape is not None else max(_size(s) for s in known)
+        common = _broadcast(known)
+        return _size(common) if common is not None else max(_size(s) for s in known)
     return None
 
 

@@ -16,6 +16,7 @@ from ..model import (
     CAUSE_DATA,
     CAUSE_DEVICE,
     CAUSE_DOMAIN,
+    CAUSE_PRECISION,
     CAUSE_UNKNOWN,
     CROSS_RANK,
     LIKELY_ORIGIN,
@@ -182,6 +183,10 @@ def _recommendation(finding: Finding, cause: Cause) -> str:
     if cause.advice and (cause.cause == CAUSE_DEVICE or (cause.cause in (CAUSE_DOMAIN, CAUSE_DATA) and
                                                           finding.advice in _PRECISION_ADVICE)):
         return cause.advice
+    if cause.advice and cause.cause == CAUSE_PRECISION and finding.advice not in _PRECISION_ADVICE:
+        return cause.advice           # the finding's own advice guards a domain; the cause found a dtype at fault
+    if cause.advice and cause.cause == CAUSE_DOMAIN and finding.advice == "zero_over_zero":
+        return cause.advice           # a 0/0 the cause did not find to be an empty mask: not the zero-token guard
     return finding.recommendation
 
 

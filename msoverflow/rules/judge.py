@@ -111,6 +111,12 @@ def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: b
             verdict.advice = "optimizer_update"
         verdict.evidence.append(written)
         return verdict
+    if bad_ins and ex.op_type in kn.absorbers and _only_negative_infinity(bad_ins, access) \
+            and _nonfinite_kind(access, bad_outs) == INVALID:
+        # -inf is what a mask fills in, and this op is meant to absorb it: the NaN is its own (Softmax of a row that
+        # is -inf everywhere: exp(-inf - (-inf)) -- a row with nothing to attend to)
+        return Verdict(ORIGIN, INVALID, f"NaN from input {bad_ins[0].slot}, whose bad values are all -inf (a row "
+                       "that is -inf everywhere)", advice="invalid", bad_input=bad_ins[0])
     if bad_ins:
         return Verdict(PROPAGATOR, _nonfinite_kind(access, bad_outs), f"input {bad_ins[0].slot} already bad",
                        bad_input=bad_ins[0])
@@ -193,6 +199,11 @@ def _written_by_the_op(ex: OpExecution, bad_ins: List[TensorEvent], kn: OpKnowle
     slots = ", ".join(str(e.slot) for e in bad_ins)
     return (f"input {slots} is written in place by {ex.op_type}: the dump holds its value after {ex.op_type} ran; "
             "nothing earlier in this step was bad, so it was finite before")
+
+
+def _only_negative_infinity(events: List[TensorEvent], access: TensorAccess) -> bool:
+    stats = [access.stats(e) for e in events]
+    return all(st is not None and st.neginf > 0 and not st.nan and not st.posinf and not st.over_range for st in stats)
 
 
 def _judge_written(ex: OpExecution, access: TensorAccess, kn: OpKnowledge) -> Verdict:
