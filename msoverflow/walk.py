@@ -627,10 +627,10 @@ def _group_runs(codes, stamps, is_output, slot, n_groups: int):
 
 
 @lru_cache(maxsize=1)
-def _writes_in_place() -> frozenset:
+def _outputs_not_written() -> frozenset:
     from .rules.knowledge import knowledge
     kn = knowledge()
-    return frozenset(kn.writes_inputs)
+    return frozenset(kn.outputs_not_written)
 
 
 def _npy_step(content: DirContent, access: TensorAccess):
@@ -659,9 +659,9 @@ def _npy_step(content: DirContent, access: TensorAccess):
     suspicious = (~has_output | repeated).tolist()
     for k in parsed.odd:        # FFTS+ sub-tasks, sliced ops, shapes in the name: judged as objects
         suspicious[codes[k]] = True
-    writers = _writes_in_place()
+    writers = _outputs_not_written()
     for code, prefix_text in enumerate(prefixes):
-        # an op that writes inputs in place may return finite outputs (MindSpore CPU's Adam): judge() reads them
+        # an op that writes inputs in place and returns other outputs (MindSpore CPU's Adam): judge() reads them
         if prefix_text.split(".", 1)[0] in writers:
             suspicious[code] = True
     # the values a scan judges: floats and complex numbers (values.py)

@@ -13,6 +13,7 @@ low-precision result is the float32 one rounded (the caller rounds it).
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -105,10 +106,12 @@ def _limits(elements: int):
     """The worker's resource limits, set in the child before it runs Python."""
     memory = max(_MEMORY_BASE, (2 << 30) + (os.cpu_count() or 1) * _MEMORY_PER_CORE) + elements * _BYTES_PER_ELEMENT
 
+    seconds = max(1, math.ceil(TIMEOUT_S))
+
     def apply():
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_CPU, (TIMEOUT_S, TIMEOUT_S + 5))
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 5))
     return apply
 
 
@@ -142,6 +145,8 @@ def run_in_subprocess(op_type: str, by_slot: Dict[int, np.ndarray], node, precis
                                   timeout=TIMEOUT_S, env=_environment(), preexec_fn=_limits(spec["budget"]))
         except subprocess.TimeoutExpired:
             raise RecomputeError(f"MindSpore did not recompute {op_type} within {TIMEOUT_S} s") from None
+        except (OSError, subprocess.SubprocessError) as exc:     # the worker could not be started with its limits
+            raise RecomputeError(f"MindSpore's worker could not start ({type(exc).__name__}: {exc})") from None
         if done.returncode != 0:
             lines = [line for line in (done.stderr or "").splitlines() if line.strip()]
             why = next((line for line in reversed(lines) if "Error" in line), lines[-1] if lines else "no output")

@@ -96,7 +96,7 @@ def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: b
             limit = dtype_max(pinned[0].dtype)
             return Verdict(ORIGIN, SATURATION, f"output {pinned[0].slot} pinned at +-{_fmt(limit)} ({pinned[0].dtype} max): "
                            "saturated overflow", advice="saturation")
-        if not earlier_bad and kn.written_inputs(ex.op_type):
+        if not earlier_bad and ex.op_type in kn.outputs_not_written:
             # an op whose outputs are not what it wrote (MindSpore CPU's Adam returns finite outputs and writes the
             # weights in place): its written inputs hold what it made
             return _judge_written(ex, access, kn)
