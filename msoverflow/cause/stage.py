@@ -185,8 +185,8 @@ def _recommendation(finding: Finding, cause: Cause) -> str:
         return cause.advice
     if cause.advice and cause.cause == CAUSE_PRECISION and finding.advice not in _PRECISION_ADVICE:
         return cause.advice           # the finding's own advice guards a domain; the cause found a dtype at fault
-    if cause.advice and cause.cause == CAUSE_DOMAIN and finding.advice == "zero_over_zero":
-        return cause.advice           # a 0/0 the cause did not find to be an empty mask: not the zero-token guard
+    if cause.cause == CAUSE_DOMAIN and finding.advice == "zero_over_zero" and cause.advice not in ("", ADVICE[CAUSE_DOMAIN]):
+        return cause.advice           # a 0/0 the cause found to be a weight's, not an empty mask's: no zero-token guard
     return finding.recommendation
 
 
