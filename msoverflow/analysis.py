@@ -22,6 +22,7 @@ from .errors import UserError
 from .evaluate import TensorAccess
 from .graphs import SavedGraphs
 from .harmless import stage as harmless
+from .judgement import conclude
 from .layout import Dump
 from .logs import Notes, timed
 from .model import Report
@@ -45,7 +46,7 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
         if not dump.other_files:
             raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
                             "binary dump, statistic.csv or Opdebug files)")
-        return not_understood(dump, list(notes))
+        return conclude(not_understood(dump, list(notes)))
     with timed("plan"):
         plan = dump.plan(parse(ranks, "--ranks"), parse(steps, "--steps"))
     if not plan.units:
@@ -61,7 +62,7 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
     if not walked.runs and not walked.records:
         if plan.ranks or plan.steps:
             raise not_in_dump(path, plan.ranks, plan.steps, dump.dirs)
-        return nothing_understood(dump, walked, list(notes))
+        return conclude(nothing_understood(dump, walked, list(notes)))
     graphs.learn(walked.rank_roots, walked.graphs)
     with timed("harmless"):     # contained values and overflows a loss scale handled are no finding (--strict: are)
         found = harmless.find(walked, sight, strict)
@@ -80,7 +81,9 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
             from .cause.stage import diagnose
             decision = diagnose(decision, dump, plan, walked, graphs, notes, parallel=parallel)
     with timed("assemble"):
-        return assemble(dump, plan, walked, decision, graphs, access, kn, notes, parallel=parallel)
+        report = assemble(dump, plan, walked, decision, graphs, access, kn, notes, parallel=parallel)
+    with timed("judge"):      # the one conclusion: kind, harm, cause, fix, next command (msoverflow/judgement)
+        return conclude(report)
 
 
 class _Progress:

@@ -30,6 +30,7 @@ class Flow:
                 self._readers.setdefault(ref, []).append((node, slot))
         self._written: Dict[bool, frozenset] = {}
         self._params: Optional[Dict[str, str]] = None
+        self._forward: Optional[frozenset] = None
 
     def node(self, op_name: str) -> Optional[GraphNode]:
         return self.graph.find(op_name)
@@ -95,7 +96,25 @@ class Flow:
         return self._written[updates_only]
 
     def is_backward(self, node: GraphNode) -> bool:
-        return is_backward(node.full_name, node.forward_name)
+        """A node of the backward pass, from the graph's structure, never from names: the graph records the forward
+        node it differentiates (MindSpore's forward_node_name; msprobe's backward entries), and it feeds no node that
+        is differentiated (an inner gradient that feeds the loss, as physics-informed losses take, is forward)."""
+        return bool(node.forward_name) and node.full_name not in self.feeds_forward()
+
+    def feeds_forward(self) -> frozenset:
+        """Full names of the nodes upstream of a differentiated node (the forward pass and what feeds it)."""
+        if self._forward is None:
+            by_full = self.graph.by_full
+            todo = [n.forward_name for n in self.graph.nodes if n.forward_name and n.forward_name in by_full]
+            seen = set(todo)
+            while todo:
+                node = by_full.get(todo.pop())
+                for ref in node.inputs if node is not None else ():
+                    if ref in by_full and ref not in seen:
+                        seen.add(ref)
+                        todo.append(ref)
+            self._forward = frozenset(seen)
+        return self._forward
 
 
 class Flows:

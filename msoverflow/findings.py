@@ -88,10 +88,12 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
         # Bad values, but every bad op's input was already bad: the op that created it is not in the dump
         # (kernel filter, overflow-only mode, a step not dumped). Never clean: name the first bad op seen.
         seen = _ordered(walked, [(ex, v) for ex, v in judged if v.role == PROPAGATOR], after_arrival, kn)
+        given = _given_by_program(seen[0], graphs) if seen else ""
         candidates = [(ex, dataclasses.replace(v, evidence=v.evidence + [
+            f"its input was already bad: {given}, no op made it" if given else
             "its input was already bad, and no dumped op created that value: the origin is in an op, step or "
             "rank that was not dumped"])) for ex, v in seen[:1]]
-        if candidates:
+        if candidates and not given:
             note("no dumped op created the first bad value: it is first seen as an input; dump without filters")
     candidates = _ordered(walked, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs))
     found = []
@@ -117,6 +119,22 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
                     anomalies=([first] if first is not None and first.role == SUSPECT else []) + origins,
                     propagation=propagation, flagged=[f for f in suspects if f is not first],
                     tensors_read_to_decide=reads_to_decide)
+
+
+def _given_by_program(pair, graphs: SavedGraphs) -> str:
+    """'input 0 is a constant of the program' / 'input 0 is the graph input x' when the saved graph says the first
+    bad input came from the program or the data, not from an op (then no filter hid its maker); '' otherwise."""
+    ex, v = pair
+    node, _graph = graphs.node(ex)
+    event = v.bad_input
+    if node is None or event is None or event.slot >= len(node.inputs):
+        return ""
+    ref = node.inputs[event.slot]
+    if ref == "const":
+        return f"input {event.slot} of {ex.op_type} is a constant of the program"
+    if ref.startswith("param:"):
+        return f"input {event.slot} of {ex.op_type} is the graph input or parameter {ref[len('param:'):]}"
+    return ""
 
 
 def proven(f: Finding) -> bool:

@@ -464,6 +464,36 @@ class History:
     earlier_cause: bool = False     # a cause earlier than the step (training dynamics), not this op's precision
 
 
+# The cause words a Conclusion may carry beyond the recompute's (CAUSE_*): the history shows the cause is earlier
+CAUSE_DYNAMICS = "dynamics"     # weights or activations grew over the steps before: learning rate, warm-up, growth
+
+# What `msoverflow patch` may do with a conclusion
+PATCH_PRECISION = "precision"   # a wider dtype for the region (the cause is precision, or unknown: said so)
+PATCH_GUARD = "guard"           # the zero-token guard (a zero count as a denominator)
+PATCH_NONE = ""                 # no patch: the fix is elsewhere (the conclusion's fix says where)
+
+
+@dataclass
+class Conclusion:
+    """The one judgement of a report (msoverflow/judgement/): kind, harmful or not, cause, fix, the next command and
+    what patch may do, decided by the first rule of the ordered table that applies. Renderers, `patch` and the
+    next-command hint read it; none decides again."""
+    rule: str                        # the rule that decided ("cause_precision", "update_applied", ...)
+    verdict: str                     # VERDICT_*
+    harmful: Optional[bool]          # None: not known (inconclusive)
+    kind: str = ""                   # "NaN" | "inf" | "overflow" | "saturation" | "flagged" | ... ("" when clean)
+    cause: str = ""                  # CAUSE_* or CAUSE_DYNAMICS ("" when no cause applies)
+    reason: str = ""                 # one sentence: why this cause
+    fix: List[str] = field(default_factory=list)     # what to change, most important first
+    next_command: str = ""           # the command to run next ("" when none)
+    patch: str = PATCH_NONE          # PATCH_*: what `msoverflow patch` may do
+    used: List[str] = field(default_factory=list)    # the evidence fields the rule read (Evidence's names)
+
+    @property
+    def patch_may_act(self) -> bool:
+        return self.patch != PATCH_NONE
+
+
 @dataclass
 class Report:
     dump_dir: str
@@ -504,6 +534,8 @@ class Report:
     contained: List[Contained] = field(default_factory=list)
     handled: List[Handled] = field(default_factory=list)
     strict: bool = False               # contained and handled values were findings too (--strict)
+    # the report's one judgement (msoverflow/judgement/), set by the analysis after assembling
+    conclusion: Optional[Conclusion] = None
 
     @property
     def iterations(self) -> Dict[int, List[int]]:

@@ -258,7 +258,8 @@ class RankTable:
             note = ("its flagged ops' inputs were already bad and no dumped op on this rank created them; the op "
                     "that delivered them was not dumped") if flagged else (
                    "no dumped op on this rank created the bad value and no dumped collective delivered it")
-            return RankStatus(rank, RANK_FLAGGED if flagged else RANK_RECEIVED, ex.step, ex.op_name,
+            # nothing says another rank sent it (no collective delivered it): first seen here is not "received"
+            return RankStatus(rank, RANK_FLAGGED if flagged else RANK_ORIGIN, ex.step, ex.op_name,
                               ex.op_type, note=note, time=ex.time)
         return RankStatus(rank, RANK_CLEAN)
 

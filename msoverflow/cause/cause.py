@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..dtypes import dtype_max
+from ..judgement.table import FIX
 from ..model import (
     CAUSE_DATA,
     CAUSE_DEVICE,
@@ -48,14 +49,8 @@ SAMPLES = 4
 # kernel that orders its arithmetic differently can overflow there.
 EDGE = 0.5
 
-ADVICE = {
-    CAUSE_PRECISION: "Compute this region in float32 (or bfloat16): the value fits there.",
-    CAUSE_DOMAIN: "The fix is in the data or the code, not the dtype: no training dtype holds this value.",
-    CAUSE_DATA: "The fix is in the data pipeline (or a guard that skips such a batch), not in the dtype.",
-    CAUSE_DEVICE: ("Re-run this step on the same device and on another: a fault that follows the device is "
-                   "hardware, one that recurs everywhere is a kernel bug. A precision patch is not the fix."),
-    CAUSE_UNKNOWN: "",
-}
+# The fix each cause names is the judgement's (one text, msoverflow/judgement/table.py)
+ADVICE = FIX
 
 
 @dataclass

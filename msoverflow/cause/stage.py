@@ -13,10 +13,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from ..evaluate import TensorAccess
 from ..model import (
-    CAUSE_DATA,
     CAUSE_DEVICE,
-    CAUSE_DOMAIN,
-    CAUSE_PRECISION,
     CAUSE_UNKNOWN,
     CROSS_RANK,
     LIKELY_ORIGIN,
@@ -173,21 +170,10 @@ class _Groups:
         return dp_group(rank, self._coords)
 
 
-# Recommendations (op_knowledge.yaml keys) that prescribe a wider dtype: wrong for a cause no dtype fixes.
-_PRECISION_ADVICE = frozenset({"overflow", "invalid", "overflow_cast", "saturation", "flagged"})
-
-
 def _recommendation(finding: Finding, cause: Cause) -> str:
-    """The recommendation follows the cause: a device fault or a value no dtype holds gets the cause's advice,
-    not a precision fix."""
-    if cause.advice and (cause.cause == CAUSE_DEVICE or (cause.cause in (CAUSE_DOMAIN, CAUSE_DATA) and
-                                                          finding.advice in _PRECISION_ADVICE)):
-        return cause.advice
-    if cause.advice and cause.cause == CAUSE_PRECISION and finding.advice not in _PRECISION_ADVICE:
-        return cause.advice           # the finding's own advice guards a domain; the cause found a dtype at fault
-    if cause.cause == CAUSE_DOMAIN and finding.advice == "zero_over_zero" and cause.advice not in ("", ADVICE[CAUSE_DOMAIN]):
-        return cause.advice           # a 0/0 the cause found to be a weight's, not an empty mask's: no zero-token guard
-    return finding.recommendation
+    """The recommendation follows the cause (the judgement's one rule for a finding's fix)."""
+    from ..judgement.table import finding_fix
+    return finding_fix(finding, cause.cause, cause.advice)
 
 
 def _replica_evidence(finding: Finding, cause: Cause, reached: List[str], groups: _Groups, steps: _Steps,

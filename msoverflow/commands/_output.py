@@ -165,7 +165,10 @@ def _save_default_json(args, report) -> None:
         save_json(report, path)
     except UserError as exc:
         raise UserError(f"{exc}; give --save FILE or --no-save") from None
-    log.info("next: msoverflow patch --from %s", path)
+    from ..judgement import conclusion_of
+    command = conclusion_of(report).next_command     # the conclusion says what comes next (nothing on CLEAN)
+    if command:
+        log.info("next: %s", command.format(report=path))
 
 
 def _size(n: int) -> str:

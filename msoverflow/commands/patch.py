@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise UserError("nothing to patch: give --from REPORT, --dump DIR, --cell PATH_OR_TYPE or --op TYPE")
 
-    how = args.how or ("guard" if _is_masked_division(target) and not (args.cell or args.op) else
+    how = args.how or ("guard" if _wants_guard(report, target) and not (args.cell or args.op) else
                        "yaml" if args.yaml else
                        "source" if (args.source or args.write) else "runtime" if args.verify else None)
     result = {"target": target.to_dict(), "dtype": args.dtype, "how": how}
@@ -188,9 +188,12 @@ _DIVISION_OPS = {"Div", "RealDiv", "DivNoNan", "Divide", "DivExt"}
 
 
 def _cause_refuses(report: dict, target, where: str) -> str:
-    """The patch follows the cause the analysis found (first.cause): only `precision` (and `unknown`, said so) gets
-    a precision patch; a zero denominator (`data` or `domain` at a division) gets the guard. A device fault, a value
-    no dtype holds and a bad batch get no patch: the text says why and what to do instead ('' to go on)."""
+    """The patch follows the report's conclusion (`conclusion.patch`, msoverflow/judgement): `precision` or `guard`
+    goes on; otherwise no patch, and the text says why and the conclusion's fix ('' to go on). A report written
+    before conclusions existed is read by its cause as it was then."""
+    conclusion = report.get("conclusion")
+    if isinstance(conclusion, dict) and "patch" in conclusion:
+        return _conclusion_refuses(conclusion, where)
     first = report.get("first") or {}
     cause = first.get("cause")
     diagnosis = first.get("diagnosis")
@@ -206,6 +209,28 @@ def _cause_refuses(report: dict, target, where: str) -> str:
     return (f"{where}: no patch: the cause is {cause!r}: {reason}. {advice or instead}\n"
             f"A precision patch would not fix it (no change made, exit {EXIT_NO_CHANGE}); to patch anyway, name "
             "the target with --cell or --op.")
+
+
+def _conclusion_refuses(conclusion: dict, where: str) -> str:
+    cause, reason = str(conclusion.get("cause") or ""), str(conclusion.get("reason") or "")
+    if conclusion.get("patch"):
+        if cause in ("unknown", ""):
+            print(f"note: the cause could not be established ({reason or 'no recompute'}); the patch below assumes "
+                  "a precision problem")
+        return ""
+    fixes = [str(f) for f in conclusion.get("fix") or [] if f]
+    return (f"{where}: no patch: the cause is {cause or 'not a precision problem'!r}: {reason}. "
+            f"{' '.join(fixes)}\n"
+            f"A precision patch would not fix it (no change made, exit {EXIT_NO_CHANGE}); to patch anyway, name "
+            "the target with --cell or --op.")
+
+
+def _wants_guard(report, target) -> bool:
+    """The zero-token guard: what the conclusion says (a report without one: an invalid value born in a division)."""
+    conclusion = (report or {}).get("conclusion")
+    if isinstance(conclusion, dict) and "patch" in conclusion:
+        return conclusion.get("patch") == "guard"
+    return _is_masked_division(target)
 
 
 def _is_masked_division(target) -> bool:

@@ -18,8 +18,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from ..dataflow import CONST, PARAM, Flow, Flows, Judged, StepIndex, is_backward
-from ..model import PROPAGATOR, Contained, OpExecution, Source, TensorStats
+from ..dataflow import CONST, PARAM, Flow, Flows, Judged, StepIndex
+from ..model import INVALID, PROPAGATOR, Contained, OpExecution, Source, TensorStats
 from ..rules.knowledge import OpKnowledge
 from ..scope import cell_of
 
@@ -95,15 +95,19 @@ def _check(group: Group, flows, step_index: Callable[[], Optional[StepIndex]], a
             group.why_not = f"{ex.op_type} {ex.op_name} is not in a saved graph: its consumers are not known"
             return
         values.append((ex, verdict, flow, value))
+        not_a_fill = _not_a_fill(ex, verdict, access)
+        if not_a_fill:
+            group.why_not = not_a_fill
+            return
         if ex.is_parameter:
             name = value[len(PARAM):]
             if name in flows.written(ex.rank):
                 group.why_not = f"parameter {name} holds it: a weight or optimizer state"
                 return
-            group.origins.append(f"the graph input {name} holds it")
-            continue
+            group.why_not = f"the data batch holds it (graph input {name}): a value from the data is no fill"
+            return
         node = flow.node(ex.op_name)
-        if is_backward(node.full_name, node.forward_name):
+        if flow.is_backward(node):
             group.why_not = f"it reaches the backward ({ex.op_type} {node.full_name})"
             return
         if kn.updates_weights(ex.op_type) or ex.op_type in kn.state_updates or kn.written_inputs(ex.op_type):
@@ -118,9 +122,9 @@ def _check(group: Group, flows, step_index: Callable[[], Optional[StepIndex]], a
         if verdict.role != PROPAGATOR:
             group.origins.append(f"{ex.op_type} made it: {verdict.detail}")
             continue
-        made = _made_outside(ex, node, flow, flows.written(ex.rank), inside, access)
+        made, why = _made_outside(ex, node, flow, flows.written(ex.rank), inside, access)
         if made is None:
-            group.why_not = f"where the bad input of {ex.op_type} {node.full_name} came from is not known"
+            group.why_not = why or f"where the bad input of {ex.op_type} {node.full_name} came from is not known"
             return
         group.origins.extend(made)
     index = step_index()
@@ -154,9 +158,24 @@ def _absorbed(group: Group, ex: OpExecution, value: str, flow: Flow, inside, ind
         group.absorbers[consumer.full_name] = consumer.op_type
 
 
-def _made_outside(ex: OpExecution, node, flow: Flow, written: frozenset, inside, access) -> Optional[List[str]]:
+def _not_a_fill(ex: OpExecution, verdict, access) -> str:
+    """Why an op run's bad value is no fill a program makes by design ('' when it may be one): contained is only
+    -inf or a large negative value; never NaN, +inf, or a value made outside an op's domain (log(0), x/0)."""
+    if verdict.role != PROPAGATOR and verdict.kind == INVALID:
+        return f"{ex.op_type} made it outside its domain ({verdict.detail}): a domain error is no fill"
+    for event in ex.outputs or ex.inputs:
+        stats = access.stats(event) if (event.dtype is None or event.is_float) else None
+        if stats is not None and stats.nan:
+            return f"{ex.op_type} {ex.op_name} holds NaN: no program fills with NaN by design"
+        if stats is not None and stats.posinf:
+            return f"{ex.op_type} {ex.op_name} holds +inf: a fill is -inf or a large negative value"
+    return ""
+
+
+def _made_outside(ex: OpExecution, node, flow: Flow, written: frozenset, inside,
+                  access) -> Tuple[Optional[List[str]], str]:
     """Where the bad inputs of a propagator came from, when not from an op of its group: a constant of the
-    program or a graph input no kernel writes ([] when every one came from the group); None when unknown."""
+    program ([] when every one came from the group); (None, why) when unknown or from the data batch."""
     made = []
     for event in ex.inputs:
         if not (event.dtype is None or event.is_float) or not access.bad(event):
@@ -165,10 +184,11 @@ def _made_outside(ex: OpExecution, node, flow: Flow, written: frozenset, inside,
         if ref == CONST:
             made.append(f"input {event.slot} of {ex.op_type} is a constant of the program")
         elif ref is not None and ref.startswith(PARAM) and ref[len(PARAM):] not in written:
-            made.append(f"input {event.slot} of {ex.op_type} is the graph input {ref[len(PARAM):]}")
+            return None, (f"input {event.slot} of {ex.op_type} is the graph input {ref[len(PARAM):]}: a value from "
+                          "the data batch is no fill")
         elif ref is None or (ex.graph, flow.graph.file_name(ref)) not in inside:
-            return None
-    return made
+            return None, ""
+    return made, ""
 
 
 def _describe(group: Group, flows, access) -> Contained:

@@ -23,10 +23,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from ..dataflow import PARAM, Flows, Judged, StepIndex, is_backward
-from ..model import CROSS_RANK, PROPAGATOR, Handled, OpExecution
+from ..dataflow import PARAM, Flows, Judged, StepIndex
+from ..model import CROSS_RANK, INVALID, PROPAGATOR, Handled, OpExecution
 from ..rules.knowledge import OpKnowledge
 
+UNPROVEN = "backward not proven"          # why_harmful's mark: said on the finding (it may yet be a loss scale's)
 SCALE_FLOOR = 1.0                         # DynamicLossScaleUpdateCell never goes below 1
 WEIGHT_BYTES_COMPARED = 256 << 20         # at most this much of the weights is compared between two steps
 HALVING = (0.3, 0.8)                      # median step-to-step ratio of magnitudes read as a halving scale
@@ -58,10 +59,13 @@ def find_handled(judged: Sequence[Judged], scanned: Dict[int, List[int]],
     for pair in judged:
         by_step.setdefault((pair[0].rank, pair[0].step), []).append(pair)
     judged_runs: List[Tuple[int, Handled, bool, str, List[StepState]]] = []
+    unproven: List[Tuple[int, List[int], str]] = []
     for rank, steps in sorted(scanned.items()):
         if not any((rank, step) in by_step for step in steps):
             continue
         states = _states(rank, steps, by_step, flows, index_of, access, kn)
+        unproven += [(rank, [s.step], s.why_harmful[len(UNPROVEN) + 2:]) for s in states
+                     if s.why_harmful.startswith(UNPROVEN)]
 
         def scale_at(step, rank=rank, steps=steps):
             return _scale_at(rank, step, steps, flows, index_of, kn)
@@ -72,7 +76,7 @@ def find_handled(judged: Sequence[Judged], scanned: Dict[int, List[int]],
             for state in states if not state.received}
     runs: List[Handled] = []
     ids: Set[int] = set()
-    notes: List[Tuple[int, List[int], str]] = []
+    notes: List[Tuple[int, List[int], str]] = list(unproven)
     for rank, run, confirmed, note, states in judged_runs:
         if confirmed:
             confirmed, note = _received_handled(rank, run, states, made)
@@ -161,11 +165,22 @@ def _harmful(pairs: Sequence[Judged], flows, kn: OpKnowledge) -> Tuple[bool, str
             return True, f"{ex.op_type} ({ex.op_name}) wrote a bad value into the state", makers[0]
     if _received(pairs):
         return False, "", makers[0]       # another rank made it: judged with that rank (find_handled)
+    for ex, verdict in ordered:
+        if verdict.role != PROPAGATOR and verdict.kind == INVALID:
+            # a loss scale handles overflows a smaller scale removes: never NaN from 0/0, inf - inf, a value outside
+            # an op's domain or a device fault
+            return True, (f"{ex.op_type} ({ex.op_name}) made NaN or divided by 0 from finite inputs: no smaller "
+                          "loss scale removes that"), makers[0]
     for ex in makers:
         flow = flows(ex.rank, ex.graph)
         node = flow.node(ex.op_name) if flow is not None else None
-        if not (is_backward(node.full_name, node.forward_name) if node is not None else is_backward(ex.op_name)):
-            return True, f"{ex.op_type} ({ex.op_name}) made it in the forward", makers[0]
+        if node is None or not flow.is_backward(node):
+            # backward is decided from the saved graph (what it differentiates, what it feeds), never from names
+            if node is not None and node.forward_name:
+                return True, f"{ex.op_type} ({ex.op_name}) made it in the forward (it feeds the loss)", makers[0]
+            return True, (f"{UNPROVEN}: {ex.op_type} ({ex.op_name}) is not shown to be in the backward (the saved "
+                          "graph records no forward node it differentiates), so a loss scale handling it is not "
+                          "proven"), makers[0]
     return False, "", makers[0]
 
 
@@ -274,8 +289,18 @@ def _scale(step, index, before, previous, flows, rank, kn) -> Tuple[Optional[flo
             value = _scalar(run, "output", 0, before.access) if run is not None else None
             if value is not None:
                 return value, f"the {name} Parameter as dumped after step {previous}"
-    sens = _sens(index, flows, rank)
+    # the sens input is the loss scale only in a graph that holds one: else it is the backward's seed, a label
+    sens = _sens(index, flows, rank) if _holds_loss_scale(index, flows, rank, kn) else None
     return sens if sens is not None else (None, "")
+
+
+def _holds_loss_scale(index: StepIndex, flows, rank, kn: OpKnowledge) -> bool:
+    """A graph of the step reads a loss-scale Parameter (scale_sense ...): the dump shows a loss scale."""
+    for graph in {run.graph for run in index.runs}:
+        flow = flows(rank, graph)
+        if flow is not None and any(flow.consumers(PARAM + name)[0] for name in kn.loss_scale_parameters):
+            return True
+    return False
 
 
 def _sens(index: StepIndex, flows, rank) -> Optional[Tuple[float, str]]:
@@ -285,13 +310,13 @@ def _sens(index: StepIndex, flows, rank) -> Optional[Tuple[float, str]]:
     for run in sorted(index.runs, key=lambda r: r.time):
         flow = flows(rank, run.graph)
         node = flow.node(run.op_name) if flow is not None else None
-        if node is None or not is_backward(node.full_name, node.forward_name):
+        if node is None or not flow.is_backward(node):
             continue
         for event in run.execution().inputs:
             if event.dtype is not None and not event.is_float:
                 continue
             producer = flow.graph.by_full.get(flow.producer(node, event.slot) or "")
-            if producer is not None and is_backward(producer.full_name, producer.forward_name):
+            if producer is not None and flow.is_backward(producer):
                 continue
             stats = index.access.stats(event)
             if stats is not None and stats.count and not stats.nonfinite and stats.min == stats.max and stats.max:

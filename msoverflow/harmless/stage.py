@@ -55,14 +55,37 @@ class Sight:
         unit = self._units.get((rank, step))
         return StepIndex.of_unit(unit, lambda message: None, ops) if unit is not None else None
 
-    def stops(self, strict: bool) -> Callable[["UnitSummary"], bool]:
-        """The walk's early stop: a step ends its rank's walk when it holds a fault for sure, not one that is
-        contained or that a loss scale may have handled (later steps decide those); with strict, any origin."""
-        def stops(summary: "UnitSummary") -> bool:
-            self.graphs.learn(summary.rank_roots)
-            return summary.has_origin and (strict or harmful_step(summary.judged, self.flows, self.index_of,
-                                                                  self.access, self.kn))
-        return stops
+    def stops(self, strict: bool = False) -> "EarlyStop":
+        """The walk's early stop (--strict reads the same steps: it changes what is reported, not what is read)."""
+        return EarlyStop(self)
+
+
+class EarlyStop:
+    """The walk's stop rule, the one interface the walk asks (msoverflow/parallel.py): called once per (rank, step)
+    in each rank's step order with what the walk found there, it says whether that rank's walk ends after it.
+
+    A rank stops after a step that holds a fault for sure (neither contained nor possibly handled by a loss scale),
+    unless earlier steps that a loss scale may have handled still wait for a later step that recovers (a clean
+    one): only that step can tell calibration from a fault, so the walk reads on to it (as --all would)."""
+
+    def __init__(self, sight: Sight):
+        self.sight = sight
+        self.waiting: Dict[int, bool] = {}     # rank -> steps that may be handled wait for a recovering step
+        self.faulted: Dict[int, bool] = {}     # rank -> a step held a fault for sure
+
+    def __call__(self, summary: "UnitSummary") -> bool:
+        sight, rank = self.sight, summary.rank
+        sight.graphs.learn(summary.rank_roots)
+        if not summary.has_origin:
+            if summary.judged:          # bad values, no origin (received, propagated): no recovery, no fault
+                return False
+            self.waiting[rank] = False  # a clean step: what waited is decided
+            return self.faulted.get(rank, False)
+        if harmful_step(summary.judged, sight.flows, sight.index_of, sight.access, sight.kn):
+            self.faulted[rank] = True
+            return not self.waiting.get(rank, False)
+        self.waiting[rank] = True
+        return False
 
 
 @dataclass(frozen=True)

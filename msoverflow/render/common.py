@@ -300,6 +300,39 @@ def value_text(x: Optional[float]) -> str:
     return f"{x:.6g}"
 
 
+def kind_shown(f) -> str:
+    """The kind of a finding in every view: NaN when the value is NaN (msoverflow/judgement)."""
+    from ..judgement.evidence import kind_word
+    return kind_word(f)
+
+
+def cause_shown(report, f) -> Optional[Tuple[str, str]]:
+    """(cause, reason) a view shows for a finding: the report's conclusion for the first one (it weighs the history
+    and the update beside the recompute), the recompute's for the others; None when there is none."""
+    if f is report.first:
+        from ..judgement import conclusion_of
+        c = conclusion_of(report)
+        if c.cause:
+            return c.cause, c.reason
+    return (f.cause.cause, f.cause.reason) if f.cause is not None else None
+
+
+def fixes_shown(report, f) -> List[str]:
+    """The fixes a view shows for a finding, most important first: the conclusion's for the first origin."""
+    if f is report.first:
+        from ..judgement import conclusion_of
+        return list(conclusion_of(report).fix)
+    return [f.recommendation] if f.recommendation else []
+
+
+def recompute_shown(report, f):
+    """The recompute's cause when the conclusion names another (shown beside it as what the op's recompute says)."""
+    shown = cause_shown(report, f)
+    if f.cause is not None and shown is not None and shown[0] != f.cause.cause:
+        return f.cause
+    return None
+
+
 def cause_text(cause) -> str:
     """'device: recomputed from its dumped inputs, ...' (the cause's word, then what showed it)."""
     return f"{cause.cause}: {cause.reason}"

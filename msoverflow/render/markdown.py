@@ -9,16 +9,19 @@ from ..model import SUSPECT
 from .common import (
     arrival_text,
     arrivals_shown,
+    cause_shown,
     cause_values_text,
     clean_text,
     contained_text,
     coords_phrase,
     count_cell,
     counts_note,
+    fixes_shown,
     handled_details,
     handled_text,
     history_lines,
     inconclusive_lead,
+    kind_shown,
     parallel_text,
     parameters_shown,
     producer_text,
@@ -26,6 +29,7 @@ from .common import (
     rank_where,
     ranks_shown,
     recompute_rows,
+    recompute_shown,
     recompute_title,
     sample_texts,
     scanned_text,
@@ -109,7 +113,7 @@ def render_markdown(report: Report, top: int = 10) -> str:
                    f"{f.step}; its inputs were not dumped, so it may have received the bad value.")
     else:
         made = "first seen in" if f.role == "propagator" else "first created by"
-        out.append(f"**Anomaly** ({md(f.kind)}): {made} **{md(op_label(f))}** on "
+        out.append(f"**Anomaly** ({md(kind_shown(f))}): {made} **{md(op_label(f))}** on "
                    f"{md(rank_where(f.rank, report))}, "
                    f"step {f.step}, graph {md(f.graph)}.")
     if f is None:
@@ -119,13 +123,16 @@ def render_markdown(report: Report, top: int = 10) -> str:
         out.append(f"- what: {md(f.detail)}")
         if f.source:
             out.append(f"- source: {md_code(f'{f.source.file}:{f.source.line}')} {md_code(f.source.code)}")
+        said, recomputed = cause_shown(report, f), recompute_shown(report, f)
+        if said is not None:
+            out.append(f"- cause: **{md(said[0])}**: {md(said[1])}")
+        if recomputed is not None:
+            out.append(f"- op's recompute: **{md(recomputed.cause)}**: {md(recomputed.reason)}")
         if f.cause is not None:
-            out.append(f"- cause: **{md(f.cause.cause)}**: {md(f.cause.reason)}")
             if cause_values_text(f.cause):
                 out.append(f"- values: {md(cause_values_text(f.cause))}")
         out.append(f"- op: {md_code(f.full_name or f.op_name)}")
-        if f.recommendation:
-            out.append(f"- fix: {md(f.recommendation)}")
+        out += [f"- fix: {md(fix)}" for fix in fixes_shown(report, f)]
         for title, tensors in (("Inputs", f.inputs), ("Outputs", f.outputs)):
             if tensors:
                 out += _tensor_block(title, tensors)

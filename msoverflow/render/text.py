@@ -9,6 +9,7 @@ from ..scope import is_backward
 from .common import (
     arrival_text,
     arrivals_shown,
+    cause_shown,
     cause_text,
     cause_values_text,
     clean_text,
@@ -16,10 +17,12 @@ from .common import (
     coords_phrase,
     count_cell,
     counts_note,
+    fixes_shown,
     handled_details,
     handled_text,
     history_lines,
     inconclusive_lead,
+    kind_shown,
     parallel_text,
     parameters_shown,
     producer_text,
@@ -27,6 +30,7 @@ from .common import (
     rank_where,
     ranks_shown,
     recompute_rows,
+    recompute_shown,
     recompute_title,
     sample_texts,
     scanned_text,
@@ -149,7 +153,7 @@ def headline(report: Report) -> str:
         return (f"ANOMALY: the hardware flagged {op_label(f)}; its inputs were not dumped, so it may have received "
                 "the bad value rather than created it")
     made = "first seen in" if f.role == "propagator" else "first created by"
-    return f"ANOMALY: {f.kind} {made} {op_label(f)}"
+    return f"ANOMALY: {kind_shown(f)} {made} {op_label(f)}"
 
 
 def render_text(report: Report, top: int = 10) -> str:
@@ -165,12 +169,15 @@ def render_text(report: Report, top: int = 10) -> str:
         lines.append(f"  what  : {f.detail}")
         if f.source:
             lines.append(f"  source: {f.source.file}:{f.source.line}  {f.source.code}")
+        said, recomputed = cause_shown(report, f), recompute_shown(report, f)
+        if said is not None:
+            lines.append(f"  cause : {said[0]}: {said[1]}")
+        if recomputed is not None:
+            lines.append(f"  op    : {cause_text(recomputed)}")
         if f.cause is not None:
-            lines.append(f"  cause : {cause_text(f.cause)}")
             if cause_values_text(f.cause):
                 lines.append(f"  values: {cause_values_text(f.cause)}")
-        if f.recommendation:
-            lines.append(f"  fix   : {f.recommendation}")
+        lines += [f"  fix   : {fix}" for fix in fixes_shown(report, f)]
         lines.append("")
         lines.append("Evidence")
         lines.append(f"  op: {f.full_name or f.op_name}")
@@ -200,7 +207,7 @@ def render_text(report: Report, top: int = 10) -> str:
             lines.append(f"Later origins ({len(later)}, by step)")
             for other in later[:top]:
                 cause = f" (cause: {other.cause.cause})" if other.cause is not None else ""
-                lines.append(f"  {_where(other)}: {other.kind} in {op_label(other)} - {other.detail}{cause}")
+                lines.append(f"  {_where(other)}: {kind_shown(other)} in {op_label(other)} - {other.detail}{cause}")
             if len(later) > top:
                 lines.append(f"  ... {len(later) - top} more (--top N, or --format json)")
         if report.flagged:

@@ -289,7 +289,7 @@ def test_bad_values_whose_origin_was_not_dumped_are_an_anomaly_not_clean(tmp_pat
     _metadata(tmp_path, dump_mode=1, kernels=["Add"])
     assert main(["analyze", str(tmp_path), "--no-progress"]) == 1
     out = capsys.readouterr().out
-    assert out.startswith("ANOMALY: invalid first seen in Add") and "kernel filter" in out
+    assert out.startswith("ANOMALY: NaN first seen in Add") and "kernel filter" in out
     report = analyze(str(tmp_path), progress=False)
     assert report.first.role == "propagator" and any("not dumped" in e for e in report.first.evidence)
 

@@ -64,12 +64,13 @@ def test_a_scale_not_in_the_dump_is_inferred_only_from_magnitudes_that_halve(mag
 
 
 def test_an_overflow_only_ascend_dump_says_it_cannot_confirm_a_loss_scale(tmp_path):
-    """The field case's Opdebug dump (overflow-only: the flagged ops' tensors and nothing else): SqrtGrad's
-    overflow is in the backward, but no weights or optimizer kernels are dumped, so whether its update was skipped
-    cannot be read; the finding stays and says so."""
+    """The field case's Opdebug dump (overflow-only: the flagged ops' tensors and nothing else, a synthetic saved
+    graph without MindSpore's forward-node records): SqrtGrad's overflow is named under Gradients/, but names never
+    prove the backward, and no weights or optimizer kernels are dumped; the finding stays and says why."""
     import msoverflow
     from tests.support.ascend_fixtures import build_seed_scenario
     build_seed_scenario(str(tmp_path / "dump"))
     report = msoverflow.analyze(str(tmp_path / "dump"))
     assert (report.verdict, report.first.op_type, report.handled) == ("anomaly", "SqrtGrad", [])
-    assert any("whether step 1's update was skipped is not in the dump" in e for e in report.first.evidence)
+    # names (Gradients/...) never prove the backward: this synthetic graph records no forward nodes, and says so
+    assert any("is not shown to be in the backward" in e for e in report.first.evidence)

@@ -8,7 +8,15 @@ import urllib.parse
 from typing import Dict, Optional, Sequence, Tuple
 
 from ...model import RANK_CLEAN, RANK_FLAGGED, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_ORIGIN, RANK_RECEIVED, Report
-from ..common import bad_value_phrase, cause_values_text, clean_text, rank_where
+from ..common import (
+    bad_value_phrase,
+    cause_shown,
+    cause_values_text,
+    clean_text,
+    fixes_shown,
+    kind_shown,
+    rank_where,
+)
 from ..safe import plain
 from ..text import op_label
 
@@ -194,11 +202,11 @@ def verdict_card(report: Report, links: Optional[Links] = None, after: str = "")
         # A finding that only the hardware flag names (its inputs were not dumped) is not called the origin.
         role = {"flagged": "flagged (not proven)", "propagator": "first seen in"}.get(f.role, "origin")
         items = [(role, f"<strong>{esc(op_label(f))}</strong>"),
-                 ("kind", esc(f.kind)),
+                 ("kind", esc(kind_shown(f))),
                  ("where", f"{esc(rank_where(f.rank, report))}, step {f.iteration}, graph {esc(f.graph)}"),
                  ("what", esc(f.detail)),
-                 *((("cause", f'<strong class="cause">{esc(f.cause.cause)}</strong>: {esc(f.cause.reason)}'),)
-                   if f.cause is not None else ()),
+                 *((("cause", f'<strong class="cause">{esc(shown[0])}</strong>: {esc(shown[1])}'),)
+                   if (shown := cause_shown(report, f)) is not None else ()),
                  *((("values", esc(cause_values_text(f.cause))),) if f.cause is not None and cause_values_text(f.cause)
                    else ()),
                  ("Cell", esc(f"{f.cell or '-'}" + (f" ({f.cell_type})" if f.cell_type else ""))),
@@ -206,7 +214,7 @@ def verdict_card(report: Report, links: Optional[Links] = None, after: str = "")
                              f"<code>{esc(f.source.code)}</code>") if f.source else "not known (no saved graph)"),
                  ("op", f"<code>{esc(f.full_name or f.op_name)}</code>"
                         + (f" ({links.file(f.ir_file, None, f.ir_line)})" if f.ir_file else "")),
-                 ("fix", esc(f.recommendation) or "-")]
+                 ("fix", "<br>".join(esc(fix) for fix in fixes_shown(report, f)) or "-")]
     elif verdict == "inconclusive":
         seen = bad_value_phrase(report)
         items = ([("bad values", esc(seen))] if seen else []) + [

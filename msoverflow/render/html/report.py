@@ -11,14 +11,17 @@ from typing import Dict, List, Optional, Tuple
 from ...model import Finding, Report, TensorSummary
 from ..common import (
     arrival_text,
+    cause_shown,
     cause_values_text,
     contained_text,
     coords_phrase,
     count_cell,
     counts_note,
+    fixes_shown,
     handled_details,
     handled_text,
     history_lines,
+    kind_shown,
     parallel_text,
     producer_text,
     provenance_text,
@@ -164,7 +167,7 @@ def _tensor_table(title: str, tensors: List[TensorSummary], links: Links) -> str
             + "".join(f'<p class="note">{esc(n)}</p>' for n in notes))
 
 
-def _finding_block(f: Finding, index: int, links: Links) -> str:
+def _finding_block(f: Finding, index: int, links: Links, report: Optional[Report] = None) -> str:
     out = [f'<article id="{finding_id(index)}" class="finding"><h3>{"First origin" if index == 0 else "Origin"}: '
            f'{esc(op_label(f))} <span class="note">(rank {f.rank}, step {f.iteration}, graph {esc(f.graph)})</span>'
            "</h3>", f"<p>{esc(f.detail)}</p>",
@@ -182,18 +185,22 @@ def _finding_block(f: Finding, index: int, links: Links) -> str:
             + "</ul>")
     if f.evidence:
         out.append("<ul>" + "".join(f"<li>{esc(item)}</li>" for item in f.evidence) + "</ul>")
+    shown = cause_shown(report, f) if report is not None else None
+    if shown is not None and (f.cause is None or shown[0] != f.cause.cause):
+        out.append(f'<p><strong>cause: {esc(shown[0])}</strong> · {esc(shown[1])}</p>')
     if f.cause is not None:
-        out.append(_cause_block(f.cause))
-    if f.recommendation:
-        out.append(f"<p><strong>fix:</strong> {esc(f.recommendation)}</p>")
+        out.append(_cause_block(f.cause, recompute_only=shown is not None and shown[0] != f.cause.cause))
+    fixes = fixes_shown(report, f) if report is not None else ([f.recommendation] if f.recommendation else [])
+    out += [f"<p><strong>fix:</strong> {esc(fix)}</p>" for fix in fixes]
     out.append("</article>")
     return "\n".join(out)
 
 
-def _cause_block(cause) -> str:
+def _cause_block(cause, recompute_only: bool = False) -> str:
     """The cause of an origin: what the recompute showed, per precision, and the bad values beside the recomputed
-    ones."""
-    out = [f'<div class="cause"><p><strong>cause: {esc(cause.cause)}</strong> · {esc(cause.reason)}</p>']
+    ones. recompute_only: the report's conclusion names another cause (the op's recompute is shown as such)."""
+    label = "op's recompute" if recompute_only else "cause"
+    out = [f'<div class="cause"><p><strong>{label}: {esc(cause.cause)}</strong> · {esc(cause.reason)}</p>']
     if cause.recompute:
         rows = "".join("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>"
                        for row in recompute_rows(cause))
@@ -212,7 +219,7 @@ def _evidence(report: Report, top: int, links: Links) -> str:
         return ""
     shown = report.anomalies[:top + 1]
     out = ['<section id="evidence"><h2>Evidence</h2>']
-    out += [_finding_block(f, i, links) for i, f in enumerate(shown)]
+    out += [_finding_block(f, i, links, report) for i, f in enumerate(shown)]
     if len(report.anomalies) > len(shown):
         out.append(f'<p class="note">{len(report.anomalies) - len(shown)} more origins: listed below, '
                    "full evidence in --format json.</p>")
@@ -226,7 +233,7 @@ def _origins_table(report: Report) -> str:
     rows = []
     for i, f in enumerate(report.anomalies[:MAX_TABLE_ROWS]):
         rows.append(f'<tr><td class="num">{i + 1}</td><td class="num">{f.rank}</td><td class="num">{f.iteration}</td>'
-                    f'<td>{esc(f.kind)}</td><td><a href="#{finding_id(i)}">{esc(f.op_type)}</a></td>'
+                    f'<td>{esc(kind_shown(f))}</td><td><a href="#{finding_id(i)}">{esc(f.op_type)}</a></td>'
                     f'<td>{esc(f.cell or f.cell_type or "-")}</td><td>{esc(f.cause.cause if f.cause else "-")}</td>'
                     f'<td>{esc(f.detail)}</td></tr>')
     more = len(report.anomalies) - MAX_TABLE_ROWS
@@ -310,7 +317,7 @@ def render_html(report: Report, top: int = 10, page_dir: Optional[str] = None) -
     """The page; links to files under page_dir (the folder the page is written to; default: the current one) are
     relative, other files are named and the page says it could not link them."""
     links = Links(page_dir)
-    title = "msoverflow: " + (f"{report.first.kind} in {report.first.op_type}" if report.first else report.verdict)
+    title = "msoverflow: " + (f"{kind_shown(report.first)} in {report.first.op_type}" if report.first else report.verdict)
     not_drawn = []          # (view, why)
     with plot_settings():
         views = [("timeline", "Timeline", *timeline_svg(report, top))]
