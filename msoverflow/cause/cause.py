@@ -138,7 +138,7 @@ def _upstream(cause: Cause, ex: OpExecution, node, graph, step, access, dumped: 
     found = upstream.find(ex, node, graph, step, access, mask, np.asarray(dumped)[mask], reproduce)
     if found is None:
         return cause
-    return dataclasses.replace(cause, cause=CAUSE_PRECISION, reason=found.text, advice=found.advice,
+    return dataclasses.replace(cause, cause=CAUSE_PRECISION, reason=found.text, advice=found.advice, basis="upstream",
                                evidence=[f"recomputed alone, {ex.op_type} is right: {cause.reason}",
                                          *upstream.evidence(found), *cause.evidence])
 
@@ -446,6 +446,7 @@ def _classify_reproduced(cause: Cause, ex, out, dumped, mask, shaped, low, limit
                 cause.advice = (f"The weight {weight} sums to 0 (initialised to zeros, or trained there): initialise "
                                 "it away from 0, or divide by its sum plus a small epsilon. No batch and no dtype "
                                 "fixes it.")
+                cause.basis = "weight_sum"
             else:
                 cause.cause = CAUSE_DOMAIN
                 cause.reason = (f"{form} in every dtype: the denominator (input {den_slot}) is 0 at "
@@ -459,6 +460,7 @@ def _classify_reproduced(cause: Cause, ex, out, dumped, mask, shaped, low, limit
                             "exp(-inf - (-inf)) is NaN in every dtype; the row has nothing to attend to")
             cause.advice = ("A row with nothing to attend to (every key masked, e.g. left padding under a causal "
                             "mask): give it a finite fill (the dtype's lowest value instead of -inf) or drop the row.")
+            cause.basis = "masked_row"
             return
     domain = kn.domain.get(gathered.kernel)
     if domain is not None and int(domain.get("slot", 0)) in gathered.by_slot:

@@ -17,6 +17,17 @@ def _formats(report):
             json.loads(render(report, "json")))
 
 
+def _rules(report):
+    """The rule that concluded, and the one beneath update_applied (which adds the skip-on-overflow fix to it)."""
+    import dataclasses
+
+    from msoverflow.judgement import Evidence, judge
+    found = [report.conclusion.rule]
+    if report.conclusion.rule == "update_applied":
+        found.append(judge(dataclasses.replace(Evidence.of(report), update_applied=False, updated=[])).rule)
+    return found
+
+
 def _says_cause_everywhere(report, cause):
     text, markdown, html, doc = _formats(report)
     assert report.cause is not None and report.cause.cause == cause
@@ -34,9 +45,11 @@ def test_fp16_softmax_underflow_is_named_as_the_cause_one_op_upstream(upstream_d
     assert reason.startswith("Softmax underflowed to 0 in float16; float32 gives ") and "then gave -inf" in reason
     wide = float(reason.split("float32 gives ")[1].split(";")[0])
     assert 1e-9 < wide < 1e-8                     # exp(-19) / sum: float32 holds it, float16's subnormals do not
-    fix = report.first.recommendation
+    # the rule that decides (update_applied wraps it: SGD applied the NaN gradients, and says so first)
+    assert report.conclusion.cause == "precision" and "upstream_precision" in _rules(report)
+    fix = " ".join(report.conclusion.fix)
     assert "float32" in fix and "log_softmax" in fix
-    for rendered in (text, markdown, html, doc["first"]["recommendation"]):
+    for rendered in (text, markdown, html):
         assert "log_softmax" in rendered
     assert "no training dtype holds this value" not in text
 
@@ -67,7 +80,9 @@ def test_a_zero_initialised_weight_over_its_own_sum_is_no_mask_count(upstream_du
     assert report.first.op_type == "Div"
     text, markdown, html, doc = _says_cause_everywhere(report, "domain")
     assert "0/0" in report.cause.reason and "mask" not in report.cause.reason
-    for rendered in (text, markdown, html, doc["first"]["recommendation"]):
+    assert report.conclusion.cause == "domain" and "weight_zero_division" in _rules(report)
+    assert "guard" not in report.conclusion.patch
+    for rendered in (text, markdown, html, json.dumps(doc)):
         assert "no token to learn from" not in rendered and "max(count, 1)" not in rendered
 
 
@@ -99,9 +114,10 @@ def test_a_fully_masked_attention_row_makes_softmax_the_origin(upstream_dumps):
     text, markdown, html, doc = _says_cause_everywhere(report, "domain")
     assert "-inf everywhere" in report.cause.reason and "nothing to attend to" in report.cause.reason
     assert report.cause.where.startswith("all 8 in batch row 1")     # queries 0 and 1 of the left-padded row
-    fix = report.first.recommendation
-    assert fix.startswith("A row with nothing to attend to") and "finite fill" in fix and "drop" in fix
-    for rendered in (text, markdown, html, doc["first"]["recommendation"]):
+    assert report.conclusion.cause == "domain" and "masked_row" in _rules(report)
+    fix = " ".join(report.conclusion.fix)
+    assert "A row with nothing to attend to" in fix and "finite fill" in fix and "drop the row" in fix
+    for rendered in (text, markdown, html):
         assert "nothing to attend to" in rendered and "dump without filters" not in rendered
     assert "received" not in text and "received" not in markdown and 'class="received"' not in html
     assert "received" not in json.dumps(doc)
