@@ -1,7 +1,7 @@
 """Every report the fuzz corpus's cases make agrees with itself (msoverflow/judgement/consistency.py): each case
 runs through its harness target as tests/fuzz/test_corpus.py runs it, and every Report an analysis concludes on
 the way is checked. Most corpus cases are reader, config or patch inputs that make no Report; those that analyse
-a dump in process (completeness_step today) are checked, and at least those must be.
+a dump in process (completeness_step today) are checked, and at least those must be."""
 import json
 from pathlib import Path
 
