@@ -122,3 +122,14 @@ def test_a_fully_masked_attention_row_makes_softmax_the_origin(upstream_dumps):
     assert "received" not in text and "received" not in markdown and 'class="received"' not in html
     assert "received" not in json.dumps(doc)
     assert not any("dump without filters" in w for w in report.warnings)
+
+
+def test_every_upstream_fixture_agrees_with_itself(upstream_dumps):
+    """judgement.consistency over every case of this module's generator, edited copies included."""
+    from msoverflow.judgement.consistency import check
+    problems = {}
+    for name in upstream_dumps:
+        found = check(analyze(str(upstream_dumps[name]), progress=False))
+        if found:
+            problems[name] = found
+    assert problems == {}
