@@ -131,7 +131,8 @@ class TensorEvent(IterationAlias):
 
     @property
     def is_float(self) -> bool:
-        return self.dtype is not None and "float" in self.dtype
+        """A float or complex tensor: the values a scan judges (a complex value is bad like a float, values.py)."""
+        return self.dtype is not None and ("float" in self.dtype or self.dtype.startswith("complex"))
 
     @property
     def is_parameter(self) -> bool:
@@ -312,6 +313,10 @@ class Cause:
     pattern_text: str = ""
     evidence: List[str] = field(default_factory=list)
     samples: List[Sample] = field(default_factory=list)
+    # what the cause rests on beyond the op's own recompute (a rule of msoverflow/judgement reads it): "upstream" (a
+    # low-precision producer made its input's exact 0 or inf), "masked_row" (a row -inf everywhere), "weight_sum"
+    # (a 0/0 whose denominator sums a weight), "" (the op's recompute alone)
+    basis: str = ""
 
 
 @dataclass

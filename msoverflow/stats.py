@@ -6,7 +6,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from .model import TensorStats
-from .values import bad_extremes, limit_of, over_range_mask, pinned_extremes
+from .values import as_parts, bad_extremes, limit_of, over_range_mask, pinned_extremes
 
 CHUNK = 1 << 20  # elements per chunk (8 MB as float64 at most)
 
@@ -38,7 +38,8 @@ def _chunks(array: np.ndarray):
 def compute(array: np.ndarray, declared: Optional[str]) -> TensorStats:
     """Full statistics of a float tensor, judged against its declared dtype (an fp16 file may hold fp32 bytes)."""
     limit = limit_of(declared)
-    count = int(array.size)
+    count = int(array.size)              # values (a complex value counts once; its parts are judged)
+    array = as_parts(array)
     if array.dtype.kind not in "f":
         if array.dtype.kind in "iub" and count:
             lo, hi = None, None
@@ -80,6 +81,7 @@ def compute(array: np.ndarray, declared: Optional[str]) -> TensorStats:
 def scan(array: np.ndarray, declared: Optional[str]) -> Tuple[bool, bool]:
     """(bad, pinned): bad stops at the first chunk holding a bad value (values.py; cheap for propagated
     tensors); pinned = some value sits exactly at the declared dtype's max (saturation)."""
+    array = as_parts(array)
     if array.dtype.kind != "f" or array.size == 0:
         return False, False
     limit = limit_of(declared)
@@ -95,6 +97,7 @@ def scan(array: np.ndarray, declared: Optional[str]) -> Tuple[bool, bool]:
 def scan_rows(matrix: np.ndarray, declared: Optional[str]) -> Tuple[np.ndarray, np.ndarray]:
     """scan() of each row of a (tensors x values) float matrix of small tensors, vectorised: (bad, pinned) per
     row. A clean batch costs two reductions; the per-row work is done only when something is off."""
+    matrix = as_parts(matrix)
     rows = matrix.shape[0]
     limit = limit_of(declared)
     high, low = matrix.max(), matrix.min()

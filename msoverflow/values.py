@@ -5,6 +5,8 @@ tensor holding 1.8e5 in an fp32 payload overflowed). A value exactly at that max
 
 Everything that decides "bad" uses these: tensor scans (chunk by chunk, or many small tensors as rows),
 statistics (Max/Min and counts), TensorStats.bad (the counts form) and the `bad` column of msoverflow.events().
+
+A complex value is bad like a float: when its real or imaginary part is (complex64's parts are float32s).
 """
 from __future__ import annotations
 
@@ -14,10 +16,23 @@ import numpy as np
 
 from .dtypes import dtype_max
 
+_COMPLEX_PARTS = {"complex32": "float16", "complex64": "float32", "complex128": "float64"}
+
 
 def limit_of(declared: Optional[str]) -> Optional[float]:
-    """The largest finite magnitude the declared dtype holds (None: no limit known)."""
-    return dtype_max(declared)
+    """The largest finite magnitude the declared dtype holds (None: no limit known); a complex dtype's is its
+    parts'."""
+    return dtype_max(_COMPLEX_PARTS.get(declared or "", declared))
+
+
+def as_parts(values: np.ndarray) -> np.ndarray:
+    """A complex array as the float array of its parts (real and imaginary side by side, no copy when it is
+    contiguous); any other array unchanged. Scans judge the parts."""
+    values = np.asarray(values)
+    if values.dtype.kind != "c":
+        return values
+    return np.ascontiguousarray(values).view(values.real.dtype)
+
 
 
 def bad_extremes(high, low, limit: Optional[float]):
@@ -51,6 +66,8 @@ def over_range_mask(values: np.ndarray, limit: Optional[float]) -> Optional[np.n
 def bad_mask(values: np.ndarray, declared: Optional[str]) -> np.ndarray:
     """Element by element: not finite, or beyond the declared dtype's range (the same definition, per value)."""
     values = np.asarray(values)
+    if values.dtype.kind == "c":
+        return bad_mask(values.real, declared) | bad_mask(values.imag, declared)
     if values.dtype.kind != "f":
         return np.zeros(values.shape, dtype=bool)
     with np.errstate(invalid="ignore"):

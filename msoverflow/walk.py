@@ -626,6 +626,13 @@ def _group_runs(codes, stamps, is_output, slot, n_groups: int):
     return has_output, repeated
 
 
+@lru_cache(maxsize=1)
+def _outputs_not_written() -> frozenset:
+    from .rules.knowledge import knowledge
+    kn = knowledge()
+    return frozenset(kn.outputs_not_written)
+
+
 def _npy_step(content: DirContent, access: TensorAccess):
     """(suspicious OpExecutions, span, DumpedFacts of the rest, False) of a directory's npy files as columns
     (content.npy: their names parsed in bulk); None when one tensor appears twice (the caller then takes every
@@ -652,7 +659,13 @@ def _npy_step(content: DirContent, access: TensorAccess):
     suspicious = (~has_output | repeated).tolist()
     for k in parsed.odd:        # FFTS+ sub-tasks, sliced ops, shapes in the name: judged as objects
         suspicious[codes[k]] = True
-    floats = {t: t is None or "float" in t for t in set(dtype)}
+    writers = _outputs_not_written()
+    for code, prefix_text in enumerate(prefixes):
+        # an op that writes inputs in place and returns other outputs (MindSpore CPU's Adam): judge() reads them
+        if prefix_text.split(".", 1)[0] in writers:
+            suspicious[code] = True
+    # the values a scan judges: floats and complex numbers (values.py)
+    floats = {t: t is None or "float" in t or t.startswith("complex") for t in set(dtype)}
 
     # Every float output of the step, read once and checked in one pass (what judge() would ask first).
     # Files with the same header bytes and size are stacked as rows of one matrix.
@@ -705,7 +718,7 @@ def _npy_step(content: DirContent, access: TensorAccess):
                 suspicious[codes[r]] = True
                 continue
             payload = header.payload_dtype
-            if payload.kind != "f" or payload.hasobject or not (math.prod(header.shape) if header.shape else 1):
+            if payload.kind not in "fc" or payload.hasobject or not (math.prod(header.shape) if header.shape else 1):
                 seeded[r] = (False, False, header)
                 continue
             declared = dtype[r] or canonical(header.header_dtype.name)

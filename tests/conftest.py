@@ -23,7 +23,8 @@ def mindspore_available() -> bool:
 
 # The session fixtures below run MindSpore (once per session): a test that asks for one is a `mindspore` test, so
 # `-m "not mindspore"` (./scripts/test.sh quick) never starts a real run.
-REAL_RUN_FIXTURES = frozenset({"real_dumps", "multirank_dumps", "compare_pairs", "msprobe_dumps", "hunt_runs"})
+REAL_RUN_FIXTURES = frozenset({"real_dumps", "multirank_dumps", "compare_pairs", "msprobe_dumps", "hunt_runs",
+                               "upstream_dumps"})
 
 
 @pytest.hookimpl(tryfirst=True)        # before -m deselects by marker
@@ -55,6 +56,17 @@ def real_dumps():
     # sys.__stderr__ so the one-time ~30 s pause is explained even under pytest's output capture.
     return generator.ensure_cases([case.name for case in generator.CASES], out_dir=out_dir,
                                   progress=lambda msg: print(f"[real dumps] {msg}", file=sys.__stderr__, flush=True))
+
+
+@pytest.fixture(scope="session")
+def upstream_dumps():
+    """Real MindSpore CPU dumps of tiny Cells for the upstream-cause and recompute-safety tests, and labelled edited
+    copies (tests/support/gen_upstream_dumps.py), cached under .fixture-cache/upstream/<key>/."""
+    if not mindspore_available():
+        pytest.skip("mindspore is not installed (pip install 'msoverflow[mindspore]')")
+    from tests.support import gen_upstream_dumps as generator
+    return generator.ensure_cases(progress=lambda msg: print(f"[upstream dumps] {msg}", file=sys.__stderr__,
+                                                             flush=True))
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ MindSpore in a subprocess for ops without a reference kernel, when it is install
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
@@ -39,11 +40,11 @@ from ..resources import load_yaml
 from ..rules.knowledge import OpKnowledge, knowledge
 from ..rules.numerics import division_form, outside
 from ..values import bad_mask
-from . import recompute, where
+from . import recompute, safety, upstream, where
 from .recompute import LOW_PRECISION, Precision, RecomputeError
 
-# Inputs and outputs of one recompute, in elements: beyond this the op is not recomputed (memory stays bounded).
-MAX_ELEMENTS = 1 << 24
+# Inputs and results of one recompute, in elements: beyond this the op is not recomputed (memory stays bounded).
+MAX_ELEMENTS = safety.MAX_ELEMENTS
 SAMPLES = 4
 # A recompute in a low precision that lands this close to the dtype's limit is not proof of a device fault: a
 # kernel that orders its arithmetic differently can overflow there.
@@ -77,10 +78,18 @@ def diagnose(ex: OpExecution, access, *, node: Optional[GraphNode] = None, graph
         return _parameter(ex, graph, access)
     written = kn.written_inputs(ex.op_type)
     bad_inputs = [e for e in ex.inputs if e.slot not in written and access.bad(e)]
-    if bad_inputs:
+    if bad_inputs and not _fills_only(ex, bad_inputs, access, kn):
         return _made_before(ex, bad_inputs[0], node, graph, access)
     produced = list(produced if produced is not None else ex.outputs)
     out = next((e for e in produced if access.bad(e)), None)
+    own = [e for e in ex.inputs if e.slot in written and access.bad(e)]
+    if out is None and own:
+        # its outputs are finite and it wrote the bad value into an input (CPU Adam): the dump holds that input
+        # after the op ran, so what it started from is gone, unless its kernel here gives the update it adds
+        if ex.op_type not in recompute.UPDATES:
+            return _unknown(f"{ex.op_type} wrote the bad value into input {own[0].slot} in place, and the dump "
+                            "holds that input after it ran: the values it started from are gone")
+        produced, out = own, own[0]
     if out is None:
         pinned = next((e for e in produced if access.pinned(e)), None)
         if pinned is None:
@@ -94,6 +103,12 @@ def diagnose(ex: OpExecution, access, *, node: Optional[GraphNode] = None, graph
                         f"the {MAX_ELEMENTS:,} recomputed and located in memory")
     dumped = np.asarray(dumped)
     mask = bad_mask(dumped, out.dtype)
+    if dumped.dtype.kind == "c":
+        if np.any(dumped.imag[~mask]):
+            cause = _unknown("its output is complex; the reference kernels recompute real values")
+            _place(cause, dumped.real, mask, None, None, None)
+            return cause
+        dumped = dumped.real                # a complex tensor of real values: what a real kernel computes
     if not mask.any():                       # saturation: values pinned at the dtype's max
         limit = dtype_max(out.dtype)
         mask = np.abs(dumped) == limit if limit else mask
@@ -110,17 +125,46 @@ def diagnose(ex: OpExecution, access, *, node: Optional[GraphNode] = None, graph
     if any(slot >= len(r) for r in results.values()):
         return _unknown(f"the recompute of {gathered.kernel} has no output {slot}")
     outputs = {p: r[slot] for p, r in results.items()}
-    return _decide(ex, out, dumped, mask, outputs, gathered, by, node, graph, step, kn, access)
+    cause = _decide(ex, out, dumped, mask, outputs, gathered, by, node, graph, step, kn, access)
+    return _upstream(cause, ex, node, graph, step, access, dumped, mask)
+
+
+def _upstream(cause: Cause, ex: OpExecution, node, graph, step, access, dumped: np.ndarray,
+              mask: np.ndarray) -> Cause:
+    """An origin that is right from its inputs (no dtype at fault: domain or data) whose low-precision input
+    holds an exact 0 or inf a producer made: that producer, recomputed in float32, is the cause
+    (msoverflow/cause/upstream.py)."""
+    if cause.cause not in (CAUSE_DOMAIN, CAUSE_DATA):
+        return cause
+    found = upstream.find(ex, node, graph, step, access, mask, np.asarray(dumped)[mask], reproduce)
+    if found is None:
+        return cause
+    return dataclasses.replace(cause, cause=CAUSE_PRECISION, reason=found.text, advice=found.advice, basis="upstream",
+                               evidence=[f"recomputed alone, {ex.op_type} is right: {cause.reason}",
+                                         *upstream.evidence(found), *cause.evidence])
+
+
+def _fills_only(ex: OpExecution, bad_inputs: Sequence[TensorEvent], access, kn: OpKnowledge) -> bool:
+    """An op meant to absorb a mask's -inf (Softmax) whose bad inputs hold -inf only: what it made from them is
+    recomputed (the -inf is the program's fill, not an earlier fault)."""
+    if ex.op_type not in kn.absorbers:
+        return False
+    stats = [access.stats(e) for e in bad_inputs]
+    return all(st is not None and st.neginf > 0 and not st.nan and not st.posinf for st in stats)
 
 
 def reproduce(ex: OpExecution, access, precisions: Sequence[str], *, node: Optional[GraphNode] = None, step=None,
               out_slot: int = 0, out_shape=(), out_dtypes: Sequence[Optional[str]] = (), mindspore: bool = True):
     """The op recomputed from its dumped inputs: ({precision: outputs}, what computed them ('numpy' or
     'mindspore'), the inputs used). Raises RecomputeError saying why it cannot be."""
+    why = safety.takes_code(ex.op_type, node.attrs_text if node is not None else "")
+    if why:
+        raise RecomputeError(safety.refusal(why))
     gathered = _gather(ex, access, node, step)
-    elements = sum(int(t.size) for t in gathered.tensors) + int(np.prod(out_shape, dtype=np.int64))
-    if elements > MAX_ELEMENTS:
-        raise RecomputeError(f"{elements:,} elements to recompute, more than the {MAX_ELEMENTS:,} done in memory")
+    reason = safety.over_budget(ex.op_type, sum(int(t.size) for t in gathered.tensors),
+                                int(np.prod(out_shape, dtype=np.int64)), len(precisions), MAX_ELEMENTS)
+    if reason:
+        raise RecomputeError(reason)
     results, by = _run(gathered, list(precisions), list(out_dtypes), node, mindspore, out_slot, out_shape)
     return results, by, gathered
 
@@ -198,6 +242,11 @@ def _gather(ex: OpExecution, access, node: Optional[GraphNode], step) -> _Inputs
                 continue
         args[name] = default
         defaulted.append(name)
+    unknown_flags = [name for name in _TRANSPOSES if name in defaulted and ex.op_type in ("MatMul", "BatchMatMul")]
+    if unknown_flags:
+        raise RecomputeError(f"the {ex.op_type}'s {' and '.join(unknown_flags)} flag"
+                             f"{'s are' if len(unknown_flags) > 1 else ' is'} in neither the dump nor a saved graph, "
+                             "and flags are never guessed from shapes (square operands fit several)")
     return _Inputs(tensors, args, dict(enumerate(tensors)), kernel=ex.op_type, defaulted=defaulted)
 
 
@@ -224,30 +273,6 @@ def _shapings(tensors: List[np.ndarray], node: Optional[GraphNode], kernel: str,
 
 
 _TRANSPOSES = ("transpose_a", "transpose_b")
-
-
-def _transposes_from_shapes(gathered: _Inputs, tensors: List[np.ndarray], out_shape) -> Dict[str, object]:
-    """A product whose transpose flags neither the dump nor the saved graph gives: the flags whose result has the
-    dumped output's shape (the first such, in the order no/b/a/both; several fitting square shapes are said)."""
-    if gathered.kernel not in ("MatMul", "BatchMatMul") or not set(_TRANSPOSES) & set(gathered.defaulted) \
-            or len(tensors) < 2 or min(t.ndim for t in tensors[:2]) < 2:
-        return gathered.args
-    a, b = tensors[0].shape, tensors[1].shape
-    fitting = []
-    for ta, tb in ((False, False), (False, True), (True, False), (True, True)):
-        rows, inner = (a[-1], a[-2]) if ta else (a[-2], a[-1])
-        inner_b, cols = (b[-1], b[-2]) if tb else (b[-2], b[-1])
-        if inner == inner_b and (rows, cols) == tuple(out_shape[-2:]):
-            fitting.append((ta, tb))
-    if not fitting:
-        return gathered.args
-    ta, tb = fitting[0]
-    note = (f"transpose flags not in the dump or the saved graph: transpose_a={ta}, transpose_b={tb} from the "
-            "shapes" + (f" ({len(fitting)} combinations fit these shapes; the first was taken)" if len(fitting) > 1
-                        else ""))
-    if note not in gathered.notes:
-        gathered.notes.append(note)
-    return {**gathered.args, "transpose_a": ta, "transpose_b": tb}
 
 
 def _literal(node: GraphNode, slot: int):
@@ -284,8 +309,17 @@ def _run(gathered: _Inputs, precisions: List[str], out_dtypes, node, mindspore: 
     if gathered.kernel in recompute.KERNELS and gathered.kernel in recompute.signatures():
         size = int(np.prod(out_shape, dtype=np.int64))
         failure: Optional[RecomputeError] = None
+        held = sum(int(t.size) for t in gathered.tensors)
         for tensors in _shapings(gathered.tensors, node, gathered.kernel, out_shape):
-            args = _transposes_from_shapes(gathered, tensors, out_shape)
+            args = gathered.args
+            # the shape this reading computes, not the dumped output's, is what memory holds
+            produced = safety.produced_elements(gathered.kernel, [t.shape for t in tensors], args,
+                                                pointwise=gathered.kernel in recompute.POINTWISE)
+            reason = safety.over_budget(gathered.kernel, held, max(produced or 0, size), len(precisions),
+                                        MAX_ELEMENTS)
+            if reason:
+                failure = failure or RecomputeError(reason)
+                continue
             try:
                 results = {p: recompute.run(gathered.kernel, tensors, args, p, out_dtypes)
                            for p in precisions}
@@ -306,7 +340,8 @@ def _run(gathered: _Inputs, precisions: List[str], out_dtypes, node, mindspore: 
         raise RecomputeError(f"no reference kernel for {gathered.kernel}, and MindSpore, which could recompute it, "
                              "is not installed")
     from .mindspore_kernel import run_in_subprocess
-    return run_in_subprocess(gathered.kernel, gathered.by_slot, node, precisions, out_dtypes), "mindspore"
+    return run_in_subprocess(gathered.kernel, gathered.by_slot, node, precisions, out_dtypes,
+                             out_shapes=[tuple(out_shape)]), "mindspore"
 
 
 # ---- deciding ---------------------------------------------------------------------------------------------------
@@ -377,7 +412,7 @@ def _decide(ex, out, dumped, mask, outputs: Dict[str, np.ndarray], gathered: _In
         if finite_off > 0:
             cause.evidence.append(f"{finite_off} other value(s) differ from the recompute in {home} beyond its "
                                   "tolerance")
-    cause.advice = ADVICE[cause.cause]
+    cause.advice = cause.advice or ADVICE[cause.cause]
     return cause
 
 
@@ -401,13 +436,32 @@ def _classify_reproduced(cause: Cause, ex, out, dumped, mask, shaped, low, limit
             zero_over_zero = form == "0/0"
             count = _token_count(ex, den_slot, den, node, graph, step, kn, access)
             placement = where.place(mask & (den == 0))
+            weight = _summed_weight(node, den_slot, graph)
             if count:
                 cause.cause = CAUSE_DATA
                 cause.reason = f"{form}: the denominator (input {den_slot}) is 0 and {count}"
+            elif weight:
+                cause.cause = CAUSE_DOMAIN
+                cause.reason = (f"{form} in every dtype: the denominator (input {den_slot}) is the sum of the weight "
+                                f"{weight}, 0 at {placement.text}: a weight, not a count of tokens")
+                cause.advice = (f"The weight {weight} sums to 0 (initialised to zeros, or trained there): initialise "
+                                "it away from 0, or divide by its sum plus a small epsilon. No batch and no dtype "
+                                "fixes it.")
+                cause.basis = "weight_sum"
             else:
                 cause.cause = CAUSE_DOMAIN
                 cause.reason = (f"{form} in every dtype: the denominator (input {den_slot}) is 0 at "
                                 f"{placement.text}" + (", and so is the numerator" if zero_over_zero else ""))
+            return
+    if gathered.kernel in kn.absorbers and 0 in gathered.by_slot:
+        rows = _negative_infinity_rows(gathered.by_slot[0], dumped.shape, mask)
+        if rows is not None:
+            cause.cause = CAUSE_DOMAIN
+            cause.reason = (f"{_op(ex)} of a row that is -inf everywhere ({where.place(rows).text}): "
+                            "exp(-inf - (-inf)) is NaN in every dtype; the row has nothing to attend to")
+            cause.advice = ("A row with nothing to attend to (every key masked, e.g. left padding under a causal "
+                            "mask): give it a finite fill (the dtype's lowest value instead of -inf) or drop the row.")
+            cause.basis = "masked_row"
             return
     domain = kn.domain.get(gathered.kernel)
     if domain is not None and int(domain.get("slot", 0)) in gathered.by_slot:
@@ -464,6 +518,8 @@ def _token_count(ex, den_slot: int, den: np.ndarray, node, graph, step, kn: OpKn
         return ""
     if not np.all(den == np.round(den)):
         return ""
+    if producer.inputs and _is_weight(producer.inputs[0], graph):
+        return ""                         # it sums a weight: a count of tokens is never a trained parameter
     code = f" ({producer.source_code})" if producer.source_code else ""
     mask_values = None
     if step is not None:
@@ -477,6 +533,51 @@ def _token_count(ex, den_slot: int, den: np.ndarray, node, graph, step, kn: OpKn
     if not np.all(np.isin(mask_values, (0, 1))):
         return ""
     return f"it counts a 0/1 mask ({producer.op_type}{code}) that {_empty_rows(mask_values)}: no token to learn from"
+
+
+def _summed_weight(node, den_slot: int, graph) -> str:
+    """The weight's name when the denominator is a count reduction (ReduceSum ...) of a weight ('' otherwise)."""
+    if node is None or graph is None or den_slot >= len(node.inputs):
+        return ""
+    producer = graph.by_full.get(node.inputs[den_slot])
+    counts = set(load_yaml("op_knowledge.yaml").get("count_reductions") or [])
+    if producer is None or producer.op_type not in counts or not producer.inputs:
+        return ""
+    name = producer.inputs[0]
+    for _ in range(4):
+        if name.startswith("param:"):
+            return name[len("param:"):] if _is_weight(name, graph) else ""
+        hop = graph.by_full.get(name)
+        if hop is None or hop.op_type not in _HANDS_ON or not hop.inputs:
+            return ""
+        name = hop.inputs[0]
+    return ""
+
+
+def _negative_infinity_rows(values: np.ndarray, shape, mask: np.ndarray) -> Optional[np.ndarray]:
+    """The bad positions that lie in rows (last axis) that are -inf everywhere (None: none)."""
+    values = np.asarray(values)
+    if values.shape != tuple(shape) or values.ndim == 0 or values.dtype.kind != "f":
+        return None
+    rows = np.broadcast_to(np.all(np.isneginf(values), axis=-1, keepdims=True), values.shape) & mask
+    return rows if rows.any() else None
+
+
+# Ops that hand a value on unchanged (a parameter reaches its readers through Load)
+_HANDS_ON = frozenset({"Load", "Depend", "Cast", "Reshape", "ExpandDims", "Squeeze", "Flatten", "Identity"})
+
+
+def _is_weight(full_name: str, graph, hops: int = 4) -> bool:
+    """Whether a value is a parameter of the graph that is not a data input (a weight), through ops that hand it
+    on unchanged."""
+    for _ in range(hops):
+        if full_name.startswith("param:"):
+            return full_name[len("param:"):] not in getattr(graph, "data_inputs", ())
+        node = graph.by_full.get(full_name)
+        if node is None or node.op_type not in _HANDS_ON or not node.inputs:
+            return False
+        full_name = node.inputs[0]
+    return False
 
 
 def _empty_rows(mask: np.ndarray) -> str:

@@ -115,8 +115,10 @@ def _cast(c: Call) -> List[np.ndarray]:
     float32 keeps the float32 value; in the dumped dtype (the target's), it rounds to it."""
     target = c.out_dtypes[0] if c.out_dtypes else None
     x = c.tensors[0]
-    if target in FLOAT_MAX and x.dtype.kind == "f":
-        return [c.p.round(x)]
+    if target in FLOAT_MAX and x.dtype.kind in "fiub":
+        # to a float: the value carried in the precision (an int32 69998 is inf in float16, exact in float32)
+        with np.errstate(all="ignore"):
+            return [c.p.round(x.astype(np.float64) if x.dtype.kind != "f" else x)]
     if target is None:
         raise RecomputeError("the Cast's target dtype is not known")
     with np.errstate(all="ignore"):

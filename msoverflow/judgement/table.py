@@ -200,6 +200,31 @@ def cause_device(e: Evidence) -> Optional[Conclusion]:
     return _anomaly(e, CAUSE_DEVICE, e.cause.reason, [e.cause.advice or FIX[CAUSE_DEVICE]], PATCH_NONE)
 
 
+@rule("origin", "cause")
+def upstream_precision(e: Evidence) -> Optional[Conclusion]:
+    """A low-precision producer upstream made the origin's exact 0 or inf, which float32 holds: precision, that producer named."""
+    if e.origin is None or e.cause is None or e.cause.basis != "upstream":
+        return None
+    return _anomaly(e, CAUSE_PRECISION, e.cause.reason, [e.cause.advice or FIX[CAUSE_PRECISION]], PATCH_PRECISION,
+                    PATCH_NEXT)
+
+
+@rule("origin", "cause")
+def masked_row(e: Evidence) -> Optional[Conclusion]:
+    """Softmax of a row that is -inf everywhere (nothing to attend to) made NaN: domain; a finite fill, or drop the row."""
+    if e.origin is None or e.cause is None or e.cause.basis != "masked_row":
+        return None
+    return _anomaly(e, CAUSE_DOMAIN, e.cause.reason, [e.cause.advice or FIX[CAUSE_DOMAIN]], PATCH_NONE)
+
+
+@rule("origin", "cause", "division")
+def weight_zero_division(e: Evidence) -> Optional[Conclusion]:
+    """A 0/0 whose denominator sums a weight (a weight is not a mask count): domain, never the zero-token guard."""
+    if e.origin is None or e.cause is None or e.cause.basis != "weight_sum":
+        return None
+    return _anomaly(e, CAUSE_DOMAIN, e.cause.reason, [e.cause.advice or FIX[CAUSE_DOMAIN]], PATCH_NONE)
+
+
 @rule("origin", "cause", "division")
 def zero_division(e: Evidence) -> Optional[Conclusion]:
     """An invalid value (0/0, x/0) born in a division, not a device fault: the zero-token guard (patch writes it)."""
@@ -256,4 +281,4 @@ def no_origin(e: Evidence) -> Optional[Conclusion]:
 
 
 RULES[:] = [inconclusive, clean, update_applied, flagged_only, received, dynamics, data_jump, cause_device,
-            zero_division, cause_domain, cause_data, cause_precision, cause_unknown, no_origin]
+            upstream_precision, masked_row, weight_zero_division, zero_division, cause_domain, cause_data, cause_precision, cause_unknown, no_origin]

@@ -97,6 +97,10 @@ def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: b
             limit = dtype_max(pinned[0].dtype)
             return Verdict(ORIGIN, SATURATION, f"output {pinned[0].slot} pinned at +-{_fmt(limit)} ({pinned[0].dtype} max): "
                            "saturated overflow", advice="saturation")
+        if not earlier_bad and ex.op_type in kn.outputs_not_written:
+            # an op whose outputs are not what it wrote (MindSpore CPU's Adam returns finite outputs and writes the
+            # weights in place): its written inputs hold what it made
+            return _judge_written(ex, access, kn)
         return Verdict(CLEAN)
 
     ins = _floats(ex.inputs)
@@ -108,6 +112,12 @@ def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: b
             verdict.advice = "optimizer_update"
         verdict.evidence.append(written)
         return verdict
+    if bad_ins and ex.op_type in kn.absorbers and _only_negative_infinity(bad_ins, access) \
+            and _nonfinite_kind(access, bad_outs) == INVALID:
+        # -inf is what a mask fills in, and this op is meant to absorb it: the NaN is its own (Softmax of a row that
+        # is -inf everywhere: exp(-inf - (-inf)) -- a row with nothing to attend to)
+        return Verdict(ORIGIN, INVALID, f"NaN from input {bad_ins[0].slot}, whose bad values are all -inf (a row "
+                       "that is -inf everywhere)", advice="invalid", bad_input=bad_ins[0])
     if bad_ins:
         return Verdict(PROPAGATOR, _nonfinite_kind(access, bad_outs), f"input {bad_ins[0].slot} already bad",
                        bad_input=bad_ins[0])
@@ -190,6 +200,24 @@ def _written_by_the_op(ex: OpExecution, bad_ins: List[TensorEvent], kn: OpKnowle
     slots = ", ".join(str(e.slot) for e in bad_ins)
     return (f"input {slots} is written in place by {ex.op_type}: the dump holds its value after {ex.op_type} ran; "
             "nothing earlier in this step was bad, so it was finite before")
+
+
+def _only_negative_infinity(events: List[TensorEvent], access: TensorAccess) -> bool:
+    stats = [access.stats(e) for e in events]
+    return all(st is not None and st.neginf > 0 and not st.nan and not st.posinf and not st.over_range for st in stats)
+
+
+def _judge_written(ex: OpExecution, access: TensorAccess, kn: OpKnowledge) -> Verdict:
+    """An op with finite outputs that writes inputs in place, nothing earlier in the step bad: a written input that
+    is bad was made by the op."""
+    written = kn.written_inputs(ex.op_type)
+    bad = [e for e in _floats(ex.inputs) if e.slot in written and access.bad(e)]
+    if not bad:
+        return Verdict(CLEAN)
+    why = _written_by_the_op(ex, bad, kn, earlier_bad=False)
+    return Verdict(ORIGIN, _nonfinite_kind(access, bad), f"{ex.op_type} wrote a non-finite value into input "
+                   f"{bad[0].slot} (its outputs stay finite)", advice="optimizer_update"
+                   if kn.updates_weights(ex.op_type) else "overflow", evidence=[why], bad_input=bad[0])
 
 
 def _judge_inputs_only(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: bool) -> Verdict:

@@ -17,6 +17,7 @@ class OpKnowledge:
         self.state_updates = set(table.get("state_updates") or [])
         self.in_place_views = frozenset(table.get("in_place_views") or [])
         self.writes_inputs = {op: frozenset(slots) for op, slots in (table.get("writes_inputs") or {}).items()}
+        self.outputs_not_written = frozenset(table.get("outputs_not_written") or [])
         self.recommendations = dict(table.get("recommendations") or {})
         consumers = table.get("consumers") or {}
         self.consumer_types = set(consumers.get("op_types") or [])
