@@ -41,7 +41,9 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
     notes = Notes(warn)
     with timed("discover"):
         dump = Dump.open(path, notes)
-    if not dump.dirs:
+    if all(d.unlisted for d in dump.dirs):
+        if dump.unlisted:       # named, never "no dump files found"
+            raise UserError(dump.unlisted_reason().split("; it could")[0] + ": no dump directory could be listed")
         if not dump.other_files:
             raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
                             "binary dump, statistic.csv or Opdebug files)")
@@ -70,7 +72,8 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
         decision = findings.decide(walked, graphs, access, kn, notes)
     with timed("settle"):
         # (rank, step)s whose files stop short (job killed, dump still being written): the listing and headers only
-        incomplete = completeness.check(plan.dirs, cut=walked.truncated, warn=notes, finished=finished)
+        incomplete = completeness.check(plan.dirs, cut=walked.truncated, unreadable=walked.unreadable, warn=notes,
+                                        finished=finished)
         decision = completeness.settle(decision, incomplete, walked.unreadable, plan.dirs, graphs, access, kn)
     with timed("explain"):
         decision = found.explain(decision, sight)

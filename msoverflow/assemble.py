@@ -46,6 +46,11 @@ def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, graph
     reasons = inconclusive_reasons(unknown=walked.unknown[:5], unknown_count=len(walked.unknown),
                                    unreadable=unreadable, rank_status=rank_status, dumped_anything=True,
                                    refused=walked.refused)
+    # a directory that could not be listed and is no step directory itself (rank_1/, rank_0/Net/): named
+    # (a rank_N/ one is named on its rank's row)
+    told = {d.path for d in dump.dirs if d.unlisted} | {r.path for r in dump.rank_dirs.values()}
+    if any(path not in told for path, _why in dump.unlisted):
+        reasons.append(dump.unlisted_reason())
     _note_unread_ranks(rank_status, unreadable, dump.dirs)
     reasons += _undecodable(walked.undecodable, note)
     mark_ranks(rank_status, decision.incomplete, decision.likely)
@@ -89,9 +94,10 @@ def not_understood(dump: Dump, warnings: List[str]) -> Report:
 
 def nothing_understood(dump: Dump, walked: "Walked", warnings: List[str]) -> Report:
     """Dump files are there, but none could be understood or read: never clean."""
-    reasons = inconclusive_reasons(unknown=walked.unknown[:5] + walked.unreadable[:5],
-                                   unknown_count=len(walked.unknown) + len(walked.unreadable), unreadable=[],
-                                   rank_status=[], dumped_anything=False, refused=walked.refused)
+    reasons = inconclusive_reasons(unknown=walked.unknown[:5], unknown_count=len(walked.unknown),
+                                   unreadable=sorted(walked.unreadable), rank_status=[], dumped_anything=False,
+                                   refused=walked.refused)
+    reasons += [dump.unlisted_reason()] if dump.unlisted else []
     return Report(dump_dir=os.path.abspath(dump.path), first=None, anomalies=[], propagation=[], warnings=warnings,
                   ranks=[], steps={}, files=walked.files, layout=",".join(walked.layouts), inconclusive=reasons)
 

@@ -71,7 +71,7 @@ def inconclusive_reasons(*, unknown: List[str], unknown_count: int, unreadable: 
     refused = refused or []
     if refused:
         reasons.append(f"{len(refused)} statistics file(s) refused (e.g. {refused[0]}); they could hold the origin")
-    if not dumped_anything and (unknown_count or not refused):
+    if not dumped_anything and (unknown_count or not (refused or unreadable)):
         example = f" (e.g. {unknown[0]})" if unknown else ""
         reasons.append(f"no file was understood: {unknown_count} file(s) with names msoverflow does not know"
                        f"{example}; they could hold the bad value")

@@ -91,7 +91,7 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
         candidates = [(ex, dataclasses.replace(v, evidence=v.evidence + [
             "its input was already bad, and no dumped op created that value: the origin is in an op, step or "
             "rank that was not dumped"])) for ex, v in seen[:1]]
-        if candidates:
+        if candidates and not walked.unreadable:     # else an unread file may hold it: no advice to dump more
             note("no dumped op created the first bad value: it is first seen as an input; dump without filters")
     candidates = _ordered(walked, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs))
     found = []
@@ -318,8 +318,10 @@ def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judg
     LIKELY_ORIGIN (the verdict stays inconclusive)."""
     from .layout import Unit
     from .walk import read_unit
-    cut = set(unreadable) | {path for step in steps for path in step.truncated}
-    if not cut or any(step.recent or len(step.reasons) != 1 or not step.truncated for step in steps):
+    cut = set(unreadable) | {path for step in steps for path in step.truncated + step.unreadable}
+    short = {path for step in steps for path in step.truncated}
+    if not cut or any(step.recent or len(step.reasons) != 1 or not (step.truncated or step.unreadable)
+                      for step in steps):
         return None      # files are missing or still being written: any of them could hold the origin
     parsed = {path: names.parse(os.path.basename(path)) for path in cut}
     owners = {(os.path.dirname(path), p.op_type, p.op_name, p.task_id, p.stream_id) if p and p.io == "output"
@@ -356,9 +358,10 @@ def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judg
             shown = "; ".join(os.path.basename(e.source) for e in ex.outputs if e.source in cut)
             what = (f"max |x| {stats.max_abs:.6g}, nan {stats.nan}, +inf {stats.posinf}, -inf {stats.neginf}"
                     if stats is not None and stats.max_abs is not None else "a bad value")
-            detail = (f"its output file is truncated ({shown}); its inputs are finite and {consumer.op_type} "
+            how = "is truncated" if any(e.source in short for e in ex.outputs) else "cannot be read"
+            detail = (f"its output file {how} ({shown}); its inputs are finite and {consumer.op_type} "
                       f"({consumer.op_name}) received input {event.slot} from it with {what}")
             return ex, Verdict(LIKELY_ORIGIN, kind, detail, advice="invalid" if kind == INVALID else "overflow",
                                evidence=[f"{consumer.op_type} input {event.slot} is {op_type}'s output as it "
-                                         "arrived: it holds the bad value the truncated file would show"])
+                                         "arrived: it holds the bad value the unread file would show"])
     return None

@@ -385,6 +385,7 @@ class StepCompleteness(IterationAlias):
     expected: Optional[int]            # kernels (or files) that should be there, when known
     reasons: List[str] = field(default_factory=list)   # "417 of 556 kernels' files", "3 files are truncated", ...
     truncated: List[str] = field(default_factory=list)   # files shorter than their header says, 0-byte files
+    unreadable: List[str] = field(default_factory=list)  # files that could not be read for another reason
     recent: bool = False               # files modified in the last seconds: the dump may still be being written
     earlier: bool = False              # a step before its rank's last one: the job went past it (files were lost)
 
