@@ -7,7 +7,7 @@ Per rank, executions are walked in time order (step, then timestamp). The first 
 while its inputs are fine is that rank's origin. The rest of that step is scanned cheaply (a tensor read stops at
 its first bad chunk) to show how it spread; later steps are skipped unless `scan_all`, or while the bad values may
 be no fault (contained, or a loss scale's business: later steps decide). Ranks are compared by step, never by their
-clocks. Where each stage lives: layout.py (Dump, Plan), walk.py and parallel.py (the walk), diagnosis/harmless.py
+clocks. Where each stage lives: layout.py (Dump, Plan), walk.py and parallel.py (the walk), harmless/stage.py
 (harmless, explain), findings.py (decide), completeness.py (check, settle), assemble.py. Each stage's time goes to the `msoverflow`
 logger (-v, --log-file).
 """
@@ -18,10 +18,10 @@ from typing import Callable, Optional
 
 from . import completeness, findings
 from .assemble import assemble, not_understood, nothing_understood
-from .diagnosis import harmless
 from .errors import UserError
 from .evaluate import TensorAccess
 from .graphs import SavedGraphs
+from .harmless import stage as harmless
 from .layout import Dump
 from .logs import Notes, timed
 from .model import Report
@@ -80,7 +80,7 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
     if decision.first is not None or decision.likely is not None:   # a clean dump does not even import it
         with timed("diagnose"):
             # the cause of every origin, recomputed from its dumped inputs (msoverflow/diagnosis)
-            from .diagnosis.stage import diagnose
+            from .cause.stage import diagnose
             decision = diagnose(decision, dump, plan, walked, graphs, notes, parallel=parallel)
     with timed("assemble"):
         return assemble(dump, plan, walked, decision, graphs, access, kn, notes, parallel=parallel)

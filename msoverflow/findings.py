@@ -62,7 +62,7 @@ class Decision:
     likely: Optional[Finding] = None        # LIKELY_ORIGIN: its output file is cut short (never proven)
     incomplete: List[StepCompleteness] = field(default_factory=list)   # (rank, step)s found incomplete
     reasons: List[str] = field(default_factory=list)   # why no answer stands, from the stages after decide
-    # non-finite values that are no fault (the harmless stage, msoverflow/diagnosis/harmless.py)
+    # non-finite values that are no fault (the harmless stage, msoverflow/harmless/stage.py)
     contained: List[Contained] = field(default_factory=list)
     handled: List[Handled] = field(default_factory=list)
     strict: bool = False                    # they stayed findings (--strict)

@@ -299,7 +299,7 @@ class Sample:
 
 @dataclass
 class Cause:
-    """Why an origin made its bad value (msoverflow/diagnosis/cause.py)."""
+    """Why an origin made its bad value (msoverflow/cause/cause.py)."""
     cause: str                       # CAUSE_*
     reason: str                      # one sentence: what the recompute showed
     advice: str = ""
@@ -404,7 +404,7 @@ class ParameterHit(IterationAlias):
 
 @dataclass
 class Contained:
-    """A non-finite value that is no fault (msoverflow/diagnosis/contained.py): every op it reached in the saved
+    """A non-finite value that is no fault (msoverflow/harmless/contained.py): every op it reached in the saved
     graph either passed it on or absorbed it with finite outputs (a -inf fill consumed by Softmax), and it reached no
     loss, gradient, parameter or optimizer state."""
     rank: int
@@ -425,7 +425,7 @@ class Contained:
 
 @dataclass
 class Handled:
-    """Overflows a dynamic loss scale handled by design (msoverflow/diagnosis/loss_scale.py): in the backward only,
+    """Overflows a dynamic loss scale handled by design (msoverflow/harmless/loss_scale.py): in the backward only,
     the steps' updates skipped, and a later step trained again."""
     ranks: List[int]
     steps: List[int]
@@ -455,7 +455,7 @@ class Series:
 
 @dataclass
 class History:
-    """Since when (msoverflow/diagnosis/history.py): the origin's inputs and the parameters feeding it, across the
+    """Since when (msoverflow/cause/history.py): the origin's inputs and the parameters feeding it, across the
     dumped steps up to the origin's, and what that says about the cause."""
     rank: int
     step: int
@@ -500,7 +500,7 @@ class Report:
     provenance: Dict[str, object] = field(default_factory=dict)   # msoverflow version, command, time, host, ...
     # Reads the scanned steps' tensor events again (set by the analysis; not in the JSON report).
     event_reader: Optional[Callable[[], object]] = field(default=None, repr=False, compare=False)
-    # Non-finite values that are no fault (msoverflow/diagnosis/): a verdict is clean when these are all there is
+    # Non-finite values that are no fault (msoverflow/harmless/): a verdict is clean when these are all there is
     contained: List[Contained] = field(default_factory=list)
     handled: List[Handled] = field(default_factory=list)
     strict: bool = False               # contained and handled values were findings too (--strict)

@@ -64,7 +64,7 @@ def _samples(first: dict, execution) -> tuple:
     diagnosis = first.get("diagnosis") if isinstance(first.get("diagnosis"), dict) else None
     if diagnosis is not None and isinstance(diagnosis.get("samples"), list):
         return first.get("cause"), diagnosis.get("reason") or "", diagnosis["samples"], diagnosis.get("output_slot")
-    from .diagnosis.cause import diagnose
+    from .cause.cause import diagnose
     from .evaluate import TensorAccess
     from .report_dict import cause_dict
     cause = diagnose(execution, TensorAccess(lambda message: None), mindspore=False)

@@ -329,7 +329,7 @@ def recompute_title(cause) -> str:
 
 def sample_texts(cause) -> List[str]:
     """'at row 3, column 0: dumped 5.77e+05; float16 inf, float32 5.77e+05, float64 5.77e+05'."""
-    from ..diagnosis.where import axis_names, position_text
+    from ..cause.where import axis_names, position_text
     lines = []
     for s in cause.samples:
         where = position_text(list(s.index), axis_names(len(s.index))) if s.index else "the only value"

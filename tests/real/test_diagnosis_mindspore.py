@@ -1,5 +1,5 @@
 """Ops without a numpy reference kernel are recomputed by MindSpore (PyNative CPU) in a subprocess with a bounded
-time (msoverflow/diagnosis/mindspore_kernel.py), on real dumps; the analyzing process never imports MindSpore."""
+time (msoverflow/cause/mindspore_kernel.py), on real dumps; the analyzing process never imports MindSpore."""
 import shutil
 import subprocess
 import sys
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from msoverflow.analysis import analyze
-from msoverflow.diagnosis import mindspore_kernel, recompute
-from msoverflow.diagnosis.cause import reproduce
-from msoverflow.diagnosis.recompute import RecomputeError, disagreement
+from msoverflow.cause import mindspore_kernel, recompute
+from msoverflow.cause.cause import reproduce
+from msoverflow.cause.recompute import RecomputeError, disagreement
 from msoverflow.evaluate import TensorAccess
 from msoverflow.readers.ir_graph import graph_files, load_ir
 from msoverflow.walk import read_unit, units

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from msoverflow.analysis import analyze
-from msoverflow.diagnosis import recompute
-from msoverflow.diagnosis.cause import diagnose, reproduce
-from msoverflow.diagnosis.recompute import RecomputeError, disagreement
+from msoverflow.cause import recompute
+from msoverflow.cause.cause import diagnose, reproduce
+from msoverflow.cause.recompute import RecomputeError, disagreement
 from msoverflow.evaluate import TensorAccess
 from msoverflow.model import CAUSES
 from msoverflow.readers.ir_graph import graph_files, load_ir
@@ -162,7 +162,7 @@ def test_a_dump_without_the_inputs_is_unknown_and_says_why(real_dumps, tmp_path)
 
 
 def test_without_a_kernel_or_mindspore_the_cause_is_unknown(real_dumps, monkeypatch):
-    import msoverflow.diagnosis.stage as stage
+    import msoverflow.cause.stage as stage
     monkeypatch.delitem(recompute.KERNELS, "Sqrt")
     numpy_only = stage.diagnose_op
     monkeypatch.setattr(stage, "diagnose_op", lambda *a, **k: numpy_only(*a, **{**k, "mindspore": False}))
@@ -174,7 +174,7 @@ def test_diagnosis_reads_no_step_again(real_dumps, monkeypatch):
     """The origin's op run and its graph are handed on from the walk: the diagnose stage reads no step's directory
     again. The since-when history (explain stage, the first origin only) reads the origin's rank once per step,
     and only the rows of the ops it needs (walk.read_unit_runs(ops=...))."""
-    import msoverflow.diagnosis.stage as stage
+    import msoverflow.cause.stage as stage
     import msoverflow.walk as walk
     walked, in_diagnose, in_history = [], [], []
     real = walk.read_dir

@@ -1,4 +1,4 @@
-"""Data-parallel replicas as evidence of a device fault (msoverflow/diagnosis/replicas.py), on the real 4-rank
+"""Data-parallel replicas as evidence of a device fault (msoverflow/cause/replicas.py), on the real 4-rank
 msrun dump (tests/support/gen_real_dumps.py dp4_two_origins); the copies edited here say so."""
 import shutil
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from msoverflow.analysis import analyze
-from msoverflow.diagnosis.replicas import compare, dp_group
+from msoverflow.cause.replicas import compare, dp_group
 from msoverflow.evaluate import TensorAccess
 from msoverflow.parallel_layout import parse_spec
 from msoverflow.rules.knowledge import knowledge

@@ -4,7 +4,7 @@ alone). The real cases are in test_diagnosis_real.py."""
 import numpy as np
 
 from msoverflow.analysis import analyze
-from msoverflow.diagnosis.cause import diagnose
+from msoverflow.cause.cause import diagnose
 from msoverflow.evaluate import TensorAccess
 from msoverflow.walk import read_unit, units
 from tests.support.synth_dump import SynthDump
@@ -92,7 +92,7 @@ def test_transpose_flags_nobody_gave_are_read_from_the_shapes(tmp_path):
 
 
 def test_a_tensor_that_fails_to_read_during_diagnosis_is_a_warning(tmp_path, monkeypatch):
-    import msoverflow.diagnosis.stage as stage
+    import msoverflow.cause.stage as stage
     dump = SynthDump(str(tmp_path / "d"))
     dump.op(0, "Exp", "Default_Exp-op0", [np.array([12.0, 1.0], F16)], [np.array([np.inf, 2.719], F16)])
 
@@ -106,7 +106,7 @@ def test_a_tensor_that_fails_to_read_during_diagnosis_is_a_warning(tmp_path, mon
 
 
 def test_an_output_too_large_to_hold_is_unknown_and_says_so(tmp_path, monkeypatch):
-    import msoverflow.diagnosis.cause as cause_module
+    import msoverflow.cause.cause as cause_module
     monkeypatch.setattr(cause_module, "MAX_ELEMENTS", 1)
     cause = _first_cause(tmp_path, lambda d: d.op(0, "Exp", "Default_Exp-op0", [np.array([12.0, 1.0], F16)],
                                                  [np.array([np.inf, 2.719], F16)]))
@@ -117,7 +117,7 @@ def test_diagnose_is_a_stage_that_hands_on_a_new_decision(tmp_path, monkeypatch)
     """analysis.analyze() runs the diagnosis between settle and assemble: it is handed the decision and returns a
     new one whose origin carries its cause and the advice that follows it; the finding it was handed is left as
     it was. A clean dump never reaches it."""
-    import msoverflow.diagnosis.stage as stage
+    import msoverflow.cause.stage as stage
     seen = []
     real = stage.diagnose
 

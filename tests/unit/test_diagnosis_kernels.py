@@ -1,4 +1,4 @@
-"""Reference kernels (msoverflow/diagnosis/recompute.py) and what the saved graph tells them.
+"""Reference kernels (msoverflow/cause/recompute.py) and what the saved graph tells them.
 
 The kernels are held to MindSpore's own results on every op of the real CPU dumps (test_every_dumped_op_agrees_
 with_its_kernel); the formula tests below cover what the CPU cannot show (float16/bfloat16 rounding, RmsNorm, which
@@ -7,8 +7,8 @@ MindSpore 2.10 has no CPU kernel for, and gradients checked by finite difference
 import numpy as np
 import pytest
 
-from msoverflow.diagnosis import recompute
-from msoverflow.diagnosis.recompute import Precision, RecomputeError, disagreement, run
+from msoverflow.cause import recompute
+from msoverflow.cause.recompute import Precision, RecomputeError, disagreement, run
 from msoverflow.readers.ir_graph import attributes, literal, parse_ir, shapes
 
 # ---- the saved graph's literals, attributes and shapes ------------------------------------------------------

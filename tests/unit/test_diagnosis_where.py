@@ -1,8 +1,8 @@
-"""Where bad values sit in a tensor, and the pattern they form (msoverflow/diagnosis/where.py)."""
+"""Where bad values sit in a tensor, and the pattern they form (msoverflow/cause/where.py)."""
 import numpy as np
 import pytest
 
-from msoverflow.diagnosis import where
+from msoverflow.cause import where
 
 
 def _mask(shape, *positions):

@@ -1,10 +1,10 @@
-"""The loss-scale rules on their own (msoverflow/diagnosis/loss_scale.py), and what an Ascend overflow-only dump lets
+"""The loss-scale rules on their own (msoverflow/harmless/loss_scale.py), and what an Ascend overflow-only dump lets
 them say. The real runs they decide are in tests/real/test_harmless.py; here the steps are written down, to hold the
 rules that those runs do not reach: an update applied with the overflow, a scale sitting at its floor, the scale
 inferred from magnitudes. The Ascend dump is SPEC-BUILT from the documented formats (tests/support/ascend_fixtures.py)."""
 import pytest
 
-from msoverflow.diagnosis.loss_scale import StepState, _judge_run
+from msoverflow.harmless.loss_scale import StepState, _judge_run
 from msoverflow.model import OpExecution
 
 

@@ -18,10 +18,10 @@ import functools
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+from ..dataflow import CONST, PARAM, Flow, Flows, Judged, StepIndex, is_backward
 from ..model import PROPAGATOR, Contained, OpExecution, Source, TensorStats
 from ..rules.knowledge import OpKnowledge
 from ..scope import cell_of
-from .dataflow import CONST, PARAM, Flow, Flows, Judged, StepIndex, is_backward
 
 
 @dataclass

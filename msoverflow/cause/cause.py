@@ -1,6 +1,6 @@
 """The cause of an origin, found by recomputing its op from the dumped inputs.
 
-The op is recomputed in the dumped (declared) dtype and in float32 and float64 (msoverflow/diagnosis/recompute.py;
+The op is recomputed in the dumped (declared) dtype and in float32 and float64 (msoverflow/cause/recompute.py;
 MindSpore in a subprocess for ops without a reference kernel, when it is installed). Then:
 
 - precision: bad in the low-precision dtype the dump declares, finite in float32: a precision patch is the fix;

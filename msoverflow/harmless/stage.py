@@ -1,5 +1,5 @@
 """The harmless stage of the analysis: which non-finite values are no fault. Contained values first
-(msoverflow/diagnosis/contained.py), then the overflows a loss scale handled (msoverflow/diagnosis/loss_scale.py),
+(msoverflow/harmless/contained.py), then the overflows a loss scale handled (msoverflow/harmless/loss_scale.py),
 over the op runs the walk judged not clean. In the chain (msoverflow/analysis.py):
 
     sight = Sight(graphs, units, access, kn)          what the diagnosis reads the dump through
@@ -18,11 +18,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..cause.history import history
+from ..dataflow import Flows, StepIndex
 from ..model import ORIGIN, Contained, Finding, Handled
 from ..rules.knowledge import OpKnowledge
 from .contained import find_contained
-from .dataflow import Flows, StepIndex
-from .history import history
 from .loss_scale import find_handled, may_be_handled
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ for float64), as the devices' kernels do, and round their results. Which input s
 op's arguments come from, is data (msoverflow/data/op_knowledge.yaml `recompute`); the numerics are here.
 
 Ops without a kernel here are recomputed by MindSpore in a subprocess when it is installed
-(msoverflow/diagnosis/mindspore_kernel.py); analysis itself never imports MindSpore.
+(msoverflow/cause/mindspore_kernel.py); analysis itself never imports MindSpore.
 """
 from __future__ import annotations
 

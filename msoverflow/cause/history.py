@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Tuple
 
+from ..dataflow import PARAM, Flow, Flows, StepIndex, is_backward, parameter_name
 from ..model import GraphNode, History, Series
 from ..rules.knowledge import OpKnowledge
-from .dataflow import PARAM, Flow, Flows, StepIndex, is_backward, parameter_name
 
 GROWTH = 10.0              # a series that ends this many times above where it was has grown (or jumped)
 NEAR_START = 1.5           # a value within this factor of the first one has not started growing yet

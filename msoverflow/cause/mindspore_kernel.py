@@ -5,7 +5,7 @@ it. The inputs and arguments go through a temporary directory (npy files and a J
 the same way. MindSpore's CPU kernels compute float16 and bfloat16 ops in float32, so a low-precision result is the
 float32 one rounded (the caller rounds it).
 
-    python -m msoverflow.diagnosis.mindspore_kernel DIR      (the worker; DIR holds spec.json and input_N.npy)
+    python -m msoverflow.cause.mindspore_kernel DIR      (the worker; DIR holds spec.json and input_N.npy)
 """
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+from ..dataflow import PARAM, Flows, Judged, StepIndex, is_backward
 from ..model import CROSS_RANK, PROPAGATOR, Handled, OpExecution
 from ..rules.knowledge import OpKnowledge
-from .dataflow import PARAM, Flows, Judged, StepIndex, is_backward
 
 SCALE_FLOOR = 1.0                         # DynamicLossScaleUpdateCell never goes below 1
 WEIGHT_BYTES_COMPARED = 256 << 20         # at most this much of the weights is compared between two steps

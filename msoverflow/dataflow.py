@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 
-from ..model import GraphNode, OpExecution
-from ..names import scope_to_file_name
-from ..rules.knowledge import OpKnowledge
+from .model import GraphNode, OpExecution
+from .names import scope_to_file_name
+from .rules.knowledge import OpKnowledge
 
 if TYPE_CHECKING:
-    from ..rules import Verdict
+    from .rules import Verdict
 
 PARAM = "param:"
 CONST = "const"
@@ -153,7 +153,7 @@ class StepIndex:
     tensors are read through its own TensorAccess, which lives and dies with it (the access caches by object id)."""
 
     def __init__(self, runs: Iterable, warn: Callable[[str], None] = lambda message: None):
-        from ..evaluate import TensorAccess
+        from .evaluate import TensorAccess
         self.access = TensorAccess(warn)
         self.runs = list(runs)
         self.by_name: Dict[Tuple[str, str], object] = {}
@@ -164,7 +164,7 @@ class StepIndex:
     def of_unit(cls, unit, warn: Callable[[str], None] = lambda message: None,
                 ops: Optional[Callable[[str], bool]] = None) -> "StepIndex":
         """ops(op name as in file names): only those ops' runs (walk.read_unit_runs)."""
-        from ..walk import read_unit_runs
+        from .walk import read_unit_runs
         runs, _read = read_unit_runs(unit, warn, ops)
         return cls(runs, warn)
 

@@ -1,0 +1,2 @@
+"""What caused each origin's bad value: recomputation, replicas, where it sits, since when (runs after the
+findings are decided)."""

@@ -1,1 +1,0 @@
-"""Diagnosis: which non-finite values are faults, and what caused them (runs after the findings are decided)."""
