@@ -41,7 +41,8 @@ def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, graph
     layout = label_ranks(parallel, dump.path, rank_status, walked.rank_roots, note, selected=plan.ranks)
     meta = _metadata(walked, note)
     limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {}, walked.facts,
-                             len(walked.records), framework_dump=LAYOUT_MSPROBE in walked.layouts)
+                             len(walked.records), framework_dump=LAYOUT_MSPROBE in walked.layouts,
+                             pynative=graphs.compiled_by_pynative())
     unreadable = sorted(set(walked.unreadable))
     reasons = inconclusive_reasons(unknown=walked.unknown[:5], unknown_count=len(walked.unknown),
                                    unreadable=unreadable, rank_status=rank_status, dumped_anything=True,
@@ -71,6 +72,7 @@ def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, graph
     return Report(dump_dir=os.path.abspath(dump.path), first=decision.first, anomalies=decision.anomalies,
                   propagation=decision.propagation, warnings=list(note), ranks=sorted(walked.runs), steps=steps_seen,
                   files=walked.files, tensors_read=access.tensors_read, outputs_checked=walked.facts.with_outputs,
+                  inputs_checked=walked.facts.with_inputs,
                   layout=",".join(walked.layouts),
                   tail_clean=walked.scanned_all, rank_status=rank_status, coverage=limits,
                   extra={"tensors_read_to_decide": decision.tensors_read_to_decide, "mindspore": meta["summary"]},

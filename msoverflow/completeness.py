@@ -19,7 +19,7 @@ seconds; never a tensor:
   (a dump whose every file is that young was written at once: a fresh copy, a short run).
 Overflow-only dumps (Opdebug files, op_debug_mode 1-4) and kernel-filtered ones (dump_mode 1) dump a different
 set of ops each step: only their files are checked, not their counts. Files whose names the grammar does not read
-(a checkpoint left in a step directory) are the walk's "not understood", never counted here.
+are the walk's "not understood" (a checkpoint left in a step directory is no dump file: a note), never counted here.
 
 check() finds the incomplete (rank, step)s; settle() is the analysis stage that says what they change in the
 decision (msoverflow/analysis.py); mark_ranks() marks their ranks' rows when the report is assembled.
@@ -244,12 +244,12 @@ def check(dirs: Sequence[DumpDir], *, cut: Iterable[str] = (), unreadable: Itera
                 execution_order, quiet, empties)
         by_path = {item.d.path: item for item in listed}
         for path in sorted(empties):     # an empty file the counts came upon (the walk did not read it): its step's
-            item = by_path.get(os.path.dirname(path))
-            if item is None or path in cut_in.get(item.d.path, ()):
+            holder = by_path.get(os.path.dirname(path))
+            if holder is None or path in cut_in.get(holder.d.path, ()):
                 continue
-            step = (item.d.rank, item.d.step)
+            step = (holder.d.rank, holder.d.step)
             truncated[step].append(path)
-            problems[step].append((item.files - 1, item.files, f"1 of {item.files} files empty ({path})"))
+            problems[step].append((holder.files - 1, holder.files, f"1 of {holder.files} files empty ({path})"))
         _absent_steps([d for d in chosen if d.layout != LAYOUT_DEBUG], files_at, problems)
 
     found = []

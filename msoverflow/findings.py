@@ -335,8 +335,10 @@ def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judg
         return None
     quiet = lambda message: None     # noqa: E731  (the walk already said what it could not read)
     executions = read_unit(Unit(d.rank, d.step, [d]), quiet).executions
+    # (an output in a FIFO's or directory's place was never listed as a file: the op run is matched by its name)
     runs = [ex for ex in executions if (ex.op_type, ex.op_name, ex.task_id, ex.stream_id)
-            == (op_type, op_name, task, stream) and any(e.source in cut for e in ex.outputs)]
+            == (op_type, op_name, task, stream) and (any(e.source in cut for e in ex.outputs) or not any(
+                e.source in cut for e in ex.inputs))]
     if len(runs) != 1 or not runs[0].inputs:
         return None
     ex = runs[0]
@@ -355,7 +357,7 @@ def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judg
                 continue
             stats = access.stats(event)
             kind = INVALID if stats is not None and stats.nan else OVERFLOW
-            shown = "; ".join(os.path.basename(e.source) for e in ex.outputs if e.source in cut)
+            shown = "; ".join(os.path.basename(path) for path in sorted(cut))    # every one is this op's output
             what = (f"max |x| {stats.max_abs:.6g}, nan {stats.nan}, +inf {stats.posinf}, -inf {stats.neginf}"
                     if stats is not None and stats.max_abs is not None else "a bad value")
             how = "is truncated" if any(e.source in short for e in ex.outputs) else "cannot be read"

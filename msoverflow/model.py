@@ -476,6 +476,7 @@ class Report:
     files: int = 0
     tensors_read: int = 0
     outputs_checked: int = 0           # op runs whose dumped outputs were checked (values or statistics)
+    inputs_checked: int = 0            # op runs with dumped inputs (what an inputs-only dump's verdict rests on)
     layout: str = ""
     tail_clean: bool = True            # False when later steps were not scanned (early exit)
     extra: Dict[str, Any] = field(default_factory=dict)

@@ -294,7 +294,10 @@ def _sens(index: StepIndex, flows, rank) -> Optional[Tuple[float, str]]:
             if producer is not None and is_backward(producer.full_name, producer.forward_name):
                 continue
             stats = index.access.stats(event)
-            if stats is not None and stats.count and not stats.nonfinite and stats.min == stats.max and stats.max:
+            # a sens of 1 is the seed every gradient starts from (value_and_grad's, GradOperation's): no scale; a
+            # scale applied to the loss itself (loss * scale) is not in the seed
+            if stats is not None and stats.count and not stats.nonfinite and stats.min == stats.max and stats.max \
+                    and stats.max != 1:
                 return float(stats.max), f"the gradient's sens input ({run.op_type} input {event.slot}, {run.op_name})"
         return None
     return None

@@ -105,6 +105,8 @@ def read_dir(d, warn: Warn) -> DirContent:
             if kind_reader is None:
                 if names.is_dump_file(mapping.get(name, name)):
                     _unknown(content, name)
+                elif names.training_file(name):
+                    content.warn(f"{content.path(name)}: {names.training_file(name)}, not a dump file: skipped")
                 continue
             batches.setdefault(kind_reader.name, []).append((name, parsed))
     for reader in readers():
