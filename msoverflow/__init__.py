@@ -9,6 +9,25 @@ from .version import __version__  # noqa: F401
 _API = ("analyze", "compare", "events")
 
 
+def _register_formatters() -> None:
+    """A Report's and a Comparison's repr and notebook card are render/notebook.py's, registered with the model as
+    formatters (the model and comparison.py import no renderer); the renderer is imported on first display."""
+    from .model import register_formatter
+
+    def lazy(name):
+        def show(obj):
+            from .render import notebook
+            return getattr(notebook, name)(obj)
+        return show
+    for type_name, kind, name in (("Report", "repr", "report_repr"), ("Report", "html", "report_html"),
+                                  ("Comparison", "repr", "comparison_repr"),
+                                  ("Comparison", "html", "comparison_html")):
+        register_formatter(type_name, kind, lazy(name))
+
+
+_register_formatters()
+
+
 def __getattr__(name):
     if name in _API:
         from . import api

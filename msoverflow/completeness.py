@@ -163,25 +163,27 @@ def _counts_limited(settings: Dict[str, object], listings: Iterable[_Listing]) -
 
 def check(dirs: Sequence[DumpDir], *, cut: Iterable[str] = (), unreadable: Iterable[str] = (),
           warn: Callable[[str], None] = lambda message: None, now: Optional[float] = None,
-          finished: bool = False) -> List[StepCompleteness]:
+          finished: bool = False, settings: Optional[Dict[str, object]] = None) -> List[StepCompleteness]:
     """The (rank, step)s of these directories (a Plan's: the selection applied) found incomplete, each with counts
     and reasons (in the order rank, step). cut: the files the walk found shorter than their headers say (empty ones
     included: model.Status.TRUNCATED); unreadable: every file the walk could not read, whatever the reason
     (permission, a FIFO or directory in a file's place, cut short): one rule for all of them, a step holding one is
     incomplete, since the file could hold the origin; finished: the job that wrote the dump is known to have ended
-    (msoverflow run, patch --verify): files written seconds ago are complete."""
+    (msoverflow run, patch --verify): files written seconds ago are complete; settings: the dump config's
+    common_dump_settings as the Dump parsed them (layout.Dump.settings; None: read here)."""
     from .readers.exec_order import dump_metadata, execution_order
     now = time.time() if now is None else now
     # a folder of strays holds no step; an empty step directory (files removed) or one that cannot be listed does
     listings = [item for item in map(_Listing, dirs) if item.files or not item.d.entries]
     chosen = [item.d for item in listings]
-    settings: Dict[str, object] = {}
     quiet = lambda message: None     # noqa: E731  (the analysis reads these files too, and says what is wrong)
-    for root in sorted({d.rank_root for d in chosen if d.rank_root}):
-        config = dump_metadata(root, quiet).get("dump_config")
-        if isinstance(config, dict) and isinstance(config.get("common_dump_settings"), dict):
-            settings = config["common_dump_settings"]
-            break
+    if settings is None:
+        settings = {}
+        for root in sorted({d.rank_root for d in chosen if d.rank_root}):
+            config = dump_metadata(root, quiet).get("dump_config")
+            if isinstance(config, dict) and isinstance(config.get("common_dump_settings"), dict):
+                settings = config["common_dump_settings"]
+                break
     counted = not _counts_limited(settings, listings)
     problems: Dict[Tuple[int, int], List[Tuple[int, int, str]]] = defaultdict(list)   # (present, expected, why)
     truncated: Dict[Tuple[int, int], List[str]] = defaultdict(list)

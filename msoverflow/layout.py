@@ -116,13 +116,38 @@ class Plan:
 
 @dataclass
 class Dump:
-    """A dump as listed once by `open`: its leaf directories, its rank_* directories and the files at its root."""
+    """A dump as listed once by `open`, and what the stages ask of it, each worked out once: its leaf directories,
+    its rank_* directories and the files at its root (the one listing); each rank's .dump_metadata (`metadata`,
+    parsed on first need, once); the saved graphs (`graphs`, learnt as the walk goes); the tensor access every
+    stage reads through (`access`); the parallel layout (`layout`, resolved once by ranks.rank_rows)."""
     path: str
     dirs: List[DumpDir]
     rank_dirs: Dict[int, RankDir] = field(default_factory=dict)   # rank_N at most RANK_SEARCH_DEPTH below path
     root_files: Tuple[str, ...] = ()        # regular files directly in `path` (acl_dump_*.json, rank tables)
     other_files: List[str] = field(default_factory=list)   # regular files that are no dump files (a few)
     unlisted: List[Tuple[str, str]] = field(default_factory=list)   # (directory, why) that could not be listed
+    warn: Warn = field(default=lambda message: None, repr=False, compare=False)
+    # set by the analysis that opened it (analysis.py): layout.py stays below the modules that read tensors
+    graphs: Any = field(default=None, repr=False, compare=False)   # graphs.SavedGraphs
+    access: Any = field(default=None, repr=False, compare=False)   # evaluate.TensorAccess
+    layout: Any = field(default=None, repr=False, compare=False)   # parallel_layout.ParallelLayout, once resolved
+    layout_resolved: bool = field(default=False, repr=False, compare=False)
+    _metadata: Dict[str, Dict[str, object]] = field(default_factory=dict, repr=False, compare=False)
+
+    def metadata(self, rank_root: str) -> Dict[str, object]:
+        """A rank's .dump_metadata (device, version, the dump config), parsed once whoever asks."""
+        if rank_root not in self._metadata:
+            from .readers.exec_order import dump_metadata
+            self._metadata[rank_root] = dump_metadata(rank_root, self.warn)
+        return self._metadata[rank_root]
+
+    def settings(self, rank_roots) -> Dict[str, object]:
+        """The first of these ranks' common_dump_settings that its metadata holds ({} when none does)."""
+        for root in sorted({root for root in rank_roots if root}):
+            config = self.metadata(root).get("dump_config")
+            if isinstance(config, dict) and isinstance(config.get("common_dump_settings"), dict):
+                return config["common_dump_settings"]
+        return {}
 
     def unlisted_reason(self) -> str:
         """One line naming the directories that could not be listed ("" when every one was)."""
@@ -141,7 +166,9 @@ class Dump:
             raise UserError(f"{path}: not a directory (give the dump directory, or any directory inside it)")
         if not os.access(path, os.R_OK | os.X_OK):
             raise UserError(f"{path}: directory is not readable")
-        return _Lister(os.path.abspath(path), warn).run()
+        dump = _Lister(os.path.abspath(path), warn).run()
+        dump.warn = warn
+        return dump
 
     def plan(self, ranks=None, steps=None) -> Plan:
         """One unit per (rank, step), in rank then step order. ranks/steps: a selection (anything with `in`),

@@ -23,6 +23,22 @@ class IterationAlias:
         return self.step  # type: ignore[attr-defined]
 
 
+# How a Report or a Comparison shows itself in a REPL or a notebook: formatters the renderers provide
+# (render/notebook.py), registered by the package (msoverflow/__init__.py), so the model imports no renderer.
+_FORMATTERS: Dict[Tuple[str, str], Callable[[Any], str]] = {}
+
+
+def register_formatter(type_name: str, kind: str, function: Callable[[Any], str]) -> None:
+    """kind: "repr" (one line) or "html" (a notebook's card) of the class named type_name."""
+    _FORMATTERS[(type_name, kind)] = function
+
+
+def formatted(obj: Any, kind: str) -> Optional[str]:
+    """What the registered formatter shows of obj (None when none is registered)."""
+    function = _FORMATTERS.get((type(obj).__name__, kind))
+    return function(obj) if function is not None else None
+
+
 INPUT = "input"
 OUTPUT = "output"
 
@@ -521,14 +537,13 @@ class Report:
         return self.event_reader()
 
     def __repr__(self) -> str:
-        """One line: the verdict, where, the dump (render/notebook.py); the fields are in to_dict()."""
-        from .render.notebook import report_repr
-        return report_repr(self)
+        """One line: the verdict, where, the dump (the formatter render/notebook.py registers); the fields are in
+        to_dict()."""
+        return formatted(self, "repr") or f"<Report {self.verdict.upper()}; {self.dump_dir}>"
 
     def _repr_html_(self) -> str:
         """A notebook shows the verdict card, not the object's fields."""
-        from .render.notebook import report_html
-        return report_html(self)
+        return formatted(self, "html") or ""
 
     def to_dict(self) -> dict:
         """The JSON report (schema msoverflow/schema/report.schema.json) as a dict."""

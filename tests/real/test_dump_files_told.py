@@ -206,3 +206,26 @@ def test_a_jit_graph_run_twice_in_one_iteration_folder_is_no_step_that_lost_file
     assert report.completeness == []
     assert report.first is not None and report.first.op_type == "SqrtGrad" and report.first.step == 0
     assert not any("missing or cut short" in line for line in report.inconclusive + report.warnings)
+
+
+def test_the_dump_is_read_by_one_object_metadata_once_listing_once_layout_once(multirank_dumps, monkeypatch):
+    """Issue 33 item 2 on the real 2-rank run (an origin, so the diagnosis runs): each rank's .dump_metadata is
+    parsed once, every directory listed once, and the parallel layout resolved once (before: the diagnosis
+    resolved it a second time and assemble a third)."""
+    from collections import Counter
+
+    from msoverflow import parallel_layout
+    from msoverflow.readers import exec_order
+    parsed, resolved, listed = Counter(), [], Counter()
+    real_metadata, real_resolve, real_scandir = exec_order.dump_metadata, parallel_layout.resolve, os.scandir
+    monkeypatch.setattr(exec_order, "dump_metadata", lambda root, warn: parsed.update([root]) or
+                        real_metadata(root, warn))
+    monkeypatch.setattr(parallel_layout, "resolve", lambda *args: resolved.append(args) or real_resolve(*args))
+    monkeypatch.setattr(os, "scandir", lambda path=".": listed.update([os.fspath(path)]) or real_scandir(path))
+    dump = multirank_dumps["dp2_empty_loss_mask"]
+    report = analyze(str(dump), jobs=1)
+    assert report.first is not None and report.first.op_type == "Div"
+    assert parsed and set(parsed) <= {str(dump / "rank_0"), str(dump / "rank_1")} and set(parsed.values()) == {1}
+    assert len(resolved) == 1
+    under = [path for path in listed if path.startswith(str(dump))]
+    assert under and all(listed[path] == 1 for path in under), {p: n for p, n in listed.items() if n > 1}

@@ -195,7 +195,7 @@ def verdict_card(report: Report, links: Optional[Links] = None, after: str = "")
         role = {"flagged": "flagged (not proven)", "propagator": "first seen in"}.get(f.role, "origin")
         items = [(role, f"<strong>{esc(op_label(f))}</strong>"),
                  ("kind", esc(f.kind)),
-                 ("where", f"{esc(rank_where(f.rank, report))}, step {f.iteration}, graph {esc(f.graph)}"),
+                 ("where", f"{esc(rank_where(f.rank, report))}, step {f.step}, graph {esc(f.graph)}"),
                  ("what", esc(f.detail)),
                  *((("cause", f'<strong class="cause">{esc(f.cause.cause)}</strong>: {esc(f.cause.reason)}'),)
                    if f.cause is not None else ()),
