@@ -31,6 +31,7 @@ from .model import (
     Handled,
     OpExecution,
     OverflowRecord,
+    RunKey,
     Status,
     StepCompleteness,
     TensorEvent,
@@ -72,14 +73,14 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
     """The findings of a walk; `note` takes what the user should hear (an origin not dumped, an unmatched record)."""
     reads_to_decide = access.tensors_read - walked.side_reads
     demoted = _not_second_origins(walked.judged, graphs)
-    judged = [(ex, demoted.get(id(ex), v)) for ex, v in walked.judged]
+    judged = [(ex, demoted.get(ex.key, v)) for ex, v in walked.judged]
     table = RankTable(walked.runs, judged, walked.arrivals)
     candidates = [(ex, v) for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK]
     after_arrival = set(walked.after_arrival)
     for ex, _v in candidates:      # a collective delivered a bad value to this rank earlier in the same step
-        arrival = table.first_arrival(ex.rank, before=ex, same_step=True) if id(ex) not in after_arrival else None
+        arrival = table.first_arrival(ex.rank, before=ex, same_step=True) if ex.key not in after_arrival else None
         if arrival is not None and arrival.step == ex.step:
-            after_arrival.add(id(ex))
+            after_arrival.add(ex.key)
     unmatched = [r for r in walked.records if r.matched_op is None]
     # No origin anywhere but a rank received bad values: report the earliest cross-rank arrival.
     if not candidates and not unmatched:
@@ -124,12 +125,12 @@ def proven(f: Finding) -> bool:
     return f.role == SUSPECT or (f.role == ORIGIN and f.kind != CROSS_RANK)
 
 
-def _not_second_origins(judged: Judged, graphs: SavedGraphs) -> Dict[int, Verdict]:
+def _not_second_origins(judged: Judged, graphs: SavedGraphs) -> Dict[RunKey, Verdict]:
     """The demoted verdicts (by id of their execution). A Cell entry of a framework dump (msprobe:
     `Cell.head.NormHead.backward.0`) wraps the ops that ran inside it: when an op inside its scope already went bad
     in the same step, the Cell's bad output is that value passing through, not a later origin."""
     made: Dict[Tuple[int, int], List[str]] = {}
-    demoted: Dict[int, Verdict] = {}
+    demoted: Dict[RunKey, Verdict] = {}
     outputs = _api_outputs(judged, graphs)
     for ex, v in judged:
         if v.role not in (ORIGIN, SUSPECT) or v.kind == CROSS_RANK:
@@ -139,12 +140,12 @@ def _not_second_origins(judged: Judged, graphs: SavedGraphs) -> Dict[int, Verdic
         if node is not None and node.wraps_scope is not None:
             inside = [n for n in made.get((ex.rank, ex.step), []) if n.startswith(node.wraps_scope + "/")]
             if inside:
-                demoted[id(ex)] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
+                demoted[ex.key] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
                     f"its Cell holds {inside[0]}, which made the bad value first"])
                 continue
             same = _same_value(ex, outputs.get((ex.rank, ex.step, _direction(ex.op_name)), {}))
             if same is not None:
-                demoted[id(ex)] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
+                demoted[ex.key] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
                     f"its output is the output of {same} (same shape and statistics): the same value, made inside "
                     "it"])
                 continue
@@ -191,15 +192,15 @@ def _same_value(ex: OpExecution, api_outputs: Dict[tuple, str]) -> Optional[str]
     return None
 
 
-def _ordered(walked: "Walked", candidates: Judged, after_arrival: Set[int], kn: OpKnowledge,
-             fed_by_bad: FrozenSet[int] = frozenset()) -> Judged:
+def _ordered(walked: "Walked", candidates: Judged, after_arrival: Set[RunKey], kn: OpKnowledge,
+             fed_by_bad: FrozenSet[RunKey] = frozenset()) -> Judged:
     """Ranks by evidence, never by clock. By step first. Within a step: a candidate on a rank that had not yet
     received a bad value through a collective comes first (pipeline: the last stage's backward feeds the earlier
     stages); an op proven by its inputs before one only the hardware flagged; a flagged op that consumes what
     others made (global norm, loss scale, optimizer) or whose producer in the saved graph already went bad
     (`fed_by_bad`) after the rest; then the time since the rank's own step began (clock offsets between ranks
     cancel), where the ranks' execution-order files put that rank's candidates in graph order; then the rank."""
-    relative = {id(ex): ex.time - walked.step_start(ex.rank, ex.step) for ex, _v in candidates}
+    relative = {ex.key: ex.time - walked.step_start(ex.rank, ex.step) for ex, _v in candidates}
     # Flagged ops decided by nothing but their flags: a debug file's timestamp is when it was written, not when the
     # op ran (CANN), so on one rank the graph's order wins. Ops decided by their data keep the dump's time order
     # (on CPU the execution-order csv is not the run order).
@@ -208,16 +209,16 @@ def _ordered(walked: "Walked", candidates: Judged, after_arrival: Set[int], kn: 
         if ex.order is not None and v.role == SUSPECT:
             groups.setdefault((ex.rank, ex.step, ex.graph), []).append(ex)
     for members in groups.values():
-        times = sorted(relative[id(ex)] for ex in members)
-        for ex, when in zip(sorted(members, key=lambda e: (e.order, relative[id(e)])), times, strict=True):
-            relative[id(ex)] = when
+        times = sorted(relative[ex.key] for ex in members)
+        for ex, when in zip(sorted(members, key=lambda e: (e.order, relative[e.key])), times, strict=True):
+            relative[ex.key] = when
     return sorted(candidates, key=lambda pair: (
-        pair[0].step, id(pair[0]) in after_arrival, pair[1].role != ORIGIN,
-        pair[1].role == SUSPECT and (kn.is_consumer(pair[0].op_type, pair[0].op_name) or id(pair[0]) in fed_by_bad),
-        relative[id(pair[0])], pair[0].rank))
+        pair[0].step, pair[0].key in after_arrival, pair[1].role != ORIGIN,
+        pair[1].role == SUSPECT and (kn.is_consumer(pair[0].op_type, pair[0].op_name) or pair[0].key in fed_by_bad),
+        relative[pair[0].key], pair[0].rank))
 
 
-def _fed_by_bad(candidates: Judged, judged: Judged, graphs: SavedGraphs) -> FrozenSet[int]:
+def _fed_by_bad(candidates: Judged, judged: Judged, graphs: SavedGraphs) -> FrozenSet[RunKey]:
     """Flagged-undecided ops whose producer (from the saved graph) is an op that went bad in the same step on the
     same rank: they come after it."""
     bad = {(ex.rank, ex.step, ex.op_name) for ex, _v in judged}
@@ -228,7 +229,7 @@ def _fed_by_bad(candidates: Judged, judged: Judged, graphs: SavedGraphs) -> Froz
         node, graph = graphs.node(ex)
         producers = [p for p in (node.inputs if node else []) if p and not p.startswith("param:")]
         if any((ex.rank, ex.step, graph.file_name(p)) in bad for p in producers):
-            fed.add(id(ex))
+            fed.add(ex.key)
     return frozenset(fed)
 
 

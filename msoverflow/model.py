@@ -41,6 +41,8 @@ def formatted(obj: Any, kind: str) -> Optional[str]:
 
 INPUT = "input"
 OUTPUT = "output"
+# OpExecution.key: (rank, step, graph, op_type, op_name, task_id, stream_id, time)
+RunKey = Tuple[int, int, str, str, str, int, int, int]
 
 # Fault kinds (Finding.kind)
 OVERFLOW = "overflow"          # finite inputs, output inf or beyond the declared dtype's range
@@ -238,6 +240,13 @@ class OpExecution(IterationAlias):
     def time(self) -> int:
         stamps = [t.timestamp for t in self.inputs + self.outputs] or [r.timestamp for r in self.flags]
         return min(stamps) if stamps else 0
+
+    @property
+    def key(self) -> "RunKey":
+        """What names this op run in the dump, stable across processes and copies (never an object's id()): two
+        runs of one op in one step (a graph run twice in one iteration folder) differ by their time."""
+        return (self.rank, self.step, self.graph, self.op_type, self.op_name, self.task_id, self.stream_id,
+                self.time)
 
     @property
     def context_id(self) -> Optional[int]:

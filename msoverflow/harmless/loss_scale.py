@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..dataflow import PARAM, Flows, Judged, StepIndex, is_backward
-from ..model import CROSS_RANK, PROPAGATOR, Handled, OpExecution
+from ..model import CROSS_RANK, PROPAGATOR, Handled, OpExecution, RunKey
 from ..rules.knowledge import OpKnowledge
 
 SCALE_FLOOR = 1.0                         # DynamicLossScaleUpdateCell never goes below 1
@@ -50,7 +50,7 @@ class StepState:
 
 def find_handled(judged: Sequence[Judged], scanned: Dict[int, List[int]],
                  flows: Flows, index_of: Callable[[int, int], Optional[StepIndex]],
-                 access, kn: OpKnowledge) -> Tuple[List[Handled], Set[int], List[Tuple[int, List[int], str]]]:
+                 access, kn: OpKnowledge) -> Tuple[List[Handled], Set[RunKey], List[Tuple[int, List[int], str]]]:
     """(the handled runs of steps, merged across ranks that agree; ids of the op runs they account for; notes
     (rank, steps, text) on runs that look handled but cannot be confirmed, for their findings). scanned: rank ->
     the steps the walk read, in order."""
@@ -71,14 +71,14 @@ def find_handled(judged: Sequence[Judged], scanned: Dict[int, List[int]],
     made = {(rank, state.step) for rank, _run, confirmed, _note, states in judged_runs if confirmed
             for state in states if not state.received}
     runs: List[Handled] = []
-    ids: Set[int] = set()
+    ids: Set[RunKey] = set()
     notes: List[Tuple[int, List[int], str]] = []
     for rank, run, confirmed, note, states in judged_runs:
         if confirmed:
             confirmed, note = _received_handled(rank, run, states, made)
         if confirmed:
             runs.append(run)
-            ids.update(id(ex) for state in states for ex, _v in state.bad)
+            ids.update(ex.key for state in states for ex, _v in state.bad)
         elif note:
             notes.append((rank, run.steps, note))
     return _merge_ranks(runs), ids, notes

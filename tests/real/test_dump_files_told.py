@@ -214,11 +214,10 @@ def test_the_dump_is_read_by_one_object_metadata_once_listing_once_layout_once(m
     resolved it a second time and assemble a third)."""
     from collections import Counter
 
-    from msoverflow import parallel_layout
-    from msoverflow.readers import exec_order
+    from msoverflow import layout, parallel_layout
     parsed, resolved, listed = Counter(), [], Counter()
-    real_metadata, real_resolve, real_scandir = exec_order.dump_metadata, parallel_layout.resolve, os.scandir
-    monkeypatch.setattr(exec_order, "dump_metadata", lambda root, warn: parsed.update([root]) or
+    real_metadata, real_resolve, real_scandir = layout.read_dump_metadata, parallel_layout.resolve, os.scandir
+    monkeypatch.setattr(layout, "read_dump_metadata", lambda root, warn: parsed.update([root]) or
                         real_metadata(root, warn))
     monkeypatch.setattr(parallel_layout, "resolve", lambda *args: resolved.append(args) or real_resolve(*args))
     monkeypatch.setattr(os, "scandir", lambda path=".": listed.update([os.fspath(path)]) or real_scandir(path))
