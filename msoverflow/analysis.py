@@ -27,6 +27,7 @@ from .layout import Dump
 from .logs import Notes, timed
 from .model import Report
 from .parallel import map_reduce
+from .rank_rows import rank_rows
 from .rules.knowledge import knowledge
 from .selection import not_in_dump, parse
 
@@ -42,7 +43,9 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
     notes = Notes(warn)
     with timed("discover"):
         dump = Dump.open(path, notes)
-    if not dump.dirs:
+    if all(d.unlisted for d in dump.dirs):
+        if dump.unlisted:       # named, never "no dump files found"
+            raise UserError(dump.unlisted_reason().split("; it could")[0] + ": no dump directory could be listed")
         if not dump.other_files:
             raise UserError(f"{path}: no dump files found (expected rank_*/<net>/<graph>/<iteration>/ with .npy, "
                             "binary dump, statistic.csv or Opdebug files)")
@@ -51,8 +54,10 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
         plan = dump.plan(parse(ranks, "--ranks"), parse(steps, "--steps"))
     if not plan.units:
         raise not_in_dump(path, plan.ranks, plan.steps, dump.dirs)
-    access, kn = TensorAccess(notes), knowledge()
-    graphs = SavedGraphs({}, {}, notes)      # where the saved graphs are is learnt as the walk goes
+    kn = knowledge()
+    # the dump holds what every stage reads through: one tensor access, the saved graphs (learnt as the walk goes)
+    dump.access, dump.graphs = TensorAccess(notes), SavedGraphs({}, {}, notes)
+    access, graphs = dump.access, dump.graphs
     sight = harmless.Sight(graphs, plan.units, access, kn)
     with timed("walk"), _Progress(sys.stderr.isatty() if progress is None else progress, plan.files) as bar:
         # Opdebug records mean the hardware watched every op: every unit is judged by them (only flagged ops, whose
@@ -71,17 +76,20 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
         decision = findings.decide(walked, graphs, access, kn, notes)
     with timed("settle"):
         # (rank, step)s whose files stop short (job killed, dump still being written): the listing and headers only
-        incomplete = completeness.check(plan.dirs, cut=walked.truncated, warn=notes, finished=finished)
+        incomplete = completeness.check(plan.dirs, cut=walked.truncated, unreadable=walked.unreadable, warn=notes,
+                                        finished=finished, settings=dump.settings(d.rank_root for d in plan.dirs))
         decision = completeness.settle(decision, incomplete, walked.unreadable, plan.dirs, graphs, access, kn)
     with timed("explain"):
         decision = found.explain(decision, sight)
+    with timed("ranks"):        # every rank's row; the parallel layout, resolved once (kept on the dump)
+        ranks_seen = rank_rows(dump, plan, walked, decision, notes, parallel)
     if decision.first is not None or decision.likely is not None:   # a clean dump does not even import it
         with timed("diagnose"):
             # the cause of every origin, recomputed from its dumped inputs (msoverflow/diagnosis)
             from .cause.stage import diagnose
             decision = diagnose(decision, dump, plan, walked, graphs, notes, parallel=parallel)
     with timed("assemble"):
-        report = assemble(dump, plan, walked, decision, graphs, access, kn, notes, parallel=parallel)
+        report = assemble(dump, plan, walked, decision, ranks_seen, kn, notes)
     with timed("judge"):      # the one conclusion: kind, harm, cause, fix, next command (msoverflow/judgement)
         return conclude(report)
 

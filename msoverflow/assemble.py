@@ -10,15 +10,13 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from .completeness import cross_rank_advice, mark_ranks
 from .coverage import coverage_limits, inconclusive_reasons
-from .evaluate import TensorAccess
 from .findings import Decision
-from .graphs import SavedGraphs
 from .layout import LAYOUT_MSPROBE, Dump, Plan
 from .logs import Notes
 from .model import CROSS_RANK, RANK_CLEAN, Arrival, Finding, OpExecution, RankStatus, Report
-from .ranks import RankTable, expected_ranks
+from .rank_rows import RankRows
+from .ranks import RankTable
 from .rules.knowledge import OpKnowledge
-from .selection import format_ids
 from .walk import events_frame
 
 if TYPE_CHECKING:
@@ -27,25 +25,31 @@ if TYPE_CHECKING:
 Warn = Callable[[str], None]
 
 
-def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, graphs: SavedGraphs,
-             access: TensorAccess, kn: OpKnowledge, note: Notes, parallel=None) -> Report:
-    """The Report of an analysis. `note`: the warnings so far, which takes more (the report keeps them all).
-    parallel: a parallel_layout.ParallelSpec (None: from a file beside the dump, else inferred from the graphs)."""
+def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, ranks: RankRows, kn: OpKnowledge,
+             note: Notes) -> Report:
+    """The Report of an analysis, composed from the stages' values: the dump (its graphs, its tensor access, its
+    metadata), the walk, the decision and the rank rows. `note`: the warnings so far, which takes more (the report
+    keeps them all)."""
+    graphs, access = dump.graphs, dump.access
     flagged_ranks = {record.rank for record in walked.records}
     steps_seen = {rank: steps for rank, steps in walked.steps.items() if rank in walked.runs or rank in flagged_ranks}
     # steps scanned that held something understood (op runs or hardware records): never more than was seen
     scanned_steps = {rank: [s for s in steps if s in steps_seen.get(rank, ())]
                      for rank, steps in walked.scanned.items()}
-    rank_status = _rank_rows(dump, plan, walked, decision.table, decision.unmatched, note)
-    from .parallel_layout import label_ranks  # coordinates, and the ranks a layout declares that are not dumped
-    layout = label_ranks(parallel, dump.path, rank_status, walked.rank_roots, note, selected=plan.ranks)
-    meta = _metadata(walked, note)
+    rank_status, layout = ranks.rows, ranks.parallel
+    meta = _metadata(dump, walked)
     limits = coverage_limits(meta.get("settings") or {}, meta.get("runtime") or {}, walked.facts,
-                             len(walked.records), framework_dump=LAYOUT_MSPROBE in walked.layouts)
+                             len(walked.records), framework_dump=LAYOUT_MSPROBE in walked.layouts,
+                             pynative=graphs.compiled_by_pynative())
     unreadable = sorted(set(walked.unreadable))
     reasons = inconclusive_reasons(unknown=walked.unknown[:5], unknown_count=len(walked.unknown),
                                    unreadable=unreadable, rank_status=rank_status, dumped_anything=True,
                                    refused=walked.refused)
+    # a directory that could not be listed and is no step directory itself (rank_1/, rank_0/Net/): named
+    # (a rank_N/ one is named on its rank's row)
+    told = {d.path for d in dump.dirs if d.unlisted} | {r.path for r in dump.rank_dirs.values()}
+    if any(path not in told for path, _why in dump.unlisted):
+        reasons.append(dump.unlisted_reason())
     _note_unread_ranks(rank_status, unreadable, dump.dirs)
     reasons += _undecodable(walked.undecodable, note)
     mark_ranks(rank_status, decision.incomplete, decision.likely)
@@ -66,6 +70,7 @@ def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, graph
     return Report(dump_dir=os.path.abspath(dump.path), first=decision.first, anomalies=decision.anomalies,
                   propagation=decision.propagation, warnings=list(note), ranks=sorted(walked.runs), steps=steps_seen,
                   files=walked.files, tensors_read=access.tensors_read, outputs_checked=walked.facts.with_outputs,
+                  inputs_checked=walked.facts.with_inputs,
                   layout=",".join(walked.layouts),
                   tail_clean=walked.scanned_all, rank_status=rank_status, coverage=limits,
                   extra={"tensors_read_to_decide": decision.tensors_read_to_decide, "mindspore": meta["summary"]},
@@ -89,21 +94,12 @@ def not_understood(dump: Dump, warnings: List[str]) -> Report:
 
 def nothing_understood(dump: Dump, walked: "Walked", warnings: List[str]) -> Report:
     """Dump files are there, but none could be understood or read: never clean."""
-    reasons = inconclusive_reasons(unknown=walked.unknown[:5] + walked.unreadable[:5],
-                                   unknown_count=len(walked.unknown) + len(walked.unreadable), unreadable=[],
-                                   rank_status=[], dumped_anything=False, refused=walked.refused)
+    reasons = inconclusive_reasons(unknown=walked.unknown[:5], unknown_count=len(walked.unknown),
+                                   unreadable=sorted(walked.unreadable), rank_status=[], dumped_anything=False,
+                                   refused=walked.refused)
+    reasons += [dump.unlisted_reason()] if dump.unlisted else []
     return Report(dump_dir=os.path.abspath(dump.path), first=None, anomalies=[], propagation=[], warnings=warnings,
                   ranks=[], steps={}, files=walked.files, layout=",".join(walked.layouts), inconclusive=reasons)
-
-
-def _rank_rows(dump: Dump, plan: Plan, walked: "Walked", table: RankTable, unmatched, note: Warn) -> List[RankStatus]:
-    """Every dumped or expected rank (of the selection), and how it first went bad."""
-    roots = sorted({r for r in walked.rank_roots.values() if r})
-    expected = expected_ranks(dump, set(walked.runs), roots, note) if not plan.ranks else {}
-    if plan.steps:
-        expected = {rank: f"no file of step {format_ids(plan.steps)} on this rank ({why})"
-                    for rank, why in expected.items()}
-    return table.rows(expected, plan.ranks, unmatched)
 
 
 def _arrivals(walked: "Walked", clocked: bool = True) -> List[Arrival]:
@@ -172,12 +168,11 @@ def _step_times(walked: "Walked") -> Dict[int, Dict[int, Tuple[int, int]]]:
     return times
 
 
-def _metadata(walked: "Walked", warn: Warn) -> Dict[str, dict]:
-    """MindSpore version, device and the dump config, from the first rank's .dump_metadata/ (when written):
-    {"summary": for the report, "settings": common_dump_settings, "runtime": config.json}."""
-    from .readers.exec_order import dump_metadata
+def _metadata(dump: Dump, walked: "Walked") -> Dict[str, dict]:
+    """MindSpore version, device and the dump config, from the first rank's .dump_metadata/ (when written; parsed
+    once, by the Dump): {"summary": for the report, "settings": common_dump_settings, "runtime": config.json}."""
     for root in sorted({r for r in walked.rank_roots.values() if r}):
-        meta = dump_metadata(root, warn)
+        meta = dump.metadata(root)
         if meta:
             runtime = meta.get("runtime") or {}
             config = meta.get("dump_config") or {}

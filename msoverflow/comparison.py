@@ -33,7 +33,7 @@ from .evaluate import TensorAccess, _take_header
 from .graphs import SavedGraphs
 from .layout import Dump, Plan
 from .logs import Notes
-from .model import IterationAlias, NamedRun, OpExecution, Source, Status, TensorEvent
+from .model import IterationAlias, NamedRun, OpExecution, Source, Status, TensorEvent, formatted
 from .report_dict import finite_or_none, graph_id
 from .rules.knowledge import knowledge
 from .scope import cell_of
@@ -227,14 +227,12 @@ class Comparison:
         return pd.DataFrame(rows, columns=list(_FRAME_COLUMNS)).astype(_FRAME_COLUMNS)
 
     def __repr__(self) -> str:
-        """One line: the verdict, how much differs, the two dumps (render/notebook.py)."""
-        from .render.notebook import comparison_repr
-        return comparison_repr(self)
+        """One line: the verdict, how much differs, the two dumps (the formatter render/notebook.py registers)."""
+        return formatted(self, "repr") or f"<Comparison {self.baseline} -> {self.target}>"
 
     def _repr_html_(self) -> str:
         """A notebook shows the verdict card, not the object's fields."""
-        from .render.notebook import comparison_html
-        return comparison_html(self)
+        return formatted(self, "html") or ""
 
 
 _FRAME_COLUMNS = {"rank": "int64", "step": "int64", "position": "int64", "graph": "object", "op_type": "object",

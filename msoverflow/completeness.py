@@ -19,7 +19,7 @@ seconds; never a tensor:
   (a dump whose every file is that young was written at once: a fresh copy, a short run).
 Overflow-only dumps (Opdebug files, op_debug_mode 1-4) and kernel-filtered ones (dump_mode 1) dump a different
 set of ops each step: only their files are checked, not their counts. Files whose names the grammar does not read
-(a checkpoint left in a step directory) are the walk's "not understood", never counted here.
+are the walk's "not understood" (a checkpoint left in a step directory is no dump file: a note), never counted here.
 
 check() finds the incomplete (rank, step)s; settle() is the analysis stage that says what they change in the
 decision (msoverflow/analysis.py); mark_ranks() marks their ranks' rows when the report is assembled.
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import replace
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -45,6 +45,7 @@ RECENT_SECONDS = 10.0     # files younger than this: the writer may still be at 
 CAUSE = "the job died or the dump is still being written"
 LOST = "files of a step the job went past are missing or cut short (an incomplete copy, a full disk, files removed)"
 STILL_WRITTEN = "the dump may still be being written: run again when the job has finished"
+UNREADABLE = "a file that could not be read could hold the origin"
 
 
 class _Listing:
@@ -62,6 +63,7 @@ class _Listing:
         self._kernels: Optional[int] = None
         self._prefixes: Set[str] = set()
         self._rows: Optional[int] = -1
+        self._keys: Optional[Dict[str, str]] = None
 
     def times(self) -> List[float]:
         """Its files' mtimes: a stat per file."""
@@ -96,6 +98,30 @@ class _Listing:
             self._kernels = len(kernels)
             self._prefixes = kernels
         return self._kernels
+
+    def keys(self) -> Dict[str, str]:
+        """Its files by name without the time stamp (`{op_type}.{op_name}.{task}.{stream}.{io}.{slot}` for a
+        tensor file): the same file of another step or rank has the same key; a graph run twice in one folder
+        gives each key twice. Parsed on demand (only where the counts leave a doubt)."""
+        if self._keys is None:
+            keys: Dict[str, str] = {}
+            npy_names = [name for name in self.names if self.d.original(name).endswith(".npy")]
+            if npy_names:
+                columns = names.parse_many([self.d.original(name) for name in npy_names])
+                rejected = set(columns.rejected)
+                for i, row in enumerate(columns.rows):
+                    keys.setdefault(f"{columns.prefix[i]}.{columns.io[i]}.{columns.slot[i]}", npy_names[row])
+                for row in rejected:
+                    keys.setdefault(npy_names[row], npy_names[row])
+            for name in self.names:
+                if self.d.original(name).endswith(".npy"):
+                    continue
+                parsed = names.parse(self.d.original(name))
+                key = name if parsed is None else \
+                    f"{parsed.op_type}.{parsed.op_name}.{parsed.task_id}.{parsed.stream_id}.{parsed.io}.{parsed.slot}"
+                keys.setdefault(key, name)
+            self._keys = keys
+        return self._keys
 
     def kernel_prefixes(self) -> Set[str]:
         """`{op_type}.{op_name}.{task}.{stream}` of each op run that wrote a file (Parameter files excluded)."""
@@ -135,23 +161,29 @@ def _counts_limited(settings: Dict[str, object], listings: Iterable[_Listing]) -
             or any(item.opdebug for item in listings))
 
 
-def check(dirs: Sequence[DumpDir], *, cut: Iterable[str] = (), warn: Callable[[str], None] = lambda message: None,
-          now: Optional[float] = None, finished: bool = False) -> List[StepCompleteness]:
+def check(dirs: Sequence[DumpDir], *, cut: Iterable[str] = (), unreadable: Iterable[str] = (),
+          warn: Callable[[str], None] = lambda message: None, now: Optional[float] = None,
+          finished: bool = False, settings: Optional[Dict[str, object]] = None) -> List[StepCompleteness]:
     """The (rank, step)s of these directories (a Plan's: the selection applied) found incomplete, each with counts
     and reasons (in the order rank, step). cut: the files the walk found shorter than their headers say (empty ones
-    included: model.Status.TRUNCATED); finished: the job that wrote the dump is known to have ended (msoverflow run,
-    patch --verify): files written seconds ago are complete."""
+    included: model.Status.TRUNCATED); unreadable: every file the walk could not read, whatever the reason
+    (permission, a FIFO or directory in a file's place, cut short): one rule for all of them, a step holding one is
+    incomplete, since the file could hold the origin; finished: the job that wrote the dump is known to have ended
+    (msoverflow run, patch --verify): files written seconds ago are complete; settings: the dump config's
+    common_dump_settings as the Dump parsed them (layout.Dump.settings; None: read here)."""
     from .readers.exec_order import dump_metadata, execution_order
     now = time.time() if now is None else now
-    listings = [item for item in map(_Listing, dirs) if item.files]   # a folder of strays holds no step
+    # a folder of strays holds no step; an empty step directory (files removed) or one that cannot be listed does
+    listings = [item for item in map(_Listing, dirs) if item.files or not item.d.entries]
     chosen = [item.d for item in listings]
-    settings: Dict[str, object] = {}
     quiet = lambda message: None     # noqa: E731  (the analysis reads these files too, and says what is wrong)
-    for root in sorted({d.rank_root for d in chosen if d.rank_root}):
-        config = dump_metadata(root, quiet).get("dump_config")
-        if isinstance(config, dict) and isinstance(config.get("common_dump_settings"), dict):
-            settings = config["common_dump_settings"]
-            break
+    if settings is None:
+        settings = {}
+        for root in sorted({d.rank_root for d in chosen if d.rank_root}):
+            config = dump_metadata(root, quiet).get("dump_config")
+            if isinstance(config, dict) and isinstance(config.get("common_dump_settings"), dict):
+                settings = config["common_dump_settings"]
+                break
     counted = not _counts_limited(settings, listings)
     problems: Dict[Tuple[int, int], List[Tuple[int, int, str]]] = defaultdict(list)   # (present, expected, why)
     truncated: Dict[Tuple[int, int], List[str]] = defaultdict(list)
@@ -169,16 +201,23 @@ def check(dirs: Sequence[DumpDir], *, cut: Iterable[str] = (), warn: Callable[[s
     # directory written to in the last seconds has its files' times looked at (a stat each).
     young = now - RECENT_SECONDS
     cut_in: Dict[str, List[str]] = defaultdict(list)
-    for path in cut:
+    short_files = set(cut)
+    for path in sorted(short_files | set(unreadable)):
         cut_in[os.path.dirname(path)].append(path)
+    unread: Dict[Tuple[int, int], List[str]] = defaultdict(list)
     oldest = min((item.mtime for item in listings), default=now)
     for item in listings:
         step = (item.d.rank, item.d.step)
+        if item.d.unlisted:
+            unread[step].append(item.d.path)
+            problems[step].append((0, 0, f"the step's directory cannot be listed ({item.d.unlisted})"))
+            continue
         short = cut_in.get(item.d.path, [])
-        truncated[step].extend(short)
+        truncated[step].extend(path for path in short if path in short_files)
+        unread[step].extend(path for path in short if path not in short_files)
         if short:
-            problems[step].append((item.files - len(short), item.files, f"{len(short)} of {item.files} files "
-                                   "truncated or empty"))
+            problems[step].append((item.files - len(short), item.files,
+                                   f"{len(short)} of {item.files} files {_unread_words(short, short_files)}"))
         if item.d.step != last_step[item.d.rank] or item.mtime <= young:
             continue
         times = item.times()
@@ -198,8 +237,21 @@ def check(dirs: Sequence[DumpDir], *, cut: Iterable[str] = (), warn: Callable[[s
     files_at: Dict[Tuple[int, int], int] = defaultdict(int)
     for item in listings:
         files_at[(item.d.rank, item.d.step)] += item.files
+    empties: Set[str] = set()
     if counted:      # overflow-only and filtered dumps hold different ops (and steps) on each rank
-        _counts(listings, at_step, of_graph, problems, execution_order, quiet)
+        # a directory that could not be listed has no count to compare (named above)
+        listed = [item for item in listings if not item.d.unlisted]
+        _counts(listed, {key: [i for i in items if not i.d.unlisted] for key, items in at_step.items()},
+                {key: [i for i in items if not i.d.unlisted] for key, items in of_graph.items()}, problems,
+                execution_order, quiet, empties)
+        by_path = {item.d.path: item for item in listed}
+        for path in sorted(empties):     # an empty file the counts came upon (the walk did not read it): its step's
+            holder = by_path.get(os.path.dirname(path))
+            if holder is None or path in cut_in.get(holder.d.path, ()):
+                continue
+            step = (holder.d.rank, holder.d.step)
+            truncated[step].append(path)
+            problems[step].append((holder.files - 1, holder.files, f"1 of {holder.files} files empty ({path})"))
         _absent_steps([d for d in chosen if d.layout != LAYOUT_DEBUG], files_at, problems)
 
     found = []
@@ -215,8 +267,16 @@ def check(dirs: Sequence[DumpDir], *, cut: Iterable[str] = (), warn: Callable[[s
         present, expected = (worst[0], worst[1]) if worst else (files, None)
         found.append(StepCompleteness(rank=step[0], step=step[1], complete=False, present=present,
                                       expected=expected, reasons=reasons, truncated=sorted(truncated.get(step, [])),
+                                      unreadable=sorted(unread.get(step, [])),
                                       recent=bool(recent.get(step)), earlier=step[1] < last_step.get(step[0], step[1])))
     return found
+
+
+def _unread_words(paths: List[str], short: Set[str]) -> str:
+    cut = sum(path in short for path in paths)
+    if cut == len(paths):
+        return "truncated or empty"
+    return "cannot be read" if not cut else "truncated, empty or unreadable"
 
 
 def _matched_by_settled_step(item: _Listing, of_graph, young: float) -> bool:
@@ -226,7 +286,8 @@ def _matched_by_settled_step(item: _Listing, of_graph, young: float) -> bool:
                and other.rows() == item.rows() for other in of_graph[(item.d.rank, item.d.graph)])
 
 
-def _counts(listings: List[_Listing], at_step, of_graph, problems, execution_order, warn) -> None:
+def _counts(listings: List[_Listing], at_step, of_graph, problems, execution_order, warn,
+            empties: Optional[Set[str]] = None) -> None:
     """Kernels against the execution order; every step against the same graph's other steps on its rank and the
     other ranks that run the same graph (the same kernels in their execution order: pipeline stages share graph ids,
     not graphs). Names are parsed only where the file counts leave a doubt."""
@@ -254,7 +315,7 @@ def _counts(listings: List[_Listing], at_step, of_graph, problems, execution_ord
                                            f"files (graph {graph})"))
                     continue
             others = [other for other in items if other is not item]
-            _compare(item, others, f"step {{}} of graph {graph} on this rank", problems[step])
+            _compare(item, others, f"step {{}} of graph {graph} on this rank", problems[step], empties=empties)
     for item in listings:       # the same step on the other ranks that run the same graph
         rank, graph = item.d.rank, item.d.graph
         if item.d.layout != LAYOUT_MS or not ordered.get((rank, graph)):
@@ -262,7 +323,8 @@ def _counts(listings: List[_Listing], at_step, of_graph, problems, execution_ord
         peers = [other for other in at_step[(graph, item.d.step)] if other.d.rank != rank
                  and other.d.layout == LAYOUT_MS
                  and ordered.get((other.d.rank, graph)) == ordered[(rank, graph)]]
-        _compare(item, peers, "rank {} at this step", problems[(rank, item.d.step)], by_rank=True)
+        _compare(item, peers, "rank {} at this step", problems[(rank, item.d.step)], by_rank=True,
+                 empties=empties)
 
 
 def _views_without_files(item: _Listing, order: Dict[str, int]) -> int:
@@ -273,7 +335,8 @@ def _views_without_files(item: _Listing, order: Dict[str, int]) -> int:
     return sum(name not in present and name.rsplit("_", 1)[-1].split("-op", 1)[0] in views for name in order)
 
 
-def _compare(item: _Listing, others: List[_Listing], where: str, out: list, by_rank: bool = False) -> None:
+def _compare(item: _Listing, others: List[_Listing], where: str, out: list, by_rank: bool = False,
+             empties: Optional[Set[str]] = None) -> None:
     """Fewer files (or statistic.csv rows) than the fullest comparable directory."""
     if not others:
         return
@@ -286,9 +349,43 @@ def _compare(item: _Listing, others: List[_Listing], where: str, out: list, by_r
                         f"{where.format(best.d.rank if by_rank else best.d.step)})"))
         return
     best = max(others, key=lambda o: o.files)
-    if item.files < best.files and not any(p[1] - p[0] >= best.files - item.files for p in out):
-        out.append((item.files, best.files, f"{item.files} of {best.files} files (as "
+    if item.files >= best.files:
+        return
+    # Fewer files: which files does it lack? Counted against its own expectation, the files (names without their
+    # time stamp) that most of the comparable directories hold, never against one directory's extras (a stray or
+    # empty file there) nor its repeats (a graph that ran twice in one iteration folder writes every file twice).
+    # On a tie (two directories) a file counts as expected when the one holding it is not empty.
+    group = [item] + others
+    held = Counter(key for listing in group for key in listing.keys())
+    own = item.keys()
+    expected, lacking = 0, 0
+    for key, holders in held.items():
+        if 2 * holders < len(group) or (2 * holders == len(group) and not _holds_data(key, group, empties)):
+            continue
+        expected += 1
+        lacking += key not in own
+    if lacking and not any(p[1] - p[0] >= lacking for p in out):
+        out.append((expected - lacking, expected, f"{expected - lacking} of {expected} files (as "
                     f"{where.format(best.d.rank if by_rank else best.d.step)})"))
+
+
+def _holds_data(key: str, group: List["_Listing"], empties: Optional[Set[str]]) -> bool:
+    """Whether a directory holding this file holds it with data (a stat of each holder: only files in doubt)."""
+    found = False
+    for listing in group:
+        name = listing.keys().get(key)
+        if name is None:
+            continue
+        path = os.path.join(listing.d.path, name)
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            continue
+        if size:
+            found = True
+        elif empties is not None:
+            empties.add(path)
+    return found
 
 
 def _absent_steps(dirs: List[DumpDir], files_at: Dict[Tuple[int, int], int], problems) -> None:
@@ -316,7 +413,9 @@ def summary(step: StepCompleteness) -> str:
 
 
 def _words(step: StepCompleteness) -> str:
-    return f"{'; '.join(step.reasons)}; {STILL_WRITTEN if step.recent else LOST if step.earlier else CAUSE}"
+    only_unreadable = step.unreadable and not step.truncated and len(step.reasons) == 1
+    why = STILL_WRITTEN if step.recent else UNREADABLE if only_unreadable else LOST if step.earlier else CAUSE
+    return f"{'; '.join(step.reasons)}; {why}"
 
 
 def reasons(steps: List[StepCompleteness], limit: int = 3) -> List[str]:
@@ -352,7 +451,7 @@ def mark_ranks(rows: List[RankStatus], steps: List[StepCompleteness], likely: Op
         for row in rows:
             if row.rank == likely.rank and row.status == RANK_INCOMPLETE:
                 row.op_type, row.op_name = likely.op_type, likely.op_name
-                row.note = f"likely origin, its output file is truncated; {row.note}"
+                row.note = f"likely origin, its output file {cut_word(likely)}; {row.note}"
 
 
 def settle(decision: Decision, steps: List[StepCompleteness], unreadable: Iterable[str], dirs: List[DumpDir],
@@ -377,9 +476,15 @@ def settle(decision: Decision, steps: List[StepCompleteness], unreadable: Iterab
         where = f" in {likely.cell} ({likely.cell_type})" if likely.cell else ""
         backward = f" (backward of {likely.forward_op})" if likely.forward_op not in (None, likely.op_type) else ""
         said.insert(0, f"likely origin: {likely.op_type}{backward}{where}, rank {likely.rank}, step "
-                       f"{likely.step} ({likely.op_name}): its output file is truncated, so it cannot be proven")
+                       f"{likely.step} ({likely.op_name}): its output file {cut_word(likely)}, so it cannot be "
+                       "proven")
     return replace(decision, first=first, anomalies=anomalies, propagation=propagation, likely=likely,
                    incomplete=steps, reasons=said + decision.reasons)
+
+
+def cut_word(likely: Finding) -> str:
+    """How the likely origin's output file was lost, as its detail (findings.likely_origin) says."""
+    return "is truncated" if likely.detail.startswith("its output file is truncated") else "cannot be read"
 
 
 def cross_rank_advice(first, rows: List[RankStatus], steps: List[StepCompleteness], selected: bool) -> str:

@@ -21,10 +21,11 @@ def _int(value) -> Optional[int]:
 
 
 def coverage_limits(settings: Dict[str, Any], runtime: Dict[str, Any], facts, overflow_records: int,
-                    framework_dump: bool = False) -> List[str]:
+                    framework_dump: bool = False, pynative: Optional[bool] = None) -> List[str]:
     """One line per limit, in the user's terms (the config key that causes it). `facts`: what the scanned files
     hold (walk.DumpedFacts, counted over every op run). framework_dump: the ops were recorded by the framework's
-    own hooks (msprobe), every op run eagerly included: no PyNative caveat."""
+    own hooks (msprobe), every op run eagerly included: no PyNative caveat. pynative: the saved graphs carry
+    PyNative's graph attributes (graphs.SavedGraphs.compiled_by_pynative; None: no saved graph)."""
     limits: List[str] = []
     device = str(runtime.get("device_target") or "").upper()
     input_output = _int(settings.get("input_output"))
@@ -54,9 +55,11 @@ def coverage_limits(settings: Dict[str, Any], runtime: Dict[str, Any], facts, ov
     if iteration not in (None, "", "all"):
         limits.append(f"selected steps (iteration \"{iteration}\"): an origin in another step is not seen")
     mode = str(runtime.get("execution_mode") or runtime.get("mode") or "").lower()
-    # Graph mode names every op under its Cells (`Default/network-WithLossCell/fc1-Dense/MatMul-op0`); the graphs
-    # PyNative compiles for @jit functions, all_finite or the optimizer carry no Cell in any op's scope.
-    if not framework_dump and ("pynative" in mode or (facts.ops >= 4 and not facts.scoped)):
+    # The saved graphs say it (PyNative's grad marks the graphs it compiles), whatever the number of ops: an
+    # optimizer-only dump holds three. Without saved graphs: graph mode names every op under its Cells
+    # (`Default/network-WithLossCell/fc1-Dense/MatMul-op0`), the graphs PyNative compiles carry no Cell.
+    unscoped = pynative is None and facts.ops >= 4 and not facts.scoped
+    if not framework_dump and ("pynative" in mode or pynative or unscoped):
         limits.append("PyNative run: only compiled graphs (@jit functions, the optimizer, checks) were dumped; ops "
                       "run eagerly between them are not in the dump")
     return limits
@@ -71,7 +74,7 @@ def inconclusive_reasons(*, unknown: List[str], unknown_count: int, unreadable: 
     refused = refused or []
     if refused:
         reasons.append(f"{len(refused)} statistics file(s) refused (e.g. {refused[0]}); they could hold the origin")
-    if not dumped_anything and (unknown_count or not refused):
+    if not dumped_anything and (unknown_count or not (refused or unreadable)):
         example = f" (e.g. {unknown[0]})" if unknown else ""
         reasons.append(f"no file was understood: {unknown_count} file(s) with names msoverflow does not know"
                        f"{example}; they could hold the bad value")

@@ -31,6 +31,7 @@ from .model import (
     Handled,
     OpExecution,
     OverflowRecord,
+    RunKey,
     Status,
     StepCompleteness,
     TensorEvent,
@@ -72,14 +73,14 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
     """The findings of a walk; `note` takes what the user should hear (an origin not dumped, an unmatched record)."""
     reads_to_decide = access.tensors_read - walked.side_reads
     demoted = _not_second_origins(walked.judged, graphs)
-    judged = [(ex, demoted.get(id(ex), v)) for ex, v in walked.judged]
+    judged = [(ex, demoted.get(ex.key, v)) for ex, v in walked.judged]
     table = RankTable(walked.runs, judged, walked.arrivals)
     candidates = [(ex, v) for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK]
     after_arrival = set(walked.after_arrival)
     for ex, _v in candidates:      # a collective delivered a bad value to this rank earlier in the same step
-        arrival = table.first_arrival(ex.rank, before=ex, same_step=True) if id(ex) not in after_arrival else None
+        arrival = table.first_arrival(ex.rank, before=ex, same_step=True) if ex.key not in after_arrival else None
         if arrival is not None and arrival.step == ex.step:
-            after_arrival.add(id(ex))
+            after_arrival.add(ex.key)
     unmatched = [r for r in walked.records if r.matched_op is None]
     # No origin anywhere but a rank received bad values: report the earliest cross-rank arrival.
     if not candidates and not unmatched:
@@ -93,7 +94,7 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
             f"its input was already bad: {given}, no op made it" if given else
             "its input was already bad, and no dumped op created that value: the origin is in an op, step or "
             "rank that was not dumped"])) for ex, v in seen[:1]]
-        if candidates and not given:
+        if candidates and not given and not walked.unreadable:   # an unread file may hold it: no advice to dump more
             note("no dumped op created the first bad value: it is first seen as an input; dump without filters")
     candidates = _ordered(walked, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs))
     found = []
@@ -142,12 +143,12 @@ def proven(f: Finding) -> bool:
     return f.role == SUSPECT or (f.role == ORIGIN and f.kind != CROSS_RANK)
 
 
-def _not_second_origins(judged: Judged, graphs: SavedGraphs) -> Dict[int, Verdict]:
+def _not_second_origins(judged: Judged, graphs: SavedGraphs) -> Dict[RunKey, Verdict]:
     """The demoted verdicts (by id of their execution). A Cell entry of a framework dump (msprobe:
     `Cell.head.NormHead.backward.0`) wraps the ops that ran inside it: when an op inside its scope already went bad
     in the same step, the Cell's bad output is that value passing through, not a later origin."""
     made: Dict[Tuple[int, int], List[str]] = {}
-    demoted: Dict[int, Verdict] = {}
+    demoted: Dict[RunKey, Verdict] = {}
     outputs = _api_outputs(judged, graphs)
     for ex, v in judged:
         if v.role not in (ORIGIN, SUSPECT) or v.kind == CROSS_RANK:
@@ -157,12 +158,12 @@ def _not_second_origins(judged: Judged, graphs: SavedGraphs) -> Dict[int, Verdic
         if node is not None and node.wraps_scope is not None:
             inside = [n for n in made.get((ex.rank, ex.step), []) if n.startswith(node.wraps_scope + "/")]
             if inside:
-                demoted[id(ex)] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
+                demoted[ex.key] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
                     f"its Cell holds {inside[0]}, which made the bad value first"])
                 continue
             same = _same_value(ex, outputs.get((ex.rank, ex.step, _direction(ex.op_name)), {}))
             if same is not None:
-                demoted[id(ex)] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
+                demoted[ex.key] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
                     f"its output is the output of {same} (same shape and statistics): the same value, made inside "
                     "it"])
                 continue
@@ -209,15 +210,15 @@ def _same_value(ex: OpExecution, api_outputs: Dict[tuple, str]) -> Optional[str]
     return None
 
 
-def _ordered(walked: "Walked", candidates: Judged, after_arrival: Set[int], kn: OpKnowledge,
-             fed_by_bad: FrozenSet[int] = frozenset()) -> Judged:
+def _ordered(walked: "Walked", candidates: Judged, after_arrival: Set[RunKey], kn: OpKnowledge,
+             fed_by_bad: FrozenSet[RunKey] = frozenset()) -> Judged:
     """Ranks by evidence, never by clock. By step first. Within a step: a candidate on a rank that had not yet
     received a bad value through a collective comes first (pipeline: the last stage's backward feeds the earlier
     stages); an op proven by its inputs before one only the hardware flagged; a flagged op that consumes what
     others made (global norm, loss scale, optimizer) or whose producer in the saved graph already went bad
     (`fed_by_bad`) after the rest; then the time since the rank's own step began (clock offsets between ranks
     cancel), where the ranks' execution-order files put that rank's candidates in graph order; then the rank."""
-    relative = {id(ex): ex.time - walked.step_start(ex.rank, ex.step) for ex, _v in candidates}
+    relative = {ex.key: ex.time - walked.step_start(ex.rank, ex.step) for ex, _v in candidates}
     # Flagged ops decided by nothing but their flags: a debug file's timestamp is when it was written, not when the
     # op ran (CANN), so on one rank the graph's order wins. Ops decided by their data keep the dump's time order
     # (on CPU the execution-order csv is not the run order).
@@ -226,16 +227,16 @@ def _ordered(walked: "Walked", candidates: Judged, after_arrival: Set[int], kn: 
         if ex.order is not None and v.role == SUSPECT:
             groups.setdefault((ex.rank, ex.step, ex.graph), []).append(ex)
     for members in groups.values():
-        times = sorted(relative[id(ex)] for ex in members)
-        for ex, when in zip(sorted(members, key=lambda e: (e.order, relative[id(e)])), times, strict=True):
-            relative[id(ex)] = when
+        times = sorted(relative[ex.key] for ex in members)
+        for ex, when in zip(sorted(members, key=lambda e: (e.order, relative[e.key])), times, strict=True):
+            relative[ex.key] = when
     return sorted(candidates, key=lambda pair: (
-        pair[0].step, id(pair[0]) in after_arrival, pair[1].role != ORIGIN,
-        pair[1].role == SUSPECT and (kn.is_consumer(pair[0].op_type, pair[0].op_name) or id(pair[0]) in fed_by_bad),
-        relative[id(pair[0])], pair[0].rank))
+        pair[0].step, pair[0].key in after_arrival, pair[1].role != ORIGIN,
+        pair[1].role == SUSPECT and (kn.is_consumer(pair[0].op_type, pair[0].op_name) or pair[0].key in fed_by_bad),
+        relative[pair[0].key], pair[0].rank))
 
 
-def _fed_by_bad(candidates: Judged, judged: Judged, graphs: SavedGraphs) -> FrozenSet[int]:
+def _fed_by_bad(candidates: Judged, judged: Judged, graphs: SavedGraphs) -> FrozenSet[RunKey]:
     """Flagged-undecided ops whose producer (from the saved graph) is an op that went bad in the same step on the
     same rank: they come after it."""
     bad = {(ex.rank, ex.step, ex.op_name) for ex, _v in judged}
@@ -246,7 +247,7 @@ def _fed_by_bad(candidates: Judged, judged: Judged, graphs: SavedGraphs) -> Froz
         node, graph = graphs.node(ex)
         producers = [p for p in (node.inputs if node else []) if p and not p.startswith("param:")]
         if any((ex.rank, ex.step, graph.file_name(p)) in bad for p in producers):
-            fed.add(id(ex))
+            fed.add(ex.key)
     return frozenset(fed)
 
 
@@ -336,8 +337,10 @@ def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judg
     LIKELY_ORIGIN (the verdict stays inconclusive)."""
     from .layout import Unit
     from .walk import read_unit
-    cut = set(unreadable) | {path for step in steps for path in step.truncated}
-    if not cut or any(step.recent or len(step.reasons) != 1 or not step.truncated for step in steps):
+    cut = set(unreadable) | {path for step in steps for path in step.truncated + step.unreadable}
+    short = {path for step in steps for path in step.truncated}
+    if not cut or any(step.recent or len(step.reasons) != 1 or not (step.truncated or step.unreadable)
+                      for step in steps):
         return None      # files are missing or still being written: any of them could hold the origin
     parsed = {path: names.parse(os.path.basename(path)) for path in cut}
     owners = {(os.path.dirname(path), p.op_type, p.op_name, p.task_id, p.stream_id) if p and p.io == "output"
@@ -351,8 +354,10 @@ def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judg
         return None
     quiet = lambda message: None     # noqa: E731  (the walk already said what it could not read)
     executions = read_unit(Unit(d.rank, d.step, [d]), quiet).executions
+    # (an output in a FIFO's or directory's place was never listed as a file: the op run is matched by its name)
     runs = [ex for ex in executions if (ex.op_type, ex.op_name, ex.task_id, ex.stream_id)
-            == (op_type, op_name, task, stream) and any(e.source in cut for e in ex.outputs)]
+            == (op_type, op_name, task, stream) and (any(e.source in cut for e in ex.outputs) or not any(
+                e.source in cut for e in ex.inputs))]
     if len(runs) != 1 or not runs[0].inputs:
         return None
     ex = runs[0]
@@ -371,12 +376,13 @@ def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judg
                 continue
             stats = access.stats(event)
             kind = INVALID if stats is not None and stats.nan else OVERFLOW
-            shown = "; ".join(os.path.basename(e.source) for e in ex.outputs if e.source in cut)
+            shown = "; ".join(os.path.basename(path) for path in sorted(cut))    # every one is this op's output
             what = (f"max |x| {stats.max_abs:.6g}, nan {stats.nan}, +inf {stats.posinf}, -inf {stats.neginf}"
                     if stats is not None and stats.max_abs is not None else "a bad value")
-            detail = (f"its output file is truncated ({shown}); its inputs are finite and {consumer.op_type} "
+            how = "is truncated" if any(e.source in short for e in ex.outputs) else "cannot be read"
+            detail = (f"its output file {how} ({shown}); its inputs are finite and {consumer.op_type} "
                       f"({consumer.op_name}) received input {event.slot} from it with {what}")
             return ex, Verdict(LIKELY_ORIGIN, kind, detail, advice="invalid" if kind == INVALID else "overflow",
                                evidence=[f"{consumer.op_type} input {event.slot} is {op_type}'s output as it "
-                                         "arrived: it holds the bad value the truncated file would show"])
+                                         "arrived: it holds the bad value the unread file would show"])
     return None

@@ -6,11 +6,26 @@ Saved graphs are parsed on first need only: most runs need one graph for one fin
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from .model import GraphNode, NamedRun, OpExecution, Source
 from .scope import cell_of, forward_in_scope, is_backward
+
+# Graph attributes only PyNative's grad sets on the graphs it compiles (MindSpore's pynative grad executor)
+PYNATIVE_GRAPH_ATTRS = frozenset({"bprop_value_node_ref_count", "value_node_forward_output_flags"})
+_HEAD_BYTES = 4096
+
+
+def _head(path: str) -> Optional[str]:
+    """The first bytes of a saved graph (its header and graph attributes), None when it cannot be read."""
+    from . import safeio
+    try:
+        with safeio.open_regular(path, "rb") as fh:
+            return fh.read(_HEAD_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,26 @@ class SavedGraphs:
         self.built.update(built or {})
         # a graph asked for before it was known is asked again (a reader's graph wins over a saved .ir)
         self._cache = {key: graph for key, graph in self._cache.items() if graph is not None and key not in self.built}
+
+    def compiled_by_pynative(self) -> Optional[bool]:
+        """Whether the dumped graphs were compiled from a PyNative run (@jit functions, the optimizer, amp checks):
+        PyNative's grad marks every graph it compiles with its own attributes (`bprop_value_node_ref_count`,
+        `value_node_forward_output_flags` under `# Attrs:`); a graph-mode graph has none. Read from the head of
+        one saved graph per rank, whatever the number of ops; None when no saved graph is there."""
+        from .readers.ir_graph import saved_graph_ids
+        seen = None
+        for root in sorted({root for root in self.rank_roots.values() if root}):
+            for graph in saved_graph_ids(root)[:1]:
+                head = _head(os.path.join(root, "graphs", f"ms_output_trace_code_graph_{graph}.ir"))
+                if head is None:
+                    head = _head(os.path.join(root, "graphs", f"trace_code_graph_{graph}.ir"))
+                if head is None:
+                    continue
+                attrs = head.split("# Attrs:", 1)[1].split("\n\n", 1)[0] if "# Attrs:" in head else ""
+                if any(line.split(":", 1)[0].strip() in PYNATIVE_GRAPH_ATTRS for line in attrs.splitlines()):
+                    return True
+                seen = False
+        return seen
 
     def ids(self) -> Dict[int, List[str]]:
         """rank -> its graph ids: those dumped, and those whose saved graph is beside them (a graph whose files

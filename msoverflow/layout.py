@@ -55,6 +55,16 @@ class DumpDir(IterationAlias):
     entries: Tuple[str, ...] = ()     # names of its regular files, sorted (symlinks followed)
     mapping: Mapping[str, str] = field(default_factory=dict, compare=False)   # mapping.csv: short -> original name
     mtime: float = float("inf")       # the directory's own mtime: when its last file was created
+    # names of entries that look like dump files but cannot be read as one (a FIFO, a socket, a directory or a
+    # dangling link in a file's place): one rule with every other unread file (walk.unread_of)
+    unreadable: Tuple[str, ...] = ()
+    unlisted: str = ""                # why the directory itself could not be listed ("" when it was)
+
+    def unread_paths(self) -> List[str]:
+        """Every file of it known unreadable from the listing alone (the directory itself when unlisted)."""
+        if self.unlisted:
+            return [self.path]
+        return [os.path.join(self.path, name) for name in self.unreadable]
 
     def original(self, name: str) -> str:
         """A file's name as the dump writer meant it (names over 255 characters are written as random ones)."""
@@ -106,12 +116,45 @@ class Plan:
 
 @dataclass
 class Dump:
-    """A dump as listed once by `open`: its leaf directories, its rank_* directories and the files at its root."""
+    """A dump as listed once by `open`, and what the stages ask of it, each worked out once: its leaf directories,
+    its rank_* directories and the files at its root (the one listing); each rank's .dump_metadata (`metadata`,
+    parsed on first need, once); the saved graphs (`graphs`, learnt as the walk goes); the tensor access every
+    stage reads through (`access`); the parallel layout (`layout`, resolved once by ranks.rank_rows)."""
     path: str
     dirs: List[DumpDir]
     rank_dirs: Dict[int, RankDir] = field(default_factory=dict)   # rank_N at most RANK_SEARCH_DEPTH below path
     root_files: Tuple[str, ...] = ()        # regular files directly in `path` (acl_dump_*.json, rank tables)
     other_files: List[str] = field(default_factory=list)   # regular files that are no dump files (a few)
+    unlisted: List[Tuple[str, str]] = field(default_factory=list)   # (directory, why) that could not be listed
+    warn: Warn = field(default=lambda message: None, repr=False, compare=False)
+    # set by the analysis that opened it (analysis.py): layout.py stays below the modules that read tensors
+    graphs: Any = field(default=None, repr=False, compare=False)   # graphs.SavedGraphs
+    access: Any = field(default=None, repr=False, compare=False)   # evaluate.TensorAccess
+    layout: Any = field(default=None, repr=False, compare=False)   # parallel_layout.ParallelLayout, once resolved
+    layout_resolved: bool = field(default=False, repr=False, compare=False)
+    _metadata: Dict[str, Dict[str, object]] = field(default_factory=dict, repr=False, compare=False)
+
+    def metadata(self, rank_root: str) -> Dict[str, object]:
+        """A rank's .dump_metadata (device, version, the dump config), parsed once whoever asks."""
+        if rank_root not in self._metadata:
+            self._metadata[rank_root] = read_dump_metadata(rank_root, self.warn)
+        return self._metadata[rank_root]
+
+    def settings(self, rank_roots) -> Dict[str, object]:
+        """The first of these ranks' common_dump_settings that its metadata holds ({} when none does)."""
+        for root in sorted({root for root in rank_roots if root}):
+            config = self.metadata(root).get("dump_config")
+            if isinstance(config, dict) and isinstance(config.get("common_dump_settings"), dict):
+                return config["common_dump_settings"]
+        return {}
+
+    def unlisted_reason(self) -> str:
+        """One line naming the directories that could not be listed ("" when every one was)."""
+        if not self.unlisted:
+            return ""
+        path, why = self.unlisted[0]
+        more = f" and {len(self.unlisted) - 1} more" if len(self.unlisted) > 1 else ""
+        return f"{path}: cannot list directory ({why}){more}; it could hold the origin"
 
     @classmethod
     def open(cls, path: str, warn: Warn) -> "Dump":
@@ -122,7 +165,9 @@ class Dump:
             raise UserError(f"{path}: not a directory (give the dump directory, or any directory inside it)")
         if not os.access(path, os.R_OK | os.X_OK):
             raise UserError(f"{path}: directory is not readable")
-        return _Lister(os.path.abspath(path), warn).run()
+        dump = _Lister(os.path.abspath(path), warn).run()
+        dump.warn = warn
+        return dump
 
     def plan(self, ranks=None, steps=None) -> Plan:
         """One unit per (rank, step), in rank then step order. ranks/steps: a selection (anything with `in`),
@@ -147,6 +192,7 @@ class _Lister:
         self.with_files: List[str] = []      # directories that hold a regular file (or a metadata folder)
         self.others: List[str] = []
         self.root_files: Tuple[str, ...] = ()
+        self.unlisted: List[Tuple[str, str]] = []
 
     def run(self) -> Dump:
         seen = set()
@@ -173,47 +219,91 @@ class _Lister:
                 parent = os.path.dirname(path)
                 path = parent if parent != path else ""
         rank_dirs = {rank: RankDir(path, path in holding) for rank, path in self.rank_dirs.items()}
-        return Dump(self.root, self.dirs, rank_dirs, self.root_files, self.others)
+        return Dump(self.root, self.dirs, rank_dirs, self.root_files, self.others, self.unlisted)
 
     def _list(self, current: str, depth: int) -> List[str]:
         """List one directory; keep it as a DumpDir when it holds dump files; its subdirectories to visit."""
         try:
             entries = list(os.scandir(current))
         except OSError as exc:
-            self.warn(f"{current}: cannot list directory ({exc.strerror})")
+            # named, never taken for "no dump here": a step directory that cannot be listed is a step whose files
+            # cannot be read; any other directory is one that could hold the origin
+            why = exc.strerror or str(exc)
+            self.warn(f"{current}: cannot list directory ({why})")
+            self.unlisted.append((current, why))
+            if interpret(current).layout != LAYOUT_UNKNOWN:
+                self.dirs.append(replace(interpret(current), unlisted=why))
             return []
-        subdirs, files = [], []
+        subdirs, files, unreadable = [], [], []
         for entry in entries:
             try:
                 if entry.is_file():         # regular files only (symlinks followed): never a FIFO or device
                     files.append(entry.name)
                 elif not entry.is_dir():
                     self.warn(f"{entry.path}: {_not_regular(entry.path)}, not a regular file: skipped")
+                    if names.is_dump_file(entry.name):
+                        unreadable.append(entry.name)
                 elif entry.name in names.METADATA_DIRS:
                     self.with_files.append(current)    # a rank that wrote only its graphs is not empty
                 elif entry.name not in names.READER_DIRS:
                     subdirs.append(entry.path)
+                    if names.is_dump_file(entry.name) and names.understood(entry.name):
+                        self.warn(f"{entry.path}: a directory where a dump file is expected: cannot be read")
+                        unreadable.append(entry.name)
             except OSError:
                 self.warn(f"{entry.path}: cannot stat, skipped")
+                if names.is_dump_file(entry.name):
+                    unreadable.append(entry.name)
         if files:
             self.with_files.append(current)
             files.sort()
         if depth == 0:
             self.root_files = tuple(files)
-        if any(map(names.is_dump_file, files)):
-            self.dirs.append(self._leaf(current, tuple(files)))
+        if any(map(names.is_dump_file, files)) or unreadable:
+            self.dirs.append(self._leaf(current, tuple(files), tuple(sorted(unreadable))))
+        elif not entries and interpret(current).layout != LAYOUT_UNKNOWN:
+            # a step directory left empty (its files removed, or the job died before writing): a step that holds
+            # nothing, counted against the others, never left out of the listing
+            self.dirs.append(self._leaf(current, ()))
         elif len(self.others) < MAX_OTHER_FILES:
             self.others += [os.path.join(current, name) for name in files[:MAX_OTHER_FILES - len(self.others)]]
         return subdirs
 
-    def _leaf(self, path: str, entries: Tuple[str, ...]) -> DumpDir:
+    def _leaf(self, path: str, entries: Tuple[str, ...], unreadable: Tuple[str, ...] = ()) -> DumpDir:
         mapping = read_mapping(os.path.join(path, names.MAPPING_FILE), self.warn) \
             if names.MAPPING_FILE in entries else {}
         try:
             mtime = os.stat(path).st_mtime
         except OSError:
             mtime = float("inf")
-        return replace(interpret(path), entries=entries, mapping=mapping, mtime=mtime)
+        return replace(interpret(path), entries=entries, mapping=mapping, mtime=mtime, unreadable=unreadable)
+
+
+def read_dump_metadata(rank_root: str, warn) -> Dict[str, object]:
+    """device_target, ms_version and the user's dump config, from rank_N/.dump_metadata/."""
+    meta: Dict[str, object] = {}
+    folder = os.path.join(rank_root, ".dump_metadata")
+    for name, key in (("config.json", "runtime"), ("data_dump.json", "dump_config")):
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            continue
+        try:
+            value = safeio.json_safe(safeio.load_json(path, limit=16 << 20))
+            if not isinstance(value, dict):
+                raise ValueError(f"a JSON {type(value).__name__}, not an object")
+            meta[key] = value
+        except OSError as exc:
+            warn(f"{path}: unreadable dump metadata ({exc.strerror or exc})")
+        except ValueError as exc:   # JsonError, UnicodeDecodeError
+            warn(f"{path}: unreadable dump metadata ({str(exc)[:200]})")
+    runtime = meta.get("runtime")
+    if isinstance(runtime, dict) and "ms_version" in runtime and not isinstance(runtime["ms_version"], str):
+        runtime["ms_version"] = None if runtime["ms_version"] is None else str(runtime["ms_version"])[:40]
+    config = meta.get("dump_config")
+    if isinstance(config, dict) and not isinstance(config.get("common_dump_settings", {}), dict):
+        warn(f"{os.path.join(folder, 'data_dump.json')}: common_dump_settings is not an object; ignored")
+        config.pop("common_dump_settings")
+    return meta
 
 
 def read_mapping(path: str, warn) -> Dict[str, str]:

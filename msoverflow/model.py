@@ -23,8 +23,35 @@ class IterationAlias:
         return self.step  # type: ignore[attr-defined]
 
 
+# How a Report or a Comparison shows itself in a REPL or a notebook: formatters the renderers provide
+# (render/notebook.py), registered by the package (msoverflow/__init__.py), so the model imports no renderer.
+_FORMATTERS: Dict[Tuple[str, str], Callable[[Any], str]] = {}
+
+
+def register_formatter(type_name: str, kind: str, function: Callable[[Any], str]) -> None:
+    """kind: "repr" (one line) or "html" (a notebook's card) of the class named type_name."""
+    _FORMATTERS[(type_name, kind)] = function
+
+
+def formatted(obj: Any, kind: str) -> Optional[str]:
+    """What the registered formatter shows of obj (None when none is registered)."""
+    function = _FORMATTERS.get((type(obj).__name__, kind))
+    return function(obj) if function is not None else None
+
+
+# The conclusion of a Report that no analysis judged (one made by hand): msoverflow/judgement's, registered by the
+# package like the formatters, so neither the model nor report_dict imports the judge.
+_JUDGE: List[Callable[[Any], Any]] = []
+
+
+def register_judge(function: Callable[[Any], Any]) -> None:
+    _JUDGE[:] = [function]
+
+
 INPUT = "input"
 OUTPUT = "output"
+# OpExecution.key: (rank, step, graph, op_type, op_name, task_id, stream_id, time)
+RunKey = Tuple[int, int, str, str, str, int, int, int]
 
 # Fault kinds (Finding.kind)
 OVERFLOW = "overflow"          # finite inputs, output inf or beyond the declared dtype's range
@@ -225,6 +252,13 @@ class OpExecution(IterationAlias):
         return min(stamps) if stamps else 0
 
     @property
+    def key(self) -> "RunKey":
+        """What names this op run in the dump, stable across processes and copies (never an object's id()): two
+        runs of one op in one step (a graph run twice in one iteration folder) differ by their time."""
+        return (self.rank, self.step, self.graph, self.op_type, self.op_name, self.task_id, self.stream_id,
+                self.time)
+
+    @property
     def context_id(self) -> Optional[int]:
         return next((t.context_id for t in self.inputs + self.outputs if t.context_id is not None), None)
 
@@ -390,6 +424,7 @@ class StepCompleteness(IterationAlias):
     expected: Optional[int]            # kernels (or files) that should be there, when known
     reasons: List[str] = field(default_factory=list)   # "417 of 556 kernels' files", "3 files are truncated", ...
     truncated: List[str] = field(default_factory=list)   # files shorter than their header says, 0-byte files
+    unreadable: List[str] = field(default_factory=list)  # files that could not be read for another reason
     recent: bool = False               # files modified in the last seconds: the dump may still be being written
     earlier: bool = False              # a step before its rank's last one: the job went past it (files were lost)
 
@@ -510,6 +545,7 @@ class Report:
     files: int = 0
     tensors_read: int = 0
     outputs_checked: int = 0           # op runs whose dumped outputs were checked (values or statistics)
+    inputs_checked: int = 0            # op runs with dumped inputs (what an inputs-only dump's verdict rests on)
     layout: str = ""
     tail_clean: bool = True            # False when later steps were not scanned (early exit)
     extra: Dict[str, Any] = field(default_factory=dict)
@@ -556,14 +592,27 @@ class Report:
         return self.event_reader()
 
     def __repr__(self) -> str:
-        """One line: the verdict, where, the dump (render/notebook.py); the fields are in to_dict()."""
-        from .render.notebook import report_repr
-        return report_repr(self)
+        """One line: the verdict, where, the dump (the formatter render/notebook.py registers); the fields are in
+        to_dict()."""
+        return formatted(self, "repr") or f"<Report {self.verdict.upper()}; {self.dump_dir}>"
 
     def _repr_html_(self) -> str:
         """A notebook shows the verdict card, not the object's fields."""
-        from .render.notebook import report_html
-        return report_html(self)
+        return formatted(self, "html") or ""
+
+    def judged(self) -> "Conclusion":
+        """The report's one conclusion: the one the analysis set, else the registered judge's for this Report."""
+        if self.conclusion is not None:
+            return self.conclusion
+        if not _JUDGE:
+            raise RuntimeError("no judge is registered: import msoverflow")
+        return _JUDGE[0](self)
+
+    def fix_shown(self, finding: "Finding") -> str:
+        """The fix a view shows for a finding: the conclusion's for the first origin, the finding's own for others."""
+        if finding is self.first:
+            return " ".join(self.judged().fix)
+        return finding.recommendation
 
     def to_dict(self) -> dict:
         """The JSON report (schema msoverflow/schema/report.schema.json) as a dict."""

@@ -50,13 +50,23 @@ WHOLE_FILES = ("statistic.csv", "dump.json")
 MAPPING_FILE = "mapping.csv"
 # The name a dump writer gives a file whose own name is over 255 characters (mapping.csv holds the original)
 SHORT_NAME = re.compile(r"^[0-9a-f]{24}(?:\.npy)?$")
-_NEVER_TENSORS = (".ir", ".pb", ".txt", ".log")
+# Files a training run writes that no dump writer does: a checkpoint or an exported model left in a step directory
+# is named in a note, never "not understood" (it cannot hold a tensor of the dump)
+TRAINING_FILES = {".ckpt": "a MindSpore checkpoint", ".safetensors": "a safetensors checkpoint",
+                  ".mindir": "an exported MindIR model", ".meta": "a checkpoint's meta file"}
+_NEVER_TENSORS = (".ir", ".pb", ".txt", ".log", *TRAINING_FILES)
+
+
+def training_file(name: str) -> str:
+    """What a file a training run writes (not a dump writer) is, "" for any other name."""
+    return next((what for ext, what in TRAINING_FILES.items() if name.endswith(ext)), "")
 
 
 def is_dump_file(name: str) -> bool:
     """Looks like a file a dump writer made: a tensor, statistics or overflow file. The one predicate: a directory
     holding one is a step; one the readers cannot place is reported as not understood, never skipped in silence
-    (a stray `net.step.100.ckpt` in a step directory is one file not understood, not a missing tensor)."""
+    (a checkpoint, `net.step.100.ckpt`, left in a step directory is no dump file: named in a note, see
+    training_file)."""
     return (name.endswith(".npy") or name in WHOLE_FILES or name.startswith("Opdebug.")
             or (name.count(".") >= 3 and not name.endswith(_NEVER_TENSORS)) or SHORT_NAME.match(name) is not None)
 

@@ -41,7 +41,7 @@ def _remote_scan(unit: Unit, earlier_bad: bool, flags: bool = False) -> UnitSumm
 class Walked:
     """What the reduce gathers from the units' summaries (facts, never samples)."""
     judged: list = field(default_factory=list)             # [(OpExecution, Verdict)] in rank, step, time order
-    after_arrival: set = field(default_factory=set)        # ids of origins that came after a bad arrival
+    after_arrival: set = field(default_factory=set)        # keys of origins that came after a bad arrival
     arrivals: List[OpExecution] = field(default_factory=list)   # every collective that delivered a bad value
     scanned_all: bool = True
     scanned: Dict[int, List[int]] = field(default_factory=dict)     # rank -> steps scanned
@@ -226,7 +226,7 @@ def _reduce(summaries: List[UnitSummary], chains, access, warn, scanned_all: boo
         for position, (ex, verdict) in enumerate(s.judged):
             walked.judged.append((ex, verdict))
             if position in s.after_arrival:
-                walked.after_arrival.add(id(ex))
+                walked.after_arrival.add(ex.key)
         walked.arrivals += s.arrivals
     # steps not scanned (the rank's answer came earlier) still count as seen: they hold dump files
     for rank, units in chains.items():

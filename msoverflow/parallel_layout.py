@@ -36,7 +36,14 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 from . import safeio
 from .errors import UserError
 from .readers.exec_order import execution_order
-from .strategy_checkpoint import StrategyError, StrategyFacts, rank_stages, read_strategy, strategy_files
+from .strategy_checkpoint import (
+    StrategyError,
+    StrategyFacts,
+    is_strategy_name,
+    rank_stages,
+    read_strategy,
+    strategy_files,
+)
 
 MAX_SIZE = 1 << 16
 _SPEC_KEYS = {"dp": "dp", "data_parallel": "dp", "tp": "tp", "mp": "tp", "model_parallel": "tp", "pp": "pp",
@@ -244,11 +251,14 @@ def rank_table_size(path: str) -> Optional[int]:
     return len(rank_table_ranks(path)) or None
 
 
-def _beside(path: str) -> List[str]:
-    """Regular files in the dump directory and its parent (where YAMLs, rank tables and msrun logs sit)."""
+def _beside(path: str, root_files: Optional[Sequence[str]] = None) -> List[str]:
+    """Regular files in the dump directory and its parent (where YAMLs, rank tables and msrun logs sit).
+    root_files: the dump directory's own, as the dump's one listing found them (layout.Dump.root_files)."""
     found: List[str] = []
     here = os.path.abspath(path)
-    for folder in (here, os.path.dirname(here)):
+    if root_files is not None:
+        found = [os.path.join(here, name) for name in sorted(root_files)[:_MAX_FILES_LOOKED_AT]]
+    for folder in (here, os.path.dirname(here))[1 if root_files is not None else 0:]:
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)[:_MAX_FILES_LOOKED_AT]
         except OSError:
@@ -262,10 +272,10 @@ _WORKER_LOG = re.compile(r"^worker_([0-9]{1,6})\.log$")
 _RANK_TABLE = re.compile(r"(rank_table|hccl).*\.json$", re.IGNORECASE)
 
 
-def world_size(path: str, expected_ranks: Sequence[int]) -> Tuple[int, str]:
-    """The number of ranks in the job, and what says so."""
+def world_size(path: str, expected_ranks: Sequence[int], beside: Optional[List[str]] = None) -> Tuple[int, str]:
+    """The number of ranks in the job, and what says so. beside: _beside(path), when already listed."""
     size, why = (max(expected_ranks) + 1, _DUMPED) if expected_ranks else (0, "")
-    files = _beside(path)
+    files = _beside(path) if beside is None else beside
     workers = {int(m.group(1)) for f in files for m in [_WORKER_LOG.match(os.path.basename(f))] if m}
     if workers and max(workers) + 1 > size:
         size, why = max(workers) + 1, f"msrun's worker logs ({len(workers)} workers)"
@@ -277,24 +287,27 @@ def world_size(path: str, expected_ranks: Sequence[int]) -> Tuple[int, str]:
     return size, why
 
 
-def _strategy_beside(path: str, warn) -> Optional[ParallelSpec]:
-    """Strategy checkpoints in the dump directory, its parent, and their `strategy/` folders."""
+def _strategy_beside(path: str, warn, beside: Optional[List[str]] = None) -> Optional[ParallelSpec]:
+    """Strategy checkpoints in the dump directory, its parent (as _beside listed them), and their `strategy/`
+    folders."""
     here = os.path.abspath(path)
+    beside = _beside(path) if beside is None else beside
     for folder in (here, os.path.dirname(here)):
-        for place in (folder, os.path.join(folder, "strategy")):
-            files = strategy_files(place)
+        listed = sorted(f for f in beside if os.path.dirname(f) == folder and is_strategy_name(os.path.basename(f)))
+        for place, files in ((folder, listed), (os.path.join(folder, "strategy"), None)):
+            files = strategy_files(place) if files is None else files
             if files:
                 return _strategy_spec(files, place, fail=False, warn=warn)
     return None
 
 
-def _yaml_beside(path: str, warn) -> Optional[ParallelSpec]:
+def _yaml_beside(path: str, warn, beside: Optional[List[str]] = None) -> Optional[ParallelSpec]:
     """A MindFormers YAML found without --parallel: among the files _beside() lists (the dump directory and its
     parent, by name), the first _BESIDE_YAMLS_READ named *.yaml/*.yml are read (each at most _BESIDE_YAML_LIMIT),
     and only those with a top-level `parallel_config:` key are parsed, at most _BESIDE_YAMLS_PARSED of them: an
     unrelated YAML costs one bounded read, a hostile one a bounded parse (docs/analyze.md)."""
     read = parsed = 0
-    for f in _beside(path):
+    for f in _beside(path) if beside is None else beside:
         if not f.lower().endswith((".yaml", ".yml")):
             continue
         if read == _BESIDE_YAMLS_READ or parsed == _BESIDE_YAMLS_PARSED:
@@ -319,13 +332,14 @@ def _yaml_beside(path: str, warn) -> Optional[ParallelSpec]:
 # ---- the layout ---------------------------------------------------------------------------------------------
 
 def resolve(spec: Optional[ParallelSpec], path: str, expected_ranks: Sequence[int], rank_roots: Dict[int, str],
-            warn: Callable[[str], None]) -> Optional[ParallelLayout]:
+            warn: Callable[[str], None], root_files: Optional[Sequence[str]] = None) -> Optional[ParallelLayout]:
     """The layout to label ranks with (None: unknown). rank_roots: rank -> its rank_N directory. A layout whose
     pipeline stages the saved execution orders contradict is not used (a warning says why); the stages the
     graphs show, if any, are used instead."""
     named = spec is not None           # the user's --parallel: what does not fit is a usage error
-    spec = spec or _yaml_beside(path, warn) or _strategy_beside(path, warn)
-    world, world_why = world_size(path, expected_ranks)
+    beside = _beside(path, root_files)     # the dump directory (as the dump's listing has it) and its parent, once
+    spec = spec or _yaml_beside(path, warn, beside) or _strategy_beside(path, warn, beside)
+    world, world_why = world_size(path, expected_ranks, beside)
     groups = _graph_kernels(rank_roots, warn)
     if spec is None:
         return _inferred(groups, rank_roots)
@@ -488,7 +502,11 @@ def label_ranks(spec: Optional[ParallelSpec], path: str, rank_status, rank_roots
     for (rank, _graph), root in sorted(rank_roots.items(), key=lambda item: (item[0][0], str(item[0][1]))):
         if root:
             roots.setdefault(rank, root)
-    layout = resolve(spec, path, [row.rank for row in rank_status], roots, warn)
+    return apply_layout(resolve(spec, path, [row.rank for row in rank_status], roots, warn), rank_status, selected)
+
+
+def apply_layout(layout: Optional[ParallelLayout], rank_status, selected=None) -> Optional[Dict[str, object]]:
+    """label_ranks with the layout already resolved (the analysis resolves it once: rank_rows.rank_rows)."""
     if layout is None:
         return None
     for row in rank_status:
@@ -607,4 +625,4 @@ def _inferred(groups: Optional[Dict[frozenset, List[int]]], rank_roots: Dict[int
 
 
 __all__ = ["ParallelSpec", "ParallelLayout", "parse_spec", "add_parallel_option", "resolve", "infer_stages",
-           "world_size", "label_ranks", "ORDER"]
+           "world_size", "label_ranks", "apply_layout", "ORDER"]

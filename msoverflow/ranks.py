@@ -130,7 +130,9 @@ def expected_ranks(dump: Dump, dumped: Set[int], rank_roots: List[str],
     reasons: Dict[int, str] = {}
     for rank, directory in dump.rank_dirs.items():
         shown = os.path.relpath(directory.path, dump.path)
-        reasons[rank] = (f"{shown}/ is present but none of its files is a tensor file msoverflow understood"
+        unlisted = dict(dump.unlisted).get(directory.path)
+        reasons[rank] = (f"{shown}/ cannot be listed ({unlisted})" if unlisted else
+                         f"{shown}/ is present but none of its files is a tensor file msoverflow understood"
                          if directory.holds_files else f"{shown}/ is present but holds no file")
     declared = declared_rank_count(rank_roots, warn)
     if declared:

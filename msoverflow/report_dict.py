@@ -114,23 +114,21 @@ def handled_dict(h) -> dict:
 
 def conclusion_dict(report) -> dict:
     """The report's one judgement (msoverflow/judgement/): what `patch` and the next-command hint read."""
-    from .judgement import conclusion_of
-    c = conclusion_of(report)
+    c = report.judged()
     return {"rule": c.rule, "verdict": c.verdict, "harmful": c.harmful, "kind": c.kind, "cause": c.cause,
             "reason": c.reason, "fix": c.fix, "next_command": c.next_command, "patch": c.patch,
             "patch_may_act": c.patch_may_act, "evidence": c.used}
 
 
 def report_dict(report) -> dict:
-    from .judgement import fix_of
     return {
         "schema_version": SCHEMA_VERSION,
         "verdict": report.verdict,
         "dump_dir": report.dump_dir,
-        "first": {**finding_dict(report.first), "recommendation": fix_of(report, report.first)} if report.first
+        "first": {**finding_dict(report.first), "recommendation": report.fix_shown(report.first)} if report.first
         else None,
         "conclusion": conclusion_dict(report),
-        "anomalies": [{**finding_dict(f), "recommendation": fix_of(report, f)} for f in report.anomalies],
+        "anomalies": [{**finding_dict(f), "recommendation": report.fix_shown(f)} for f in report.anomalies],
         "propagation": [{"rank": f.rank, "graph": graph_id(f.graph), "iteration": f.step, "op_type": f.op_type,
                          "op_name": f.op_name, "full_name": f.full_name, "kind": f.kind, "cell": f.cell}
                         for f in report.propagation],

@@ -5,7 +5,8 @@
 #   ./scripts/test.sh              the static checks (ruff, mypy: see `lint`), then the whole suite
 #   ./scripts/test.sh lint         the static checks only: ruff check (the repository) and mypy (msoverflow/),
 #                                  configured in pyproject.toml
-#   ./scripts/test.sh quick [ARGS] the fast subset: tests/unit and tests/cli without real MindSpore runs
+#   ./scripts/test.sh quick [ARGS] every test that needs no MindSpore (-m "not mindspore" over tests/: a test that
+#                                  runs MindSpore or asks for a real-run fixture is a `mindspore` test)
 #   ./scripts/test.sh ARGS         pytest ARGS (e.g. tests/real -k msprobe)
 # Without a browser the browser tests skip with the reason; under CI (CI=true) they fail instead.
 set -euo pipefail
@@ -23,7 +24,7 @@ if [ "${1:-}" = lint ]; then
 fi
 if [ "${1:-}" = quick ]; then
   shift
-  exec .venv/bin/python -m pytest -q -p no:cacheprovider -m "not mindspore" tests/unit tests/cli "$@"
+  exec .venv/bin/python -m pytest -q -p no:cacheprovider -m "not mindspore" tests "$@"
 fi
 if [ -z "${MSOVERFLOW_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

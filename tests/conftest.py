@@ -24,7 +24,7 @@ def mindspore_available() -> bool:
 # The session fixtures below run MindSpore (once per session): a test that asks for one is a `mindspore` test, so
 # `-m "not mindspore"` (./scripts/test.sh quick) never starts a real run.
 REAL_RUN_FIXTURES = frozenset({"real_dumps", "multirank_dumps", "compare_pairs", "msprobe_dumps", "hunt_runs",
-                               "upstream_dumps"})
+                               "upstream_dumps", "dumpobj_dumps"})
 
 
 @pytest.hookimpl(tryfirst=True)        # before -m deselects by marker
@@ -115,3 +115,14 @@ def hunt_runs():
         pytest.skip("mindspore is not installed")
     return gen_hunt_runs.ensure_cases(
         progress=lambda msg: print(f"[hunt runs] {msg}", file=sys.__stderr__, flush=True))
+
+
+@pytest.fixture(scope="session")
+def dumpobj_dumps():
+    """Real PyNative and inputs-only CPU runs for how a dump's files are told (tests/support/gen_dumpobj_dumps.py),
+    generated once (about 40 s on 2 cores) and cached under .fixture-cache/dumpobj/<key>/."""
+    if not mindspore_available():
+        pytest.skip("mindspore is not installed (pip install 'msoverflow[mindspore]')")
+    from tests.support import gen_dumpobj_dumps
+    return gen_dumpobj_dumps.ensure_cases(
+        progress=lambda msg: print(f"[dumpobj dumps] {msg}", file=sys.__stderr__, flush=True))

@@ -165,7 +165,9 @@ class _Groups:
             for (r, _graph), root in sorted(self.walked.rank_roots.items(), key=lambda i: (i[0][0], str(i[0][1]))):
                 if root:
                     roots.setdefault(r, root)
-            layout = resolve(self.parallel, self.dump.path, self.ranks, roots, lambda message: None)
+            # resolved once per analysis (rank_rows.rank_rows, on the Dump); resolved here only when called alone
+            layout = self.dump.layout if getattr(self.dump, "layout_resolved", False) else \
+                resolve(self.parallel, self.dump.path, self.ranks, roots, lambda message: None)
             self._coords = {r: layout.coords(r) if layout is not None else None for r in self.ranks}
         return dp_group(rank, self._coords)
 

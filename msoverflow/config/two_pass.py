@@ -159,8 +159,8 @@ def run_two_pass(command: Sequence[str], dump_dir=None, *, options=None, invoked
         report = first.report or _empty(first)
         log.info("run --two-pass: pass 1 saw no bad value; no second pass")
         return _finish(TwoPassOutcome(report, passes, probe=probed), command, invoked_as)
-    step = first.report.first.iteration
-    ranks = sorted({f.rank for f in first.report.anomalies if f.iteration == step})
+    step = first.report.first.step
+    ranks = sorted({f.rank for f in first.report.anomalies if f.step == step})
     log.info("run --two-pass: first bad step %s on rank(s) %s; pass 2: every op's tensors of step %s only", step,
              ", ".join(map(str, ranks)), step)
     extra = {"ranks": ",".join(map(str, ranks))} if device != "cpu" else {}   # CPU dumps ignore support_device
@@ -169,7 +169,7 @@ def run_two_pass(command: Sequence[str], dump_dir=None, *, options=None, invoked
     log.info("run --two-pass: pass 2 wrote %d files, %s in %.1f s", second.files, _size(second.bytes),
              second.seconds)
     report = second.report or _empty(second)
-    seen = {f.rank for f in report.anomalies if f.iteration == step}
+    seen = {f.rank for f in report.anomalies if f.step == step}
     if not set(ranks) <= seen:
         missing = sorted(set(ranks) - seen)
         report.inconclusive.insert(0, f"{NOT_REPRODUCED}: pass 1 saw a bad value at step {step} on rank(s) "

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..dataflow import CONST, PARAM, Flow, Flows, Judged, StepIndex
-from ..model import INVALID, PROPAGATOR, Contained, OpExecution, Source, TensorStats
+from ..model import INVALID, PROPAGATOR, Contained, OpExecution, RunKey, Source, TensorStats
 from ..rules.knowledge import OpKnowledge
 from ..scope import cell_of
 
@@ -35,19 +35,19 @@ class Group:
 
 def find_contained(judged: Sequence[Judged], flows: Flows,
                    index_of: Callable[[int, int], Optional[StepIndex]], access, kn: OpKnowledge
-                   ) -> Tuple[List[Contained], Set[int]]:
+                   ) -> Tuple[List[Contained], Set[RunKey]]:
     """(the contained values, merged over the steps they recur in; ids of the op runs they account for)."""
     by_step: Dict[Tuple[int, int], List[Judged]] = {}
     for pair in judged:
         by_step.setdefault((pair[0].rank, pair[0].step), []).append(pair)
     found: Dict[Tuple[int, str, str], Contained] = {}
-    ids: Set[int] = set()
+    ids: Set[RunKey] = set()
     for (rank, step), pairs in by_step.items():
         for group in _groups(pairs, flows):
             _check(group, flows, functools.partial(index_of, rank, step), access, kn)
             if group.why_not:
                 continue
-            ids.update(id(ex) for ex, _v in group.members)
+            ids.update(ex.key for ex, _v in group.members)
             entry = _describe(group, flows, access)
             key = (rank, entry.graph, entry.op_name)
             if key in found:

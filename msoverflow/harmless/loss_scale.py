@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..dataflow import PARAM, Flows, Judged, StepIndex
-from ..model import CROSS_RANK, INVALID, PROPAGATOR, Handled, OpExecution
+from ..model import CROSS_RANK, INVALID, PROPAGATOR, Handled, OpExecution, RunKey
 from ..rules.knowledge import OpKnowledge
 
 UNPROVEN = "backward not proven"          # why_harmful's mark: said on the finding (it may yet be a loss scale's)
@@ -51,7 +51,7 @@ class StepState:
 
 def find_handled(judged: Sequence[Judged], scanned: Dict[int, List[int]],
                  flows: Flows, index_of: Callable[[int, int], Optional[StepIndex]],
-                 access, kn: OpKnowledge) -> Tuple[List[Handled], Set[int], List[Tuple[int, List[int], str]]]:
+                 access, kn: OpKnowledge) -> Tuple[List[Handled], Set[RunKey], List[Tuple[int, List[int], str]]]:
     """(the handled runs of steps, merged across ranks that agree; ids of the op runs they account for; notes
     (rank, steps, text) on runs that look handled but cannot be confirmed, for their findings). scanned: rank ->
     the steps the walk read, in order."""
@@ -75,14 +75,14 @@ def find_handled(judged: Sequence[Judged], scanned: Dict[int, List[int]],
     made = {(rank, state.step) for rank, _run, confirmed, _note, states in judged_runs if confirmed
             for state in states if not state.received}
     runs: List[Handled] = []
-    ids: Set[int] = set()
+    ids: Set[RunKey] = set()
     notes: List[Tuple[int, List[int], str]] = list(unproven)
     for rank, run, confirmed, note, states in judged_runs:
         if confirmed:
             confirmed, note = _received_handled(rank, run, states, made)
         if confirmed:
             runs.append(run)
-            ids.update(id(ex) for state in states for ex, _v in state.bad)
+            ids.update(ex.key for state in states for ex, _v in state.bad)
         elif note:
             notes.append((rank, run.steps, note))
     return _merge_ranks(runs), ids, notes
@@ -319,7 +319,10 @@ def _sens(index: StepIndex, flows, rank) -> Optional[Tuple[float, str]]:
             if producer is not None and flow.is_backward(producer):
                 continue
             stats = index.access.stats(event)
-            if stats is not None and stats.count and not stats.nonfinite and stats.min == stats.max and stats.max:
+            # a sens of 1 is the seed every gradient starts from (value_and_grad's, GradOperation's): no scale; a
+            # scale applied to the loss itself (loss * scale) is not in the seed
+            if stats is not None and stats.count and not stats.nonfinite and stats.min == stats.max and stats.max \
+                    and stats.max != 1:
                 return float(stats.max), f"the gradient's sens input ({run.op_type} input {event.slot}, {run.op_name})"
         return None
     return None

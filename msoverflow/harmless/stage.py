@@ -93,7 +93,7 @@ class Harmless:
     """The non-finite values that are no fault, and the op runs they account for."""
     contained: List[Contained] = field(default_factory=list)
     handled: List[Handled] = field(default_factory=list)
-    accounted: frozenset = frozenset()                   # ids of the op runs the two account for
+    accounted: frozenset = frozenset()                   # keys (OpExecution.key) of the op runs the two account for
     # (rank, steps, text): steps that look handled but cannot be confirmed; said on their findings
     notes: List[Tuple[int, List[int], str]] = field(default_factory=list)
     strict: bool = False                                 # they stay findings (--strict)
@@ -102,14 +102,14 @@ class Harmless:
         """The judged (op run, verdict) pairs that remain findings."""
         if self.strict:
             return list(judged)
-        return [pair for pair in judged if id(pair[0]) not in self.accounted]
+        return [pair for pair in judged if pair[0].key not in self.accounted]
 
     def remove(self, walked: "Walked") -> "Walked":
         """The walk without what is no fault: a new Walked whose judged op runs and arrivals leave it out."""
         if self.strict or not self.accounted:
             return walked
         return dataclasses.replace(walked, judged=self.keep(walked.judged),
-                                   arrivals=[ex for ex in walked.arrivals if id(ex) not in self.accounted])
+                                   arrivals=[ex for ex in walked.arrivals if ex.key not in self.accounted])
 
     def explain(self, decision: "Decision", sight: Sight) -> "Decision":
         """A new Decision carrying the contained values and handled overflows, the notes on findings whose steps
@@ -137,7 +137,7 @@ def find(walked: "Walked", sight: Sight, strict: bool = False) -> Harmless:
     walk read, in order)."""
     judged = walked.judged
     contained, ids = find_contained(judged, sight.flows, sight.index_of, sight.access, sight.kn)
-    rest = [pair for pair in judged if id(pair[0]) not in ids]
+    rest = [pair for pair in judged if pair[0].key not in ids]
     handled, handled_ids, notes = find_handled(rest, walked.scanned, sight.flows, sight.index_of, sight.access,
                                                sight.kn)
     return Harmless(contained, handled, frozenset(ids | handled_ids), notes, strict)
@@ -147,7 +147,7 @@ def harmful_step(pairs: Sequence[tuple], flows: Flows, index_of, access, kn: OpK
     """Whether one step's bad op runs hold a value that is surely a fault: neither contained nor possibly handled
     by a loss scale. The walk stops after such a step; past any other it reads on, since later steps decide."""
     _contained, ids = find_contained(pairs, flows, index_of, access, kn)
-    rest = [pair for pair in pairs if id(pair[0]) not in ids]
+    rest = [pair for pair in pairs if pair[0].key not in ids]
     return bool(rest) and not may_be_handled(rest, flows, kn)
 
 

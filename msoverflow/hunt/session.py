@@ -183,7 +183,7 @@ def _enrich(report: Report, found: List[dict]) -> None:
     """What the live run knows and a dump's file name does not: Cell path, class, source line, direction."""
     by_rank_step = {(f["rank"], f["step"]): f for f in found}
     for finding in report.anomalies:
-        fact = by_rank_step.get((finding.rank, finding.iteration))
+        fact = by_rank_step.get((finding.rank, finding.step))
         if fact is None:
             continue
         finding.cell = fact.get("cell") or finding.cell
@@ -195,7 +195,7 @@ def _enrich(report: Report, found: List[dict]) -> None:
         if fact.get("source"):
             s = fact["source"]
             finding.source = Source(s["file"], int(s["line"]), s.get("code") or "")
-        finding.evidence.insert(0, f"step {finding.iteration}: {STEPS_NOTE}")
+        finding.evidence.insert(0, f"step {finding.step}: {STEPS_NOTE}")
         finding.evidence.insert(1, f"{fact['direction']} of {fact['forward_op']}"
                                    + (f", gradient of parameter {fact['parameter']}" if fact.get("parameter") else "")
                                    + (f"; the tensor also fed {', '.join(fact['other_consumers'])}"

@@ -11,7 +11,7 @@ from ..model import Conclusion, Report
 from .evidence import Evidence
 from .table import RULES, judge, rule, table
 
-__all__ = ["Evidence", "RULES", "conclude", "conclusion_of", "fix_of", "judge", "rule", "table"]
+__all__ = ["Evidence", "RULES", "conclude", "conclusion_of", "judge", "rule", "table"]
 
 
 def conclude(report: Report) -> Report:
@@ -23,10 +23,3 @@ def conclude(report: Report) -> Report:
 def conclusion_of(report: Report) -> Conclusion:
     """The report's conclusion: the one the analysis set, else the table's for this Report (one made by hand)."""
     return report.conclusion if report.conclusion is not None else judge(Evidence.of(report))
-
-
-def fix_of(report: Report, finding) -> str:
-    """The fix a view shows for a finding: the conclusion's for the first origin, the finding's own for the others."""
-    if finding is report.first:
-        return " ".join(conclusion_of(report).fix)
-    return finding.recommendation

@@ -95,27 +95,7 @@ def _read_order(path: str, _version) -> Tuple[KernelOrder, Optional[str]]:
 
 
 def dump_metadata(rank_root: str, warn) -> Dict[str, object]:
-    """device_target, ms_version and the user's dump config, from rank_N/.dump_metadata/."""
-    meta: Dict[str, object] = {}
-    folder = os.path.join(rank_root, ".dump_metadata")
-    for name, key in (("config.json", "runtime"), ("data_dump.json", "dump_config")):
-        path = os.path.join(folder, name)
-        if not os.path.isfile(path):
-            continue
-        try:
-            value = safeio.json_safe(safeio.load_json(path, limit=16 << 20))
-            if not isinstance(value, dict):
-                raise ValueError(f"a JSON {type(value).__name__}, not an object")
-            meta[key] = value
-        except OSError as exc:
-            warn(f"{path}: unreadable dump metadata ({exc.strerror or exc})")
-        except ValueError as exc:   # JsonError, UnicodeDecodeError
-            warn(f"{path}: unreadable dump metadata ({str(exc)[:200]})")
-    runtime = meta.get("runtime")
-    if isinstance(runtime, dict) and "ms_version" in runtime and not isinstance(runtime["ms_version"], str):
-        runtime["ms_version"] = None if runtime["ms_version"] is None else str(runtime["ms_version"])[:40]
-    config = meta.get("dump_config")
-    if isinstance(config, dict) and not isinstance(config.get("common_dump_settings", {}), dict):
-        warn(f"{os.path.join(folder, 'data_dump.json')}: common_dump_settings is not an object; ignored")
-        config.pop("common_dump_settings")
-    return meta
+    """device_target, ms_version and the user's dump config, from rank_N/.dump_metadata/ (layout.py parses it: the
+    Dump holds it, parsed once)."""
+    from ..layout import read_dump_metadata
+    return read_dump_metadata(rank_root, warn)

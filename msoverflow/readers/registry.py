@@ -75,6 +75,8 @@ def read_dir(d, warn: Warn) -> DirContent:
     through the reader that recognises it. A name that looks like a dump file (names.is_dump_file) and that no
     reader takes is reported as not understood."""
     content = DirContent(d, warn)
+    for path in d.unread_paths():     # what the listing could not open (told where it was listed)
+        content.not_read(path)
     for reader in readers():
         if d.layout in reader.layouts:
             reader.read(content, [])
@@ -103,6 +105,8 @@ def read_dir(d, warn: Warn) -> DirContent:
             if kind_reader is None:
                 if names.is_dump_file(mapping.get(name, name)):
                     _unknown(content, name)
+                elif names.training_file(name):
+                    content.warn(f"{content.path(name)}: {names.training_file(name)}, not a dump file: skipped")
                 continue
             batches.setdefault(kind_reader.name, []).append((name, parsed))
     for reader in readers():

@@ -166,6 +166,7 @@ def clean_text(report: Report) -> str:
     steps = {step for scanned in report.scanned_steps.values() for step in scanned}
     where = f"{read_text(report)} (ranks {steps_text(report.ranks)}; steps {steps_text(steps)})"
     skipped = "" if report.layout == "hunt" and not report.files else (
+        "; not read, on purpose: integer tensors" if inputs_only(report) else
         "; not read, on purpose: the inputs of ops whose outputs are fine, integer tensors")
     harmless = [text for count, text in ((len(report.contained), "contained"),
                                          (sum(len(h.steps) for h in report.handled), "handled by the loss scale"))
@@ -249,7 +250,14 @@ def read_text(report: Report) -> str:
     their values or statistics), or "1234 tensors checked live" by hunt (which reads no file)."""
     if report.layout == "hunt" and not report.files:
         return f"{report.tensors_read} tensors checked live"
+    if inputs_only(report):
+        return f"the inputs of {report.inputs_checked} op run(s) read from {report.files} file(s)"
     return f"the outputs of {report.outputs_checked} op run(s) read from {report.files} file(s)"
+
+
+def inputs_only(report: Report) -> bool:
+    """A dump without output files (input_output 1): its inputs are what was read, every one of them."""
+    return not report.outputs_checked and report.inputs_checked > 0
 
 
 def scanned_text(report: Report) -> str:

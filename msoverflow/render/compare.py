@@ -84,7 +84,7 @@ def headline(c: Comparison) -> str:
     if c.verdict == "diverged":
         f = c.first_divergence
         assert f is not None            # a diverged comparison names its first divergence
-        return f"DIVERGED: first at {f.op_type}, {rank_phrase(f.rank, f.coords)}, step {f.iteration}"
+        return f"DIVERGED: first at {f.op_type}, {rank_phrase(f.rank, f.coords)}, step {f.step}"
     if c.verdict == "equivalent":
         return (f"EQUIVALENT: {c.matched_ops} matched op runs agree within {_g(c.tolerance_ulps)} ulps "
                 f"({c.tensors_compared} tensors compared)")
@@ -126,7 +126,7 @@ def render_compare_text(c: Comparison) -> str:
     f = c.first_divergence
     if f is not None:
         out.append(f"First divergence: {f.op_type} {f.op_name}")
-        out.append(f"  {rank_phrase(f.rank, f.coords)}, step {f.iteration}, graph {f.graph}, op {f.position + 1} "
+        out.append(f"  {rank_phrase(f.rank, f.coords)}, step {f.step}, graph {f.graph}, op {f.position + 1} "
                    "of the step in the baseline's order")
         if f.cell or f.cell_type:
             out.append(f"  Cell: {f.cell or '?'} ({f.cell_type or '?'})")
@@ -176,7 +176,7 @@ def render_compare_markdown(c: Comparison) -> str:
     if f is not None:
         out += ["## First divergence", "", "| | |", "|---|---|",
                 f"| op | {md_code(f.op_type, True)} {md_code(f.op_name, True)} |",
-                f"| rank, step | {md(rank_phrase(f.rank, f.coords))}, {f.iteration} |",
+                f"| rank, step | {md(rank_phrase(f.rank, f.coords))}, {f.step} |",
                 f"| Cell | {md(f.cell)} ({md(f.cell_type)}) |"]
         if f.source:
             out.append(f"| source | {md_code(f'{f.source.file}:{f.source.line}', True)} {md_code(f.source.code, True)} |")
@@ -227,7 +227,7 @@ def _error_svg(c: Comparison):
     if not units:
         return None, "nothing was compared"
     first = c.first_divergence
-    chosen = [u for u in units if first is not None and u == (first.rank, first.iteration)]
+    chosen = [u for u in units if first is not None and u == (first.rank, first.step)]
     chosen += [u for u in units if u not in chosen][:MAX_PLOT_PANELS - len(chosen)]
     fig = figure(10, 2.4 * len(chosen))
     cells: dict = {}
@@ -249,7 +249,7 @@ def _error_svg(c: Comparison):
                 continue
             handles[cell] = ax.scatter([p[2] for p in mine], [max(p[4] or 0.0, floor) for p in mine], s=12,
                                        linewidths=0.4, edgecolors="white", **style[cell])
-        if first is not None and unit == (first.rank, first.iteration):
+        if first is not None and unit == (first.rank, first.step):
             ax.axvline(first.position, color="#c62828", linewidth=1)
             ax.annotate(plot_label(f"first divergence: {first.op_type}"),
                         (first.position, max(first.error_ulps or 1, 1)), color="#c62828", fontsize=8,
@@ -332,7 +332,7 @@ def render_compare_html(c: Comparison, page_dir: Optional[str] = None) -> str:
     parts.append('<section id="unmatched"><h2>Present on one side only</h2>'
                  + ("".join(f"<p>{esc(line)}</p>" for line in unmatched) or '<p class="note">none</p>')
                  + ("<table><tr><th>side</th><th>rank</th><th>step</th><th>op</th></tr>" + "".join(
-                     f"<tr><td>{esc(u.side)}</td><td>{esc(rank_phrase(u.rank, u.coords))}</td><td>{u.iteration}</td>"
+                     f"<tr><td>{esc(u.side)}</td><td>{esc(rank_phrase(u.rank, u.coords))}</td><td>{u.step}</td>"
                      f"<td><code>{esc(u.op_type)}"
                      f"</code> {esc(u.op_name)}</td></tr>" for u in shown) + "</table>" if shown else "")
                  + "</section>")

@@ -53,7 +53,8 @@ def test_bad_input_is_one_line_exit_2_without_traceback(tmp_path, make, message)
 
 def test_only_corrupt_files_is_inconclusive_naming_them(tmp_path):
     """Corrupt files inside a dump are warnings, never fatal; when nothing could be read the verdict is
-    inconclusive (exit 3) with the files named, and the rank is clean only "in what could be read"."""
+    inconclusive (exit 3) with the files named, and the rank's step is incomplete by the one rule of unread files
+    (the same as a truncated one's): never clean."""
     folder = tmp_path / "dump" / "rank_0" / "Net" / "0" / "0"
     folder.mkdir(parents=True)
     (folder / "Add.Default_Add-op0.0.0.1.output.0.DefaultFormat.Float32.npy").write_bytes(b"\x93NUMPY garbage")
@@ -61,7 +62,8 @@ def test_only_corrupt_files_is_inconclusive_naming_them(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
     assert proc.stdout.startswith("INCONCLUSIVE") and "could not be read" in proc.stdout
-    assert "not a valid npy" in proc.stdout and "1 file(s) unreadable" in proc.stdout
+    assert "not a valid npy" in proc.stdout and "1 of 1 files cannot be read" in proc.stdout
+    assert "incomplete" in proc.stdout and " clean " not in proc.stdout
 
 
 def test_refuses_to_write_the_report_into_the_dump(dump):

@@ -62,4 +62,4 @@ def test_verbose_shows_the_timings_of_every_stage_and_of_the_render(tmp_path, ca
     assert main(["-v", "analyze", str(tmp_path / "dump"), "--no-save"]) == 0
     err = capsys.readouterr().err
     assert [line.split()[2] for line in err.splitlines() if line.startswith("msoverflow: timing: ")] == [
-        "discover", "plan", "walk", "harmless", "decide", "settle", "explain", "assemble", "judge", "render"]   # clean: no diagnose
+        "discover", "plan", "walk", "harmless", "decide", "settle", "explain", "ranks", "assemble", "judge", "render"]   # clean: no diagnose

@@ -1,4 +1,4 @@
-"""Every report the fuzz corpus's cases make agrees with itself (msoverflow/judgement/consistency.py): each case
+"""Every report the fuzz corpus's cases make agrees with itself (msoverflow/render/consistency.py): each case
 runs through its harness target as tests/fuzz/test_corpus.py runs it, and every Report an analysis concludes on
 the way is checked. Most corpus cases are reader, config or patch inputs that make no Report; those that analyse
 a dump in process (completeness_step today) are checked, and at least those must be."""
@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import msoverflow.analysis as analysis
-from msoverflow.judgement.consistency import check
+from msoverflow.render.consistency import check
 from tests.fuzz import harness
 
 CORPUS = Path(__file__).resolve().parent / "corpus"

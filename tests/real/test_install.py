@@ -157,6 +157,7 @@ _PROBE = ("import numpy, pyarrow, msoverflow; from msoverflow.readers import sta
           "print(numpy.__version__, pyarrow.__version__, s.fast_parser(), msoverflow.__file__)")
 
 
+@pytest.mark.mindspore      # installs MindSpore itself
 def test_wheel_beside_mindspore_and_numpy1_keeps_the_fast_parser(tmp_path, wheel):
     """What a MindSpore user runs: `pip install msoverflow` into an environment with mindspore==2.10.0 and
     numpy<2, letting pip resolve msoverflow's own requirements. The pyarrow pip picks must import there, so

@@ -8,8 +8,8 @@ import pytest
 
 import msoverflow
 from msoverflow.cli import main
-from msoverflow.judgement.consistency import check
 from msoverflow.render import render
+from msoverflow.render.consistency import check
 
 pytestmark = pytest.mark.mindspore
 

@@ -1,10 +1,10 @@
-"""Every line of a report agrees (msoverflow/judgement/consistency.py), on every real MindSpore fixture: the
+"""Every line of a report agrees (msoverflow/render/consistency.py), on every real MindSpore fixture: the
 single-rank cases, the multi-rank (msrun) cases and the msprobe cases; --strict too. The fuzz corpus's cases are
 checked in tests/fuzz/test_corpus_consistency.py."""
 import pytest
 
 import msoverflow
-from msoverflow.judgement.consistency import check
+from msoverflow.render.consistency import check
 
 
 def _each(dumps):

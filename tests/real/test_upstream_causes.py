@@ -125,8 +125,8 @@ def test_a_fully_masked_attention_row_makes_softmax_the_origin(upstream_dumps):
 
 
 def test_every_upstream_fixture_agrees_with_itself(upstream_dumps):
-    """judgement.consistency over every case of this module's generator, edited copies included."""
-    from msoverflow.judgement.consistency import check
+    """render.consistency over every case of this module's generator, edited copies included."""
+    from msoverflow.render.consistency import check
     problems = {}
     for name in upstream_dumps:
         found = check(analyze(str(upstream_dumps[name]), progress=False))

@@ -5,7 +5,6 @@ architecture-review.md appendices B and D."""
 import os
 
 import numpy as np
-import pytest
 
 from msoverflow import layout, names
 from msoverflow.analysis import analyze
@@ -21,9 +20,9 @@ def _one_step(root, steps=(0,), rank=0):
     return d
 
 
-@pytest.mark.parametrize("stray", ["Add.Default_Add-op1.output.x", "net.step.100.ckpt"])
-def test_a_stray_file_alone_in_a_step_is_one_file_not_understood_not_an_incomplete_step(tmp_path, stray):
-    """Appendix B: a step directory holding only a file with three dots (or a checkpoint left there)."""
+def test_a_stray_file_alone_in_a_step_is_one_file_not_understood_not_an_incomplete_step(tmp_path):
+    """Appendix B: a step directory holding only a file with three dots that the grammar cannot read."""
+    stray = "Add.Default_Add-op1.output.x"
     _one_step(tmp_path)
     step1 = tmp_path / "rank_0" / "Net" / "0" / "1"
     step1.mkdir()
@@ -38,13 +37,16 @@ def test_a_stray_file_alone_in_a_step_is_one_file_not_understood_not_an_incomple
     assert not any("job died" in reason for reason in report.inconclusive + report.warnings)
 
 
-def test_a_stray_file_beside_tensors_never_makes_the_last_step_look_short(tmp_path):
-    """The stray file sits in an earlier step that holds every tensor too: the last step is not 2 of 3 files."""
+def test_a_checkpoint_left_beside_tensors_is_a_note_and_the_step_stays_clean(tmp_path):
+    """Issue 33: a stray net.step.100.ckpt in a clean step is no dump file (no dump writer makes one): CLEAN with a
+    note naming it, never exit 3; and the last step is not 2 of 3 files."""
     _one_step(tmp_path, steps=(0, 1))
-    (tmp_path / "rank_0" / "Net" / "0" / "0" / "net.step.100.ckpt").write_bytes(b"\0" * 16)
+    ckpt = tmp_path / "rank_0" / "Net" / "0" / "0" / "net.step.100.ckpt"
+    ckpt.write_bytes(b"\0" * 16)
+    assert not names.is_dump_file(ckpt.name)
     report = analyze(str(tmp_path))
-    assert report.completeness == [] and len(report.inconclusive) == 1
-    assert "1 file(s) not understood" in report.inconclusive[0]
+    assert report.completeness == [] and report.inconclusive == [] and report.verdict == "clean"
+    assert f"{ckpt}: a MindSpore checkpoint, not a dump file: skipped" in report.warnings
 
 
 def test_a_file_that_does_not_look_like_a_dump_file_is_not_a_step_and_the_verdict_is_clean(tmp_path):

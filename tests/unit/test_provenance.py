@@ -60,16 +60,6 @@ def test_python_api_fills_provenance_without_a_command(tmp_path):
     _validate(report.to_dict())
 
 
-@pytest.mark.mindspore
-def test_mindspore_version_of_a_real_dump(real_dumps):
-    """The real MindSpore 2.10 CPU dump records its version in rank_0/.dump_metadata/config.json."""
-    dump = real_dumps["normhead_fp16_overflow"]
-    written = json.loads((dump / "rank_0" / ".dump_metadata" / "config.json").read_text())["ms_version"]
-    assert written.startswith("2.10")
-    report = analyze(str(dump))
-    assert report.provenance["mindspore_version"] == written
-
-
 def test_msoverflow_analyze_stays_callable(tmp_path):
     """`msoverflow.analyze(...)` twice in a notebook: importing the pipeline module must not shadow the function."""
     dump = str(_small_dump(tmp_path / "dump"))

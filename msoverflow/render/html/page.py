@@ -203,7 +203,7 @@ def verdict_card(report: Report, links: Optional[Links] = None, after: str = "")
         role = {"flagged": "flagged (not proven)", "propagator": "first seen in"}.get(f.role, "origin")
         items = [(role, f"<strong>{esc(op_label(f))}</strong>"),
                  ("kind", esc(kind_shown(f))),
-                 ("where", f"{esc(rank_where(f.rank, report))}, step {f.iteration}, graph {esc(f.graph)}"),
+                 ("where", f"{esc(rank_where(f.rank, report))}, step {f.step}, graph {esc(f.graph)}"),
                  ("what", esc(f.detail)),
                  *((("cause", f'<strong class="cause">{esc(shown[0])}</strong>: {esc(shown[1])}'),)
                    if (shown := cause_shown(report, f)) is not None else ()),

@@ -150,25 +150,25 @@ def _timeline_events(report: Report, top: int):
     for i, f in enumerate(report.anomalies):
         if f.kind == "cross-rank":      # drawn as the arrival it is (report.arrivals)
             continue
-        events.append((f.rank, f.iteration, rel(f.rank, f.iteration, f.timestamp), "origin", op_label(f),
+        events.append((f.rank, f.step, rel(f.rank, f.step, f.timestamp), "origin", op_label(f),
                        f"#{finding_id(i)}" if i <= top else "#origins"))
     for p in report.propagation:
-        events.append((p.rank, p.iteration, rel(p.rank, p.iteration, p.timestamp), "spread", p.op_type,
+        events.append((p.rank, p.step, rel(p.rank, p.step, p.timestamp), "spread", p.op_type,
                        "#propagation-list"))
     for rec in report.overflow_records:
         try:
-            step = int(rec.iteration)
+            step = int(rec.step)
         except (TypeError, ValueError):
             continue
         events.append((rec.rank, step, rel(rec.rank, step, rec.timestamp), "flag", rec.matched_op or rec.unit,
                        "#scan"))
     for i, a in enumerate(report.arrivals):
-        events.append((a.rank, a.iteration, None if a.offset_us is None else max(0.0, a.offset_us / 1000.0),
+        events.append((a.rank, a.step, None if a.offset_us is None else max(0.0, a.offset_us / 1000.0),
                        "arrival", f"{a.op_type} {a.op_name}",
-                       f"#arrival-{a.rank}-{a.iteration}" if i < MAX_TABLE_ROWS else "#arrivals"))
+                       f"#arrival-{a.rank}-{a.step}" if i < MAX_TABLE_ROWS else "#arrivals"))
     for status in report.rank_status:
-        if status.status == RANK_FLAGGED and status.iteration is not None and not report.overflow_records:
-            events.append((status.rank, status.iteration, rel(status.rank, status.iteration, status.time),
+        if status.status == RANK_FLAGGED and status.step is not None and not report.overflow_records:
+            events.append((status.rank, status.step, rel(status.rank, status.step, status.time),
                            "flag", status.op_type or "", f"#rank-{status.rank}"))
     return events
 
@@ -247,7 +247,7 @@ def timeline_svg(report: Report, top: int = 10) -> Tuple[Optional[str], str]:
                 legend[kind + "?"].set_urls([_marker_url(e) for e in unknown])
                 style[kind + "?"] = hollow
         first = report.first
-        if first is not None and first.iteration == step:
+        if first is not None and first.step == step:
             x = next((e[2] for e in events if e[5] == f"#{finding_id(0)}"), None)
             if first.rank in rank_pos:
                 ax.annotate(plot_label(first.op_type, 40), (x or 0.0, rank_pos[first.rank]), xytext=(6, 8),
@@ -443,7 +443,7 @@ def propagation_svg(report: Report) -> Tuple[Optional[str], str]:
     drawn = sum(len(v.members) for v in lay.nodes if v.kind != "more") - 1
     dashed = sum(1 for e in lay.edges if not e.from_graph)
     not_drawn = len(lay.not_drawn) + beyond_cap
-    note = (f"rank {report.first.rank}, step {report.first.iteration}: {len(report.propagation)} ops reached after "
+    note = (f"rank {report.first.rank}, step {report.first.step}: {len(report.propagation)} ops reached after "
             f"the origin ({drawn} drawn). Arrows: producer -> consumer from the saved graph; each op sits one column "
             "right of its latest producer"
             + (f"; {dashed} dashed arrow(s): no producer known, drawn after the latest earlier op that has one"

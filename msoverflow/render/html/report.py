@@ -62,7 +62,7 @@ def _rank_table(report: Report) -> str:
                    + (f' data-ranks="{esc(label)}">' if label != str(s.rank) else ">")
                    + f'<td class="num">{esc(label)}</td>'
                    f'<td class="status">{esc(s.status)}</td>'
-                   f'<td class="num">{"-" if s.iteration is None else s.iteration}</td>'
+                   f'<td class="num">{"-" if s.step is None else s.step}</td>'
                    + (f'<td class="coords">{esc(coords_phrase(s.coords))}</td>' if with_coords else "")
                    + f'<td>{op}</td><td>{esc(s.via or "-")}</td><td>{esc(s.note)}</td></tr>')
     out.append("</tbody></table></div>")
@@ -110,8 +110,8 @@ def _arrivals(report: Report) -> str:
     if not report.arrivals:
         return ""
     shown = report.arrivals[:MAX_TABLE_ROWS]
-    items = "".join(f'<li id="arrival-{a.rank}-{a.iteration}" class="arrival" data-rank="{a.rank}" '
-                    f'data-step="{a.iteration}" data-op="{esc(a.op_name)}">{esc(arrival_text(a))}</li>' for a in shown)
+    items = "".join(f'<li id="arrival-{a.rank}-{a.step}" class="arrival" data-rank="{a.rank}" '
+                    f'data-step="{a.step}" data-op="{esc(a.op_name)}">{esc(arrival_text(a))}</li>' for a in shown)
     more = len(report.arrivals) - len(shown)
     return (f'<section id="arrivals"><h2>Arrivals ({len(report.arrivals)})</h2><p class="note">A collective '
             "delivered a bad value to the rank (the first such collective of each rank's step).</p>"
@@ -129,7 +129,7 @@ def _parameter_table(report: Report) -> str:
            '<th>shape</th><th>how</th></tr></thead><tbody>']
     for h in hits[:MAX_TABLE_ROWS]:
         out.append(f'<tr><td class="num">{h.rank}</td><td>{esc(coords_phrase(h.coords) or "-")}</td>'
-                   f'<td class="num">{h.iteration}</td><td><code>{esc(h.name)}</code></td>'
+                   f'<td class="num">{h.step}</td><td><code>{esc(h.name)}</code></td>'
                    f'<td>{esc(shape_text(h.shape))}</td><td>{esc(h.how)}</td></tr>')
     out.append("</tbody></table></div>")
     if len(hits) > MAX_TABLE_ROWS:
@@ -169,7 +169,7 @@ def _tensor_table(title: str, tensors: List[TensorSummary], links: Links) -> str
 
 def _finding_block(f: Finding, index: int, links: Links, report: Optional[Report] = None) -> str:
     out = [f'<article id="{finding_id(index)}" class="finding"><h3>{"First origin" if index == 0 else "Origin"}: '
-           f'{esc(op_label(f))} <span class="note">(rank {f.rank}, step {f.iteration}, graph {esc(f.graph)})</span>'
+           f'{esc(op_label(f))} <span class="note">(rank {f.rank}, step {f.step}, graph {esc(f.graph)})</span>'
            "</h3>", f"<p>{esc(f.detail)}</p>",
            f'<p>op <code>{esc(f.full_name or f.op_name)}</code>'
            + (f" · saved graph {links.file(f.ir_file, None, f.ir_line)}" if f.ir_file else "")
@@ -232,7 +232,7 @@ def _origins_table(report: Report) -> str:
         return ""
     rows = []
     for i, f in enumerate(report.anomalies[:MAX_TABLE_ROWS]):
-        rows.append(f'<tr><td class="num">{i + 1}</td><td class="num">{f.rank}</td><td class="num">{f.iteration}</td>'
+        rows.append(f'<tr><td class="num">{i + 1}</td><td class="num">{f.rank}</td><td class="num">{f.step}</td>'
                     f'<td>{esc(kind_shown(f))}</td><td><a href="#{finding_id(i)}">{esc(f.op_type)}</a></td>'
                     f'<td>{esc(f.cell or f.cell_type or "-")}</td><td>{esc(f.cause.cause if f.cause else "-")}</td>'
                     f'<td>{esc(f.detail)}</td></tr>')
@@ -248,7 +248,7 @@ def _flagged_table(report: Report) -> str:
     flagged = getattr(report, "flagged", None) or []
     if not flagged:
         return ""
-    rows = "".join(f'<tr><td class="num">{f.rank}</td><td class="num">{f.iteration}</td><td>{esc(op_label(f))}</td>'
+    rows = "".join(f'<tr><td class="num">{f.rank}</td><td class="num">{f.step}</td><td>{esc(op_label(f))}</td>'
                    f'<td>{esc(f.detail)}</td></tr>' for f in flagged[:MAX_TABLE_ROWS])
     more = len(flagged) - MAX_TABLE_ROWS
     return ('<section id="flagged"><h2>Flagged by the hardware, not decided</h2><p class="note">The inputs that '

@@ -1,4 +1,5 @@
-"""Every line of a report agrees: the self-consistency check over a Report (issue 32, item 5).
+"""Every line of a report agrees: the self-consistency check over a Report (issue 32, item 5). It sits with the
+renderers because it reads the rendered headline too.
 
 check(report) lists what contradicts the report's own conclusion or evidence ([] when every line agrees). The
 tests run it over every real fixture and every fuzz corpus case; a new rule or renderer that breaks it fails there.
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from typing import List
 
+from ..judgement.evidence import value_of
 from ..model import (
     CAUSE_DATA,
     CAUSE_DEVICE,
@@ -17,7 +19,6 @@ from ..model import (
     VERDICT_CLEAN,
     Report,
 )
-from .evidence import value_of
 
 NO_FILTERS = "dump without filters"
 # causes a precision patch does not fix
@@ -25,7 +26,7 @@ NOT_PRECISION = frozenset({CAUSE_DEVICE, CAUSE_DOMAIN, CAUSE_DATA, CAUSE_DYNAMIC
 
 
 def check(report: Report) -> List[str]:
-    from . import conclusion_of
+    from ..judgement import conclusion_of
     c = conclusion_of(report)
     first = report.first
     problems: List[str] = []
@@ -48,7 +49,7 @@ def check(report: Report) -> List[str]:
     if first is not None and value_of(first) == "NaN" and c.kind != "NaN":
         problems.append(f"the value is NaN but the kind says {c.kind!r}")
     if first is not None:
-        from ..render.text import headline
+        from .text import headline
         line = headline(report)
         if value_of(first) == "NaN" and ("invalid" in line.split(" first ")[0] or "NaN" not in line) \
                 and "flagged" not in line:
