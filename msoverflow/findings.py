@@ -274,10 +274,14 @@ def describe(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: SavedGra
             node, op_type, op_name = pnode, pnode.op_type, graph.file_name(pnode.full_name)
     place = graphs.place(ex, node, graph, op_type, forward_of=kn.forward_of)
     cell_type = place.cell_type
-    if cell_type is None and place.source is not None and v.role == ORIGIN:
-        cell_type = enclosing_class(place.source.file, place.source.line)
+    if cell_type is None and v.role == ORIGIN and (place.cell_source or place.source) is not None:
+        at = place.cell_source or place.source
+        cell_type = enclosing_class(at.file, at.line)
         if cell_type:
-            evidence.append(f"Cell {cell_type} taken from the source file (the scope name carries no Cell)")
+            evidence.append(f"Cell {place.cell + ' ' if place.cell_source and place.cell else ''}({cell_type}) "
+                            "taken from the call trace and the source file (the scope name carries no Cell)"
+                            if place.cell_source else
+                            f"Cell {cell_type} taken from the source file (the scope name carries no Cell)")
     inputs, outputs = [], []
     if full or v.role == ORIGIN:
         for e in ex.inputs:
