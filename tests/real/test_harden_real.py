@@ -39,7 +39,9 @@ def test_expanded_op_takes_its_cell_from_the_call_trace(harden_dumps):
     assert (first.cell, first.cell_type) == ("network._backbone.head", "BranchHead")
 
 
-def test_parameters_hit_are_weights_only(harden_dumps):
-    report = analyze(str(harden_dumps["branch_head_sqrt"]))
+def test_parameters_hit_are_weights_only(real_dumps):
+    """nan_in_batch: the data batch (graph input `inputs0`, `IsWeight: false` in the saved graph) holds the NaN;
+    its Parameter file is bad, but it is no parameter: the weights whose gradients went bad are."""
+    report = analyze(str(real_dumps["nan_in_batch"]))
     names = {p.name for p in report.parameters}
-    assert names == {"head.variance.bias", "head.variance.weight"}, names
+    assert names == {"fc.bias", "fc.weight"}, names
