@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from . import names
 from .errors import reading
@@ -71,7 +71,7 @@ class Decision:
 def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKnowledge, note) -> Decision:
     """The findings of a walk; `note` takes what the user should hear (an origin not dumped, an unmatched record)."""
     reads_to_decide = access.tensors_read - walked.side_reads
-    demoted = _not_second_origins(walked.judged, graphs)
+    demoted = _not_second_origins(walked.judged, graphs, access.stats)
     judged = [(ex, demoted.get(id(ex), v)) for ex, v in walked.judged]
     table = RankTable(walked.runs, judged, walked.arrivals)
     candidates = [(ex, v) for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK]
@@ -124,13 +124,21 @@ def proven(f: Finding) -> bool:
     return f.role == SUSPECT or (f.role == ORIGIN and f.kind != CROSS_RANK)
 
 
-def _not_second_origins(judged: Judged, graphs: SavedGraphs) -> Dict[int, Verdict]:
+def _not_second_origins(judged: Judged, graphs: SavedGraphs,
+                        stats_of: Callable = lambda event: None) -> Dict[int, Verdict]:
     """The demoted verdicts (by id of their execution). A Cell entry of a framework dump (msprobe:
     `Cell.head.NormHead.backward.0`) wraps the ops that ran inside it: when an op inside its scope already went bad
-    in the same step, the Cell's bad output is that value passing through, not a later origin."""
+    in the same step, the Cell's bad output is that value passing through, not a later origin.
+    stats_of(event): the statistics of a tensor the dump states none of (msprobe task "tensor": npy files only),
+    read only for the shapes that a Cell entry's bad outputs have."""
     made: Dict[Tuple[int, int], List[str]] = {}
     demoted: Dict[int, Verdict] = {}
-    outputs = _api_outputs(judged, graphs)
+    wrappers = [ex for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK
+                and getattr(graphs.node(ex)[0], "wraps_scope", None) is not None]
+    if not wrappers:
+        return demoted
+    shapes = {tuple(e.shape) for ex in wrappers for e in ex.outputs if e.shape is not None}
+    outputs = _api_outputs(judged, graphs, shapes, stats_of)
     for ex, v in judged:
         if v.role not in (ORIGIN, SUSPECT) or v.kind == CROSS_RANK:
             continue
@@ -142,7 +150,7 @@ def _not_second_origins(judged: Judged, graphs: SavedGraphs) -> Dict[int, Verdic
                 demoted[id(ex)] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
                     f"its Cell holds {inside[0]}, which made the bad value first"])
                 continue
-            same = _same_value(ex, outputs.get((ex.rank, ex.step, _direction(ex.op_name)), {}))
+            same = _same_value(ex, outputs.get((ex.rank, ex.step, _direction(ex.op_name)), {}), stats_of)
             if same is not None:
                 demoted[id(ex)] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
                     f"its output is the output of {same} (same shape and statistics): the same value, made inside "
@@ -157,35 +165,37 @@ def _direction(op_name: str) -> bool:
     return ".backward" in op_name
 
 
-def _fingerprint(event) -> Optional[tuple]:
-    """A tensor's shape and the dump's statistics of it; None when the dump states none or nothing bad."""
-    st = event.stats
+def _fingerprint(event, stats_of: Callable = lambda event: None) -> Optional[tuple]:
+    """A tensor's shape and the dump's statistics of it (else stats_of's); None when none or nothing bad."""
+    st = event.stats if event.stats is not None else stats_of(event)
     if st is None or event.shape is None or not (st.nonfinite or st.over_range):
         return None
     numbers = tuple(x if x is None or x == x else "nan" for x in (st.min, st.max, st.max_abs))
     return (tuple(event.shape), event.dtype, st.nan, st.posinf, st.neginf) + numbers
 
 
-def _api_outputs(judged: Judged, graphs: SavedGraphs) -> Dict[Tuple[int, int, bool], Dict[tuple, str]]:
-    """Per (rank, step, backward?): the bad outputs of the ops that are not Cell/Module entries, by fingerprint."""
+def _api_outputs(judged: Judged, graphs: SavedGraphs, shapes: Set[tuple],
+                 stats_of: Callable) -> Dict[Tuple[int, int, bool], Dict[tuple, str]]:
+    """Per (rank, step, backward?): the bad outputs (of the given shapes) of the ops that are not Cell/Module
+    entries, by fingerprint."""
     found: Dict[Tuple[int, int, bool], Dict[tuple, str]] = {}
     for ex, _v in judged:
         node, _graph = graphs.node(ex)
         if node is None or node.wraps_scope is not None:
             continue
         for event in ex.outputs:
-            key = _fingerprint(event)
+            key = _fingerprint(event, stats_of) if event.shape is not None and tuple(event.shape) in shapes else None
             if key is not None:
                 found.setdefault((ex.rank, ex.step, _direction(ex.op_name)), {}).setdefault(key, ex.op_name)
     return found
 
 
-def _same_value(ex: OpExecution, api_outputs: Dict[tuple, str]) -> Optional[str]:
+def _same_value(ex: OpExecution, api_outputs: Dict[tuple, str], stats_of: Callable) -> Optional[str]:
     """The op (not a Cell entry) of the same step and pass whose bad output a Cell/Module entry's bad output equals:
     a Module's forward returns what an API call inside it computed. Without construct.json the Module's scope does
     not hold its API calls; the equal value still says it is the same one."""
     for event in ex.outputs:
-        key = _fingerprint(event)
+        key = _fingerprint(event, stats_of)
         if key is not None and key in api_outputs and api_outputs[key] != ex.op_name:
             return api_outputs[key]
     return None
