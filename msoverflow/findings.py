@@ -284,8 +284,8 @@ def describe(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: SavedGra
             node, op_type, op_name = pnode, pnode.op_type, graph.file_name(pnode.full_name)
     place = graphs.place(ex, node, graph, op_type, forward_of=kn.forward_of)
     cell_type = place.cell_type
-    if cell_type is None and v.role == ORIGIN and (place.cell_source or place.source) is not None:
-        at = place.cell_source or place.source
+    at = place.cell_source or place.source
+    if cell_type is None and v.role == ORIGIN and at is not None:
         cell_type = enclosing_class(at.file, at.line)
         if cell_type:
             evidence.append(f"Cell {place.cell + ' ' if place.cell_source and place.cell else ''}({cell_type}) "

@@ -101,7 +101,7 @@ def _trace_cell(frames):
     is not `self.NAME(` (a loop's `layer(x)`) starts it again. None when the trace enters no Cell."""
     path: List[str] = []
     at = None
-    for (_file, _line, _code, spans, expression, _shared), nxt in zip(frames, frames[1:]):
+    for (_file, _line, _code, spans, expression, _shared), nxt in zip(frames, frames[1:], strict=False):
         if not nxt[2].startswith("def construct("):
             continue
         call = _SELF_ATTR.match(expression) if not spans else None

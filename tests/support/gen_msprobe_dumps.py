@@ -25,7 +25,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from tests.support.fixture_runs import RUNNER, in_staged, msrun_prefix, prune_stale, staged_sources, version, worker_logs
+from tests.support.fixture_runs import (
+    RUNNER,
+    in_staged,
+    msrun_prefix,
+    prune_stale,
+    staged_sources,
+    version,
+    worker_logs,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CASE_SCRIPT = Path(__file__).resolve().parent / "cases" / "msprobe" / "normhead_msprobe.py"
