@@ -85,7 +85,7 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
         ranks_seen = rank_rows(dump, plan, walked, decision, notes, parallel)
     if decision.first is not None or decision.likely is not None:   # a clean dump does not even import it
         with timed("diagnose"):
-            # the cause of every origin, recomputed from its dumped inputs (msoverflow/diagnosis)
+            # the cause of every origin, recomputed from its dumped inputs (msoverflow/cause)
             from .cause.stage import diagnose
             decision = diagnose(decision, dump, plan, walked, graphs, notes, parallel=parallel)
     with timed("assemble"):

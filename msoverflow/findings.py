@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from . import names
 from .errors import reading
@@ -72,7 +72,7 @@ class Decision:
 def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKnowledge, note) -> Decision:
     """The findings of a walk; `note` takes what the user should hear (an origin not dumped, an unmatched record)."""
     reads_to_decide = access.tensors_read - walked.side_reads
-    demoted = _not_second_origins(walked.judged, graphs)
+    demoted = _not_second_origins(walked.judged, graphs, access.stats)
     judged = [(ex, demoted.get(ex.key, v)) for ex, v in walked.judged]
     table = RankTable(walked.runs, judged, walked.arrivals)
     candidates = [(ex, v) for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK]
@@ -143,13 +143,21 @@ def proven(f: Finding) -> bool:
     return f.role == SUSPECT or (f.role == ORIGIN and f.kind != CROSS_RANK)
 
 
-def _not_second_origins(judged: Judged, graphs: SavedGraphs) -> Dict[RunKey, Verdict]:
-    """The demoted verdicts (by id of their execution). A Cell entry of a framework dump (msprobe:
+def _not_second_origins(judged: Judged, graphs: SavedGraphs,
+                        stats_of: Callable = lambda event: None) -> Dict[RunKey, Verdict]:
+    """The demoted verdicts (by their execution's key). A Cell entry of a framework dump (msprobe:
     `Cell.head.NormHead.backward.0`) wraps the ops that ran inside it: when an op inside its scope already went bad
-    in the same step, the Cell's bad output is that value passing through, not a later origin."""
+    in the same step, the Cell's bad output is that value passing through, not a later origin.
+    stats_of(event): the statistics of a tensor the dump states none of (msprobe task "tensor": npy files only),
+    read only for the shapes that a Cell entry's bad outputs have."""
     made: Dict[Tuple[int, int], List[str]] = {}
     demoted: Dict[RunKey, Verdict] = {}
-    outputs = _api_outputs(judged, graphs)
+    wrappers = [ex for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK
+                and getattr(graphs.node(ex)[0], "wraps_scope", None) is not None]
+    if not wrappers:
+        return demoted
+    shapes = {tuple(e.shape) for ex in wrappers for e in ex.outputs if e.shape is not None}
+    outputs = _api_outputs(judged, graphs, shapes, stats_of)
     for ex, v in judged:
         if v.role not in (ORIGIN, SUSPECT) or v.kind == CROSS_RANK:
             continue
@@ -161,7 +169,7 @@ def _not_second_origins(judged: Judged, graphs: SavedGraphs) -> Dict[RunKey, Ver
                 demoted[ex.key] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
                     f"its Cell holds {inside[0]}, which made the bad value first"])
                 continue
-            same = _same_value(ex, outputs.get((ex.rank, ex.step, _direction(ex.op_name)), {}))
+            same = _same_value(ex, outputs.get((ex.rank, ex.step, _direction(ex.op_name)), {}), stats_of)
             if same is not None:
                 demoted[ex.key] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
                     f"its output is the output of {same} (same shape and statistics): the same value, made inside "
@@ -176,35 +184,37 @@ def _direction(op_name: str) -> bool:
     return ".backward" in op_name
 
 
-def _fingerprint(event) -> Optional[tuple]:
-    """A tensor's shape and the dump's statistics of it; None when the dump states none or nothing bad."""
-    st = event.stats
+def _fingerprint(event, stats_of: Callable = lambda event: None) -> Optional[tuple]:
+    """A tensor's shape and the dump's statistics of it (else stats_of's); None when none or nothing bad."""
+    st = event.stats if event.stats is not None else stats_of(event)
     if st is None or event.shape is None or not (st.nonfinite or st.over_range):
         return None
     numbers = tuple(x if x is None or x == x else "nan" for x in (st.min, st.max, st.max_abs))
     return (tuple(event.shape), event.dtype, st.nan, st.posinf, st.neginf) + numbers
 
 
-def _api_outputs(judged: Judged, graphs: SavedGraphs) -> Dict[Tuple[int, int, bool], Dict[tuple, str]]:
-    """Per (rank, step, backward?): the bad outputs of the ops that are not Cell/Module entries, by fingerprint."""
+def _api_outputs(judged: Judged, graphs: SavedGraphs, shapes: Set[tuple],
+                 stats_of: Callable) -> Dict[Tuple[int, int, bool], Dict[tuple, str]]:
+    """Per (rank, step, backward?): the bad outputs (of the given shapes) of the ops that are not Cell/Module
+    entries, by fingerprint."""
     found: Dict[Tuple[int, int, bool], Dict[tuple, str]] = {}
     for ex, _v in judged:
         node, _graph = graphs.node(ex)
         if node is None or node.wraps_scope is not None:
             continue
         for event in ex.outputs:
-            key = _fingerprint(event)
+            key = _fingerprint(event, stats_of) if event.shape is not None and tuple(event.shape) in shapes else None
             if key is not None:
                 found.setdefault((ex.rank, ex.step, _direction(ex.op_name)), {}).setdefault(key, ex.op_name)
     return found
 
 
-def _same_value(ex: OpExecution, api_outputs: Dict[tuple, str]) -> Optional[str]:
+def _same_value(ex: OpExecution, api_outputs: Dict[tuple, str], stats_of: Callable) -> Optional[str]:
     """The op (not a Cell entry) of the same step and pass whose bad output a Cell/Module entry's bad output equals:
     a Module's forward returns what an API call inside it computed. Without construct.json the Module's scope does
     not hold its API calls; the equal value still says it is the same one."""
     for event in ex.outputs:
-        key = _fingerprint(event)
+        key = _fingerprint(event, stats_of)
         if key is not None and key in api_outputs and api_outputs[key] != ex.op_name:
             return api_outputs[key]
     return None
@@ -293,10 +303,14 @@ def describe(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: SavedGra
             node, op_type, op_name = pnode, pnode.op_type, graph.file_name(pnode.full_name)
     place = graphs.place(ex, node, graph, op_type, forward_of=kn.forward_of)
     cell_type = place.cell_type
-    if cell_type is None and place.source is not None and v.role == ORIGIN:
-        cell_type = enclosing_class(place.source.file, place.source.line)
+    at = place.cell_source or place.source
+    if cell_type is None and v.role == ORIGIN and at is not None:
+        cell_type = enclosing_class(at.file, at.line)
         if cell_type:
-            evidence.append(f"Cell {cell_type} taken from the source file (the scope name carries no Cell)")
+            evidence.append(f"Cell {place.cell + ' ' if place.cell_source and place.cell else ''}({cell_type}) "
+                            "taken from the call trace and the source file (the scope name carries no Cell)"
+                            if place.cell_source else
+                            f"Cell {cell_type} taken from the source file (the scope name carries no Cell)")
     inputs, outputs = [], []
     if full or v.role == ORIGIN:
         for e in ex.inputs:

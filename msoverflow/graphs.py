@@ -36,6 +36,8 @@ class Place:
     cell_type: Optional[str]       # ... and class ("NormHead")
     source: Optional[Source]       # the op's source line, else its forward op's
     forward_op: Optional[str]      # the forward op of a backward op (None: not known)
+    # where the Cell's construct is, when the Cell came from the call trace (the scope names none)
+    cell_source: Optional[Source] = None
 
 
 class SavedGraphs:
@@ -163,5 +165,11 @@ class SavedGraphs:
         src = node if (node is not None and node.source_file) else forward_node
         source = Source(src.source_file, src.source_line or 0, src.source_code or "") \
             if src is not None and src.source_file else None
-        return Place(full_name, cell, cell_type, source, forward_op)
+        cell_source = None
+        if cell is None:    # an expander's op (Expand/_Muls/Mul-op0): the call trace names the Cell it ran in
+            traced = next((n for n in (node, forward_node) if n is not None and n.trace_cell), None)
+            if traced is not None and traced.trace_cell_at is not None:
+                cell = traced.trace_cell
+                cell_source = Source(traced.trace_cell_at[0], traced.trace_cell_at[1], "")
+        return Place(full_name, cell, cell_type, source, forward_op, cell_source)
 

@@ -211,6 +211,10 @@ class GraphNode:
     literals: Dict[int, str] = field(default_factory=dict)
     attrs_text: str = ""
     types_text: str = ""      # the node's inferred types line: `(<Tensor[Float32], (2, 4)>, ...) -> (...)`
+    # The Cell the call trace enters (`self.head(x)` then `def construct`), for a node whose scope names none
+    # (readers/ir_graph.py _trace_cell), and (file, line) of that Cell's construct.
+    trace_cell: Optional[str] = None
+    trace_cell_at: Optional[Tuple[str, int]] = None
 
 
 class NamedRun(Protocol):

@@ -143,7 +143,7 @@ def _on_pool(chains, stops, jobs, advance, flags=False):
                         lambda futures: wait(futures, return_when=FIRST_COMPLETED).done, advance)
 
 
-def check_scheduler_address(address: str) -> None:
+def check_scheduler_address(address: str) -> Tuple[str, int]:
     """tcp://HOST:PORT, HOST:PORT or tcp://[IPv6]:PORT, checked before Dask sees it: a malformed address would
     otherwise fail inside the client (and its teardown print a traceback later). TLS needs certificates that
     msoverflow does not configure."""
@@ -166,6 +166,45 @@ def check_scheduler_address(address: str) -> None:
             raise UserError(f"{usage} ({host} is not an IPv6 address)") from None
     if not 0 < int(port) < 65536:
         raise UserError(f"{usage} (port {port} is out of range)")
+    return host, int(port)
+
+
+# A Dask scheduler greets every connection with a small handshake message: Dask's TCP framing (distributed
+# comm/tcp.py) is an 8-byte little-endian byte count, then the message, whose first 8 bytes count its frames.
+HANDSHAKE_WAIT_S = 10.0
+MAX_HANDSHAKE_BYTES = 1 << 20
+MAX_HANDSHAKE_FRAMES = 64
+
+
+def _dask_greeting_problem(host: str, port: int, timeout: float = HANDSHAKE_WAIT_S) -> Optional[str]:
+    """None when the peer's first message is framed as a Dask scheduler's handshake; else what was wrong. Read
+    before a dask Client exists: a Client fed garbage allocates what the garbage says (a MemoryError over
+    exbibytes) and its teardown waits 20 s and prints a traceback."""
+    import socket
+    import struct
+
+    def exactly(sock, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = sock.recv(count - len(data))
+            if not chunk:
+                raise ConnectionError(f"the peer closed the connection after {len(data)} byte(s)")
+            data += chunk
+        return data
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            (size,) = struct.unpack("<Q", exactly(sock, 8))
+            if not 8 <= size <= MAX_HANDSHAKE_BYTES:
+                return f"its first message claims {size} bytes: not a Dask scheduler's greeting"
+            (frames,) = struct.unpack("<Q", exactly(sock, 8))
+            if not 1 <= frames <= MAX_HANDSHAKE_FRAMES:
+                return f"its first message claims {frames} frames: not a Dask scheduler's greeting"
+    except socket.timeout:
+        return f"it sent nothing in {timeout:g} s (a Dask scheduler greets at once)"
+    except OSError as exc:     # ConnectionError included
+        return f"cannot connect ({exc})"
+    return None
 
 
 def _on_dask(chains, stops, address, advance, flags=False):
@@ -174,10 +213,13 @@ def _on_dask(chains, stops, address, advance, flags=False):
     except ImportError:
         raise UserError(f"--scheduler {address}: dask.distributed is not installed "
                         "(pip install 'msoverflow[dask]' here and on every worker)") from None
-    check_scheduler_address(address)
+    host, port = check_scheduler_address(address)
+    problem = _dask_greeting_problem(host, port)
+    if problem is not None:
+        raise UserError(f"--scheduler {address}: cannot reach the Dask scheduler: {problem}")
     try:
         client = Client(address, set_as_default=False, timeout="10s")
-    except (OSError, TimeoutError, ValueError) as exc:
+    except (OSError, TimeoutError, ValueError, MemoryError) as exc:
         raise UserError(f"--scheduler {address}: cannot reach the Dask scheduler ({exc})") from None
     try:
         return _chained(chains, stops,

@@ -51,7 +51,8 @@ def parameter_hits(executions: Dict[int, List[OpExecution]], rank_status: List[R
             # optimizer ops first (they name the parameter and say how its gradient came); then Parameter files
             # of parameters not named yet (their file names spell dots as underscores)
             updates = [ex for ex in step if is_state_update(ex.op_type) and len(ex.inputs) > 1]
-            values = [ex for ex in step if ex.is_parameter]
+            # a graph input that is no weight (IsWeight: false, the data batch) is not a parameter
+            values = [ex for ex in step if ex.is_parameter and not _is_data_input(ex.op_name, row.rank, graphs_of_rank)]
             found: int = 0
             for ex in updates + values:
                 if len(hits) >= MAX_HITS:
@@ -70,6 +71,14 @@ def parameter_hits(executions: Dict[int, List[OpExecution]], rank_status: List[R
             if found:
                 break
     return hits
+
+
+def _is_data_input(name: str, rank: int, graphs_of_rank: Callable[[int], List[object]]) -> bool:
+    """A Parameter file of a graph input that is no weight (the saved graph says `IsWeight: false`); file names
+    spell dots as underscores."""
+    spelled = name.replace(".", "_")
+    return any(spelled in {d.replace(".", "_") for d in getattr(graph, "data_inputs", ())}
+               for graph in graphs_of_rank(rank))
 
 
 def _add(hit: Optional[ParameterHit], row: RankStatus, hits: List[ParameterHit], seen: Set[Tuple[int, str]]) -> int:

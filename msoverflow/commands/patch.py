@@ -58,7 +58,10 @@ def register(subparsers):
     check = parser.add_argument_group("verify")
     check.add_argument("--verify", action="store_true",
                        help="re-run COMMAND (after --) with dump on and the patch in place; compare before/after")
-    check.add_argument("--workdir", metavar="DIR", help="where verify keeps dumps and reports (default: a temp dir)")
+    check.add_argument("--workdir", metavar="DIR",
+                       help="where verify keeps dumps and reports (default: a temp dir, removed when verify ends)")
+    check.add_argument("--keep-workdir", action="store_true",
+                       help="keep the default temp dir of dumps and reports (its path is printed)")
     check.add_argument("--device", choices=["ascend", "gpu", "cpu"], help="device of the re-run (default: detected)")
     check.add_argument("--jit-level", choices=["O0", "O1", "O2"], help="jit level of the re-run (Ascend 2.3+)")
     check.add_argument("--ms-version", help="MindSpore version of the re-run (default: the installed one)")
@@ -160,18 +163,31 @@ def run(args: argparse.Namespace) -> int:
         print(f"verifying: re-running with dump on ({'runtime patch' if how == 'runtime' else how + ' patch on disk'})",
               flush=True)
         logs.started()
-        outcome = verify(target, command, args.dtype, args.workdir, how="runtime" if how == "runtime" else "none",
-                         widen=not args.no_widen, baseline=report is None, echo=_echo,
-                         dump_options={k: v for k, v in (("device", args.device), ("jit_level", args.jit_level),
-                                                         ("ms_version", args.ms_version)) if v},
-                         title="zero-token guard (written to the source)" if how == "guard" else None)
-        for run_ in outcome.runs:       # each run's report beside its dump, for `patch --from` or a look
-            if run_.report is not None:
-                run_.report_path = save_json(run_.report, os.path.join(os.path.dirname(run_.dump_dir),
-                                                                       "report.json"))
-        print(outcome.render())
-        result["verify"] = outcome.to_dict()
-        code = outcome.exit_code
+        import shutil
+        import tempfile
+        # the default workdir (dumps of every re-run) is the command's own: removed when verify ends
+        temporary = None if args.workdir or args.keep_workdir else tempfile.mkdtemp(prefix="msoverflow-verify-")
+        try:
+            outcome = verify(target, command, args.dtype, args.workdir or temporary,
+                             how="runtime" if how == "runtime" else "none",
+                             widen=not args.no_widen, baseline=report is None, echo=_echo,
+                             dump_options={k: v for k, v in (("device", args.device), ("jit_level", args.jit_level),
+                                                             ("ms_version", args.ms_version)) if v},
+                             title="zero-token guard (written to the source)" if how == "guard" else None)
+            if temporary is None:
+                for run_ in outcome.runs:       # each run's report beside its dump, for `patch --from` or a look
+                    if run_.report is not None:
+                        run_.report_path = save_json(run_.report, os.path.join(os.path.dirname(run_.dump_dir),
+                                                                               "report.json"))
+            else:
+                outcome.notes.append("the re-runs' dumps were in a temporary directory, removed now "
+                                     "(--keep-workdir or --workdir DIR keeps them)")
+            print(outcome.render())
+            result["verify"] = outcome.to_dict()
+            code = outcome.exit_code
+        finally:
+            if temporary is not None:
+                shutil.rmtree(temporary, ignore_errors=True)
     if args.json_out:
         from ._output import write_output
         write_output(args.json_out, json.dumps(result, indent=2, default=str) + "\n", "json")

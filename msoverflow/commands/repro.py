@@ -23,6 +23,9 @@ def register(subparsers):
     parser.add_argument("--device", default="cpu", choices=list(MINDSPORE_DEVICE), type=str.lower,
                         help="the script's default device (it also takes --device); default cpu")
     parser.add_argument("--dump", metavar="DIR", help="the dump directory, when it moved since the analysis")
+    parser.add_argument("--force", action="store_true",
+                        help="write into an output directory that already holds files (without it an existing "
+                             "repro is never overwritten)")
     parser.set_defaults(run=run)
     from ._output import Paths, Written, declare_paths, report_dump_dir
     declare_paths(parser, lambda args: Paths((args.dump, report_dump_dir(args.report)),
@@ -36,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
     report = load_report(args.report)
     op = ((report.get("first") or {}).get("op_type") or "origin").replace(os.sep, "_")
     out_dir = args.output or os.path.join(os.getcwd(), f"repro_{op}")
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not args.force:     # as `config -o`: nothing lost silently
+        from ..errors import UserError
+        raise UserError(f"{out_dir}: exists and is not empty; not overwriting it (pass --force to write into it, "
+                        "or -o another directory)")
     result = write(report, out_dir, device=MINDSPORE_DEVICE[args.device], dump_dir=args.dump)
     print(result.describe())
     return 0

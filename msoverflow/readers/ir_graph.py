@@ -28,7 +28,7 @@ _FULLNAME_OLD_PREFIX = ": full_name_with_scope: "          # older dialect (Mind
 # `# In file {path}:{line}[~{end}], {col}~{col}/{code}/`: found by scanning for the separator (linear), never by
 # a leading `(.*)` that backtracks over a long line.
 _SOURCE_PREFIX = "# In file "
-_SOURCE_SEPARATOR = re.compile(r":(\d+)(?:~\d+)?, \d+~\d+/")
+_SOURCE_SEPARATOR = re.compile(r":(\d+)(~\d+)?, (\d{1,6})~(\d{1,6})/")
 _SOURCE_OLD_SEPARATOR = re.compile(r"\((\d{1,9})\)/")        # older dialect: `# In file net.py(175)/  code/`
 MAX_LINE_NUMBER_DIGITS = 9
 # Appended to a source line that several nodes share: not the line that made this node, if another one exists.
@@ -47,7 +47,9 @@ def _full_name(stripped: str) -> Optional[str]:
 
 
 def _source(stripped: str):
-    """(file, line, code) of a `# In file` comment, or None."""
+    """(file, line, code, spans_lines, expression) of a `# In file` comment, or None. spans_lines: the frame is a
+    range of lines (`:66~70`), an enclosing block (`def`, `if`, `for`), never the line that made the op.
+    expression: the columns the frame names (`self._backbone` of `loss = self.ce(self._backbone(x), y)`)."""
     body = stripped[len(_SOURCE_PREFIX):].rstrip()
     if not body.endswith("/"):
         return None
@@ -58,11 +60,58 @@ def _source(stripped: str):
         last = _SOURCE_OLD_SEPARATOR.search(body, 0, len(body) - 1)
     if last is None or last.start() == 0 or len(last.group(1)) > MAX_LINE_NUMBER_DIGITS:
         return None
-    return body[:last.start()], int(last.group(1)), body[last.end():-1].strip()
+    raw = body[last.end():-1]
+    if last.re is _SOURCE_SEPARATOR:
+        spans = last.group(2) is not None
+        expression = raw[int(last.group(3)):int(last.group(4))]
+    else:
+        spans, expression = False, raw
+    return body[:last.start()], int(last.group(1)), raw.strip(), spans, expression
 
 
 def _is_user_code(path: str) -> bool:
     return not _FRAMEWORK.search(path)
+
+
+_SELF_ATTR = re.compile(r"\s*self\.(\w+)\s*$")
+
+
+def _frame_rank(frame, calls: bool) -> int:
+    """Lower is better: user code before framework code, a single line before an enclosing block (a multi-line
+    range), a line of its own before a shared one or a call site (calls: the next frame enters a function there)."""
+    path, _line, _code, spans, _expression, shared = frame
+    return (0 if _is_user_code(path) else 4) + (2 if spans else 0) + (1 if shared or calls else 0)
+
+
+def _choose_source(frames):
+    """The op's source: frames run from the outermost call to the innermost; the last of the best rank wins."""
+    best, best_rank = None, 99
+    for index, frame in enumerate(frames):
+        calls = index + 1 < len(frames) and frames[index + 1][2].startswith("def ")
+        rank = _frame_rank(frame, calls)
+        if rank <= best_rank:
+            best, best_rank = frame, rank
+    return best
+
+
+def _trace_cell(frames):
+    """(Cell path, (file, line) of its construct) from the call trace, for an op whose scope names no Cell (an
+    expander's `Expand/_Muls/Mul-op0`): each `self.NAME(...)` frame followed by a `def construct(` frame entered
+    the Cell attribute NAME. The path is the run of such calls that ends at the innermost construct; a call that
+    is not `self.NAME(` (a loop's `layer(x)`) starts it again. None when the trace enters no Cell."""
+    path: List[str] = []
+    at = None
+    for (_file, _line, _code, spans, expression, _shared), nxt in zip(frames, frames[1:], strict=False):
+        if not nxt[2].startswith("def construct("):
+            continue
+        call = _SELF_ATTR.match(expression) if not spans else None
+        if call is None:
+            path = []
+            at = (nxt[0], nxt[1])
+            continue
+        path.append(call.group(1))
+        at = (nxt[0], nxt[1])
+    return (".".join(path), at) if path else (None, None)
 
 
 def _args(line: str, start: int) -> List[str]:
@@ -294,9 +343,11 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
                              inferred_out=current.get("inferred"), kernel_out=current.get("kernel"),
                              ir_line=current.get("line"), literals=current["literals"], attrs_text=current["attrs"],
                              types_text=current.get("types_text", ""))
-            src = current.get("source")
+            frames = current.get("frames") or []
+            src = _choose_source(frames)
             if src:
-                node.source_file, node.source_line, node.source_code = src
+                node.source_file, node.source_line, node.source_code = src[:3]
+            node.trace_cell, node.trace_cell_at = _trace_cell(frames)
             ids[current["id"]] = node.full_name
             if current.get("unique"):
                 unique[current["unique"]] = node.full_name
@@ -360,12 +411,7 @@ def parse_ir(lines: Iterable[str]) -> GraphIndex:
                 text += "/"
             src = _source(text)
             if src:
-                # Lines run from the outermost call to the innermost: the last of the best kind wins.
-                # Best: user code not marked shared; then shared user code; then framework code.
-                rank = (0 if _is_user_code(src[0]) else 2) + (1 if shared else 0)
-                if rank <= current.get("source_rank", 99):
-                    current["source"] = src
-                    current["source_rank"] = rank
+                current.setdefault("frames", []).append((*src, shared))
         elif not stripped.startswith("#") and not stripped.startswith(":") and stripped and current:
             finish()
             current = None

@@ -56,9 +56,11 @@ _PARAM_GRAD = re.compile(r"^(Cell|Module)\.(?:(.+)\.)?([A-Za-z_]\w*)\.parameters
 _API = re.compile(r"^(.+)\.(\d+)\.(forward|backward)$")
 _FRAME = re.compile(r"File (?P<file>.+?), line (?P<line>\d+), in (?P<func>[^,\n]+),?\s*\n?\s*(?P<code>.*)", re.S)
 # Frames inside these packages are the framework, not the user's code. msprobe's own frames are skipped wherever
-# it is installed (a source checkout: `.../accuracy_tools/msprobe/mindspore/dump/hook_cell/hook_cell.py`).
+# it is installed (a source checkout: `.../accuracy_tools/msprobe/mindspore/dump/hook_cell/hook_cell.py`), by its
+# package's own subpackages: a user's folder that happens to be called msprobe/ holds user code.
 _FRAMEWORK = re.compile(r"[/\\](?:site|dist)-packages[/\\](?:mindspore|msprobe|torch|torch_npu|msadapter)[/\\]"
-                        r"|[/\\]mindspore[/\\]python[/\\]mindspore[/\\]|(?:^|[/\\])msprobe[/\\]")
+                        r"|[/\\]mindspore[/\\]python[/\\]mindspore[/\\]"
+                        r"|(?:^|[/\\])msprobe[/\\](?:core|mindspore|pytorch|msaccucmp|infer|overflow_check|visualization)[/\\]")
 
 # API words -> the MindSpore primitive that has the same input slots (so domain/division knowledge applies to
 # forward entries). Backward entries never take these names: their inputs are gradients, not the op's inputs.

@@ -295,7 +295,7 @@ def provenance_text(report) -> str:
     return text
 
 
-# ---- the cause of an origin (msoverflow/diagnosis) ---------------------------------------------------------
+# ---- the cause of an origin (msoverflow/cause) ---------------------------------------------------------
 
 def value_text(x: Optional[float]) -> str:
     """A recomputed or dumped value: nan, inf, -inf or the number."""

@@ -26,14 +26,32 @@ def plain(text) -> str:
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>&|])")
-_MD_ENTITY = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+
+
+# A code span on one line: msoverflow's own prose quotes commands so (`msoverflow patch --from report.json`); inside
+# one, markdown shows every character as it is (no HTML, link or emphasis), so it is kept, not escaped.
+_MD_CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def _md_prose(flat: str) -> str:
+    # `>` is markup only where a line starts (a quote); mid-line it is shown as it is, so it stays readable
+    return _MD_SPECIAL.sub(lambda m: "&lt;" if m.group(1) == "<" else "&amp;" if m.group(1) == "&"
+                           else ">" if m.group(1) == ">" else "\\" + m.group(1), flat)
 
 
 def md(text) -> str:
-    """Markdown prose from a dump: HTML as text (`<b>` -> `&lt;b&gt;`), no links, emphasis or code spans, no
-    table cell breaks, one line."""
+    """Markdown prose from a dump: HTML as text (`<b>` -> `&lt;b>`), no links or emphasis, no table cell breaks,
+    one line; a `code span` stays one (its characters are shown as they are), and `>` is written as it is except
+    at the start (a quote)."""
     flat = plain(text).replace("\r", " ").replace("\n", " ")
-    return _MD_SPECIAL.sub(lambda m: _MD_ENTITY.get(m.group(1), "\\" + m.group(1)), flat)
+    out, at = [], 0
+    for span in _MD_CODE_SPAN.finditer(flat):
+        out.append(_md_prose(flat[at:span.start()]))
+        out.append("`" + span.group(1).replace("|", "\\|") + "`")
+        at = span.end()
+    out.append(_md_prose(flat[at:]))
+    joined = "".join(out)
+    return "\\" + joined if joined.startswith(">") else joined
 
 
 def md_code(text, table: bool = False) -> str:

@@ -5,7 +5,8 @@ float64 numpy reference.
 
 MindFormers itself does not import on CPU without its whole stack, so the NormHead class is extracted from the
 real file (as patched, or as it is) with libcst-free `ast` slicing and written, with the imports it needs and the
-patch's helpers, into a small module that is imported here. The file comes from mindformers_source (see there).
+patch's helpers, into a small module that is imported here. The file is kept in tests/support/mindformers/
+(mindformers_source.py; PROVENANCE.md names its repository, commit and path).
 """
 import ast
 import importlib.util
@@ -252,3 +253,11 @@ def test_runtime_patch_on_the_real_normhead(version, tmp_path):
         apply(Holder(past), Target(cell="NormHead"), "float32")
         past(Tensor(_hidden(), mstype.float16))
         np.testing.assert_allclose(past.weight.asnumpy().astype(np.float64), normed, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("name", sorted(mindformers_source.VERSIONS))
+def test_the_kept_mindformers_file_is_the_pinned_commits(name):
+    """The fixture is MindFormers' file unmodified (skips where no git copy of MindFormers is here)."""
+    kept = mindformers_source.read(name)
+    assert kept.startswith("# Copyright 2023 Huawei Technologies Co., Ltd") and "Apache License" in kept[:400]
+    assert kept == mindformers_source.from_git(name)

@@ -184,3 +184,22 @@ def test_patch_from_a_dump_directory_analyses_it_without_writing_into_it(overflo
     assert "apply(train_network, Target(cell='network._backbone.lm_head'), 'float32')" in out
     after = sorted(os.path.join(d, f) for d, _, files in os.walk(dump_dir) for f in files)
     assert after == before
+
+
+def test_verify_removes_its_temporary_workdir_unless_kept(overflow_report, tmp_path, monkeypatch, capsys):
+    """Without --workdir the re-runs' dumps go to a msoverflow-verify-* temp dir: removed when verify ends (also
+    when it exits 1), kept with --keep-workdir."""
+    import tempfile
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", None)      # tempfile caches the temp dir it found first
+    code = cli.main(["patch", "--from", overflow_report, "--op", "Sqrt", "--no-widen", "--verify", "--",
+                     *TRAIN, "--steps", "1"])
+    text = capsys.readouterr().out
+    assert code == 1 and "removed now" in text
+    assert not list(temp.glob("msoverflow-verify-*"))
+    assert cli.main(["patch", "--from", overflow_report, "--verify", "--keep-workdir", "--",
+                     *TRAIN, "--steps", "1"]) == 0
+    kept = list(temp.glob("msoverflow-verify-*"))
+    assert len(kept) == 1 and str(kept[0]) in capsys.readouterr().out

@@ -297,3 +297,28 @@ def test_regenerating_a_case_gives_identical_tensors(real_dumps, tmp_path):
     record = gen.run_case(gen.CASES_BY_NAME["sqrt_negative"], tmp_path)
     assert record["ok"], gen.failure_message(tmp_path / "sqrt_negative", record)
     assert contents(tmp_path / "sqrt_negative" / "dump") == contents(real_dumps["sqrt_negative"])
+
+
+def test_cases_run_from_a_copy_inside_the_cache_entry(tmp_path):
+    """One cache serves several checkouts: the case scripts and the demo package are copied into the entry, so the
+    files that the dumps name outlive the checkout that made them."""
+    from tests.support import fixture_runs
+    src = fixture_runs.staged_sources(tmp_path / "entry")
+    assert src == (tmp_path / "entry").resolve() / "src"
+    assert (src / "msoverflow" / "demo" / "model.py").read_bytes() == \
+        (fixture_runs.REPO / "msoverflow" / "demo" / "model.py").read_bytes()
+    script = fixture_runs.SUPPORT / "cases" / "realdump" / "clean_fp32.py"
+    assert fixture_runs.in_staged(str(script), src) == str(src / "cases" / "realdump" / "clean_fp32.py")
+    assert fixture_runs.in_staged("--steps", src) == "--steps"
+    assert fixture_runs.staged_sources(tmp_path / "entry") == src     # made once per entry
+
+
+@pytest.mark.mindspore
+def test_saved_graphs_name_no_file_of_the_checkout_that_made_them(real_dumps):
+    entry = real_dumps.root.resolve()
+    named = set()
+    for ir in (real_dumps["normhead_fp16_overflow"] / "rank_0" / "graphs").glob("*.ir"):
+        named |= {f for f in re.findall(r"In file (/[^:\s]+\.py)", ir.read_text(errors="replace"))
+                  if "site-packages" not in f}
+    assert any(f.endswith("msoverflow/demo/model.py") for f in named), named
+    assert all(f.startswith(str(entry) + "/") and Path(f).is_file() for f in named), named

@@ -83,3 +83,22 @@ def test_script_has_no_eval_and_says_why_bf16_did_not_run(real_dumps, tmp_path):
     assert _calls(tmp_path / "repro" / "repro.py", {"eval", "exec", "compile"}) == []
     bf16 = next(line for line in lines if line.strip().startswith("bfloat16"))
     assert "not run on CPU (TypeError: Select CPU operator[Sqrt] fail! Unsupported data type!)" in bf16, bf16
+
+
+def test_refuses_to_overwrite_an_existing_repro_without_force(real_dumps, tmp_path, monkeypatch, capsys):
+    """As `config -o`: the default ./repro_SqrtGrad/ made by an earlier run (perhaps edited since) is never
+    overwritten silently; --force writes into it."""
+    report = tmp_path / "report.json"
+    cli.main(["analyze", str(real_dumps["normhead_fp16_overflow"]), "--format", "json", "-o", str(report),
+              "--no-progress"])
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["repro", "--from", str(report)]) == 0
+    script = tmp_path / "repro_SqrtGrad" / "repro.py"
+    script.write_text(script.read_text() + "# my edit\n")
+    capsys.readouterr()
+    assert cli.main(["repro", "--from", str(report)]) == 2
+    err = capsys.readouterr().err
+    assert "repro_SqrtGrad" in err and "--force" in err and len(err.strip().splitlines()) == 1
+    assert script.read_text().endswith("# my edit\n")
+    assert cli.main(["repro", "--from", str(report), "--force"]) == 0
+    assert not script.read_text().endswith("# my edit\n")

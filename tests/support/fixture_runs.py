@@ -6,13 +6,18 @@ Only the standard library: tests import the generators.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import socket
+import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import List, Optional
 
+SUPPORT = Path(__file__).resolve().parent
+RUNNER = Path(__file__).resolve()   # how cases run (staged_sources): part of every generator's cache key
+REPO = SUPPORT.parents[1]
 # Checkouts that share one cache hold different keys at the same time: only keys unused this long are removed.
 STALE_AFTER_S = 86400
 
@@ -74,3 +79,42 @@ def copy_dump(source, tmp_path, name: str = "dump") -> Path:
             path = os.path.join(root, entry)
             os.chmod(path, os.stat(path).st_mode | stat.S_IWUSR)
     return target
+
+
+def staged_sources(entry: Path, whole_package: bool = False) -> Path:
+    """entry/src: a copy of tests/support/cases/ and of msoverflow's demo package (the whole package when
+    whole_package), made once per cache entry. Cases run from this copy, so the paths that the saved graphs, stack
+    traces and reports record name files inside the cache entry, which outlive the checkout that made them (one
+    cache is shared by several checkouts, and a removed worktree must not break the others' tests)."""
+    # resolved: a checkout's .fixture-cache may be a symlink into another checkout's, and the paths must not pass
+    # through the checkout
+    src = Path(entry).resolve() / ("src-package" if whole_package else "src")
+    if (src / ".complete").exists():
+        return src
+    src.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".src-", dir=src.parent))
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(SUPPORT / "cases", staging / "cases", ignore=skip)
+    if whole_package:
+        shutil.copytree(REPO / "msoverflow", staging / "msoverflow", ignore=skip)
+    else:   # what `-m msoverflow.demo.train` and `from msoverflow.demo.model import ...` import, nothing more
+        (staging / "msoverflow").mkdir()
+        for name in ("__init__.py", "version.py"):
+            shutil.copy2(REPO / "msoverflow" / name, staging / "msoverflow" / name)
+        shutil.copytree(REPO / "msoverflow" / "demo", staging / "msoverflow" / "demo", ignore=skip)
+    (staging / ".complete").write_text(f"copied from {REPO}\n")
+    try:
+        os.rename(staging, src)
+    except OSError:     # another generator staged it first
+        shutil.rmtree(staging, ignore_errors=True)
+    return src
+
+
+def in_staged(arg: str, src: Path) -> str:
+    """A command argument naming a file under tests/support/cases/, moved into the staged copy; others unchanged."""
+    if not (arg.endswith(".py") and os.path.isabs(arg)):
+        return arg
+    try:
+        return str(src / Path(arg).resolve().relative_to(SUPPORT))
+    except ValueError:
+        return arg

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from tests.support import gen_real_dumps  # its runner, lock and case records
-from tests.support.fixture_runs import prune_stale, version
+from tests.support.fixture_runs import RUNNER, in_staged, prune_stale, staged_sources, version
 
 REPO = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent
@@ -137,7 +137,7 @@ def cache_key() -> str:
     """What makes the dumps: the runs' definitions (not the pairs' expectations), the case scripts, the demo
     model and the versions."""
     digest = hashlib.sha256(repr(RUNS).encode())
-    for path in [*sorted(CASES_DIR.glob("*.py")), *sorted((REPO / "msoverflow" / "demo").glob("*.py"))]:
+    for path in [Path(__file__).resolve(), RUNNER, *sorted(CASES_DIR.glob("*.py")), *sorted((REPO / "msoverflow" / "demo").glob("*.py"))]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     digest.update(f"mindspore={version('mindspore')}|msprobe={version('mindstudio-probe')}".encode())
     return digest.hexdigest()[:16]
@@ -154,9 +154,10 @@ def _run_msprobe(run: Run, out_dir: Path, python: str) -> dict:
                   "extra_info": True, run.msprobe_task: {"scope": [], "list": [], "data_mode": ["all"]}}
         config_path = Path(tmp) / "config.json"
         config_path.write_text(json.dumps(config, indent=2))
+        src = staged_sources(out_dir)    # the case script and demo package run from the cache entry's copy
         env = dict(os.environ, GLOG_v="3",
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-        cmd = [python, *run.command_args(), "--msprobe", str(config_path)]
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")])))
+        cmd = [python, *(in_staged(arg, src) for arg in run.command_args()), "--msprobe", str(config_path)]
         proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
         (target / "run.log").write_text(proc.stdout + proc.stderr)
         ok = proc.returncode == 0 and dump.is_dir()

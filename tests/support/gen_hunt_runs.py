@@ -25,7 +25,15 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from tests.support.fixture_runs import msrun_prefix, prune_stale, version, worker_logs
+from tests.support.fixture_runs import (
+    RUNNER,
+    in_staged,
+    msrun_prefix,
+    prune_stale,
+    staged_sources,
+    version,
+    worker_logs,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CASE_SCRIPT = Path(__file__).resolve().parent / "cases" / "hunt" / "normhead_train.py"
@@ -82,7 +90,7 @@ def available() -> bool:
 
 def cache_key() -> str:
     h = hashlib.sha1()
-    for path in [Path(__file__), CASE_SCRIPT, *sorted((REPO / "msoverflow").rglob("*.py")),
+    for path in [Path(__file__), RUNNER, CASE_SCRIPT, *sorted((REPO / "msoverflow").rglob("*.py")),
                  *sorted((REPO / "msoverflow" / "data").glob("*.yaml"))]:
         h.update(str(path.relative_to(REPO)).encode())
         h.update(path.read_bytes())
@@ -96,14 +104,16 @@ def run_case(case: Case, out_root: Path, python: str = sys.executable) -> Path:
     # MindSpore refuses dump paths with a '.' (.fixture-cache): run in a temporary directory, then move it here
     # (the report's absolute paths then name the temporary directory: give `repro --dump` the moved one).
     work = Path(tempfile.mkdtemp(prefix=f"msoverflow_{case.name}_"))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    # msoverflow (the key hashes all of it), the case script and the demo run from the cache entry's copy
+    src = staged_sources(out_root, whole_package=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]),
                GLOG_v=case.glog, MSOVERFLOW_REPORT_JSON="")
     launcher = [python]
     if case.workers > 1:   # msrun starts `python` from PATH: the venv's first
         env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])
         launcher = msrun_prefix(python, case.workers, work / "logs")   # msrun runs the script with `python` itself
     cmd = [python, "-m", "msoverflow", *case.msoverflow, "--format", "json", "-o", "report.json", "--",
-           *launcher, str(CASE_SCRIPT), *case.script]
+           *launcher, in_staged(str(CASE_SCRIPT), src), *case.script]
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=CASE_TIMEOUT_S)
     logs = worker_logs(work / "logs")
     (work / "run.log").write_text(proc.stdout + proc.stderr + logs)

@@ -30,7 +30,7 @@ CASES: List[base.Case] = [
 
 def cache_key() -> str:
     digest = hashlib.sha256()
-    for path in [Path(__file__).resolve(), *sorted((base.REPO / "msoverflow" / "demo").glob("*.py"))]:
+    for path in [Path(__file__).resolve(), base.RUNNER, *sorted((base.REPO / "msoverflow" / "demo").glob("*.py"))]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     digest.update(f"mindspore={base.mindspore_version()}".encode())
     return digest.hexdigest()[:16]

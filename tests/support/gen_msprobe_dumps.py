@@ -25,7 +25,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from tests.support.fixture_runs import msrun_prefix, prune_stale, version, worker_logs
+from tests.support.fixture_runs import (
+    RUNNER,
+    in_staged,
+    msrun_prefix,
+    prune_stale,
+    staged_sources,
+    version,
+    worker_logs,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CASE_SCRIPT = Path(__file__).resolve().parent / "cases" / "msprobe" / "normhead_msprobe.py"
@@ -85,7 +93,7 @@ def available() -> bool:
 
 def cache_key() -> str:
     h = hashlib.sha1()
-    for path in [Path(__file__), CASE_SCRIPT, *sorted((REPO / "msoverflow" / "demo").glob("*.py"))]:
+    for path in [Path(__file__), RUNNER, CASE_SCRIPT, *sorted((REPO / "msoverflow" / "demo").glob("*.py"))]:
         h.update(path.read_bytes())
     h.update(f"{version('mindspore')}|{version('mindstudio-probe')}".encode())
     return h.hexdigest()[:16]
@@ -99,9 +107,10 @@ def run_case(case: Case, out_root: Path, python: str = sys.executable) -> Path:
         dump = work / "dump"
         config_path = work / "config.json"
         config_path.write_text(json.dumps(case.config(str(dump)), indent=2))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        src = staged_sources(out_root)    # the case script and demo package run from the cache entry's copy
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]),
                    GLOG_v="3")
-        cmd = [python, str(CASE_SCRIPT), "--config", str(config_path), "--steps", str(case.steps),
+        cmd = [python, in_staged(str(CASE_SCRIPT), src), "--config", str(config_path), "--steps", str(case.steps),
                "--loss-scale", case.loss_scale]
         if case.workers > 1:
             # msrun starts `python` from PATH: the venv's first

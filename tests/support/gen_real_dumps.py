@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
-from tests.support.fixture_runs import prune_stale
+from tests.support.fixture_runs import RUNNER, in_staged, prune_stale, staged_sources
 
 REPO = Path(__file__).resolve().parents[2]
 CASES_DIR = Path(__file__).resolve().parent / "cases" / "realdump"
@@ -465,7 +465,7 @@ def mindspore_version() -> Optional[str]:
 
 def cache_key() -> str:
     digest = hashlib.sha256()
-    sources = [Path(__file__).resolve(), *sorted(CASES_DIR.glob("*.py")), *sorted((REPO / "msoverflow" / "demo").glob("*.py"))]
+    sources = [Path(__file__).resolve(), RUNNER, *sorted(CASES_DIR.glob("*.py")), *sorted((REPO / "msoverflow" / "demo").glob("*.py"))]
     for path in sources:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     digest.update(f"mindspore={mindspore_version()}".encode())
@@ -731,12 +731,15 @@ def run_case(case: Case, out_dir: Path, python: str = sys.executable, timeout: f
     config_path.write_text(json.dumps(config, indent=2))
     env = dict(os.environ)
     env["MINDSPORE_DUMP_CONFIG"] = str(config_path)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    # run from the cache entry's copy of the case scripts and the demo package (fixture_runs.staged_sources)
+    src = staged_sources(Path(out_dir))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
     env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])  # msrun runs the first python
     env.pop("MS_ACL_DUMP_CFG_PATH", None)  # would divert O0/O1 dumps to the ACL path
     env.setdefault("GLOG_v", "2")
     log_dir = staging / "logs"
     command = case.command(python, master_port=_free_port(), log_dir=str(log_dir)) if not case.derive else []
+    command = [in_staged(arg, src) for arg in command]
     log_path = case_dir / "run.log"
     started = time.monotonic()
     derived_edits: dict = {}

@@ -1,9 +1,10 @@
-"""Real MindFormers source for the patch tests, read at test time (never committed to this repository).
+"""Real MindFormers source for the patch tests, kept as a fixture in tests/support/mindformers/ (unmodified
+copies with their Apache-2.0 license header; PROVENANCE.md names repository, commit and path of each).
 
 MindFormers' release wheels on PyPI (0.8.0 ... 2.1.0, checked) ship `mindformers/` and `configs/` only: the
-`research/` tree that holds Baichuan2's NormHead is in none of them, and PyPI has no sdist. So the Baichuan2
-code is read from a git copy of the public MindFormers repository: $MSOVERFLOW_MINDFORMERS_GIT (a clone or bare
-repository), else a local mirror of it if this machine has one. Tests skip, saying so, when there is none.
+`research/` tree that holds Baichuan2's NormHead is in none of them, and PyPI has no sdist. So the files are kept
+here; when a git copy of MindFormers is present ($MSOVERFLOW_MINDFORMERS_GIT, a clone or bare repository, else a
+local mirror), `from_git` reads the same file at the pinned commit, and a test checks that the fixture equals it.
 
 The two NormHead versions, pinned by commit:
   - fp16: tag v1.3.2 (same code from v1.0.0 to 1.4): weight and eps hard-coded float16, `use_past` and training
@@ -33,11 +34,24 @@ def _git_dir() -> Optional[str]:
     return None
 
 
+FIXTURE_DIR = Path(__file__).resolve().parent / "mindformers"
+
+
+def fixture_path(version: str, path: str = BAICHUAN2_13B) -> Path:
+    return FIXTURE_DIR / f"{version}_{Path(path).name}.txt"
+
+
 def read(version: str, path: str = BAICHUAN2_13B) -> str:
-    """The file at the pinned commit of `version`; skips the test when no MindFormers git copy is here."""
+    """The file at the pinned commit of `version`, from the fixture kept in this repository."""
+    VERSIONS[version]        # a known version only
+    return fixture_path(version, path).read_text(encoding="utf-8")
+
+
+def from_git(version: str, path: str = BAICHUAN2_13B) -> str:
+    """The same file read from a git copy of MindFormers; skips the test when none is here."""
     where = _git_dir()
     if where is None:
-        pytest.skip(f"no git copy of MindFormers (set {GIT_ENV}): research/baichuan2 is in no PyPI wheel")
+        pytest.skip(f"no git copy of MindFormers (set {GIT_ENV}) to check the fixture against")
     commit = VERSIONS[version]
     proc = subprocess.run(["git", "-C", where, "show", f"{commit}:{path}"], capture_output=True, text=True)
     if proc.returncode != 0:

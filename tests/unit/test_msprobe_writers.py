@@ -240,3 +240,33 @@ def test_msprobe_order_is_not_a_clock(tmp_path):
     assert report.step_times == {}
     assert "ms into" not in render(report, "text")
     assert "no timeline drawn: the report holds no time within a step" in render(report, "html")
+
+
+def test_a_module_entry_equal_to_an_api_call_is_one_origin_in_tensor_mode_without_construct_json(tmp_path):
+    """msprobe task "tensor" (dump.json as msprobe's PyTorch collector writes it: each tensor's statistics null and
+    its data_name naming an npy file in dump_tensor_data/), no construct.json: the Module's output is the npy of
+    the Functional call inside it; read, the two are the same value, so the run has one origin."""
+    import numpy as np
+    folder = tmp_path / "dump" / "step0" / "rank0"
+    tensors = folder / "dump_tensor_data"
+    tensors.mkdir(parents=True)
+
+    def record(name, array):
+        np.save(tensors / f"{name}.npy", array)
+        return {"type": "torch.Tensor", "dtype": "torch.float16", "shape": list(array.shape), "Max": None,
+                "Min": None, "Mean": None, "Norm": None, "requires_grad": True, "data_name": f"{name}.npy"}
+
+    x, w = np.ones((2, 3, 8, 8), np.float16), np.full((4, 3, 3, 3), 3000.0, np.float16)
+    y = np.full((2, 4, 6, 6), np.inf, np.float16)
+    conv, module = "Functional.conv2d.5.forward", "Module.layer1.1.conv1.Conv2d.forward.0"
+    data = {conv: {"input_args": [record(f"{conv}.input.0", x), record(f"{conv}.input.1", w)], "input_kwargs": {},
+                   "output": [record(f"{conv}.output.0", y)]},
+            module: {"input_args": [record(f"{module}.input.0", x)], "input_kwargs": {},
+                     "output": [record(f"{module}.output.0", y)]}}
+    (folder / "dump.json").write_text(json.dumps({"task": "tensor", "level": "mix", "framework": "pytorch",
+                                                  "dump_data_dir": str(tensors), "data": data}))
+    (folder / "stack.json").write_text("{}")
+    report = analyze(str(tmp_path / "dump"), progress=False)
+    assert [f.op_name for f in report.anomalies] == [conv], [f.op_name for f in report.anomalies]
+    wrapper = [f for f in report.propagation if f.op_name == module]
+    assert wrapper and any(f"is the output of {conv}" in e for e in wrapper[0].evidence)

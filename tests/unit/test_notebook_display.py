@@ -81,3 +81,15 @@ def test_frame_holds_every_op_run_that_differs_in_execution_order(tmp_path):
     same = msoverflow.compare(*same_run_pair(str(tmp_path / "same"))).frame()
     assert same.empty and list(same.columns) == list(frame.columns)
     assert dict(same.dtypes) == dict(frame.dtypes)
+
+
+def test_cards_in_one_notebook_page_share_no_id(tmp_path):
+    """A notebook page holds every cell's output: two reports and a comparison displayed in one page carry no id
+    twice (each display numbers its ids: verdict-1, verdict-2, ...)."""
+    bad = _overflow(tmp_path / "bad")
+    a, b = same_run_pair(str(tmp_path / "pair"))
+    page = bad._repr_html_() + msoverflow.analyze(a)._repr_html_() + msoverflow.compare(a, b)._repr_html_() \
+        + bad._repr_html_()
+    ids = re.findall(r'\bid="([^"]+)"', page)
+    assert len(ids) >= 4 and len(ids) == len(set(ids)), ids
+    assert all(i.startswith("verdict-") for i in ids if "verdict" in i)

@@ -78,3 +78,39 @@ def test_a_rank_stops_after_the_step_of_its_origin_on_every_executor():
                                                lambda futures: futures[:1], lambda n: None)
     assert sorted(handed) == [(0, 0, False), (0, 1, False), (1, 0, False), (1, 1, False), (1, 2, True)]
     assert not scanned_all and len(summaries) == 5
+
+
+@pytest.mark.parametrize("garbage", [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"\xff" * 64, b"\x10" + b"\0" * 7 + b"\xff" * 8])
+def test_a_peer_that_answers_garbage_is_one_line_and_exit_2(tmp_path, garbage):
+    """A loopback server that writes garbage to every connection (an HTTP request line: its first 8 bytes read as
+    a Dask frame length of about 5 EiB; all ones; a sane length then an absurd frame count)."""
+    import socket
+    import subprocess
+    import sys
+    import threading
+    _statistic_dump(str(tmp_path / "dump"), ranks=1)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(60)
+
+    def serve():
+        try:
+            while True:
+                conn, _ = server.accept()
+                with conn:
+                    conn.sendall(garbage)
+        except OSError:
+            return
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        run = subprocess.run([sys.executable, "-m", "msoverflow", "analyze", str(tmp_path / "dump"), "--scheduler",
+                              f"tcp://127.0.0.1:{server.getsockname()[1]}", "--no-progress"],
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        server.close()
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot reach the Dask scheduler" in lines[0], run.stderr
+    assert "Traceback" not in run.stderr and "MemoryError" not in run.stderr

@@ -194,6 +194,43 @@ def test_ir_prefers_the_unshared_source_line_and_strips_the_marker():
     assert (exp.source_line, exp.source_code) == (60, "x = self.helper(y)")      # only a shared line: kept, clean
 
 
+def test_ir_source_is_the_innermost_single_line_never_an_enclosing_block():
+    """The frames as MindSpore 2.10 writes them when the op's own line is marked shared: a multi-line `if` block
+    (`:66~70`) is an enclosing block, never the op's line, even when it is the only unshared user frame."""
+    ir = [
+        "  %5(CNode_12) = PrimFunc_Mul(%4, %3)\n",
+        "      : (<Tensor[Float16], (32, 1)>) -> (<Tensor[Float16], (32, 1)>)\n",
+        "      # Fullname with scope: (Expand/_Muls/Mul-op0)\n",
+        "      # In file /work/net.py:35~36, 4~27/    def construct(self, x):/\n",
+        "      # In file /work/net.py:36, 15~24/        return self.head(x)/\n",
+        "      # In file /work/model.py:64~72, 4~85/    def construct(self, hidden_states):/\n",
+        "      # In file /work/model.py:66~70, 8~40/        if self.compute_dtype is not None:/\n",
+        f"      # In file /work/model.py:68, 19~46/            norm = self.sqrt(variance + self.eps)/{SHARED}\n",
+        "      # In file /site-packages/mindspore/ops/function/math_func.py:80, 4~30/    return mul_op(x, y)/\n",
+    ]
+    mul = parse_ir(ir).by_full["Expand/_Muls/Mul-op0"]
+    assert (mul.source_line, mul.source_code) == (68, "norm = self.sqrt(variance + self.eps)")
+    # the scope names no Cell: the call trace does (`self.head(x)` then head's construct)
+    assert (mul.trace_cell, mul.trace_cell_at) == ("head", ("/work/model.py", 64))
+
+
+def test_ir_trace_cell_restarts_after_a_call_that_is_not_an_attribute():
+    ir = [
+        "  %5(CNode_12) = PrimFunc_Mul(%4, %3)\n",
+        "      # Fullname with scope: (Expand/_Muls/Mul-op0)\n",
+        "      # In file /work/net.py:10, 15~37/        loss = self.ce(self._backbone(x), y)/\n",
+        "      # In file /work/net.py:10, 15~22/        loss = self.ce(self._backbone(x), y)/\n",
+        "      # In file /work/net.py:20~22, 4~27/    def construct(self, x):/\n",
+        "      # In file /work/net.py:21, 16~30/            x = layer(x, mask)/\n",
+        "      # In file /work/net.py:30~33, 4~27/    def construct(self, x, mask):/\n",
+        "      # In file /work/net.py:31, 16~25/        x = x + self.attn(self.ln1(x), mask)/\n",
+        "      # In file /work/net.py:40~44, 4~27/    def construct(self, x, mask):/\n",
+        "      # In file /work/net.py:41, 8~20/        s = x.max(axis=-1)/\n",
+    ]
+    mul = parse_ir(ir).by_full["Expand/_Muls/Mul-op0"]
+    assert (mul.trace_cell, mul.trace_cell_at) == ("attn", ("/work/net.py", 40))
+
+
 def test_ir_older_dialect_from_the_dump_tutorial():
     """mindspore-ai/docs tutorials/source_en/debug/dump.md: wrapped attributes, `: full_name_with_scope: (...)`,
     `# In file path(175)/code/`."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import itertools
 import os
 import re
 import urllib.parse
@@ -96,8 +97,16 @@ def _scoped(rules: str, scope: str) -> str:
     return re.sub(r"([^{}]+)\{", prefix, rules.strip())
 
 
+_NOTEBOOK_DISPLAYS = itertools.count(1)
+_ID = re.compile(r'\b(id="|href="#)([\w-]+)"')
+
+
 def notebook(body: str) -> str:
-    """A notebook's display (_repr_html_): `body` (a card, a line) with the card's rules scoped to it."""
+    """A notebook's display (_repr_html_): `body` (a card, a line) with the card's rules scoped to it. One notebook
+    page holds many displays: each display's ids get its own number (`verdict-3`), so no two elements of the page
+    share an id."""
+    number = next(_NOTEBOOK_DISPLAYS)
+    body = _ID.sub(lambda m: f'{m.group(1)}{m.group(2)}-{number}"', body)   # a link to the card follows it
     return (f'<div class="{NOTEBOOK_SCOPE}"><style>{_NOTEBOOK_VARIABLES}'
             f'{_scoped(_CARD, "." + NOTEBOOK_SCOPE)}</style>{body}</div>')
 
