@@ -1,0 +1,129 @@
+"""Pairing: which op run of the target is which op run of the baseline, per (rank, step)."""
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Dict, List, Tuple, TypeVar
+
+from ..model import NamedRun
+
+Run = TypeVar("Run", bound=NamedRun)     # an OpExecution or a walk.OpRun: match() pairs either
+_OP_NUMBER = re.compile(r"-op\d+$")
+_OP_NUMBER_INNER = re.compile(r"-op\d+(?=[_/])")
+# The Cells amp wraps a network in (`_backbone-_OutputTo32`): a scope level one side has and the other not
+_AMP_WRAPPER = re.compile(r"(?<=[_/])[A-Za-z0-9_]*?-_OutputTo(?:16|32)[_/]")
+
+
+def match_key(ex: NamedRun) -> Tuple[str, str, str]:
+    """What stays the same across compilations: graph, op type and the scope path without op numbers."""
+    return ex.graph, ex.op_type, _without_op_numbers(ex.op_name)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _without_op_numbers(op_name: str) -> str:
+    """The same names recur on every rank and step."""
+    return _AMP_WRAPPER.sub("", _OP_NUMBER_INNER.sub("", _OP_NUMBER.sub("", op_name)))
+
+
+def _keys(runs: List[Run], graphs) -> List[tuple]:
+    """match_key() of each run; a backward op (`Gradients/...`) whose saved graph names its forward op is keyed
+    by that forward op too (its key and occurrence), so backward ops pair through their forward op even when
+    the backward runs in another order."""
+    keys: List[tuple] = [match_key(ex) for ex in runs]
+    if graphs is None:
+        return keys
+    from ..names import scope_to_file_name
+    seen: Counter = Counter()
+    forward_of_name: Dict[str, tuple] = {}
+    for ex, key in zip(runs, keys, strict=True):
+        if not ex.op_name.startswith("Gradients"):
+            forward_of_name.setdefault(ex.op_name, key + (seen[key],))
+            seen[key] += 1
+    for i, ex in enumerate(runs):
+        if ex.op_name.startswith("Gradients"):
+            node, _graph = graphs.node(ex)
+            if node is not None and node.forward_name:
+                name = scope_to_file_name(node.forward_name)
+                if name in forward_of_name:
+                    keys[i] += ("of",) + forward_of_name[name]
+                elif "/" in node.forward_name:    # a scoped forward op that was not dumped
+                    keys[i] += ("of", _OP_NUMBER.sub("", name))
+                # else an internal id ("Reshape_13522", renumbered by every compilation): no help
+    return keys
+
+
+def match(baseline: List[Run], target: List[Run], graphs=(None, None)):
+    """[(baseline run, target run)] in the baseline's order, and the runs of each side that found no partner.
+    The two sequences of keys are aligned (difflib's longest matching blocks, an edit-distance alignment): ops one
+    side inserted (the Casts amp or a precision patch adds, fused kernels) are gaps, and the runs around them keep
+    their partners. What the alignment leaves is paired by key and occurrence (backward ops that ran in another
+    order). graphs: the two sides' saved graphs (graphs.SavedGraphs) when both have them: backward ops then pair
+    through their forward op."""
+    use = graphs if all(g is not None for g in graphs) else (None, None)
+    base_keys, target_keys = _keys(baseline, use[0]), _keys(target, use[1])
+    if base_keys == target_keys:        # the same graph: every run pairs with the run at its place
+        return list(zip(baseline, target, strict=True)), [], []
+    partner: Dict[int, int] = {}
+    for block in _aligned_blocks(base_keys, target_keys):
+        for k in range(block.size):
+            partner[block.a + k] = block.b + k
+    taken = set(partner.values())
+    by_key: Dict[tuple, List[int]] = {}
+    for j, key in enumerate(target_keys):
+        if j not in taken:
+            by_key.setdefault(key, []).append(j)
+    used: Counter = Counter()
+    for i, key in enumerate(base_keys):
+        if i in partner:
+            continue
+        free = by_key.get(key, [])
+        if used[key] < len(free):
+            partner[i] = free[used[key]]
+            used[key] += 1
+    pairs = [(baseline[i], target[partner[i]]) for i in sorted(partner)]
+    only_baseline = [ex for i, ex in enumerate(baseline) if i not in partner]
+    paired = set(partner.values())
+    only_target = [ex for j, ex in enumerate(target) if j not in paired]
+    only_target.sort(key=lambda ex: (ex.time, ex.order if ex.order is not None else 1 << 30))
+    return pairs, only_baseline, only_target
+
+
+def _aligned_blocks(base_keys: List[tuple], target_keys: List[tuple]):
+    """The matching blocks of the two key sequences. Keys are interned as small integers (hashing tuples once);
+    the common head and tail are taken first, so a long step with a few inserted ops aligns only its middle."""
+    import difflib
+    from types import SimpleNamespace
+    codes: Dict[tuple, int] = {}
+    a = [codes.setdefault(k, len(codes)) for k in base_keys]
+    b = [codes.setdefault(k, len(codes)) for k in target_keys]
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[len(a) - 1 - tail] == b[len(b) - 1 - tail]:
+        tail += 1
+    blocks = [SimpleNamespace(a=0, b=0, size=head)]
+    matcher = difflib.SequenceMatcher(None, a[head:len(a) - tail], b[head:len(b) - tail], autojunk=False)
+    blocks += [SimpleNamespace(a=m.a + head, b=m.b + head, size=m.size) for m in matcher.get_matching_blocks()]
+    blocks.append(SimpleNamespace(a=len(a) - tail, b=len(b) - tail, size=tail))
+    return blocks
+
+
+@dataclass
+class UnitPairs:
+    """One (rank, step) paired: the baseline's runs in order, the pairs, and each side's runs without a partner."""
+    unit: "object"              # sides.UnitRead
+    pairs: list
+    only_baseline: list
+    only_target: list
+
+
+def pair_unit(unit) -> UnitPairs:
+    """match() on one (rank, step) of both sides (a sides.UnitRead), through the saved graphs when both have them."""
+    has_graph = [any(g.node(ex)[1] is not None for ex in runs[:1]) if runs else False
+                 for g, runs in ((unit.base_graphs, unit.base_runs), (unit.target_graphs, unit.target_runs))]
+    pairs, only_base, only_target = match(unit.base_runs, unit.target_runs, (unit.base_graphs, unit.target_graphs)
+                                          if all(has_graph) else (None, None))
+    return UnitPairs(unit, pairs, only_base, only_target)
