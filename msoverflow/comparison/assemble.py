@@ -74,11 +74,10 @@ def _precision_caveat(judged: Judged) -> str:
     """What differs within precision: how many op runs, the dtypes, the largest error against its budget."""
     ops = judged.within_precision
     lowers = sorted({d for op in ops if (d := lower_precision(op))})
-    tensors = [t for op in ops for t in op.outputs if t.within_precision and t.budget_ulps]
-    worst = max(tensors, key=lambda t: (t.error_ulps or 0.0) / (t.budget_ulps or 1.0))
+    closest = max((t.budget_share or 0.0 for op in ops for t in op.outputs if t.within_precision), default=0.0)
     return (f"{len(ops)} op run(s) differ within precision ({', '.join(lowers) or 'what their inputs carry'}): "
             f"each by no more than its rounding budget and what its inputs already carry (closest: "
-            f"{(worst.error_ulps or 0.0) / (worst.budget_ulps or 1.0):.0%} of its budget)")
+            f"{closest:.0%} of its budget)")
 
 
 def _share_reasons(matched: int, baseline_ops: int, target_ops: int, different: List[str]) -> List[str]:

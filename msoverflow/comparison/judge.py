@@ -98,6 +98,7 @@ CARRY_GAIN = 2.0            # how much of its inputs' relative difference an op 
 # in a run computed in another precision throughout, the differences compound op after op: a product or a square
 # doubles its inputs' relative difference exactly, so the gain there must exceed 2
 CARRY_GAIN_ANOTHER_PRECISION = 4.0
+MIN_OTHER_PRECISION_RUNS = 8     # fewer op runs in other dtypes: a few ops changed, not the run's precision
 CARRY_CAP = 2.0 ** -6       # an input difference larger than this (relative) is no rounding: not excused
 
 
@@ -107,6 +108,12 @@ def _NORMWISE(t):
 
 def _ELEMENTWISE(t):
     return t.scaled_error
+
+
+def _baseline_is_lower(op: OpDiff, lower: str) -> bool:
+    """The baseline computed this op's outputs in the lower dtype (the target widened it: a precision patch, or
+    a compiler that placed a Cast on the other side of it): the baseline's own rounding bounds what it can say."""
+    return any(t.baseline_dtype == lower and t.target_dtype != lower for t in op.outputs)
 
 
 def in_another_precision(pairs) -> bool:
@@ -119,7 +126,7 @@ def in_another_precision(pairs) -> bool:
             return tuple(d for _slot, _path, d in sorted(run.npy_outputs))
         return tuple(e.dtype for e in run.execution().outputs)
     differ = sum(1 for run, target_run in pairs if dtypes(run) != dtypes(target_run))
-    return bool(pairs) and differ * 4 >= len(pairs)
+    return differ >= MIN_OTHER_PRECISION_RUNS and differ * 4 >= len(pairs)
 
 
 def lower_precision(op: OpDiff) -> Optional[str]:
@@ -139,6 +146,8 @@ def _within_precision(op: OpDiff, tolerance: float, normwise: bool) -> bool:
     CARRY_GAIN times its inputs' relative difference when that difference is rounding-sized (<= CARRY_CAP; a
     larger one came from something that parts, and stays a propagator)."""
     lower = lower_precision(op)
+    if not normwise and lower is not None and not _baseline_is_lower(op, lower):
+        return False        # the target computed it in less precision: the change is named, not excused
     measure = _NORMWISE if normwise else _ELEMENTWISE
     carried = max((e for t in op.inputs if (e := measure(t)) is not None), default=0.0)
     if carried > CARRY_CAP or any(t.nonfinite_differ for t in op.inputs):
@@ -160,6 +169,7 @@ def _within_precision(op: OpDiff, tolerance: float, normwise: bool) -> bool:
         if t.agree is not False or t.nonfinite_differ or error is None or t.ulp_dtype not in _MANTISSA:
             continue
         t.budget_ulps = budget / 2.0 ** -_MANTISSA[t.ulp_dtype]
+        t.budget_share = error / budget if budget else None
         if error <= budget:   # (budget_ulps: in ulps of the values' largest, the budget's own measure)
             t.agree, t.within_precision = True, True
             t.note = (f"within {lower}'s precision: {error / unit:.3g} ulps of {lower} against a budget of "

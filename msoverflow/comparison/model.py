@@ -51,6 +51,7 @@ class TensorDiff:
     nonfinite_differ: int = 0              # elements whose inf/NaN the other side does not hold
     reference_max: Optional[float] = None  # the baseline's largest finite |value|
     budget_ulps: Optional[float] = None    # the rounding budget (ulps of ulp_dtype) of a lower-precision pair
+    budget_share: Optional[float] = None   # the error over that budget (both in the budget's own measure)
     within_precision: bool = False         # differs beyond the tolerance, within the lower dtype's budget
 
     @property

@@ -27,6 +27,11 @@ def _without_op_numbers(op_name: str) -> str:
     return _AMP_WRAPPER.sub("", _OP_NUMBER_INNER.sub("", _OP_NUMBER.sub("", op_name)))
 
 
+# optimizer kernels: one run per parameter under the optimizer's one scope, in an order each compilation chooses
+_PER_PARAMETER = frozenset({"SGD", "ApplyMomentum", "Adam", "AdamWeightDecay", "ApplyAdam", "FusedAdam",
+                            "FusedAdamWeightDecay", "Assign", "AssignAdd", "Lamb", "ApplyRMSProp", "ApplyAdagrad"})
+
+
 def _keys(runs: List[Run], graphs) -> List[tuple]:
     """match_key() of each run; a backward op (`Gradients/...`) whose saved graph names its forward op is keyed
     by that forward op too (its key and occurrence), so backward ops pair through their forward op even when
@@ -42,6 +47,10 @@ def _keys(runs: List[Run], graphs) -> List[tuple]:
             forward_of_name.setdefault(ex.op_name, key + (seen[key],))
             seen[key] += 1
     for i, ex in enumerate(runs):
+        if ex.op_type in _PER_PARAMETER:     # one run per parameter, all in one scope: paired by the parameter
+            node, _graph = graphs.node(ex)
+            params = tuple(p for p in (node.inputs if node is not None else []) if p.startswith("param:"))
+            keys[i] += params
         if ex.op_name.startswith("Gradients"):
             node, _graph = graphs.node(ex)
             if node is not None and node.forward_name:
