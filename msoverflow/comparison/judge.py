@@ -25,7 +25,7 @@ from .model import (
 
 
 def _compare_op(ex: OpExecution, tx: OpExecution, position: int, comparer: Comparer, graphs,
-                run_id: int, budget: bool = False) -> OpDiff:
+                run_id: int, budget: Optional[str] = None) -> OpDiff:
     op = OpDiff(rank=ex.rank, step=ex.step, graph=ex.graph, position=position, op_type=ex.op_type,
                 op_name=ex.op_name, target_op_name=tx.op_name, target_op_type=tx.op_type)
     target_outputs = {t.slot: t for t in tx.outputs}
@@ -38,7 +38,7 @@ def _compare_op(ex: OpExecution, tx: OpExecution, position: int, comparer: Compa
                  if e.slot in target_inputs]
     if any(t.note.startswith("shape differs") for t in op.outputs):
         return op                    # not one op's two runs: pair_gaps() makes it a gap
-    if _within_precision(op, comparer.tolerance, normwise=budget):
+    if _within_precision(op, comparer.tolerance, run_lower=budget):
         return op
     node, _graph = graphs.node(ex)
     producers = node.inputs if node is not None else []
@@ -116,7 +116,7 @@ def _baseline_is_lower(op: OpDiff, lower: str) -> bool:
     return any(t.baseline_dtype == lower and t.target_dtype != lower for t in op.outputs)
 
 
-def in_another_precision(pairs) -> bool:
+def in_another_precision(pairs) -> Optional[str]:
     """The target computed this (rank, step) in another precision (amp O2 against O0): at least a quarter of the
     pairs hold outputs whose dtypes differ (from the file names when the walk has them; amp O2 of a small MLP: 24
     of 61, the rest being the fp32 loss, optimizer and parameters; a precision patch of one Cell: 14 of 141). Then every pair is judged by
@@ -125,8 +125,15 @@ def in_another_precision(pairs) -> bool:
         if run.npy_outputs and len(run.npy_outputs) == run.n_outputs:
             return tuple(d for _slot, _path, d in sorted(run.npy_outputs))
         return tuple(e.dtype for e in run.execution().outputs)
-    differ = sum(1 for run, target_run in pairs if dtypes(run) != dtypes(target_run))
-    return differ >= MIN_OTHER_PRECISION_RUNS and differ * 4 >= len(pairs)
+    differ, seen = 0, set()
+    for run, target_run in pairs:
+        mine, theirs = dtypes(run), dtypes(target_run)
+        if mine != theirs:
+            differ += 1
+            seen.update(d for d in mine + theirs if d in _MANTISSA)
+    if differ >= MIN_OTHER_PRECISION_RUNS and differ * 4 >= len(pairs) and seen:
+        return min(seen, key=lambda d: _MANTISSA[d])
+    return None
 
 
 def lower_precision(op: OpDiff) -> Optional[str]:
@@ -139,13 +146,16 @@ def lower_precision(op: OpDiff) -> Optional[str]:
     return min(floats, key=lambda d: _MANTISSA[d]) if floats else None
 
 
-def _within_precision(op: OpDiff, tolerance: float, normwise: bool) -> bool:
+def _within_precision(op: OpDiff, tolerance: float, run_lower: Optional[str]) -> bool:
     """Outputs that differ by no more than the rounding budget and what their inputs already carry agree "within
     precision" (each says its budget); True when every output then agrees. The budget: the op's own rounding in
     the lower dtype when one side computed it in lower precision (else the tolerance in its own dtype), plus
     CARRY_GAIN times its inputs' relative difference when that difference is rounding-sized (<= CARRY_CAP; a
     larger one came from something that parts, and stays a propagator)."""
+    normwise = run_lower is not None
     lower = lower_precision(op)
+    if normwise and lower is None and not op.inputs:
+        lower = run_lower       # a parameter after the step's update (no inputs): the run's precision bounds it
     if not normwise and lower is not None and not _baseline_is_lower(op, lower):
         return False        # the target computed it in less precision: the change is named, not excused
     measure = _NORMWISE if normwise else _ELEMENTWISE
@@ -215,7 +225,7 @@ def judge_units(paired, comparer: Comparer, coords_of) -> Judged:
         position_of = {id(run): i for i, run in enumerate(unit.base_runs)}
         only_base, only_target = list(unit_pairs.only_baseline), list(unit_pairs.only_target)
         budget = in_another_precision(unit_pairs.pairs)
-        judged.precision_units += budget
+        judged.precision_units += budget is not None
         retry: list = []
         for run, target_run in unit_pairs.pairs:
             gap = _judge_pair(judged, run, target_run, unit, comparer, position_of, coords, budget)
@@ -239,7 +249,7 @@ def judge_units(paired, comparer: Comparer, coords_of) -> Judged:
 
 
 def _judge_pair(judged: Judged, run, target_run, unit, comparer: Comparer, position_of,
-                coords, budget: bool) -> Optional[Tuple[OpDiff, TensorDiff]]:
+                coords, budget: Optional[str]) -> Optional[Tuple[OpDiff, TensorDiff]]:
     """One pair compared and judged into `judged`; when its outputs' shapes differ (not one op's two runs), the
     op and its first such output, and nothing recorded."""
     error: Optional[float]
