@@ -31,7 +31,7 @@ def assemble(sides: Sides, comparer: Comparer, judged: Judged, top: int, toleran
     inserted = {side: sum(1 for u in judged.unmatched if u.side == side and u.op_type == "Cast")
                 for side in ("baseline", "target")}
     reasons = _share_reasons(judged.matched, judged.baseline_ops - inserted["baseline"],
-                             judged.target_ops - inserted["target"], different)
+                             judged.target_ops - inserted["target"], different, sum(inserted.values()))
     reasons += different
     if not sides.units:
         reasons.append("no (rank, step) is in both dumps")
@@ -80,7 +80,8 @@ def _precision_caveat(judged: Judged) -> str:
             f"{closest:.0%} of its budget)")
 
 
-def _share_reasons(matched: int, baseline_ops: int, target_ops: int, different: List[str]) -> List[str]:
+def _share_reasons(matched: int, baseline_ops: int, target_ops: int, different: List[str],
+                   casts: int = 0) -> List[str]:
     """The matched share, counted against both sides. One side all matched inside a much larger other is a dump
     filtered by kernel lists (or cut): a reason, not a verdict on the models. Otherwise few matches mean the runs
     are not the same model: added to `different` (then no divergence is named)."""
@@ -92,8 +93,9 @@ def _share_reasons(matched: int, baseline_ops: int, target_ops: int, different: 
         return [f"only {matched} of the {big}'s {larger} op runs matched an op run of the other side, which holds "
                 f"{smaller}, all matched (a dump filtered by kernel lists, or cut short)"]
     different.insert(0, f"the runs are not the same model: {matched} of {larger} op runs matched "
-                        f"({baseline_ops} in the baseline, {target_ops} in the target; runs of one model match "
-                        f"at least {MIN_MATCHED_SHARE:.0%})")
+                        f"({baseline_ops} in the baseline, {target_ops} in the target"
+                        + (f", not counting {casts} Cast(s) present on one side only" if casts else "")
+                        + f"; runs of one model match at least {MIN_MATCHED_SHARE:.0%})")
     return []
 
 

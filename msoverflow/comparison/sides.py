@@ -53,23 +53,25 @@ def _side_gaps(side: str, plan: Plan, reads, warn) -> List[str]:
 
 
 def _different_jobs(base_units, target_units) -> List[str]:
-    """Why two runs are not the same job, from their (rank, step)s: different ranks, different steps."""
+    """Why two runs are not the same job, from their (rank, step)s: different ranks, different steps; when both
+    hold some in common, the selection that compares those (`--steps 0`)."""
     found = []
     for what, of in (("ranks", lambda units: {r for r, _s in units}), ("steps", lambda units: {s for _r, s in units})):
         mine, theirs = of(base_units), of(target_units)
         if mine != theirs:
             only = [f"{what[:-1]} {format_ids(a - b, 8)} in the {side} only" for side, a, b in
                     (("baseline", mine, theirs), ("target", theirs, mine)) if a - b]
+            common = format_ids(mine & theirs, 8)
+            hint = f"; --{what} {common} compares the {what} both hold" if common and "..." not in common else ""
             found.append(f"the runs are not the same job: the baseline holds {what} {format_ids(mine, 8)}, the "
-                         f"target {what} {format_ids(theirs, 8)} ({'; '.join(only)})")
+                         f"target {what} {format_ids(theirs, 8)} ({'; '.join(only)}{hint})")
     if not found:
         for side, mine, other in (("baseline", base_units, target_units), ("target", target_units, base_units)):
             only = sorted(set(mine) - set(other))
             if only:
                 found.append(f"the runs are not the same job: {len(only)} (rank, step)(s) are in the {side} only "
-                             f"(first: rank {only[0][0]} step {only[0][1]})")
+                             f"(first: rank {only[0][0]}, step {only[0][1]})")
     return found
-
 
 
 def _layout(parallel, baseline: str, base_roots: Dict[int, str], target_roots: Dict[int, str], warn):
