@@ -664,12 +664,9 @@ def _npy_step(content: DirContent, access: TensorAccess):
     def flush(key):
         header, declared, _ = key
         members, blobs, _ = batches.pop(key)
-        count = math.prod(header.shape) if header.shape else 1
-        size = len(blobs[0])
-        matrix = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(len(blobs), size)
-        payload = matrix[:, header.offset:header.offset + count * header.payload_dtype.itemsize]
+        payload = npy.stack_payloads(blobs, header)
         with reading(prefix + npy_names[rows[members[0]]]):    # an internal error names a file of the batch
-            bad, pinned = scan_rows(payload.view(header.payload_dtype), declared)
+            bad, pinned = scan_rows(payload, declared)
         for j, r in enumerate(members):
             seeded[r] = (bool(bad[j]), bool(pinned[j]), header)
 

@@ -39,6 +39,7 @@ from .model import (
     comparison_dict,
     op_dict,
 )
+from .names import load_map
 from .pairing import match, match_key, pair_unit
 from .sides import discover
 
@@ -50,13 +51,15 @@ __all__ = ["compare", "Comparison", "OpDiff", "TensorDiff", "UnmatchedOp", "comp
 
 def compare(baseline: str, target: str, *, ranks: Optional[Selection] = None, steps: Optional[Selection] = None,
             tolerance_ulps: float = DEFAULT_ULPS, top: int = 10, warn: Optional[Callable[[str], None]] = None,
-            parallel=None) -> Comparison:
+            parallel=None, name_map: Optional[str] = None) -> Comparison:
     """Compare two dumps; see the module docstring. ranks/steps: only these (a Selection, kept as ranges all the way
     to the plan; None: all). parallel: the layout as `--parallel` takes it (text or a parallel_layout.ParallelSpec;
-    None: a YAML beside the baseline, else inferred pipeline stages, else unknown)."""
+    None: a YAML beside the baseline, else inferred pipeline stages, else unknown). name_map: `--map FILE` (our YAML
+    or a mindstudio-probe mapping file): names that pair across modes or frameworks."""
     note = Notes(warn)
+    mapping = load_map(name_map) if name_map else None
     sides = discover(baseline, target, ranks, steps, parallel, note)
     comparer = Comparer(TensorAccess(note), TensorAccess(note), tolerance_ulps)
-    paired = (pair_unit(unit) for unit in sides.read_units(note))
+    paired = (pair_unit(unit, mapping) for unit in sides.read_units(note))
     judged = judge_units(paired, comparer, sides.coords_of)
     return assemble(sides, comparer, judged, top, tolerance_ulps, note)

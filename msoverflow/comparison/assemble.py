@@ -26,12 +26,19 @@ def assemble(sides: Sides, comparer: Comparer, judged: Judged, top: int, toleran
         caveats.append(f"{len(judged.shape_gaps)} paired op run(s) gave outputs of different shapes and were "
                        f"counted as present on one side only (first: {op.op_type} {op.op_name} output {t.slot}, "
                        f"{_shape_text(t.shape)} against {_shape_text(t.target_shape)})")
+    if judged.comparable is not None:
+        caveats.append(f"across modes (graph kernels against API calls): only forward op runs that compute a tensor "
+                       f"can pair ({judged.comparable[0]} of the baseline's, {judged.comparable[1]} of the target's); "
+                       "backward runs, parameters, the optimizer and views (Reshape) are listed as one side only")
     different = list(sides.different)
     # the Casts one side inserted (amp, a precision patch) are no sign of another model: not counted in the share
     inserted = {side: sum(1 for u in judged.unmatched if u.side == side and u.op_type == "Cast")
                 for side in ("baseline", "target")}
-    reasons = _share_reasons(judged.matched, judged.baseline_ops - inserted["baseline"],
-                             judged.target_ops - inserted["target"], different, sum(inserted.values()))
+    if judged.comparable is not None:     # across modes: the share of the runs that could pair at all
+        reasons = _share_reasons(judged.matched, judged.comparable[0], judged.comparable[1], different)
+    else:
+        reasons = _share_reasons(judged.matched, judged.baseline_ops - inserted["baseline"],
+                                 judged.target_ops - inserted["target"], different, sum(inserted.values()))
     reasons += different
     if not sides.units:
         reasons.append("no (rank, step) is in both dumps")

@@ -46,7 +46,10 @@ def _compare_op(ex: OpExecution, tx: OpExecution, position: int, comparer: Compa
     # A constant input of the graph (an attribute passed as a tensor, like LayerNorm's epsilon) that differs was
     # changed in this op's call, not made by an earlier op: the runs part here.
     constants = [t for t in differing if t.slot < len(producers) and producers[t.slot] == "const"]
-    complete = len(op.inputs) == len(ex.inputs) == len(tx.inputs)
+    # every input both sides record was compared (across modes an API call may not record an attribute the
+    # graph kernel takes as an input)
+    complete = len(op.inputs) == len(ex.inputs) == len(tx.inputs) or (
+        0 < len(op.inputs) == min(len(ex.inputs), len(tx.inputs)) and ex.graph != tx.graph)
     if ex.is_parameter:
         op.role = ROLE_PROPAGATOR
         op.note = "a parameter's value: it differs because of what changed it (the step's update) or its start"
@@ -125,7 +128,7 @@ def in_another_precision(pairs) -> Optional[str]:
         if run.npy_outputs and len(run.npy_outputs) == run.n_outputs:
             return tuple(d for _slot, _path, d in sorted(run.npy_outputs))
         return tuple(e.dtype for e in run.execution().outputs)
-    differ, seen = 0, set()
+    differ, seen = 0, set()  # type: Tuple[int, set]
     for run, target_run in pairs:
         mine, theirs = dtypes(run), dtypes(target_run)
         if mine != theirs:
@@ -199,6 +202,7 @@ class Judged:
     series: List[tuple] = field(default_factory=list)
     orders: Dict[Tuple[int, int], int] = field(default_factory=dict)
     shapes_of: Dict[int, tuple] = field(default_factory=dict)    # id(run) -> first output shape, when they differed
+    comparable: Optional[Tuple[int, int]] = None   # across modes: the runs of each side that could pair at all
     matched: int = 0
     precision_units: int = 0      # (rank, step)s judged by the lower precision's budget (computed in another one)
     baseline_ops: int = 0
@@ -221,6 +225,9 @@ def judge_units(paired, comparer: Comparer, coords_of) -> Judged:
         judged.baseline_ops += len(unit.base_runs)
         judged.target_ops += len(unit.target_runs)
         judged.orders[(rank, step)] = max(1, len(unit.base_runs))
+        if unit_pairs.comparable is not None:
+            before = judged.comparable or (0, 0)
+            judged.comparable = (before[0] + unit_pairs.comparable[0], before[1] + unit_pairs.comparable[1])
         comparer.prefetch(unit_pairs.pairs)
         position_of = {id(run): i for i, run in enumerate(unit.base_runs)}
         only_base, only_target = list(unit_pairs.only_baseline), list(unit_pairs.only_target)

@@ -194,9 +194,10 @@ class Comparer:
 
         def flush(key):
             members = groups.pop(key)
-            a = np.stack([np.frombuffer(m[1], key[0], key[2], m[3].offset) for m in members])
-            b = np.stack([np.frombuffer(m[2], key[1], key[2], m[4].offset) for m in members])
-            for (token, _a, _b, ha, ht), found in zip(members, compare_matrices(a, b, key[3], self.tolerance), strict=True):
+            a = npy.stack_payloads([m[1] for m in members], members[0][3])
+            b = npy.stack_payloads([m[2] for m in members], members[0][4])
+            for (token, _a, _b, ha, ht), found in zip(members, compare_matrices(a, b, key[2], self.tolerance),
+                                                      strict=True):
                 self.known[token] = (found, ha, ht)
 
         for run, target_run in pairs:
@@ -207,24 +208,27 @@ class Comparer:
                 target_path, target_dtype = target_outputs[slot]
                 token = (id(run), slot)
                 try:
-                    blob, whole = npy.read_start(path)
-                    target_blob, target_whole = npy.read_start(target_path) if whole else (b"", False)
-                    if not (whole and target_whole):
-                        continue
-                    ha, ht = npy.header_of_bytes(path, blob), npy.header_of_bytes(target_path, target_blob)
+                    mine = npy.read_small(path)
+                    theirs = npy.read_small(target_path) if mine is not None else None
                 except READ_ERRORS:
                     continue          # tensor() reads it again and says what is wrong
+                if mine is None or theirs is None:
+                    continue          # a large file: tensor() reads it a chunk at a time
+                (blob, ha), (target_blob, ht) = mine, theirs
                 if blob == target_blob:      # the same file content (a re-run's tensors mostly are): no arithmetic
                     self.known[token] = (dict(max_abs_error=0.0, max_rel_error=0.0, cosine=1.0, error_ulps=0.0,
                                               agree=True, note=""), ha, ht)
                     continue
                 count = math.prod(ha.shape) if ha.shape else 1
                 if ha.fortran or ht.fortran or count != (math.prod(ht.shape) if ht.shape else 1) or count == 0 or \
-                        ha.payload_dtype.kind not in "fiub" or ht.payload_dtype.kind not in "fiub":
+                        ha.payload_dtype.kind not in "fiub" or ht.payload_dtype.kind not in "fiub" or \
+                        len(blob) < ha.offset + count * ha.payload_dtype.itemsize or \
+                        len(target_blob) < ht.offset + count * ht.payload_dtype.itemsize:
                     continue
                 declared = dtype or canonical(ha.header_dtype.name)
                 target_declared = target_dtype or canonical(ht.header_dtype.name)
-                key = (ha.payload_dtype, ht.payload_dtype, count, _ulp_dtype(declared, target_declared, True))
+                # one stack per header and file size on each side (stack_payloads' rows are one size)
+                key = ((ha, len(blob)), (ht, len(target_blob)), _ulp_dtype(declared, target_declared, True))
                 groups.setdefault(key, []).append((token, blob, target_blob, ha, ht))
                 if len(groups[key]) * count * 8 >= BATCH_BYTES:
                     flush(key)

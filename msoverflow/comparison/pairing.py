@@ -5,9 +5,10 @@ import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Tuple, TypeVar
+from typing import Dict, List, Optional, Tuple, TypeVar
 
 from ..model import NamedRun
+from .names import api_of, family
 
 Run = TypeVar("Run", bound=NamedRun)     # an OpExecution or a walk.OpRun: match() pairs either
 _OP_NUMBER = re.compile(r"-op\d+$")
@@ -72,6 +73,11 @@ def match(baseline: List[Run], target: List[Run], graphs=(None, None)):
     through their forward op."""
     use = graphs if all(g is not None for g in graphs) else (None, None)
     base_keys, target_keys = _keys(baseline, use[0]), _keys(target, use[1])
+    return _align(baseline, base_keys, target, target_keys)
+
+
+def _align(baseline: List[Run], base_keys: List[tuple], target: List[Run], target_keys: List[tuple]):
+    """The alignment of two keyed sequences, then pairs by key and occurrence for what it leaves."""
     if base_keys == target_keys:        # the same graph: every run pairs with the run at its place
         return list(zip(baseline, target, strict=True)), [], []
     partner: Dict[int, int] = {}
@@ -122,17 +128,77 @@ def _aligned_blocks(base_keys: List[tuple], target_keys: List[tuple]):
 
 @dataclass
 class UnitPairs:
-    """One (rank, step) paired: the baseline's runs in order, the pairs, and each side's runs without a partner."""
+    """One (rank, step) paired: the baseline's runs in order, the pairs, and each side's runs without a partner.
+    comparable: across modes (jit against PyNative), how many runs of each side could pair at all (the forward
+    ops that compute a tensor); None when every run could."""
     unit: "object"              # sides.UnitRead
     pairs: list
     only_baseline: list
     only_target: list
+    comparable: Optional[Tuple[int, int]] = None
 
 
-def pair_unit(unit) -> UnitPairs:
-    """match() on one (rank, step) of both sides (a sides.UnitRead), through the saved graphs when both have them."""
+def pair_unit(unit, name_map=None) -> UnitPairs:
+    """match() on one (rank, step) of both sides (a sides.UnitRead), through the saved graphs when both have them;
+    across modes (one side a graph-mode dump, the other API calls of a mindstudio-probe dump) match_across()."""
+    if _names_api(unit.base_runs) != _names_api(unit.target_runs) or name_map:
+        pairs, only_base, only_target, comparable = match_across(unit.base_runs, unit.target_runs, name_map)
+        return UnitPairs(unit, pairs, only_base, only_target, comparable)
     has_graph = [any(g.node(ex)[1] is not None for ex in runs[:1]) if runs else False
                  for g, runs in ((unit.base_graphs, unit.base_runs), (unit.target_graphs, unit.target_runs))]
     pairs, only_base, only_target = match(unit.base_runs, unit.target_runs, (unit.base_graphs, unit.target_graphs)
                                           if all(has_graph) else (None, None))
     return UnitPairs(unit, pairs, only_base, only_target)
+
+
+def _names_api(runs) -> bool:
+    """The side names API calls (mindstudio-probe: `Functional.softmax.0.forward`), not graph kernels."""
+    sample = runs[:64]
+    return bool(sample) and sum(1 for r in sample if api_of(r.op_name)) * 2 > len(sample)
+
+
+def cross_key(run, side: str, name_map=None) -> Optional[tuple]:
+    """What a run pairs by across modes: the user's --map entry it matches, else its op family (names.family);
+    None for a run that has no partner in another mode (backward kernels and backward API records, parameters,
+    the optimizer, APIs that compute no tensor)."""
+    api = api_of(run.op_name)
+    if api is not None:
+        if api[1] == "backward" or not run.n_outputs:
+            return None
+        names: Tuple[str, ...] = (api[0], run.op_type)
+    else:
+        if run.op_name.startswith("Gradients") or run.is_parameter or "optimizer" in run.op_name \
+                or not run.n_outputs:
+            return None
+        names = (run.op_type, _without_op_numbers(run.op_name))
+    if name_map:
+        mapped = name_map.key_of(names, side)
+        if mapped is not None:
+            return (mapped,)
+    kind = family(run.op_type, run.op_name)
+    return ("op", kind) if kind and kind not in _VIEWS else None
+
+
+# ops that only re-view a tensor: each mode (and each compilation) keeps a different number of them (graph mode
+# shares one Reshape between two Dense layers, PyNative reshapes for each): across modes they are left out
+_VIEWS = frozenset({"Reshape", "ExpandDims", "Squeeze", "Flatten", "Identity", "Depend", "Load", "TupleGetItem"})
+
+
+def match_across(baseline: List[Run], target: List[Run], name_map=None):
+    """Pairs across modes: each side's forward op runs keyed by cross_key() and aligned as two sequences (the
+    order of the forward pass is the model's, whichever mode ran it); what the alignment leaves pairs by key and
+    occurrence. Returns (pairs, baseline runs without a partner, target runs without one, (baseline, target)
+    runs that could pair)."""
+    base_keyed = [(run, cross_key(run, "baseline", name_map)) for run in baseline]
+    target_keyed = [(run, cross_key(run, "target", name_map)) for run in target]
+    base_runs = [run for run, key in base_keyed if key is not None]
+    target_runs = [run for run, key in target_keyed if key is not None]
+    pairs, only_base, only_target = _align(base_runs, [k for _r, k in base_keyed if k is not None],
+                                           target_runs, [k for _r, k in target_keyed if k is not None])
+    paired_base = {id(r) for r, _t in pairs}
+    paired_target = {id(t) for _r, t in pairs}
+    only_base = [r for r in baseline if id(r) not in paired_base]
+    only_target = [t for t in target if id(t) not in paired_target]
+    return pairs, only_base, only_target, (len(base_runs), len(target_runs))
+
+
