@@ -73,11 +73,13 @@ def multirank_dumps():
 @pytest.fixture(scope="session")
 def compare_precision_pairs():
     """Real pairs whose graphs differ (tests/support/gen_compare_precision.py): the demo before/after a source patch
-    made by `msoverflow patch`, amp O0/O2 of a small MLP, healthy and with a planted fp16 overflow. Generated once
-    (about 2 min on 2 cores) and cached under .fixture-cache/compare_precision/<key>/."""
+    made by `msoverflow patch`, amp O0/O2 of a small MLP, healthy and with a planted fp16 overflow, one small net in
+    jit and in PyNative (mindstudio-probe). Generated once (about 3 min on 2 cores) and cached under .fixture-cache/compare_precision/<key>/."""
     if not mindspore_available():
         pytest.skip("mindspore is not installed (pip install 'msoverflow[mindspore]')")
     from tests.support import gen_compare_precision
+    if not gen_compare_precision.available():
+        pytest.skip("mindstudio-probe is not installed (pip install 'msoverflow[msprobe]')")
     return gen_compare_precision.ensure_pairs()
 
 

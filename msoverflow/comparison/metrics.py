@@ -87,9 +87,11 @@ def row_partials(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], scale: 
         ulps = (diff / _spacing(magnitude, ulp_dtype)).max(axis=1)
     else:
         ulps = diff.max(axis=1)
-    nonzero = abs_a > 0
-    rel = np.divide(diff, abs_a, out=np.zeros_like(diff), where=nonzero).max(axis=1)
-    rel = np.where((diff * ~nonzero).max(axis=1) > 0, math.inf, rel)   # a zero that became non-zero
+    # the relative error where the reference is not ~0 (at least SCALE_FLOOR of the tensor's largest |value|): a
+    # zero that became 1e-10 is no infinite relative error; a reference all ~0 has none (NaN, shown as "-")
+    sized = (abs_a > 0) & (abs_a >= (scale * SCALE_FLOOR)[:, None])
+    rel = np.divide(diff, abs_a, out=np.zeros_like(diff), where=sized).max(axis=1)
+    rel = np.where(sized.any(axis=1) | (diff.max(axis=1) == 0), rel, math.nan)
     return dict(max_abs=diff.max(axis=1), max_rel=rel, ulps=ulps, ref_max=abs_a.max(axis=1),
                 dot=np.einsum("ij,ij->i", a, b),
                 norm_a=np.einsum("ij,ij->i", a, a), norm_b=np.einsum("ij,ij->i", b, b), mismatched=mismatched)
@@ -107,7 +109,8 @@ def _finish(p: dict, i: int, ulp_dtype: Optional[str], tolerance: float) -> dict
     mismatched = int(p["mismatched"][i])
     ulps = float(p["ulps"][i])
     limit = tolerance if ulp_dtype is not None else 0.0
-    return dict(max_abs_error=float(p["max_abs"][i]), max_rel_error=float(p["max_rel"][i]), cosine=cosine,
+    rel = float(p["max_rel"][i])
+    return dict(max_abs_error=float(p["max_abs"][i]), max_rel_error=None if math.isnan(rel) else rel, cosine=cosine,
                 reference_max=float(p["ref_max"][i]),
                 error_ulps=ulps, agree=mismatched == 0 and ulps <= limit, nonfinite_differ=mismatched,
                 note=f"{mismatched} non-finite value(s) differ" if mismatched else "")
@@ -132,8 +135,9 @@ def compare_arrays(a: np.ndarray, b: np.ndarray, ulp_dtype: Optional[str], toler
         if total is None:
             total = part
         else:
-            for key in ("max_abs", "max_rel", "ulps", "ref_max"):
+            for key in ("max_abs", "ulps", "ref_max"):
                 total[key] = np.maximum(total[key], part[key])
+            total["max_rel"] = np.fmax(total["max_rel"], part["max_rel"])      # NaN: no sized element in a chunk
             for key in ("dot", "norm_a", "norm_b", "mismatched"):
                 total[key] = total[key] + part[key]
     if total is None:

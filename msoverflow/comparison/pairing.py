@@ -64,15 +64,21 @@ def _keys(runs: List[Run], graphs) -> List[tuple]:
     return keys
 
 
-def match(baseline: List[Run], target: List[Run], graphs=(None, None)):
+def match(baseline: List[Run], target: List[Run], graphs=(None, None), name_map=None):
     """[(baseline run, target run)] in the baseline's order, and the runs of each side that found no partner.
     The two sequences of keys are aligned (difflib's longest matching blocks, an edit-distance alignment): ops one
     side inserted (the Casts amp or a precision patch adds, fused kernels) are gaps, and the runs around them keep
     their partners. What the alignment leaves is paired by key and occurrence (backward ops that ran in another
     order). graphs: the two sides' saved graphs (graphs.SavedGraphs) when both have them: backward ops then pair
-    through their forward op."""
+    through their forward op. name_map: --map, whose entries replace the keys of the runs they name."""
     use = graphs if all(g is not None for g in graphs) else (None, None)
     base_keys, target_keys = _keys(baseline, use[0]), _keys(target, use[1])
+    if name_map:
+        for runs, keys, side in ((baseline, base_keys, "baseline"), (target, target_keys, "target")):
+            for i, run in enumerate(runs):
+                mapped = name_map.key_of((run.op_type, _without_op_numbers(run.op_name)), side)
+                if mapped is not None:
+                    keys[i] = (mapped,)
     return _align(baseline, base_keys, target, target_keys)
 
 
@@ -141,13 +147,13 @@ class UnitPairs:
 def pair_unit(unit, name_map=None) -> UnitPairs:
     """match() on one (rank, step) of both sides (a sides.UnitRead), through the saved graphs when both have them;
     across modes (one side a graph-mode dump, the other API calls of a mindstudio-probe dump) match_across()."""
-    if _names_api(unit.base_runs) != _names_api(unit.target_runs) or name_map:
+    if _names_api(unit.base_runs) != _names_api(unit.target_runs):
         pairs, only_base, only_target, comparable = match_across(unit.base_runs, unit.target_runs, name_map)
         return UnitPairs(unit, pairs, only_base, only_target, comparable)
     has_graph = [any(g.node(ex)[1] is not None for ex in runs[:1]) if runs else False
                  for g, runs in ((unit.base_graphs, unit.base_runs), (unit.target_graphs, unit.target_runs))]
     pairs, only_base, only_target = match(unit.base_runs, unit.target_runs, (unit.base_graphs, unit.target_graphs)
-                                          if all(has_graph) else (None, None))
+                                          if all(has_graph) else (None, None), name_map)
     return UnitPairs(unit, pairs, only_base, only_target)
 
 

@@ -28,13 +28,27 @@ def first_divergence(diverged: List[OpDiff], orders: Dict[Tuple[int, int], int])
     return first
 
 
-def significance(op: OpDiff) -> Tuple[bool, float, float]:
-    """How the largest differences are ranked (highest first): an op whose outputs' inf/NaN differ, then its
-    error for the values' size over what its inputs already carry (an origin, whose inputs agree, over the
-    floor), then the absolute error."""
-    carried = max((t.scaled_error or 0.0 for t in op.inputs), default=0.0)
-    return bool(op.nonfinite_differ), (op.scaled_error or 0.0) / max(SIGNIFICANCE_FLOOR, carried), \
-        op.max_abs_error or 0.0
+def significance(op: OpDiff) -> Tuple[bool, bool, float, float]:
+    """How the largest differences are ranked (highest first): an op whose outputs' inf/NaN differ, then the ops
+    where the runs part (origin, received), then its error for the values' size (_size_error) over what its inputs already carry (an origin, whose inputs agree, over the
+    floor; an op whose inputs are not in the dump, a parameter, as 1: it carries what it was given), then the
+    absolute error."""
+    parts = op.role in (ROLE_ORIGIN, ROLE_RECEIVED)
+    error = max((_size_error(t) for t in op.outputs), default=0.0)
+    if not op.inputs:       # a parameter after its update, or inputs not dumped: what it adds is not visible
+        return bool(op.nonfinite_differ), parts, 1.0 if error else 0.0, op.max_abs_error or 0.0
+    # what the op was given: an origin's changed constant (an epsilon) is its own change, not a carried one
+    carried = max((_size_error(t) for t in op.inputs if not parts or t.agree), default=0.0)
+    return bool(op.nonfinite_differ), parts, error / max(SIGNIFICANCE_FLOOR, carried), op.max_abs_error or 0.0
+
+
+def _size_error(t) -> float:
+    """A tensor's error for its values' size: the largest absolute error over its largest |value| (a value that
+    cancels to ~0, a gradient sum, is not measured against itself), else its scaled ulps (statistics)."""
+    found = t.normwise_error
+    if found is None:
+        found = t.scaled_error
+    return found or 0.0
 
 
 def largest(diverged: List[OpDiff], top: int) -> List[OpDiff]:

@@ -77,7 +77,8 @@ def _op_error(op: OpDiff) -> str:
     return error_text(op.error_ulps, op.ulp_dtype, op.max_abs_error, op.nonfinite_differ)
 
 
-WORST_ORDER = "inf/NaN mismatches first, then by the error for the values' size"
+WORST_ORDER = ("inf/NaN mismatches first, then where the runs part, then by the error for the values' size over "
+               "what the op's inputs carry")
 
 
 def headline(c: Comparison) -> str:

@@ -1,13 +1,15 @@
 #!/usr/bin/env python
 """Pairs of real MindSpore 2.10 CPU runs whose graphs differ, for `msoverflow compare` (issue 34): before and after
-a precision patch made by `msoverflow patch`, amp O0 against O2, a planted float16 overflow. Nothing is edited by
+a precision patch made by `msoverflow patch`, amp O0 against O2, a planted float16 overflow, the same model in jit
+and in PyNative (mindstudio-probe). Nothing is edited by
 hand: the "after" run's model is the demo's model.py as `msoverflow patch --dump BEFORE --how source --write`
 rewrote it.
 
 Runs go through tests/support/gen_real_dumps.py's runner (graph-mode dumps of every tensor); each run is
 `<out>/<run>/dump/` with run.log and case.json. Cached under `<repo>/.fixture-cache/compare_precision/<key>/`, the
 key hashing the runs defined here, tests/support/cases/compare_precision/*.py, msoverflow/demo/*.py,
-msoverflow/patch/*.py (they make the patched model) and the mindspore version.
+tests/support/cases/compare/compare_net.py, msoverflow/patch/*.py (they make the patched model) and the mindspore
+and mindstudio-probe versions.
 
     python -m tests.support.gen_compare_precision [--out DIR] [--pair NAME ...] [--force]
 
@@ -25,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from tests.support import gen_real_dumps
+from tests.support import gen_compare_pairs, gen_real_dumps
 from tests.support.fixture_runs import prune_stale, version
 from tests.support.gen_compare_pairs import ComparePairs, Pair
 
@@ -33,6 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent
 CASES_DIR = SUPPORT / "cases" / "compare_precision"
 AMP = "cases/compare_precision/amp_net.py"
+NET = "cases/compare/compare_net.py"      # the compare set's small net, run here in jit and in PyNative
 DEMO_WITH_MODEL = "cases/compare_precision/demo_with_model.py"
 PATCHED_MODEL = "{patched_model}"       # replaced by <out>/patched_model/model.py when the run starts
 DEFAULT_CACHE_ROOT = REPO / ".fixture-cache" / "compare_precision"
@@ -44,6 +47,7 @@ class Run:
     name: str
     description: str
     argv: tuple
+    msprobe: bool = False       # PyNative under mindstudio-probe (gen_compare_pairs' runner) instead of a graph dump
 
     def case(self, out_dir: Path) -> "gen_real_dumps.Case":
         args = tuple(str(out_dir / "patched_model" / "model.py") if a == PATCHED_MODEL else
@@ -62,6 +66,11 @@ RUNS: List[Run] = [
     Run("amp_o0_overflow", "amp_net.py with the Square's input scaled by 400, amp O0 (float32 holds it)",
         (AMP, "--amp", "O0", "--overflow")),
     Run("amp_o2_overflow", "the same under amp O2: the Square overflows float16", (AMP, "--amp", "O2", "--overflow")),
+    Run("jit_fp32", "compare_net.py in graph mode (jit), fp32, one step", (NET, "--steps", "1")),
+    Run("jit_ln_eps", "the same with the LayerNorm's epsilon 1e-2 instead of 1e-5", (NET, "--steps", "1", "--ln-eps",
+                                                                                       "1e-2")),
+    Run("pynative_fp32", "compare_net.py in PyNative under mindstudio-probe (L1: every API call), fp32, one step",
+        (NET, "--steps", "1"), msprobe=True),
 ]
 RUNS_BY_NAME = {r.name: r for r in RUNS}
 
@@ -70,28 +79,35 @@ PAIRS: List[Pair] = [
          "`msoverflow patch`: Casts inserted around NormHead's norm; everything upstream bit-identical",
          dict(verdict="diverged", rank=0, iteration=0, cell_type="NormHead", cell="lm_head")),
     Pair("amp_o0_vs_o2", "amp_o0", "amp_o2", "a healthy model in float32 against float16 (amp O2): every op "
-         "differs by rounding, within float16's precision", dict(verdict="equivalent")),
+         "differs by rounding, within float16's precision", dict(verdict="equivalent", within_precision="float16")),
     Pair("amp_overflow", "amp_o0_overflow", "amp_o2_overflow", "amp O0 against O2 of a model whose Square "
          "overflows float16: the constant scale * scale (160000) is inf in float16, so the Div after the Square "
          "(a kernel MindSpore's graph expanded, Expand_Divs, no Cell scope) makes NaN",
          dict(verdict="diverged", rank=0, iteration=0, op_type="Div", source_contains="/ (self.scale * self.scale)",
               dtype="float16")),
 ]
+PAIRS += [
+    Pair("jit_vs_pynative", "jit_fp32", "pynative_fp32", "the same model in graph mode and in PyNative: kernels "
+         "against API calls, paired by op family in forward order", dict(verdict="equivalent")),
+    Pair("jit_eps_vs_pynative", "jit_ln_eps", "pynative_fp32", "jit with the LayerNorm's epsilon changed against "
+         "PyNative", dict(verdict="diverged", rank=0, iteration=0, op_type="LayerNorm", cell_type="LayerNorm",
+                          cell="norm", source_contains="self.norm(")),
+]
 PAIRS_BY_NAME = {p.name: p for p in PAIRS}
 _NEEDS_PATCH = {"demo_patched": "demo_overflow"}
 
 
 def available() -> bool:
-    return version("mindspore") is not None
+    return version("mindspore") is not None and version("mindstudio-probe") is not None
 
 
 def cache_key() -> str:
     digest = hashlib.sha256(repr(RUNS).encode())
-    files = [*sorted(CASES_DIR.glob("*.py")), *sorted((REPO / "msoverflow" / "demo").glob("*.py")),
+    files = [*sorted(CASES_DIR.glob("*.py")), SUPPORT / NET, *sorted((REPO / "msoverflow" / "demo").glob("*.py")),
              *sorted((REPO / "msoverflow" / "patch").glob("*.py"))]
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    digest.update(f"mindspore={version('mindspore')}".encode())
+    digest.update(f"mindspore={version('mindspore')}|msprobe={version('mindstudio-probe')}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -108,6 +124,13 @@ def _patch_model(out_dir: Path, before_dump: Path, python: str) -> None:
     (folder / "patch.log").write_text(" ".join(command[1:]) + "\n" + proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise gen_real_dumps.CaseFailed(f"msoverflow patch exit {proc.returncode}:\n{proc.stdout}{proc.stderr}")
+
+
+def _run(run: Run, out_dir: Path, python: str) -> dict:
+    if run.msprobe:
+        return gen_compare_pairs._run_msprobe(gen_compare_pairs.Run(run.name, run.description, run.argv,
+                                                                    msprobe=True), out_dir, python)
+    return gen_real_dumps.run_case(run.case(out_dir), out_dir, python, timeout=RUN_TIMEOUT_S)
 
 
 def ensure_pairs(names: Optional[List[str]] = None, out_dir: Optional[Path] = None, force: bool = False,
@@ -132,7 +155,7 @@ def ensure_pairs(names: Optional[List[str]] = None, out_dir: Optional[Path] = No
                         records[before] = gen_real_dumps.run_case(RUNS_BY_NAME[before].case(out_dir), out_dir,
                                                                   python, timeout=RUN_TIMEOUT_S)
                     _patch_model(out_dir, out_dir / before / "dump", python)
-                record = gen_real_dumps.run_case(run.case(out_dir), out_dir, python, timeout=RUN_TIMEOUT_S)
+                record = _run(run, out_dir, python)
                 if progress:
                     progress(f"{name}: {'ok' if record.get('ok') else 'FAILED'}")
             records[name] = record
@@ -146,7 +169,7 @@ def main(argv=None) -> int:
     parser.add_argument("--force", action="store_true")
     args = parser.parse_args(argv)
     if not available():
-        print("gen_compare_precision: mindspore must be installed", file=sys.stderr)
+        print("gen_compare_precision: mindspore and mindstudio-probe must be installed", file=sys.stderr)
         return 2
     made = ensure_pairs(args.pair, args.out, args.force, progress=lambda m: print(m, file=sys.stderr, flush=True))
     for name in args.pair or PAIRS_BY_NAME:
