@@ -233,6 +233,8 @@ def _tensor_dict(t: TensorDiff) -> dict:
             "max_rel_error_infinite": t.max_rel_error == math.inf, "cosine": finite_or_none(t.cosine),
             "error_ulps": finite_or_none(t.error_ulps), "ulp_dtype": t.ulp_dtype, "tolerance_ulps": t.tolerance_ulps,
             "agree": t.agree, "statistics_only": t.statistics_only, "note": t.note,
+            "budget_ulps": finite_or_none(t.budget_ulps), "within_precision": t.within_precision,
+            "reference_max": finite_or_none(t.reference_max),
             "nonfinite_differ": t.nonfinite_differ,
             "baseline_file": t.baseline_file, "target_file": t.target_file}
 
@@ -260,7 +262,8 @@ def comparison_dict(c: Comparison) -> dict:
                       "ops": [{"side": u.side, "rank": u.rank, "coords": u.coords, "iteration": u.step,
                                "op_type": u.op_type, "op_name": u.op_name} for u in c.unmatched]},
         "summary": {"matched_ops": c.matched_ops, "baseline_ops": c.baseline_ops, "target_ops": c.target_ops,
-                    "diverged_ops": c.diverged_ops, "tensors_compared": c.tensors_compared,
+                    "diverged_ops": c.diverged_ops, "within_precision_ops": c.within_precision_ops,
+                    "tensors_compared": c.tensors_compared,
                     "units": [{"rank": r, "coords": c.coords.get(r), "iteration": s} for r, s in c.units],
                     "tolerance_ulps": c.tolerance_ulps, "statistics_only": c.statistics_only},
         "parallel": c.parallel,

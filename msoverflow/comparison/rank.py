@@ -30,10 +30,10 @@ def first_divergence(diverged: List[OpDiff], orders: Dict[Tuple[int, int], int])
 
 def significance(op: OpDiff) -> Tuple[bool, bool, float, float]:
     """How the largest differences are ranked (highest first): an op whose outputs' inf/NaN differ, then the ops
-    where the runs part (origin, received), then its error for the values' size (_size_error) over what its inputs already carry (an origin, whose inputs agree, over the
+    where the runs part (origin), then its error for the values' size (_size_error) over what its inputs already carry (an origin, whose inputs agree, over the
     floor; an op whose inputs are not in the dump, a parameter, as 1: it carries what it was given), then the
     absolute error."""
-    parts = op.role in (ROLE_ORIGIN, ROLE_RECEIVED)
+    parts = op.role == ROLE_ORIGIN       # a collective that received the difference only carries it
     error = max((_size_error(t) for t in op.outputs), default=0.0)
     if not op.inputs:       # a parameter after its update, or inputs not dumped: what it adds is not visible
         return bool(op.nonfinite_differ), parts, 1.0 if error else 0.0, op.max_abs_error or 0.0
