@@ -105,11 +105,11 @@ MIN_OTHER_PRECISION_RUNS = 8     # fewer op runs in other dtypes: a few ops chan
 CARRY_CAP = 2.0 ** -6       # an input difference larger than this (relative) is no rounding: not excused
 
 
-def _NORMWISE(t):
+def _normwise(t: TensorDiff) -> Optional[float]:
     return t.normwise_error
 
 
-def _ELEMENTWISE(t):
+def _elementwise(t: TensorDiff) -> Optional[float]:
     return t.scaled_error
 
 
@@ -122,8 +122,8 @@ def _baseline_is_lower(op: OpDiff, lower: str) -> bool:
 def in_another_precision(pairs) -> Optional[str]:
     """The target computed this (rank, step) in another precision (amp O2 against O0): at least a quarter of the
     pairs hold outputs whose dtypes differ (from the file names when the walk has them; amp O2 of a small MLP: 24
-    of 61, the rest being the fp32 loss, optimizer and parameters; a precision patch of one Cell: 14 of 141). Then every pair is judged by
-    the lower dtype's budget; a run where a few ops changed dtype names the first of them instead (the change)."""
+    of 61, the rest being the fp32 loss, optimizer and parameters; a precision patch of one Cell: 14 of 141).
+    Then every pair is judged by the lower dtype's budget, norm-wise; the lower dtype is returned, else None."""
     def dtypes(run) -> tuple:
         if run.npy_outputs and len(run.npy_outputs) == run.n_outputs:
             return tuple(d for _slot, _path, d in sorted(run.npy_outputs))
@@ -161,7 +161,7 @@ def _within_precision(op: OpDiff, tolerance: float, run_lower: Optional[str]) ->
         lower = run_lower       # a parameter after the step's update (no inputs): the run's precision bounds it
     if not normwise and lower is not None and not _baseline_is_lower(op, lower):
         return False        # the target computed it in less precision: the change is named, not excused
-    measure = _NORMWISE if normwise else _ELEMENTWISE
+    measure = _normwise if normwise else _elementwise
     carried = max((e for t in op.inputs if (e := measure(t)) is not None), default=0.0)
     if carried > CARRY_CAP or any(t.nonfinite_differ for t in op.inputs):
         carried = 0.0
@@ -183,7 +183,7 @@ def _within_precision(op: OpDiff, tolerance: float, run_lower: Optional[str]) ->
             continue
         t.budget_ulps = budget / 2.0 ** -_MANTISSA[t.ulp_dtype]
         t.budget_share = error / budget if budget else None
-        if error <= budget:   # (budget_ulps: in ulps of the values' largest, the budget's own measure)
+        if error <= budget:
             t.agree, t.within_precision = True, True
             t.note = (f"within {lower}'s precision: {error / unit:.3g} ulps of {lower} against a budget of "
                       f"{budget / unit:.3g} (its rounding, {own:g}, and {gain:g}x its inputs' "
@@ -204,7 +204,6 @@ class Judged:
     shapes_of: Dict[int, tuple] = field(default_factory=dict)    # id(run) -> first output shape, when they differed
     comparable: Optional[Tuple[int, int]] = None   # across modes: the runs of each side that could pair at all
     matched: int = 0
-    precision_units: int = 0      # (rank, step)s judged by the lower precision's budget (computed in another one)
     baseline_ops: int = 0
     target_ops: int = 0
 
@@ -232,7 +231,6 @@ def judge_units(paired, comparer: Comparer, coords_of) -> Judged:
         position_of = {id(run): i for i, run in enumerate(unit.base_runs)}
         only_base, only_target = list(unit_pairs.only_baseline), list(unit_pairs.only_target)
         budget = in_another_precision(unit_pairs.pairs)
-        judged.precision_units += budget is not None
         retry: list = []
         for run, target_run in unit_pairs.pairs:
             gap = _judge_pair(judged, run, target_run, unit, comparer, position_of, coords, budget)
