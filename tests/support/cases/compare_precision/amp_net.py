@@ -4,8 +4,9 @@ data come from fixed seeds, so an O0 run and an O2 run differ only in precision.
 
     python amp_net.py [--amp O0|O2] [--steps N] [--overflow]
 
---overflow: the activations entering the Square are scaled by 400 (its outputs reach about 1e5): float32 holds
-            them, float16 (largest 65504) does not: the planted fp16 overflow.
+--overflow: Energy computes square(x * 400) / (400 * 400): float32 holds every value; under O2 the constant
+            400 * 400 = 160000 is inf in float16 (largest 65504), so the Div after the Square makes NaN: the planted
+            fp16 overflow (on CPU MindSpore computes the Square's payload in float32, whatever its file says).
 """
 import argparse
 
