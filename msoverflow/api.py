@@ -75,11 +75,13 @@ def events(source: Union[Report, str, "os.PathLike[str]"], *, ranks: Ids = None,
 def compare(baseline: Union[str, "os.PathLike[str]"], target: Union[str, "os.PathLike[str]"], *, ranks: Ids = None,
             steps: Ids = None, tolerance_ulps: Optional[float] = None, top: int = 10,
             warn: Optional[Callable[[str], None]] = None, parallel=None,
-            command: Union[None, str, Sequence[str]] = None) -> "Comparison":
+            command: Union[None, str, Sequence[str]] = None,
+            name_map: Union[None, str, "os.PathLike[str]"] = None) -> "Comparison":
     """Compare two dumps of the same model and return the Comparison `msoverflow compare` renders:
     .verdict (diverged | equivalent | inconclusive), .first_divergence, .worst, .unmatched, .to_dict().
     ranks/steps: as analyze() takes them. parallel: the layout as analyze() takes it; ranks then carry their
-    coordinates (.coords, .parallel). command: the command line that asked, recorded in .provenance."""
+    coordinates (.coords, .parallel). command: the command line that asked, recorded in .provenance. name_map:
+    `--map FILE`, names that pair across modes or frameworks (docs/compare.md)."""
     baseline, target = _path("baseline", baseline), _path("target", target)
     _check(tolerance_ulps=(tolerance_ulps, (numbers.Real, type(None))), top=(top, (int,)),
            warn=(warn, (AnyCallable, type(None))), **_parallel(parallel))
@@ -90,7 +92,7 @@ def compare(baseline: Union[str, "os.PathLike[str]"], target: Union[str, "os.Pat
     from .comparison import compare as run_comparison
     from .provenance import stamp
     result = run_comparison(baseline, target, ranks=selected[0], steps=selected[1], top=top, warn=warn,
-                            parallel=parallel,
+                            parallel=parallel, name_map=None if name_map is None else _path("name_map", name_map),
                             tolerance_ulps=DEFAULT_ULPS if tolerance_ulps is None else tolerance_ulps)
     result.provenance = stamp(command)
     return result

@@ -232,6 +232,8 @@ class NamedRun(Protocol):
     def time(self) -> int: ...
     @property
     def order(self) -> Optional[int]: ...
+    @property
+    def key(self) -> tuple: ...       # what names the run within one dump (never id())
 
 
 @dataclass(slots=True)

@@ -238,6 +238,12 @@ class OpRun:
         return run
 
     @property
+    def key(self) -> tuple:
+        """What names this run within one dump (never an object's id()): two runs of one op in one step differ by
+        their time or their place in the graph's order."""
+        return (self.rank, self.step, self.graph, self.op_type, self.op_name, self.time, self.order)
+
+    @property
     def is_parameter(self) -> bool:
         return self.op_type == "Parameter"
 
@@ -677,12 +683,9 @@ def _npy_step(content: DirContent, access: TensorAccess):
     def flush(key):
         header, declared, _ = key
         members, blobs, _ = batches.pop(key)
-        count = math.prod(header.shape) if header.shape else 1
-        size = len(blobs[0])
-        matrix = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(len(blobs), size)
-        payload = matrix[:, header.offset:header.offset + count * header.payload_dtype.itemsize]
+        payload = npy.stack_payloads(blobs, header)
         with reading(prefix + npy_names[rows[members[0]]]):    # an internal error names a file of the batch
-            bad, pinned = scan_rows(payload.view(header.payload_dtype), declared)
+            bad, pinned = scan_rows(payload, declared)
         for j, r in enumerate(members):
             seeded[r] = (bool(bad[j]), bool(pinned[j]), header)
 

@@ -24,7 +24,7 @@ def mindspore_available() -> bool:
 # The session fixtures below run MindSpore (once per session): a test that asks for one is a `mindspore` test, so
 # `-m "not mindspore"` (./scripts/test.sh quick) never starts a real run.
 REAL_RUN_FIXTURES = frozenset({"real_dumps", "multirank_dumps", "compare_pairs", "msprobe_dumps", "hunt_runs",
-                               "upstream_dumps", "dumpobj_dumps"})
+                               "upstream_dumps", "dumpobj_dumps", "compare_precision_pairs"})
 
 
 @pytest.hookimpl(tryfirst=True)        # before -m deselects by marker
@@ -79,6 +79,19 @@ def multirank_dumps():
     out_dir = os.environ.get(OUT_DIR_ENV) or None
     return generator.ensure_cases([case.name for case in generator.MULTI_RANK_CASES], out_dir=out_dir, jobs=1,
                                   progress=lambda msg: print(f"[real dumps] {msg}", file=sys.__stderr__, flush=True))
+
+
+@pytest.fixture(scope="session")
+def compare_precision_pairs():
+    """Real pairs whose graphs differ (tests/support/gen_compare_precision.py): the demo before/after a source patch
+    made by `msoverflow patch`, amp O0/O2 of a small MLP, healthy and with a planted fp16 overflow, one small net in
+    jit and in PyNative (mindstudio-probe). Generated once (about 3 min on 2 cores) and cached under .fixture-cache/compare_precision/<key>/."""
+    if not mindspore_available():
+        pytest.skip("mindspore is not installed (pip install 'msoverflow[mindspore]')")
+    from tests.support import gen_compare_precision
+    if not gen_compare_precision.available():
+        pytest.skip("mindstudio-probe is not installed (pip install 'msoverflow[msprobe]')")
+    return gen_compare_precision.ensure_pairs()
 
 
 @pytest.fixture(scope="session")

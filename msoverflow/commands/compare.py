@@ -25,6 +25,10 @@ def register(sub):
                    help="only these steps (the dump's iteration directories), e.g. 0, 0-3 or 0|5-8")
     p.add_argument("--ulps", type=float, default=None, metavar="N",
                    help="tolerance in ulps of the compared dtype (default 8)")
+    p.add_argument("--map", dest="name_map", metavar="FILE",
+                   help="YAML of names that pair across modes or frameworks (baseline name or glob pattern: target "
+                        "name), or a mindstudio-probe mapping file as it is (api_mapping, cell_mapping, "
+                        "data_mapping); a built-in API map pairs common ops (Functional.softmax with Softmax)")
     p.add_argument("--top", type=int, default=10, help="largest differences to list (default 10)")
     p.add_argument("--format", choices=list(FORMATS),
                    help="default: from -o's extension (.html, .json, .md), else text")
@@ -32,7 +36,8 @@ def register(sub):
     from ..parallel_layout import add_parallel_option
     add_parallel_option(p)
     p.set_defaults(run=run)
-    declare_paths(p, lambda args: Paths((args.baseline, args.target), (Written(args.output, "the answer (-o)"),)))
+    declare_paths(p, lambda args: Paths((args.baseline, args.target) + ((args.name_map,) if args.name_map else ()),
+                                        (Written(args.output, "the answer (-o)"),)))
     return p
 
 
@@ -48,5 +53,5 @@ def run(args) -> int:
         raise UserError(f"--ulps {args.ulps}: expected 0 or more")
     result = compare(args.baseline, args.target, ranks=args.ranks, steps=args.steps, tolerance_ulps=tolerance,
                      top=args.top, warn=lambda message: log.debug("warning: %s", message), parallel=args.parallel,
-                     command=getattr(args, "command_line", None))
+                     command=getattr(args, "command_line", None), name_map=args.name_map)
     return deliver_comparison(args, result)

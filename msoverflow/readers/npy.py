@@ -11,7 +11,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -188,6 +188,21 @@ def header_of_bytes(path: str, blob: bytes) -> NpyHeader:
         if len(_HEADERS) < 4096:
             _HEADERS[key] = header
     return header
+
+
+def read_small(path: str) -> Optional[Tuple[bytes, NpyHeader]]:
+    """A small npy file read whole (read_start) and its header (header_of_bytes); None for a larger file. The batch
+    reader's first half: walk.py's scan and comparison/metrics.py's pairs read their small outputs through it."""
+    blob, whole = read_start(path)
+    return (blob, header_of_bytes(path, blob)) if whole else None
+
+
+def stack_payloads(blobs: Sequence[bytes], header: NpyHeader) -> np.ndarray:
+    """The batch reader's second half: the payloads of small files of one header and one size as the rows of one
+    matrix of header.payload_dtype (one join; no array per file)."""
+    count = math.prod(header.shape) if header.shape else 1
+    matrix = np.frombuffer(b"".join(blobs), dtype=np.uint8).reshape(len(blobs), len(blobs[0]))
+    return matrix[:, header.offset:header.offset + count * header.payload_dtype.itemsize].view(header.payload_dtype)
 
 
 def load(path: str) -> Tuple[NpyHeader, np.ndarray]:

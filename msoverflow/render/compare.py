@@ -77,7 +77,8 @@ def _op_error(op: OpDiff) -> str:
     return error_text(op.error_ulps, op.ulp_dtype, op.max_abs_error, op.nonfinite_differ)
 
 
-WORST_ORDER = "inf/NaN mismatches first, then by the error for the values' size"
+WORST_ORDER = ("inf/NaN mismatches first, then where the runs part, then by the error for the values' size over "
+               "what the op's inputs carry")
 
 
 def headline(c: Comparison) -> str:
@@ -85,10 +86,20 @@ def headline(c: Comparison) -> str:
         f = c.first_divergence
         assert f is not None            # a diverged comparison names its first divergence
         return f"DIVERGED: first at {f.op_type}, {rank_phrase(f.rank, f.coords)}, step {f.step}"
+    if c.verdict == "equivalent" and c.within_precision_ops:
+        return (f"EQUIVALENT within precision: {c.matched_ops} matched op runs agree, {c.within_precision_ops} of "
+                f"them within the rounding budget of the lower dtype ({c.tensors_compared} tensors compared)")
     if c.verdict == "equivalent":
         return (f"EQUIVALENT: {c.matched_ops} matched op runs agree within {_g(c.tolerance_ulps)} ulps "
                 f"({c.tensors_compared} tensors compared)")
-    return "INCONCLUSIVE: " + "; ".join(c.reasons)
+    more = len(c.reasons) - 1
+    return "INCONCLUSIVE: " + (c.reasons[0] if c.reasons else "") + (
+        f" (and {more} more reason{'s' if more > 1 else ''} below)" if more > 0 else "")
+
+
+def later_reasons(c: Comparison) -> List[str]:
+    """The reasons the headline does not give (it gives the first): each reason is said once."""
+    return c.reasons[1:]
 
 
 def _role_text(op: OpDiff) -> str:
@@ -160,7 +171,7 @@ def render_compare_text(c: Comparison) -> str:
         out.append(f"layout: {parallel_text(c.parallel)}")
     for line in c.caveats:
         out.append(f"caveat: {line}")
-    for line in c.reasons:
+    for line in later_reasons(c):
         out.append(f"inconclusive: {line}")
     if c.warnings:
         out.append(f"{len(c.warnings)} warning(s) (--format json lists them)")
@@ -176,7 +187,7 @@ def render_compare_markdown(c: Comparison) -> str:
     if f is not None:
         out += ["## First divergence", "", "| | |", "|---|---|",
                 f"| op | {md_code(f.op_type, True)} {md_code(f.op_name, True)} |",
-                f"| rank, step | {md(rank_phrase(f.rank, f.coords))}, {f.step} |",
+                f"| where | {md(rank_phrase(f.rank, f.coords))}, step {f.step} |",
                 f"| Cell | {md(f.cell)} ({md(f.cell_type)}) |"]
         if f.source:
             out.append(f"| source | {md_code(f'{f.source.file}:{f.source.line}', True)} {md_code(f.source.code, True)} |")
@@ -205,7 +216,7 @@ def render_compare_markdown(c: Comparison) -> str:
     out += ["## Scope", "", scope_text(c), ""]
     if c.parallel:
         out += [f"Layout: {md(parallel_text(c.parallel))}.", ""]
-    out += [f"- caveat: {md(x)}" for x in c.caveats] + [f"- inconclusive: {md(x)}" for x in c.reasons]
+    out += [f"- caveat: {md(x)}" for x in c.caveats] + [f"- inconclusive: {md(x)}" for x in later_reasons(c)]
     if provenance_text(c):
         out += ["", f"Made by {md(provenance_text(c))}."]
     return "\n".join(out) + "\n"
@@ -281,7 +292,7 @@ def compare_card(c: Comparison, links, after: str = "") -> str:
              ("target", links.file(c.target, c.target, folder=True))]
     if f is not None:
         items += [("op", f"<code>{esc(f.op_type)}</code> <code>{esc(f.op_name)}</code>"),
-                  ("rank, step", f"{esc(rank_phrase(f.rank, f.coords))}, {f.step}"),
+                  ("where", f"{esc(rank_phrase(f.rank, f.coords))}, step {f.step}"),
                   ("Cell", f"{esc(f.cell)} ({esc(f.cell_type)})")]
         if f.source:
             items.append(("source", f"{links.file(f.source.file, None, f.source.line)} "
@@ -339,7 +350,7 @@ def render_compare_html(c: Comparison, page_dir: Optional[str] = None) -> str:
     parts.append(f'<section id="scope"><h2>Scope</h2><p>{esc(scope_text(c))}</p>'
                  + (f"<p>layout: {esc(parallel_text(c.parallel))}</p>" if c.parallel else "")
                  + "".join(f"<p class=note>caveat: {esc(x)}</p>" for x in c.caveats)
-                 + "".join(f"<p class=note>inconclusive: {esc(x)}</p>" for x in c.reasons)
+                 + "".join(f"<p class=note>inconclusive: {esc(x)}</p>" for x in later_reasons(c))
                  + ("<ul class=warn>" + "".join(f"<li>{esc(w)}</li>" for w in c.warnings[:300]) + "</ul>"
                     if c.warnings else "") + links.note() + "</section>")    # last: every link is made
     if provenance_text(c):

@@ -180,12 +180,13 @@ def _run(run: Run, out_dir: Path, python: str) -> dict:
 class ComparePairs:
     """pair name -> (baseline dump, target dump); `.pair(name)` the Pair; `.record(run)` a run's case.json."""
 
-    def __init__(self, root: Path, records: Dict[str, dict]):
+    def __init__(self, root: Path, records: Dict[str, dict], pairs: Optional[Dict[str, "Pair"]] = None):
         self.root = root
         self.records = records
+        self.pairs = pairs or PAIRS_BY_NAME      # another generator's pairs (gen_compare_precision)
 
     def __getitem__(self, name: str):
-        pair = PAIRS_BY_NAME[name]
+        pair = self.pairs[name]
         for run in (pair.baseline, pair.target):
             record = self.records.get(run) or {}
             if not record.get("ok"):
@@ -193,7 +194,7 @@ class ComparePairs:
         return self.root / pair.baseline / "dump", self.root / pair.target / "dump"
 
     def pair(self, name: str) -> Pair:
-        return PAIRS_BY_NAME[name]
+        return self.pairs[name]
 
 
 def ensure_pairs(names: Optional[List[str]] = None, out_dir: Optional[Path] = None, force: bool = False,
