@@ -1,0 +1,163 @@
+"""The watch's report: events, the root cause, `first` (analyze's report of the dumped event step), and how the
+capture went. Rendered as text, JSON and HTML (headroom over steps with the events marked)."""
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from ..errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_INCONCLUSIVE
+from .cause import RootCause
+from .detect import NONFINITE, PROJECTED, Event
+from .series import Store, headroom
+
+PLOTTED = 8
+
+
+@dataclass
+class WatchReport:
+    source: str                              # the statistics directory
+    events: List[Event]
+    root_cause: Optional[RootCause]
+    store: Store
+    first: Optional[Any] = None              # analyze's Report of the event step's full dump
+    first_dump: Optional[str] = None
+    command: List[str] = field(default_factory=list)
+    command_exit: Optional[int] = None
+    stopped_at: Optional[int] = None
+    capture: Dict[str, Any] = field(default_factory=dict)    # keep, disk peak, steps deleted ...
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def steps_read(self) -> int:
+        return max((len(s) for s in self.store.steps.values()), default=0)
+
+    @property
+    def exit_code(self) -> int:
+        if self.steps_read == 0:
+            return EXIT_INCONCLUSIVE
+        if self.events:
+            return EXIT_ANOMALY
+        return EXIT_CLEAN
+
+    @property
+    def verdict(self) -> str:
+        if self.steps_read == 0:
+            return "INCONCLUSIVE"
+        if any(e.kind == NONFINITE for e in self.events):
+            return "NON-FINITE"
+        if any(e.kind != PROJECTED for e in self.events):
+            return "BLOW-UP"
+        return "WARNING" if self.events else "HEALTHY"
+
+    def to_dict(self) -> dict:
+        first = None
+        if self.first is not None:
+            from ..render.json_report import render_json
+            first = json.loads(render_json(self.first))
+        return {
+            "kind": "watch", "verdict": self.verdict, "source": self.source,
+            "ranks": sorted(self.store.steps), "steps_read": {str(r): len(s) for r, s in self.store.steps.items()},
+            "tensors": len(self.store.tensors),
+            "events": [e.to_dict() for e in self.events],
+            "root_cause": self.root_cause.to_dict() if self.root_cause else None,
+            "first": first, "first_dump": self.first_dump,
+            "command": self.command, "command_exit": self.command_exit, "stopped_at": self.stopped_at,
+            "capture": self.capture, "warnings": self.store.warnings[:50], "notes": self.notes,
+        }
+
+
+def render_text(report: WatchReport) -> str:
+    lines = [f"{report.verdict}: {len(report.events)} event(s) over {report.steps_read} step(s) of "
+             f"{len(report.store.tensors)} tracked tensor(s) ({report.source})"]
+    for event in report.events:
+        lines.append(f"  {event.line()}")
+    cause = report.root_cause
+    if cause is not None:
+        lines.append(f"root cause: {cause.summary}")
+        for item in cause.evidence:
+            lines.append(f"  evidence: {item}")
+        if cause.fix:
+            lines.append(f"  fix ({cause.cause}): {cause.fix}")
+    if report.first is not None and report.first.first is not None:
+        f = report.first.first
+        lines.append(f"origin (full dump of step {f.iteration}, {report.first_dump}): {f.op_type} {f.op_name}")
+    elif report.first is not None:
+        lines.append(f"full dump of the event step ({report.first_dump}): {report.first.verdict}")
+    for note in report.notes:
+        lines.append(f"note: {note}")
+    cap = report.capture
+    if cap:
+        lines.append("capture: " + ", ".join(f"{k} {v}" for k, v in cap.items() if not isinstance(v, (dict, list))))
+    return "\n".join(lines) + "\n"
+
+
+def render_json(report: WatchReport) -> str:
+    return json.dumps(report.to_dict(), indent=2, default=str) + "\n"
+
+
+def headroom_series(report: WatchReport) -> List[tuple]:
+    """(tracked, steps, headroom) of the tensors closest to their limit (or named by an event)."""
+    store = report.store
+    named = {(e.rank, e.tensor) for e in report.events}
+    rows = []
+    for key, tracked in store.tensors.items():
+        limit = tracked.limit
+        if limit is None:
+            continue
+        pts = [(s, headroom(v, limit)) for s, v in store.values(key)]
+        pts = [(s, h) for s, h in pts if h is not None]
+        if not pts:
+            continue
+        low = min(h for _s, h in pts)
+        rows.append((0 if (tracked.rank, tracked.name) in named else 1, low, tracked, pts))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    return [(t, [s for s, _h in pts], [h for _s, h in pts]) for _n, _l, t, pts in rows[:PLOTTED]]
+
+
+def render_html(report: WatchReport) -> str:
+    from ..render.html.plots import figure, inline_svg, plain_ticks, plot_settings
+    body = [f"<h1>msoverflow watch: {html.escape(report.verdict)}</h1>",
+            f"<p>{html.escape(render_text(report).splitlines()[0])}</p>"]
+    series = headroom_series(report)
+    if series:
+        with plot_settings():
+            fig = figure(9.0, 4.2)
+            ax = fig.add_subplot(1, 1, 1)
+            for tracked, steps, room in series:
+                ax.plot(steps, room, marker=".", linewidth=1.2, label=f"{tracked.label} ({tracked.dtype})")
+            colours = {"nonfinite": "red", "spike": "orange", "divergence": "purple", "projected_overflow": "blue"}
+            seen = set()
+            for event in report.events:
+                label = event.kind if event.kind not in seen else None
+                seen.add(event.kind)
+                ax.axvline(event.step, color=colours.get(event.kind, "grey"), linestyle="--", linewidth=1,
+                           label=label)
+            ax.axhline(0, color="black", linewidth=0.8)
+            ax.set_xlabel("step")
+            ax.set_ylabel("headroom: log10(dtype max / max |x|)")
+            ax.legend(fontsize=7, loc="best")
+            plain_ticks(fig)
+            body.append(inline_svg(fig, "watch-headroom", "headroom of the tracked tensors over steps"))
+    if report.events:
+        body.append("<h2>Events</h2><table><tr><th>step</th><th>kind</th><th>tensor</th><th>op</th><th>cell</th>"
+                    "<th>range used</th><th>growth/step</th><th>projected step</th><th>detail</th></tr>")
+        for e in report.events:
+            body.append("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in (
+                e.step, e.kind, e.tensor, e.op, e.cell,
+                "" if e.range_used is None else f"{e.range_used:.3g}",
+                "" if e.growth is None else f"{e.growth * 100:+.1f}%",
+                "" if e.projected_step is None else e.projected_step, e.detail)) + "</tr>")
+        body.append("</table>")
+    if report.root_cause is not None:
+        c = report.root_cause
+        body.append(f"<h2>Root cause: {html.escape(c.cause)}</h2><p>{html.escape(c.summary)}</p><ul>"
+                    + "".join(f"<li>{html.escape(x)}</li>" for x in c.evidence)
+                    + f"</ul><p>Fix: {html.escape(c.fix)}</p>")
+    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>msoverflow watch</title></head><body>"
+            + "\n".join(body) + "</body></html>\n")
+
+
+def render(report: WatchReport, fmt: str) -> str:
+    return {"json": render_json, "html": render_html}.get(fmt, render_text)(report)
