@@ -1,12 +1,13 @@
 """msoverflow: find the first operator that overflowed in a MindSpore run, explain it, and patch it.
 
 `msoverflow.analyze(path, ranks=..., steps=...)` returns the Report, `msoverflow.events(report)` its tensor events
-as a table, `msoverflow.compare(baseline, target)` the Comparison (msoverflow/api.py). Imported lazily so that
+as a table, `msoverflow.compare(baseline, target)` the Comparison, `msoverflow.watch(command)` a watched run
+(msoverflow/api.py). Imported lazily so that
 `import msoverflow` (and `msoverflow --help`) stays light.
 """
 from .version import __version__  # noqa: F401
 
-_API = ("analyze", "compare", "events")
+_API = ("analyze", "compare", "events", "watch", "watch_history")
 
 
 def __getattr__(name):

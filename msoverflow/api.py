@@ -56,6 +56,23 @@ def analyze(path: Union[str, "os.PathLike[str]"], *, ranks: Ids = None, steps: I
     return report
 
 
+def watch(command: Sequence[str], dump_dir: Union[None, str, "os.PathLike[str]"] = None, *, keep: int = 20,
+          warn_ahead: int = 10, on_event: str = "dump", device: Optional[str] = None,
+          say: Optional[Callable[[str], None]] = None):
+    """Run a training command watched (`msoverflow watch`); its WatchReport (events, root_cause, first). say: each
+    warning as it happens (default: the msoverflow logger)."""
+    from .watch.session import watch as run_watch
+    return run_watch(list(command), dump_dir, keep=keep, warn_ahead=warn_ahead, on_event=on_event, device=device,
+                     say=say).report
+
+
+def watch_history(path: Union[str, "os.PathLike[str]"], *, warn_ahead: int = 10):
+    """The watch's detectors and root cause over a finished statistics dump (statistic.csv per step): the
+    WatchReport `analyze --history` prints."""
+    from .watch.session import from_dump
+    return from_dump(_path("path", path), warn_ahead)
+
+
 def events(source: Union[Report, str, "os.PathLike[str]"], *, ranks: Ids = None, steps: Ids = None,
            warn: Optional[Callable[[str], None]] = None):
     """Every tensor event as a pandas DataFrame, one row per tensor: rank, step, op_type, op_name, io, slot, dtype,

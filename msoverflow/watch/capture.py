@@ -42,26 +42,32 @@ def rank_of_process() -> int:
 
 
 def _stats_row(array):
-    """(max, min, mean, count, nan, -inf, +inf, l2) of a numpy array; max/min/mean/l2 over finite values."""
+    """(max, min, mean, count, nan, -inf, +inf, l2) of a numpy array; max/min/mean/l2 over finite values. The
+    common case (all finite) costs a max, a min, a sum and a dot in the array's own precision (float16 in
+    float32): NaN and inf show in max/min, and only then are they counted."""
     import numpy as np
     a = np.asarray(array)
-    if a.dtype.kind not in "fiub":
+    if a.dtype.kind not in "fiub" or (a.dtype.kind == "f" and a.dtype.itemsize < 4):
         a = a.astype(np.float32)
     count = int(a.size)
-    if a.dtype.kind == "f":
-        wide = a.astype(np.float64) if a.dtype.itemsize < 8 else a
-        finite = np.isfinite(wide)
-        nan = int(np.isnan(wide).sum())
-        posinf = int(np.isposinf(wide).sum())
-        neginf = int(np.isneginf(wide).sum())
-        if not finite.all():
-            wide = wide[finite]
-    else:
-        wide, nan, posinf, neginf = a.astype(np.float64), 0, 0, 0
-    if wide.size == 0:
-        return None, None, None, count, nan, neginf, posinf, None
-    return (float(wide.max()), float(wide.min()), float(wide.mean()), count, nan, neginf, posinf,
-            float(np.sqrt(np.dot(wide.ravel(), wide.ravel()))))
+    if count == 0:
+        return None, None, None, 0, 0, 0, 0, None
+    flat = a.reshape(-1)
+    high, low = flat.max(), flat.min()
+    nan = posinf = neginf = 0
+    if a.dtype.kind == "f" and not (np.isfinite(high) and np.isfinite(low)):
+        nan = int(np.isnan(flat).sum())
+        posinf = int(np.isposinf(flat).sum())
+        neginf = int(np.isneginf(flat).sum())
+        flat = flat[np.isfinite(flat)]
+        if flat.size == 0:
+            return None, None, None, count, nan, neginf, posinf, None
+        high, low = flat.max(), flat.min()
+    if a.dtype.kind != "f":
+        flat = flat.astype(np.float64)
+    total = float(flat.sum(dtype=np.float64))
+    l2 = float(np.sqrt(np.dot(flat, flat)))
+    return float(high), float(low), total / flat.size, count, nan, neginf, posinf, l2
 
 
 def _fmt(value) -> str:
@@ -73,8 +79,7 @@ class Watch:
         self.spec = spec
         self.out = spec["out_dir"]
         self.rank = rank_of_process()
-        self.rank_dir = os.path.join(self.out, f"rank_{self.rank}", GRAPH_DIR)
-        os.makedirs(self.rank_dir, exist_ok=True)
+        self.rank_dir = ""
         self.step = 0
         self.depth = 0
         self.meta: dict = {}
@@ -103,6 +108,13 @@ class Watch:
         import mindspore as ms
         from mindspore import nn
         self.pynative = ms.get_context("mode") == ms.PYNATIVE_MODE
+        try:        # a distributed job has initialised its communication before its first step
+            from mindspore.communication import get_rank
+            self.rank = int(get_rank())
+        except Exception:
+            pass
+        self.rank_dir = os.path.join(self.out, f"rank_{self.rank}", GRAPH_DIR)
+        os.makedirs(self.rank_dir, exist_ok=True)
         self.cell_paths = {id(c): (name, type(c).__name__) for name, c in root.cells_and_names()}
         optimizer = next(c for _n, c in root.cells_and_names() if isinstance(c, nn.Optimizer))
         network_params = {id(p) for p in optimizer.parameters}
@@ -170,6 +182,12 @@ class Watch:
                 self.previous[name] = values
         self.write(rows)
         self.step += 1
+        if self.spec.get("stop_on_nonfinite") and any(r[4][4] or r[4][5] or r[4][6] for r in rows):
+            # the watcher would ask a step late: a rank that holds a NaN/inf ends here itself (in a data-parallel
+            # job the all-reduced gradients carry it to every rank in the same step)
+            sys.stderr.write(f"msoverflow watch: a non-finite value at step {self.step - 1}: stopping\n")
+            sys.stderr.flush()
+            raise SystemExit(0)
 
     def write(self, rows) -> None:
         stamp = int(time.time() * 1e6)

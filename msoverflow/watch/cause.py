@@ -70,6 +70,7 @@ class RootCause:
     summary: str = ""
     departures: List[Departure] = field(default_factory=list)
     upto: int = 0                   # the trends were read up to this step
+    diverged: bool = False          # the loss rose step after step before it
 
     def to_dict(self) -> dict:
         return {"rank": self.rank, "event": self.event.to_dict(), "onset_step": self.onset,
@@ -106,8 +107,11 @@ def departure(store: Store, key: str, step: int) -> Optional[Departure]:
 
 
 def _line_residual(ys: List[float]) -> float:
+    """Squared residual of the best line through ys; two points are a level (a line through them would always
+    fit, and a spike's step would be moved one step early)."""
     if len(ys) < 3:
-        return 0.0
+        mean = sum(ys) / len(ys)
+        return sum((y - mean) ** 2 for y in ys)
     xs = range(len(ys))
     mx, my = (len(ys) - 1) / 2, sum(ys) / len(ys)
     den = sum((x - mx) ** 2 for x in xs)
@@ -131,24 +135,34 @@ def root_cause(store: Store, events: List[Event]) -> Optional[RootCause]:
         return None
     event = min(blowups, key=lambda e: (e.step, e.rank))
     nonfinite = next((e for e in events if e.kind == NONFINITE and e.rank == event.rank), None)
-    # the trends are read up to the blow-up; when a non-finite value follows, up to the last finite step before it
-    step = event.step if nonfinite is None else max(nonfinite.step - 1, 0)
-    departures: List[Departure] = []
-    for key, tracked in store.tensors.items():
-        if tracked.rank != event.rank or tracked.kind == "optimizer setting":
-            continue
-        d = departure(store, key, step)
-        if d is not None:
-            departures.append(d)
-    departures.sort(key=lambda d: (d.since, KIND_ORDER.get(d.kind, 9)))
+    # the trends are read up to the first blow-up; when a non-finite value follows, up to the last finite step
+    # before it, unless an input of the step jumped at the first blow-up (data: what came later is its aftermath)
+    at_event = _departures(store, event.rank, event.step)
+    step, departures = event.step, at_event
+    if nonfinite is not None and not any(d.kind == "input" and d.since == event.step for d in at_event):
+        step = max(nonfinite.step - 1, 0)
+        departures = _departures(store, event.rank, step)
     result = RootCause(event.rank, event, None, None, "unknown", departures=departures, upto=step)
     if departures:
         result.first = departures[0]
         result.onset = departures[0].since
+    result.diverged = any(e.kind == DIVERGENCE and e.rank == event.rank and e.step <= step for e in events)
     _classify(result, store, nonfinite)
     result.fix = FIXES.get(result.cause, "")
     result.summary = _summary(result, store, nonfinite)
     return result
+
+
+def _departures(store: Store, rank: int, step: int) -> List[Departure]:
+    found = []
+    for key, tracked in store.tensors.items():
+        if tracked.rank != rank or tracked.kind == "optimizer setting":
+            continue
+        d = departure(store, key, step)
+        if d is not None:
+            found.append(d)
+    found.sort(key=lambda d: (d.since, KIND_ORDER.get(d.kind, 9)))
+    return found
 
 
 def _classify(result: RootCause, store: Store, nonfinite: Optional[Event]) -> None:
@@ -158,7 +172,7 @@ def _classify(result: RootCause, store: Store, nonfinite: Optional[Event]) -> No
     data = [d for d in at_onset if d.kind == "input"]
     state = [d for d in deps if d.kind == "optimizer state"]
     weights = [d for d in deps if d.kind in ("parameter", "update")]
-    grown = [d for d in weights if result.upto - d.since >= 2]
+    grown = [d for d in weights if result.upto - d.since >= 2 or result.diverged]
     if data:
         d = data[0]
         result.cause = "data"
@@ -174,8 +188,10 @@ def _classify(result: RootCause, store: Store, nonfinite: Optional[Event]) -> No
     if grown:
         d = min(grown, key=lambda d: (d.since, KIND_ORDER.get(d.kind, 9)))
         result.cause = "dynamics"
-        evidence.append(f"{d.tensor} max |x| {d.before:.4g} -> {d.after:.4g}, {d.growth * 100:+.1f}%/step from "
+        evidence.append(f"{d.tensor} max |x| {d.before:.4g} -> {d.after:.4g}, {growth_text(d.growth)} from "
                         f"step {d.since}")
+        if result.diverged:
+            evidence.append("the loss rose step after step before the blow-up (a divergence event)")
         lr = _lr_at(store, result.rank, d.since)
         if lr is not None:
             evidence.append(f"learning rate {lr:.3g} at step {d.since}")
@@ -220,11 +236,15 @@ def _summary(result: RootCause, store: Store, nonfinite: Optional[Event]) -> str
     d = result.first
     text = (f"{head}; onset step {result.onset}: {d.tensor} ({d.op}"
             + (f" in {d.cell}" if d.cell else "") + f") left its trend first, {d.before:.4g} -> {d.after:.4g}"
-            + (f", {d.growth * 100:+.0f}%/step" if result.cause != "data" else "") )
+            + (f", {growth_text(d.growth)}" if result.cause != "data" else ""))
     lr = _lr_at(store, result.rank, result.onset) if result.onset is not None else None
     if lr is not None and result.cause == "dynamics":
         text += f", at lr {lr:.3g}"
     return f"{text}: {result.cause}"
+
+
+def growth_text(growth: float) -> str:
+    return f"{growth * 100:+.0f}%/step" if growth < 9 else f"x{1 + growth:.3g}/step"
 
 
 def kinds_of(events: List[Event]) -> Dict[str, int]:

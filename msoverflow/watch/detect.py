@@ -87,7 +87,7 @@ def trend(store: Store, key: str, upto: int) -> Optional[Tuple[float, List[Tuple
     points = [(s, v) for s, v in store.values(key, upto) if v > 0][-TREND_STEPS:]
     if len(points) < TREND_STEPS or points[-1][0] != upto:
         return None
-    rises = sum(1 for (_a, x), (_b, y) in zip(points, points[1:]) if y > x)
+    rises = sum(1 for (_a, x), (_b, y) in zip(points, points[1:], strict=False) if y > x)
     k = slope(points)
     growth = math.exp(k) - 1
     if growth < GROWTH_MIN or rises < len(points) - 2:
@@ -171,7 +171,7 @@ class Detector:
         if len(values) < RISE_STEPS + 2 or values[-1][0] != step:
             return []
         last = values[-(RISE_STEPS + 1):]
-        if not all(b[1] > a[1] for a, b in zip(last, last[1:])):
+        if not all(b[1] > a[1] for a, b in zip(last, last[1:], strict=False)):
             return []
         low = min(v for _s, v in values)
         if low <= 0 or values[-1][1] < DIVERGE_FACTOR * low:

@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..dtypes import dtype_max
 import numpy as np
 
+from ..dtypes import dtype_max
 from ..readers.statistic_csv import read_table
 
 STEP_DIR = re.compile(r"^\d+$")

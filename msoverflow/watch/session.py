@@ -100,7 +100,8 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     say = say or (lambda line: log.warning("%s", line))
     env = dict(os.environ)
     hook_dir = os.path.join(out, HOOK_DIR)
-    env.update(write_hook(hook_dir, {"kind": "watch", "out_dir": stats, "keep": keep},
+    env.update(write_hook(hook_dir, {"kind": "watch", "out_dir": stats, "keep": keep,
+                                     "stop_on_nonfinite": on_event != "continue"},
                           os.path.join(hook_dir, "spec.json"), INSTALLER))
     store = Store()
     follower = Follower(stats, store)
@@ -175,7 +176,7 @@ def _escalates(event: Event, on_event: str) -> bool:
 def _dump_event_step(report: WatchReport, command, out: str, event: Event, device, invoked_as) -> None:
     """Re-run the command with every op's tensors dumped for the event's step only (as run --two-pass's pass 2
     does), stopped after that step by the same capture, and analyze it: `first`."""
-    from ..api import Options, analyze_with
+    from ..api import Options
     from ..config.runner import execute, plan_run
     from ..errors import UserError
     from ..startup_hook import write_hook

@@ -2,7 +2,7 @@
 
   fp16_growth    y = x @ W with W float16; the learning rate warms up past SGD's stability bound, so W and its
                  updates grow by a constant factor a step until float16 overflows (dynamics, in a low precision);
-  data_spike     a float32 MLP regression; the batch of step --bad-step is corrupted (x 1000): a finite loss spike;
+  data_spike     a float32 MLP regression; the batch of step --bad-step is corrupted (targets x 10): a finite loss spike;
   lr_divergence  the same MLP in float32; the learning rate grows each step from --onset until training diverges
                  (finite: float32 does not overflow within the run);
   healthy        the same MLP, a constant small learning rate.
@@ -68,14 +68,14 @@ def main(argv=None):
 
         def lr_at(step):
             if args.case == "lr_divergence" and step >= args.onset:
-                return 0.01 * 1.5 ** (step - args.onset + 1)
+                return 0.01 * 1.2 ** (step - args.onset + 1)
             return 0.01
 
         def batch(step):
             xb = rs.normal(0, 1, (32, dim)).astype(np.float32)
             yb = xb @ true_w + rs.normal(0, 0.1, (32, 1)).astype(np.float32)
             if args.case == "data_spike" and step == args.bad_step:
-                xb = xb * 1000.0          # one corrupted batch (a unit error upstream)
+                yb = yb * 10.0            # one corrupted batch: its targets in the wrong unit
             return Tensor(xb), Tensor(yb)
 
     train_step = nn.TrainOneStepCell(loss_net, optimizer)
