@@ -80,30 +80,42 @@ class RootCause:
 
 
 def departure(store: Store, key: str, step: int) -> Optional[Departure]:
-    """When the tensor left its own trend, up to `step`: the change point of log max |x| over the last
-    MAX_STEPS steps that best splits it into a level (before) and a line (from then on, to the step), by least
-    squares; None when the step's value is not LEFT_FACTOR times the level before."""
+    """When the tensor left its own trend, up to `step`: the change point of log max |x| over the last MAX_STEPS
+    steps that best splits it into two lines (least squares; its own trend before, what came after); it left
+    its trend when the step's value is LEFT_FACTOR times where the trend before would have put it (that trend
+    never extrapolated downward). A weight that grows as it learns follows its own trend and never departs."""
     values = [(s, v) for s, v in store.values(key, step) if v > 0][-MAX_STEPS:]
-    if len(values) < 3 or values[-1][0] != step:
+    if len(values) < 4 or values[-1][0] != step:
         return None
     ys = [math.log(v) for _s, v in values]
     best: Optional[Tuple[float, int]] = None
-    for c in range(2, len(values)):
-        before, after = ys[:c], ys[c:]
-        mean = sum(before) / len(before)
-        cost = sum((y - mean) ** 2 for y in before) + _line_residual(after)
+    for c in range(3, len(values)):
+        cost = _line_residual(ys[:c]) + _line_residual(ys[c:])
         if best is None or cost < best[0] - 1e-12:
             best = (cost, c)
     assert best is not None
     c = best[1]
-    level = math.exp(sorted(ys[:c])[len(ys[:c]) // 2])
-    if values[-1][1] < LEFT_FACTOR * level:
+    intercept, slope_before = _line(ys[:c])
+    at_split = intercept + slope_before * (c - 1)           # the trend's value at the last step before the split
+    expected = at_split + max(slope_before, 0.0) * (len(ys) - c)
+    if ys[-1] - expected < math.log(LEFT_FACTOR):
         return None
+    level = math.exp(at_split)
     tracked = store.tensors[key]
     n = max(1, values[-1][0] - values[c - 1][0])
     growth = (values[-1][1] / level) ** (1.0 / n) - 1
     return Departure(tracked.name, tracked.kind, tracked.op, tracked.cell, tracked.dtype, values[c][0], level,
                      values[-1][1], growth)
+
+
+def _line(ys: List[float]) -> Tuple[float, float]:
+    """(value at x=0, slope) of the least-squares line through ys at x = 0, 1, ..."""
+    if len(ys) < 2:
+        return ys[0], 0.0
+    mx, my = (len(ys) - 1) / 2, sum(ys) / len(ys)
+    den = sum((x - mx) ** 2 for x in range(len(ys)))
+    k = sum((x - mx) * (y - my) for x, y in zip(range(len(ys)), ys, strict=True)) / den
+    return my - k * mx, k
 
 
 def _line_residual(ys: List[float]) -> float:

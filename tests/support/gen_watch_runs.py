@@ -51,13 +51,19 @@ def cache_key() -> str:
 
 
 def run_one(case: WatchCase, case_dir: Path) -> None:
+    import tempfile
+
     from msoverflow.watch.report import render_json
     from msoverflow.watch.session import watch
     shutil.rmtree(case_dir, ignore_errors=True)
     case_dir.mkdir(parents=True)
     said: List[str] = []
-    outcome = watch([sys.executable, str(CASE_SCRIPT), *case.argv], case_dir / "out", keep=case.keep,
-                    on_event=case.on_event, say=said.append, device="cpu")
+    # MindSpore refuses a dump path with a dot (.fixture-cache): the run goes into a temporary directory, copied
+    # into the cache once whole (the report keeps the path it ran in)
+    with tempfile.TemporaryDirectory(prefix="msoverflow_watch_") as tmp:
+        outcome = watch([sys.executable, str(CASE_SCRIPT), *case.argv], Path(tmp) / "out", keep=case.keep,
+                        on_event=case.on_event, say=said.append, device="cpu")
+        shutil.copytree(Path(tmp) / "out", case_dir / "out", symlinks=True)
     (case_dir / "report.json").write_text(render_json(outcome.report))
     (case_dir / "warnings.txt").write_text("".join(line + "\n" for line in said))
     (case_dir / "ok").write_text("ok\n")
