@@ -176,7 +176,8 @@ class Watch:
                 before = self.previous.get(name)
                 if before is not None and before.shape == values.shape:
                     import numpy as np
-                    update = values.astype(np.float32) - before.astype(np.float32)
+                    with np.errstate(invalid="ignore", over="ignore"):     # inf - inf: the NaN is counted
+                        update = values.astype(np.float32) - before.astype(np.float32)
                     add(f"{name} update", "update", self.optimizer_class, cell, _class_of(self, cell), update,
                         dtype=_dtype_name(p))
                 self.previous[name] = values

@@ -18,7 +18,6 @@ When a non-finite value follows, the cause is joined to it in one sentence.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -26,6 +25,8 @@ from .detect import DIVERGENCE, NONFINITE, PROJECTED, SPIKE, Event
 from .series import KIND_ORDER, Store
 
 LEFT_FACTOR = 3.0
+MIN_HISTORY = 5             # steps a tensor's own range is read from before it can leave it
+RISE = 1.2                  # a climb rises at least 20% a step
 MAX_STEPS = 64
 LOW_PRECISION = ("float16", "bfloat16")
 NEAR_LIMIT = 0.25              # a low-precision tensor using a quarter of its range is near its limit
@@ -80,32 +81,30 @@ class RootCause:
 
 
 def departure(store: Store, key: str, step: int) -> Optional[Departure]:
-    """When the tensor left its own trend, up to `step`: the change point of log max |x| over the last MAX_STEPS
-    steps that best splits it into two lines (least squares; its own trend before, what came after); it left
-    its trend when the step's value is LEFT_FACTOR times where the trend before would have put it (that trend
-    never extrapolated downward). A weight that grows as it learns follows its own trend and never departs."""
+    """When the tensor left its own range, up to `step`: the first step whose max |x| exceeds LEFT_FACTOR times
+    the largest value of the MIN_HISTORY or more steps before it, with the value at `step` still that far above
+    them; from there back over the steps that each rose by at least RISE (the start of the climb). A weight that
+    grows as it learns, or a bias learning up from zero, never triples its own largest value in one go."""
     values = [(s, v) for s, v in store.values(key, step) if v > 0][-MAX_STEPS:]
-    if len(values) < 4 or values[-1][0] != step:
+    if len(values) <= MIN_HISTORY or values[-1][0] != step:
         return None
-    ys = [math.log(v) for _s, v in values]
-    best: Optional[Tuple[float, int]] = None
-    for c in range(3, len(values)):
-        cost = _line_residual(ys[:c]) + _line_residual(ys[c:])
-        if best is None or cost < best[0] - 1e-12:
-            best = (cost, c)
-    assert best is not None
-    c = best[1]
-    intercept, slope_before = _line(ys[:c])
-    at_split = intercept + slope_before * (c - 1)           # the trend's value at the last step before the split
-    expected = at_split + max(slope_before, 0.0) * (len(ys) - c)
-    if ys[-1] - expected < math.log(LEFT_FACTOR):
+    end = values[-1][1]
+    prior_max = max(v for _s, v in values[:MIN_HISTORY])
+    for j in range(MIN_HISTORY, len(values)):
+        v = values[j][1]
+        if v > LEFT_FACTOR * prior_max and end > LEFT_FACTOR * prior_max:
+            break
+        prior_max = max(prior_max, v)
+    else:
         return None
-    level = math.exp(at_split)
+    i = j
+    while i > MIN_HISTORY and values[i - 1][1] * RISE <= values[i][1] and values[i - 1][1] > prior_max / RISE:
+        i -= 1
     tracked = store.tensors[key]
-    n = max(1, values[-1][0] - values[c - 1][0])
-    growth = (values[-1][1] / level) ** (1.0 / n) - 1
-    return Departure(tracked.name, tracked.kind, tracked.op, tracked.cell, tracked.dtype, values[c][0], level,
-                     values[-1][1], growth)
+    n = max(1, values[-1][0] - values[i][0] + 1)
+    growth = (end / prior_max) ** (1.0 / n) - 1
+    return Departure(tracked.name, tracked.kind, tracked.op, tracked.cell, tracked.dtype, values[i][0], prior_max,
+                     end, growth)
 
 
 def _line(ys: List[float]) -> Tuple[float, float]:
@@ -155,6 +154,10 @@ def root_cause(store: Store, events: List[Event]) -> Optional[RootCause]:
         step = max(nonfinite.step - 1, 0)
         departures = _departures(store, event.rank, step)
     result = RootCause(event.rank, event, None, None, "unknown", departures=departures, upto=step)
+    jumped = [d for d in departures if d.kind == "input" and d.since == event.step]
+    if jumped:        # an input of the step jumped at the blow-up: that is where it starts, whatever drifted before
+        departures = jumped + [d for d in departures if d not in jumped]
+        result.departures = departures
     if departures:
         result.first = departures[0]
         result.onset = departures[0].since

@@ -58,7 +58,7 @@ class Event:
         where = f"{self.op}" + (f" in {self.cell}" if self.cell else "")
         rank = f"rank {self.rank} " if self.rank else ""
         parts = [f"{rank}step {self.step}: {self.kind.replace('_', ' ')}: {self.tensor} ({where}, {self.dtype})"]
-        if self.range_used is not None:
+        if self.range_used is not None and self.range_used >= 1e-4:
             parts.append(f"range used {_pct(self.range_used)}")
         if self.growth is not None:
             parts.append(f"growth {self.growth * 100:+.1f}%/step over steps {self.range}")

@@ -1,8 +1,7 @@
 """Real MindSpore CPU runs under `msoverflow watch` (tests/real/test_watch_real.py, docs/watch.md): the four cases of
 tests/support/watch_cases/train_case.py, each watched live through msoverflow.watch.session.watch. Cached apart
-under `.fixture-cache/watch/<key>/<case>/`, the key hashing the case script, this file, the capture and the live
-session (what the run writes) and the MindSpore version; the analysis is re-run from the kept statistics by the
-tests, so changing the detectors never regenerates a run.
+under `.fixture-cache/watch/<key>/<case>/`, the key hashing the case script, this file, msoverflow/watch/*.py (the
+live report is made by the detectors and the root cause as the run goes) and the MindSpore version.
 
 Each case directory holds `report.json` (the live report), `warnings.txt` (the lines printed live, in order),
 `out/` (the watch's own directory: stats/, the event log, a dump of the non-finite step) and `ok` when whole.
@@ -44,7 +43,7 @@ CASES: List[WatchCase] = [
 def cache_key() -> str:
     digest = hashlib.sha256()
     watch_dir = base.REPO / "msoverflow" / "watch"
-    for path in [Path(__file__).resolve(), CASE_SCRIPT, watch_dir / "capture.py", watch_dir / "session.py"]:
+    for path in [Path(__file__).resolve(), CASE_SCRIPT, *sorted(watch_dir.glob("*.py"))]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     digest.update(f"mindspore={base.mindspore_version()}".encode())
     return digest.hexdigest()[:16]
