@@ -180,7 +180,7 @@ class Watch:
                         update = values.astype(np.float32) - before.astype(np.float32)
                     add(f"{name} update", "update", self.optimizer_class, cell, _class_of(self, cell), update,
                         dtype=_dtype_name(p))
-                self.previous[name] = values
+                self.previous[name] = values.copy()      # asnumpy may share the Parameter's memory
         self.write(rows)
         self.step += 1
         if self.spec.get("stop_on_nonfinite") and any(r[4][4] or r[4][5] or r[4][6] for r in rows):

@@ -81,29 +81,30 @@ class RootCause:
 
 
 def departure(store: Store, key: str, step: int) -> Optional[Departure]:
-    """When the tensor left its own range, up to `step`: the first step whose max |x| exceeds LEFT_FACTOR times
-    the largest value of the MIN_HISTORY or more steps before it, with the value at `step` still that far above
-    them; from there back over the steps that each rose by at least RISE (the start of the climb). A weight that
-    grows as it learns, or a bias learning up from zero, never triples its own largest value in one go."""
+    """When the tensor left its own range, up to `step`: the first step j ending a climb (steps that each rose by
+    at least RISE to a new high of the series) whose value, and the value at `step`, are LEFT_FACTOR times the
+    largest value before the climb (read over MIN_HISTORY steps or more); the climb's first step is the departure.
+    A weight that grows as it learns, or a bias learning up from zero, never triples its own earlier largest."""
     values = [(s, v) for s, v in store.values(key, step) if v > 0][-MAX_STEPS:]
     if len(values) <= MIN_HISTORY or values[-1][0] != step:
         return None
     end = values[-1][1]
-    prior_max = max(v for _s, v in values[:MIN_HISTORY])
+    highs = [values[0][1]]                 # highs[k]: the largest value of values[:k + 1]
+    for _s, v in values[1:]:
+        highs.append(max(highs[-1], v))
     for j in range(MIN_HISTORY, len(values)):
-        v = values[j][1]
-        if v > LEFT_FACTOR * prior_max and end > LEFT_FACTOR * prior_max:
+        i = j
+        while i > MIN_HISTORY and values[i - 1][1] * RISE <= values[i][1] and values[i - 1][1] > highs[i - 2]:
+            i -= 1
+        baseline = highs[i - 1]
+        if values[j][1] > LEFT_FACTOR * baseline and end > LEFT_FACTOR * baseline:
             break
-        prior_max = max(prior_max, v)
     else:
         return None
-    i = j
-    while i > MIN_HISTORY and values[i - 1][1] * RISE <= values[i][1] and values[i - 1][1] > prior_max / RISE:
-        i -= 1
     tracked = store.tensors[key]
-    n = max(1, values[-1][0] - values[i][0] + 1)
-    growth = (end / prior_max) ** (1.0 / n) - 1
-    return Departure(tracked.name, tracked.kind, tracked.op, tracked.cell, tracked.dtype, values[i][0], prior_max,
+    n = max(1, values[-1][0] - values[i - 1][0])
+    growth = (end / baseline) ** (1.0 / n) - 1
+    return Departure(tracked.name, tracked.kind, tracked.op, tracked.cell, tracked.dtype, values[i][0], baseline,
                      end, growth)
 
 
