@@ -129,7 +129,8 @@ class Watch:
                 kind = "optimizer state"
             else:
                 kind = "parameter"           # loss scale and other network Parameters
-            self.params.append((name, kind, p))
+            cell = name.rsplit(".", 1)[0] if "." in name else ""
+            self.params.append((name, kind, p, cell, _class_of(self, cell)))
         self.optimizer_class = type(optimizer).__name__
         self.root_class = type(root).__name__
 
@@ -169,16 +170,15 @@ class Watch:
             if hasattr(out, "asnumpy") and "float" in _dtype_name(out):
                 add(path, "cell output", cell_class, path, cell_class, out)
         self.cell_outputs = []
-        for name, kind, p in self.params:
-            cell = name.rsplit(".", 1)[0] if "." in name else ""
-            values = add(name, kind, "Parameter", cell, _class_of(self, cell), p)
+        for name, kind, p, cell, cell_class in self.params:
+            values = add(name, kind, "Parameter", cell, cell_class, p)
             if kind == "parameter" and p.requires_grad:
                 before = self.previous.get(name)
                 if before is not None and before.shape == values.shape:
                     import numpy as np
                     with np.errstate(invalid="ignore", over="ignore"):     # inf - inf: the NaN is counted
                         update = values.astype(np.float32) - before.astype(np.float32)
-                    add(f"{name} update", "update", self.optimizer_class, cell, _class_of(self, cell), update,
+                    add(f"{name} update", "update", self.optimizer_class, cell, cell_class, update,
                         dtype=_dtype_name(p))
                 self.previous[name] = values.copy()      # asnumpy may share the Parameter's memory
         self.write(rows)

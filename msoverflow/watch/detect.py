@@ -84,7 +84,7 @@ def slope(points: List[Tuple[int, float]]) -> float:
 
 def trend(store: Store, key: str, upto: int) -> Optional[Tuple[float, List[Tuple[int, float]]]]:
     """(growth per step, the points used) when the last TREND_STEPS positive values rise steadily."""
-    points = [(s, v) for s, v in store.values(key, upto) if v > 0][-TREND_STEPS:]
+    points = [(s, v) for s, v in store.recent(key, TREND_STEPS, upto) if v > 0]
     if len(points) < TREND_STEPS or points[-1][0] != upto:
         return None
     rises = sum(1 for (_a, x), (_b, y) in zip(points, points[1:], strict=False) if y > x)
@@ -146,7 +146,7 @@ class Detector:
     def _spike(self, store: Store, tracked: Tracked, step: int) -> List[Event]:
         if tracked.kind not in SPIKE_KINDS or (tracked.key, SPIKE) in self.warned:
             return []
-        values = [(s, v) for s, v in store.values(tracked.key, step) if v > 0]
+        values = [(s, v) for s, v in store.recent(tracked.key, SPIKE_WINDOW + 1, step) if v > 0]
         if not values or values[-1][0] != step:
             return []
         past = values[:-1][-SPIKE_WINDOW:]
@@ -167,7 +167,7 @@ class Detector:
     def _divergence(self, store: Store, tracked: Tracked, step: int) -> List[Event]:
         if (tracked.key, DIVERGENCE) in self.warned:
             return []
-        values = store.values(tracked.key, step)[-(RISE_STEPS + SPIKE_WINDOW):]
+        values = store.recent(tracked.key, RISE_STEPS + SPIKE_WINDOW, step)
         if len(values) < RISE_STEPS + 2 or values[-1][0] != step:
             return []
         last = values[-(RISE_STEPS + 1):]

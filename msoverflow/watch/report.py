@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_INCONCLUSIVE
 from .cause import RootCause
@@ -106,8 +106,11 @@ def headroom_series(report: WatchReport) -> List[tuple]:
         limit = tracked.limit
         if limit is None:
             continue
-        pts = [(s, headroom(v, limit)) for s, v in store.values(key)]
-        pts = [(s, h) for s, h in pts if h is not None]
+        pts: List[Tuple[int, float]] = []
+        for s, v in store.values(key):
+            room = headroom(v, limit)
+            if room is not None:
+                pts.append((s, room))
         if not pts:
             continue
         low = min(h for _s, h in pts)

@@ -7,6 +7,7 @@ ended, and a step whose row count falls short of the rank's earlier steps is nam
 """
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -64,6 +65,15 @@ class Store:
     steps: Dict[int, List[int]] = field(default_factory=dict)       # rank -> steps read, in order
     rows: Dict[int, int] = field(default_factory=dict)              # rank -> rows of its fullest step
     warnings: List[str] = field(default_factory=list)
+    recent_values: Dict[str, List[Tuple[int, float]]] = field(default_factory=dict)   # (step, max |x|), in order
+
+    recent_steps: Dict[str, List[int]] = field(default_factory=dict)
+
+    def recent(self, key: str, n: int, upto: int) -> List[Tuple[int, float]]:
+        """The last n finite readings of a tensor up to a step: what the detectors read each step (O(n + log
+        steps), not O(steps))."""
+        end = bisect.bisect_right(self.recent_steps.get(key, []), upto)
+        return self.recent_values.get(key, [])[max(0, end - n):end]
 
     def series(self, key: str) -> List[Tuple[int, Point]]:
         return sorted(self.points.get(key, {}).items())
@@ -99,6 +109,9 @@ class Store:
             max_abs = stats.max_abs
             self.points.setdefault(key, {})[step] = Point(max_abs, stats.min, stats.max, stats.nonfinite,
                                                           stats.count)
+            if max_abs is not None:
+                self.recent_values.setdefault(key, []).append((step, max_abs))
+                self.recent_steps.setdefault(key, []).append(step)
         self.steps.setdefault(rank, []).append(step)
 
 

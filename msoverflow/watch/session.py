@@ -127,7 +127,8 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     with open(log_path, "w", encoding="utf-8") as event_log:
         while True:
             done = finished.wait(POLL_SECONDS)
-            for step in follower.poll(finished=done):
+            new_steps = follower.poll(finished=done)
+            for step in new_steps:
                 for event in detector.step(store, step):
                     events.append(event)
                     say(f"msoverflow watch: {event.line()}")
@@ -141,7 +142,8 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
                         os.replace(os.path.join(stats, CONTROL + ".partial"), os.path.join(stats, CONTROL))
                         say(f"msoverflow watch: asking every rank to stop before step {stop_at} "
                             f"(--on-event {on_event})")
-                ring.trim(step)
+            if new_steps:
+                ring.trim(new_steps[-1])
             if done:
                 break
     shutil.rmtree(hook_dir, ignore_errors=True)
