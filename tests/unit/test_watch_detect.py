@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from msoverflow.watch.capture import HEADER, _csv_name
-from msoverflow.watch.detect import NONFINITE, PROJECTED, SPIKE, scan
+from msoverflow.watch.detect import NONFINITE, PROJECTED, SPIKE
 from msoverflow.watch.session import Ring, from_dump
 
 
