@@ -42,9 +42,10 @@ def rank_of_process() -> int:
 
 
 def _stats_row(array):
-    """(max, min, mean, count, nan, -inf, +inf, l2) of a numpy array; max/min/mean/l2 over finite values. The
-    common case (all finite) costs a max, a min, a sum and a dot in the array's own precision (float16 in
-    float32): NaN and inf show in max/min, and only then are they counted."""
+    """(max, min, mean, count, nan, -inf, +inf, l2) of a numpy array; max/min/mean over finite values; l2 is not
+    computed (None: a dot a tensor a step, which no detector reads). The common case (all finite) costs a max, a
+    min and a sum in the array's own precision (float16 in float32): NaN and inf show in max/min, and only then
+    are they counted."""
     import numpy as np
     a = np.asarray(array)
     if a.dtype.kind not in "fiub" or (a.dtype.kind == "f" and a.dtype.itemsize < 4):
@@ -66,8 +67,7 @@ def _stats_row(array):
     if a.dtype.kind != "f":
         flat = flat.astype(np.float64)
     total = float(flat.sum(dtype=np.float64))
-    l2 = float(np.sqrt(np.dot(flat, flat)))
-    return float(high), float(low), total / flat.size, count, nan, neginf, posinf, l2
+    return float(high), float(low), total / flat.size, count, nan, neginf, posinf, None
 
 
 def _fmt(value) -> str:
@@ -88,6 +88,7 @@ class Watch:
         self.cell_paths: dict = {}
         self.step_cells: set = set()
         self.pynative = False
+        self.prefixes: dict = {}         # (kind, name) -> the row's text before and after its time stamp
 
     # -- what a step is --------------------------------------------------------------------------------
     def is_step_cell(self, cell) -> bool:
@@ -151,12 +152,17 @@ class Watch:
 
         def add(name, kind, op_type, cell, cell_class, tensor_or_array, dtype=None):
             array = tensor_or_array.asnumpy() if hasattr(tensor_or_array, "asnumpy") else tensor_or_array
-            dtype = dtype or _dtype_name(tensor_or_array)
-            key = f"{kind}:{name}"
-            if key not in self.meta:
-                self.meta[key] = {"name": name, "kind": kind, "op": op_type, "cell": cell, "cell_class": cell_class,
-                                  "dtype": dtype, "row": len(self.meta)}
-            rows.append((key, op_type, dtype, getattr(array, "shape", ()), _stats_row(array)))
+            key = (kind, name)
+            prefix = self.prefixes.get(key)
+            if prefix is None:        # what a row says besides its numbers, made once per tracked tensor
+                dtype = dtype or _dtype_name(tensor_or_array)
+                csv_name = _csv_name(f"{kind}:{name}")
+                self.meta[csv_name] = {"name": name, "kind": kind, "op": op_type, "cell": cell,
+                                       "cell_class": cell_class, "dtype": dtype, "row": len(self.meta)}
+                shape = '"(' + ",".join(str(int(s)) for s in getattr(array, "shape", ())) + ')"'
+                prefix = self.prefixes[key] = (f"{op_type},{csv_name},{len(self.meta) - 1},0,", 
+                                               f",output,0,{int(getattr(array, 'size', 1))},{dtype},{shape},")
+            rows.append((prefix, _stats_row(array)))
             return array
 
         for slot, arg in enumerate(args):
@@ -177,13 +183,13 @@ class Watch:
                 if before is not None and before.shape == values.shape:
                     import numpy as np
                     with np.errstate(invalid="ignore", over="ignore"):     # inf - inf: the NaN is counted
-                        update = values.astype(np.float32) - before.astype(np.float32)
+                        update = np.subtract(values, before, dtype=np.float32)
                     add(f"{name} update", "update", self.optimizer_class, cell, cell_class, update,
                         dtype=_dtype_name(p))
                 self.previous[name] = values.copy()      # asnumpy may share the Parameter's memory
         self.write(rows)
         self.step += 1
-        if self.spec.get("stop_on_nonfinite") and any(r[4][4] or r[4][5] or r[4][6] for r in rows):
+        if self.spec.get("stop_on_nonfinite") and any(r[1][4] or r[1][5] or r[1][6] for r in rows):
             # the watcher would ask a step late: a rank that holds a NaN/inf ends here itself (in a data-parallel
             # job the all-reduced gradients carry it to every rank in the same step)
             sys.stderr.write(f"msoverflow watch: a non-finite value at step {self.step - 1}: stopping\n")
@@ -193,11 +199,9 @@ class Watch:
     def write(self, rows) -> None:
         stamp = int(time.time() * 1e6)
         lines = [HEADER]
-        for key, op_type, dtype, shape, (high, low, mean, count, nan, neginf, posinf, l2) in rows:
-            row_id = self.meta[key]["row"]
-            shape_text = '"(' + ",".join(str(int(s)) for s in shape) + ')"'
-            lines.append(f"{op_type},{_csv_name(key)},{row_id},0,{stamp},output,0,{count},{dtype},{shape_text},"
-                         f"{_fmt(high)},{_fmt(low)},{_fmt(mean)},{count},{nan},{neginf},{posinf},{_fmt(l2)}\n")
+        for (before, after), (high, low, mean, count, nan, neginf, posinf, l2) in rows:
+            lines.append(f"{before}{stamp}{after}{_fmt(high)},{_fmt(low)},{_fmt(mean)},{count},{nan},{neginf},"
+                         f"{posinf},{_fmt(l2)}\n")
         hidden = os.path.join(self.rank_dir, f".{self.step}.partial")
         os.makedirs(hidden, exist_ok=True)
         with open(os.path.join(hidden, "statistic.csv"), "w", encoding="utf-8") as fh:
@@ -207,7 +211,7 @@ class Watch:
         meta_path = os.path.join(self.out, f"rank_{self.rank}", META)
         if self.step == 0 or len(self.meta) != getattr(self, "_meta_written", 0):
             with open(meta_path + ".partial", "w", encoding="utf-8") as fh:
-                json.dump({"rank": self.rank, "tensors": {_csv_name(k): v for k, v in self.meta.items()}}, fh)
+                json.dump({"rank": self.rank, "tensors": self.meta}, fh)
             os.replace(meta_path + ".partial", meta_path)
             self._meta_written = len(self.meta)
 
