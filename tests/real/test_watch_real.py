@@ -81,7 +81,7 @@ def test_healthy_run_raises_no_warning_and_the_ring_keeps_k_steps(watch_runs):
     keep = next(c.keep for c in CASES if c.name == "healthy")
     capture = report["capture"]
     assert capture["steps_deleted"] == steps - keep
-    assert capture["peak_steps_on_disk"] <= keep + 2, capture
+    assert capture["peak_steps_on_disk"] <= 2 * keep + 2, capture
     on_disk = sorted(int(p.name) for p in (root / "out" / "stats" / "rank_0" / "Net" / "0").iterdir())
     assert on_disk == list(range(steps - keep, steps))
 
