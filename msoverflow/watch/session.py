@@ -136,7 +136,7 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
                     event_log.flush()
                     ring.protect(event.step)
                     if stop_at is None and _escalates(event, on_event):
-                        stop_at = event.step + 1
+                        stop_at = _stop_step(stats, event.step)
                         with open(os.path.join(stats, CONTROL + ".partial"), "w", encoding="utf-8") as fh:
                             json.dump({"stop_at": stop_at, "why": event.line()}, fh)
                         os.replace(os.path.join(stats, CONTROL + ".partial"), os.path.join(stats, CONTROL))
@@ -165,6 +165,16 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     if on_event == "dump" and nonfinite is not None:
         _dump_event_step(report, command, out, nonfinite, device, invoked_as)
     return WatchOutcome(report, out)
+
+
+def _stop_step(stats: str, event_step: int) -> int:
+    """The step every rank stops before: one past the step after the newest any rank has written. The ranks of a
+    data-parallel job run in step (their all-reduce waits for all), so each reads control.json before that step
+    and none starts a step the others will not join (a rank that stopped one step early would leave the others
+    waiting in their all-reduce)."""
+    newest = max((steps[-1] for steps in (steps_on_disk(p) for p in rank_dirs(stats).values()) if steps),
+                 default=event_step)
+    return max(event_step, newest) + 2
 
 
 def _escalates(event: Event, on_event: str) -> bool:
