@@ -93,3 +93,19 @@ def test_the_kept_statistics_give_the_same_cause_as_the_live_watch(watch_runs, n
     assert again.root_cause is not None and again.root_cause.cause == report["root_cause"]["cause"]
     page = render_html(again)
     assert "<svg" in page and "headroom" in page
+
+
+def test_two_ranks_stop_at_the_same_step_and_name_the_rank_with_the_bad_batch(watch_multirank):
+    from tests.support.gen_watch_multirank import ARGV
+    report = json.loads((watch_multirank / "report.json").read_text())
+    bad = int(ARGV[ARGV.index("--bad-step") + 1])
+    assert report["ranks"] == [0, 1]
+    first = min(report["events"], key=lambda e: e["step"])
+    assert (first["rank"], first["step"], first["kind"]) == (1, bad, "spike")
+    cause = report["root_cause"]
+    assert cause["cause"] == "data" and cause["rank"] == 1 and cause["onset_step"] == bad
+    # --on-event stop: both ranks ended before the same step, so neither waited for the other in an all-reduce
+    stats = watch_multirank / "out" / "stats"
+    last = {r: max(int(p.name) for p in (stats / f"rank_{r}" / "Net" / "0").iterdir()) for r in (0, 1)}
+    assert abs(last[0] - last[1]) <= 1 and report["stopped_at"] == max(last.values()) + 1, (last, report["stopped_at"])
+    assert report["steps_read"]["0"] < int(ARGV[ARGV.index("--steps") + 1])
