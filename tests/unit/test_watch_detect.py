@@ -91,3 +91,12 @@ def test_the_watcher_side_never_imports_mindspore():
             "print('mindspore' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_watch_usage_errors_are_one_line_and_exit_2(tmp_path):
+    for argv, words in ((["watch", "--keep", "0", "--", sys.executable, "-c", "pass"], "--keep"),
+                        (["watch"], "needs a command")):
+        proc = subprocess.run([sys.executable, "-m", "msoverflow", *argv], capture_output=True, text=True,
+                              cwd=tmp_path)
+        assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []        # nothing made before the arguments were checked
