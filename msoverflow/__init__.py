@@ -1,12 +1,14 @@
 """msoverflow: find the first operator that overflowed in a MindSpore run, explain it, and patch it.
 
 `msoverflow.analyze(path, ranks=..., steps=...)` returns the Report, `msoverflow.events(report)` its tensor events
-as a table, `msoverflow.compare(baseline, target)` the Comparison (msoverflow/api.py). Imported lazily so that
+as a table, `msoverflow.compare(baseline, target)` the Comparison, `msoverflow.watch(command)` a watched run
+(msoverflow/api.py; the watch: msoverflow/watcher/). Imported lazily so that
 `import msoverflow` (and `msoverflow --help`) stays light.
 """
 from .version import __version__  # noqa: F401
 
 _API = ("analyze", "compare", "events")
+_WATCH = ("watch", "watch_history")      # msoverflow/watcher/__init__.py
 
 
 def _register_formatters() -> None:
@@ -44,4 +46,7 @@ def __getattr__(name):
     if name in _API:
         from . import api
         return getattr(api, name)
+    if name in _WATCH:       # a function, never the subpackage's name (msoverflow.watcher)
+        from . import watcher
+        return getattr(watcher, name)
     raise AttributeError(f"module 'msoverflow' has no attribute {name!r}")

@@ -56,6 +56,7 @@ def analyze(path: Union[str, "os.PathLike[str]"], *, ranks: Ids = None, steps: I
     return report
 
 
+
 def events(source: Union[Report, str, "os.PathLike[str]"], *, ranks: Ids = None, steps: Ids = None,
            warn: Optional[Callable[[str], None]] = None):
     """Every tensor event as a pandas DataFrame, one row per tensor: rank, step, op_type, op_name, io, slot, dtype,

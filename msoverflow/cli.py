@@ -18,6 +18,7 @@ COMMANDS = {
     "convert": "convert Ascend binary dump files to npy (writes only into OUTDIR)",
     "config": "write or check a MindSpore dump config",
     "run": "run a training command under a dump, then analyze it",
+    "watch": "watch a training run step by step: early warnings, and the root cause of a blow-up",
     "hunt": "watch a PyNative training run live and name the op that made the first bad value",
     "patch": "patch the precision where the overflow was born, and verify by re-running",
     "repro": "write a standalone script that re-runs the origin op alone, from its dumped inputs",

@@ -24,7 +24,8 @@ def mindspore_available() -> bool:
 # The session fixtures below run MindSpore (once per session): a test that asks for one is a `mindspore` test, so
 # `-m "not mindspore"` (./scripts/test.sh quick) never starts a real run.
 REAL_RUN_FIXTURES = frozenset({"real_dumps", "multirank_dumps", "compare_pairs", "msprobe_dumps", "hunt_runs",
-                               "upstream_dumps", "dumpobj_dumps", "compare_precision_pairs"})
+                               "upstream_dumps", "dumpobj_dumps", "compare_precision_pairs", "watch_runs",
+                               "watch_multirank"})
 
 
 @pytest.hookimpl(tryfirst=True)        # before -m deselects by marker
@@ -117,6 +118,26 @@ def msprobe_dumps():
         pytest.skip("mindspore and mindstudio-probe are not installed (pip install 'msoverflow[mindspore,msprobe]')")
     return gen_msprobe_dumps.ensure_cases(
         progress=lambda msg: print(f"[msprobe dumps] {msg}", file=sys.__stderr__, flush=True))
+
+
+@pytest.fixture(scope="session")
+def watch_runs():
+    """Real `msoverflow watch` runs of tests/support/watch_cases/train_case.py (tests/support/gen_watch_runs.py):
+    case name -> its directory, generated once and cached."""
+    from tests.support import gen_watch_runs
+    if not mindspore_available():
+        pytest.skip("mindspore is not installed")
+    return gen_watch_runs.ensure_runs(
+        progress=lambda msg: print(f"[watch runs] {msg}", file=sys.__stderr__, flush=True))
+
+
+@pytest.fixture(scope="session")
+def watch_multirank():
+    """A real 2-rank `msoverflow watch --on-event stop` run under msrun (tests/support/gen_watch_multirank.py)."""
+    from tests.support import gen_watch_multirank
+    if not mindspore_available():
+        pytest.skip("mindspore is not installed")
+    return gen_watch_multirank.ensure_run()
 
 
 @pytest.fixture(scope="session")

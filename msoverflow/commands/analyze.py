@@ -48,6 +48,9 @@ def register(sub):
     p.add_argument("--finished", action="store_true",
                    help="the job that wrote the dump has ended: files written seconds ago are complete, not a dump "
                         "still being written (msoverflow run and patch --verify say so themselves)")
+    p.add_argument("--history", action="store_true",
+                   help="a statistics dump (statistic.csv per step, or `msoverflow watch`'s stats/): the watch's "
+                        "early warnings and root cause over its steps instead (docs/watch.md)")
     from ..parallel_layout import add_parallel_option
     add_parallel_option(p)
     p.set_defaults(run=run)
@@ -97,8 +100,25 @@ def run(args) -> int:
     from ..logs import log
     from ._output import deliver
     check(args)
+    if getattr(args, "history", False):
+        return _history(args)
     started = time.monotonic()
     report = analyze_with(args.dump_dir, options(args), command=getattr(args, "command_line", None))
     log.debug("analyzed %s in %.1f s: %s, %d files, %d tensors read", args.dump_dir, time.monotonic() - started,
               report.verdict, report.files, report.tensors_read)
     return deliver(args, report)
+
+
+def _history(args) -> int:
+    """analyze --history: the watch's detectors and root cause over a finished statistics dump (one code path)."""
+    from ..render.watch import render
+    from ..watcher.session import from_dump
+    from ._output import format_of, write_output
+    report = from_dump(args.dump_dir)
+    fmt = args.format or format_of(args.output)
+    text = render(report, fmt)
+    if args.output:
+        write_output(args.output, text, fmt)
+    else:
+        print(text, end="", flush=True)
+    return report.exit_code

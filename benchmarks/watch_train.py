@@ -1,0 +1,47 @@
+"""The training loops `benchmarks/bench_watch.py` times, plain or under `msoverflow watch` (graph mode, CPU).
+
+  --model demo   the demo TinyBaichuan (msoverflow/demo/model.py) with its NormHead in float32 (no overflow), SGD;
+  --model mlp    an MLP 512 -> 1024 -> 512 -> 1 (1.05M parameters), batch 64, SGD.
+Prints each step's wall time and, at the end, `step_ms_median X` over the steps after the first (compilation).
+"""
+import argparse
+import statistics
+import sys
+import time
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", choices=["demo", "mlp"], default="demo")
+    parser.add_argument("--steps", type=int, default=100)
+    args = parser.parse_args(argv)
+    import mindspore as ms
+    import numpy as np
+    from mindspore import Tensor, nn
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    rs = np.random.RandomState(0)
+    if args.model == "demo":
+        from msoverflow.demo.model import CausalLMLoss, TinyBaichuan, batches
+        net = TinyBaichuan(head_dtype=ms.float32)
+        loss_net = CausalLMLoss(net, 1.0)
+        data = list(batches(args.steps))
+    else:
+        net = nn.SequentialCell(nn.Dense(512, 1024), nn.ReLU(), nn.Dense(1024, 512), nn.ReLU(), nn.Dense(512, 1))
+        loss_net = nn.WithLossCell(net, nn.MSELoss())
+        data = [(Tensor(rs.normal(0, 1, (64, 512)).astype(np.float32)),
+                 Tensor(rs.normal(0, 1, (64, 1)).astype(np.float32))) for _ in range(args.steps)]
+    params = sum(int(np.prod(p.shape)) for p in net.trainable_params())
+    train_step = nn.TrainOneStepCell(loss_net, nn.SGD(net.trainable_params(), learning_rate=0.001))
+    times = []
+    for batch in data:
+        start = time.perf_counter()
+        train_step(*batch).asnumpy()
+        times.append(time.perf_counter() - start)
+    print(f"parameters {params} steps {len(times)} step_ms_median {statistics.median(times[1:]) * 1e3:.3f}",
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""The root cause of a blow-up, finite or not, from per-step statistics.
+
+For the first event that is a blow-up (spike, divergence, non-finite value; a projected overflow when nothing
+else happened), on its rank:
+  - each float tensor's departure: the first step of the run of steps, ending at the event, over which its max |x|
+    rose to at least LEFT_FACTOR times where it stood before the run (a value may dip by RISE_TOLERANCE inside the
+    run); a tensor that did not rise so has not left its trend;
+  - onset: the earliest departure; the first tensor: the one departing then (ties: what feeds the step first:
+    inputs, optimizer state, weights, updates, outputs, loss);
+  - class, from the evidence:
+      data       an input of the step jumped at the onset step (one step, not a trend);
+      optimizer  the optimizer's state left its trend before the weights and updates;
+      dynamics   weights or updates grew over steps (a run of several steps);
+      precision  a float16/bfloat16 tensor used most of its range with no growth before it, or the tensor
+                 that went non-finite is low precision and was already near its limit;
+      attention  is not told: the statistics name no QK logits (the watch does not decide from names).
+When a non-finite value follows, the cause is joined to it in one sentence.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from .detect import DIVERGENCE, NONFINITE, PROJECTED, SPIKE, Event
+from .series import KIND_ORDER, Store
+
+LEFT_FACTOR = 3.0
+MIN_HISTORY = 5             # steps a tensor's own range is read from before it can leave it
+RISE = 1.2                  # a climb rises at least 20% a step
+MAX_STEPS = 64
+LOW_PRECISION = ("float16", "bfloat16")
+NEAR_LIMIT = 0.25              # a low-precision tensor using a quarter of its range is near its limit
+
+FIXES = {
+    "data": "inspect and drop the batch of the onset step (validate inputs in the data pipeline: range, NaN, "
+            "scaling), or skip a step whose loss spikes",
+    "dynamics": "lower the learning rate or lengthen the warm-up, and clip the gradients "
+                "(ops.clip_by_global_norm before the optimizer)",
+    "precision": "compute the op that nears its limit in float32 (msoverflow patch), or let a dynamic loss scale "
+                 "back off",
+    "optimizer": "raise the optimizer's eps, lower beta2, or reset its state after the event",
+    "attention": "normalise or scale the QK logits (QK-norm), and compute softmax in float32",
+}
+
+
+@dataclass
+class Departure:
+    tensor: str
+    kind: str
+    op: str
+    cell: str
+    dtype: Optional[str]
+    since: int
+    before: float
+    after: float
+    growth: float                   # per step over the run
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RootCause:
+    rank: int
+    event: Event
+    onset: Optional[int]
+    first: Optional[Departure]
+    cause: str                      # data | dynamics | precision | optimizer | unknown
+    evidence: List[str] = field(default_factory=list)
+    fix: str = ""
+    summary: str = ""
+    departures: List[Departure] = field(default_factory=list)
+    upto: int = 0                   # the trends were read up to this step
+    diverged: bool = False          # the loss rose step after step before it
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "event": self.event.to_dict(), "onset_step": self.onset,
+                "first_tensor": self.first.to_dict() if self.first else None, "cause": self.cause,
+                "evidence": self.evidence, "fix": self.fix, "summary": self.summary,
+                "departures": [d.to_dict() for d in self.departures[:8]]}
+
+
+def departure(store: Store, key: str, step: int) -> Optional[Departure]:
+    """When the tensor left its own range, up to `step`: the first step j ending a climb (steps that each rose by
+    at least RISE to a new high of the series) whose value, and the value at `step`, are LEFT_FACTOR times the
+    largest value before the climb (read over MIN_HISTORY steps or more); the climb's first step is the departure.
+    A weight that grows as it learns, or a bias learning up from zero, never triples its own earlier largest."""
+    values = [(s, v) for s, v in store.values(key, step) if v > 0][-MAX_STEPS:]
+    if len(values) <= MIN_HISTORY or values[-1][0] != step:
+        return None
+    end = values[-1][1]
+    highs = [values[0][1]]                 # highs[k]: the largest value of values[:k + 1]
+    for _s, v in values[1:]:
+        highs.append(max(highs[-1], v))
+    for j in range(MIN_HISTORY, len(values)):
+        i = j
+        while i > MIN_HISTORY and values[i - 1][1] * RISE <= values[i][1] and values[i - 1][1] > highs[i - 2]:
+            i -= 1
+        baseline = highs[i - 1]
+        if values[j][1] > LEFT_FACTOR * baseline and end > LEFT_FACTOR * baseline:
+            break
+    else:
+        return None
+    tracked = store.tensors[key]
+    n = max(1, values[-1][0] - values[i - 1][0])
+    growth = (end / baseline) ** (1.0 / n) - 1
+    return Departure(tracked.name, tracked.kind, tracked.op, tracked.cell, tracked.dtype, values[i][0], baseline,
+                     end, growth)
+
+
+def _line(ys: List[float]) -> Tuple[float, float]:
+    """(value at x=0, slope) of the least-squares line through ys at x = 0, 1, ..."""
+    if len(ys) < 2:
+        return ys[0], 0.0
+    mx, my = (len(ys) - 1) / 2, sum(ys) / len(ys)
+    den = sum((x - mx) ** 2 for x in range(len(ys)))
+    k = sum((x - mx) * (y - my) for x, y in zip(range(len(ys)), ys, strict=True)) / den
+    return my - k * mx, k
+
+
+def _line_residual(ys: List[float]) -> float:
+    """Squared residual of the best line through ys; two points are a level (a line through them would always
+    fit, and a spike's step would be moved one step early)."""
+    if len(ys) < 3:
+        mean = sum(ys) / len(ys)
+        return sum((y - mean) ** 2 for y in ys)
+    xs = range(len(ys))
+    mx, my = (len(ys) - 1) / 2, sum(ys) / len(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    k = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den
+    return sum((y - (my + k * (x - mx))) ** 2 for x, y in zip(xs, ys, strict=True))
+
+
+def _lr_at(store: Store, rank: int, step: int) -> Optional[float]:
+    for key, tracked in store.tensors.items():
+        if tracked.rank == rank and tracked.kind == "optimizer setting" and "learning_rate" in tracked.name:
+            point = store.points.get(key, {}).get(step)
+            if point is not None and point.high is not None:
+                return point.high
+    return None
+
+
+def root_cause(store: Store, events: List[Event]) -> Optional[RootCause]:
+    blowups = [e for e in events if e.kind in (SPIKE, DIVERGENCE, NONFINITE)] or \
+              [e for e in events if e.kind == PROJECTED]
+    if not blowups:
+        return None
+    event = min(blowups, key=lambda e: (e.step, e.rank))
+    nonfinite = next((e for e in events if e.kind == NONFINITE and e.rank == event.rank), None)
+    # the trends are read up to the first blow-up; when a non-finite value follows, up to the last finite step
+    # before it, unless an input of the step jumped at the first blow-up (data: what came later is its aftermath)
+    at_event = _departures(store, event.rank, event.step)
+    step, departures = event.step, at_event
+    if nonfinite is not None and not any(d.kind == "input" and d.since == event.step for d in at_event):
+        step = max(nonfinite.step - 1, 0)
+        departures = _departures(store, event.rank, step)
+    result = RootCause(event.rank, event, None, None, "unknown", departures=departures, upto=step)
+    jumped = [d for d in departures if d.kind == "input" and d.since == event.step]
+    if jumped:        # an input of the step jumped at the blow-up: that is where it starts, whatever drifted before
+        departures = jumped + [d for d in departures if d not in jumped]
+        result.departures = departures
+    if departures:
+        result.first = departures[0]
+        result.onset = departures[0].since
+    result.diverged = any(e.kind == DIVERGENCE and e.rank == event.rank and e.step <= step for e in events)
+    _classify(result, store, nonfinite)
+    result.fix = FIXES.get(result.cause, "")
+    result.summary = _summary(result, store, nonfinite)
+    return result
+
+
+def _departures(store: Store, rank: int, step: int) -> List[Departure]:
+    found = []
+    for key, tracked in store.tensors.items():
+        if tracked.rank != rank or tracked.kind == "optimizer setting":
+            continue
+        d = departure(store, key, step)
+        if d is not None:
+            found.append(d)
+    found.sort(key=lambda d: (d.since, KIND_ORDER.get(d.kind, 9)))
+    return found
+
+
+def _classify(result: RootCause, store: Store, nonfinite: Optional[Event]) -> None:
+    onset, first, evidence = result.onset, result.first, result.evidence
+    deps = result.departures
+    at_onset = [d for d in deps if d.since == onset]
+    data = [d for d in at_onset if d.kind == "input"]
+    state = [d for d in deps if d.kind == "optimizer state"]
+    weights = [d for d in deps if d.kind in ("parameter", "update")]
+    grown = [d for d in weights if result.upto - d.since >= 2 or result.diverged]
+    if data:
+        d = data[0]
+        result.cause = "data"
+        evidence.append(f"{d.tensor} of the step jumped at step {d.since}: max |x| {d.before:.4g} -> {d.after:.4g}")
+        return
+    if state and (not weights or min(s.since for s in state) < min(w.since for w in weights)):
+        d = state[0]
+        result.cause = "optimizer"
+        evidence.append(f"optimizer state {d.tensor} left its trend at step {d.since} ({d.before:.4g} -> "
+                        f"{d.after:.4g}), before the weights and updates")
+        return
+    low = _low_precision_near_limit(store, result, nonfinite)
+    if grown:
+        d = min(grown, key=lambda d: (d.since, KIND_ORDER.get(d.kind, 9)))
+        result.cause = "dynamics"
+        evidence.append(f"{d.tensor} max |x| {d.before:.4g} -> {d.after:.4g}, {growth_text(d.growth)} from "
+                        f"step {d.since}")
+        if result.diverged:
+            evidence.append("the loss rose step after step before the blow-up (a divergence event)")
+        lr = _lr_at(store, result.rank, d.since)
+        if lr is not None:
+            evidence.append(f"learning rate {lr:.3g} at step {d.since}")
+        if low:
+            evidence.append(low + " (the growth came first: dynamics, not the dtype)")
+        return
+    if low:
+        result.cause = "precision"
+        evidence.append(low)
+        return
+    if first is not None:
+        evidence.append(f"{first.tensor} left its trend at step {first.since} ({first.before:.4g} -> "
+                        f"{first.after:.4g}); no input, weight or optimizer state moved first")
+
+
+def _low_precision_near_limit(store: Store, result: RootCause, nonfinite: Optional[Event]) -> str:
+    candidates = []
+    if nonfinite is not None and nonfinite.dtype in LOW_PRECISION:
+        candidates.append(nonfinite.tensor)
+    candidates += [d.tensor for d in result.departures if d.dtype in LOW_PRECISION]
+    for name in candidates:
+        key = next((k for k, t in store.tensors.items() if t.name == name and t.rank == result.rank), None)
+        if key is None:
+            continue
+        tracked = store.tensors[key]
+        finite = store.values(key)
+        limit = tracked.limit
+        if finite and limit:
+            step, peak = max(finite, key=lambda sv: sv[1])
+            if peak / limit >= NEAR_LIMIT or (nonfinite is not None and nonfinite.tensor == name):
+                return (f"{name} is {tracked.dtype} and used {peak / limit * 100:.0f}% of its range "
+                        f"({peak:.4g} of {limit:.4g}) at step {step}")
+    return ""
+
+
+def _summary(result: RootCause, store: Store, nonfinite: Optional[Event]) -> str:
+    event = result.event
+    head = (f"{nonfinite.tensor} ({nonfinite.op}) became non-finite at step {nonfinite.step}"
+            if nonfinite is not None else f"{event.kind.replace('_', ' ')} of {event.tensor} at step {event.step}")
+    if result.first is None:
+        return f"{head}; no tracked tensor left its trend before it: {result.cause}"
+    d = result.first
+    text = (f"{head}; onset step {result.onset}: {d.tensor} ({d.op}"
+            + (f" in {d.cell}" if d.cell else "") + f") left its trend first, {d.before:.4g} -> {d.after:.4g}"
+            + (f", {growth_text(d.growth)}" if result.cause != "data" else ""))
+    lr = _lr_at(store, result.rank, result.onset) if result.onset is not None else None
+    if lr is not None and result.cause == "dynamics":
+        text += f", at lr {lr:.3g}"
+    return f"{text}: {result.cause}"
+
+
+def growth_text(growth: float) -> str:
+    return f"{growth * 100:+.0f}%/step" if growth < 9 else f"x{1 + growth:.3g}/step"
+
+
+def kinds_of(events: List[Event]) -> Dict[str, int]:
+    out: Dict[str, int] = {}
+    for e in events:
+        out[e.kind] = out.get(e.kind, 0) + 1
+    return out
+
+
+def pick(events: List[Event]) -> Tuple[List[Event], List[Event]]:
+    """(warnings, events that are blow-ups)."""
+    return ([e for e in events if e.kind == PROJECTED], [e for e in events if e.kind != PROJECTED])

@@ -1,0 +1,203 @@
+"""Early warnings and events from per-step statistics: run after every complete step (live) or over all steps
+(a finished dump), with the same code.
+
+  - projected_overflow: a float tensor's max |x| grows steadily (least squares on log max |x| over the last
+    TREND_STEPS steps, at least GROWTH_MIN per step, most steps rising) and the trend reaches the dtype's largest
+    finite value within `warn_ahead` steps;
+  - spike: a step's value (loss, an input, a weight's update, a Cell's output) is far above its recent past:
+    log value over the median of the previous SPIKE_WINDOW steps by more than SPIKE_MADS robust deviations
+    (1.4826 MAD) and by at least SPIKE_FACTOR times; the median/MAD test, no fixed threshold on the value;
+  - divergence: the loss rose in each of the last RISE_STEPS steps to at least DIVERGE_FACTOR times its lowest
+    value of the window (a finite blow-up under way);
+  - nonfinite: a tracked tensor holds a NaN or an inf.
+Each tensor warns once per kind.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional, Set, Tuple
+
+from .series import Store, Tracked
+
+TREND_STEPS = 6
+GROWTH_MIN = 0.03            # 3% a step: slower growth is not called a trend toward overflow
+SPIKE_WINDOW = 20
+SPIKE_MIN_HISTORY = 8
+SPIKE_MADS = 8.0
+SPIKE_FACTOR = 3.0
+RISE_STEPS = 4
+DIVERGE_FACTOR = 2.0
+SPIKE_KINDS = ("loss", "input", "update", "cell output", "op output")
+
+NONFINITE, PROJECTED, SPIKE, DIVERGENCE = "nonfinite", "projected_overflow", "spike", "divergence"
+
+
+@dataclass
+class Event:
+    step: int
+    kind: str
+    rank: int
+    tensor: str
+    tensor_kind: str
+    op: str
+    cell: str
+    dtype: Optional[str]
+    range_used: Optional[float]       # max |x| / the dtype's largest finite value, at this step
+    growth: Optional[float]           # per step (0.25 = +25%/step) over the range used
+    projected_step: Optional[int]     # the step the trend reaches the limit (projected_overflow)
+    value: Optional[float]
+    range: str                        # the steps the test used, "12-17"
+    detail: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        where = f"{self.op}" + (f" in {self.cell}" if self.cell else "")
+        rank = f"rank {self.rank} " if self.rank else ""
+        parts = [f"{rank}step {self.step}: {self.kind.replace('_', ' ')}: {self.tensor} ({where}, {self.dtype})"]
+        if self.range_used is not None and self.range_used >= 1e-4:
+            parts.append(f"range used {_pct(self.range_used)}")
+        if self.growth is not None:
+            parts.append(f"growth {self.growth * 100:+.1f}%/step over steps {self.range}")
+        if self.projected_step is not None:
+            parts.append(f"projected to overflow at step {self.projected_step}")
+        return ", ".join(parts) + (f": {self.detail}" if self.detail else "")
+
+
+def _pct(x: float) -> str:
+    if x >= 0.01:
+        return f"{x * 100:.1f}%"
+    return f"{x:.2g} of the limit"
+
+
+def slope(points: List[Tuple[int, float]]) -> float:
+    """Least-squares slope of log value over step."""
+    xs = [s for s, _v in points]
+    ys = [math.log(v) for _s, v in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den if den else 0.0
+
+
+def trend(store: Store, key: str, upto: int) -> Optional[Tuple[float, List[Tuple[int, float]]]]:
+    """(growth per step, the points used) when the last TREND_STEPS positive values rise steadily."""
+    points = [(s, v) for s, v in store.recent(key, TREND_STEPS, upto) if v > 0]
+    if len(points) < TREND_STEPS or points[-1][0] != upto:
+        return None
+    rises = sum(1 for (_a, x), (_b, y) in zip(points, points[1:], strict=False) if y > x)
+    k = slope(points)
+    growth = math.exp(k) - 1
+    if growth < GROWTH_MIN or rises < len(points) - 2:
+        return None
+    return growth, points
+
+
+class Detector:
+    def __init__(self, warn_ahead: int = 10):
+        self.warn_ahead = warn_ahead
+        self.warned: Set[Tuple[str, str]] = set()
+
+    def step(self, store: Store, step: int) -> List[Event]:
+        events: List[Event] = []
+        for key, tracked in store.tensors.items():
+            point = store.points.get(key, {}).get(step)
+            if point is None:
+                continue
+            if point.nonfinite and (key, NONFINITE) not in self.warned:
+                events.append(self._event(store, tracked, step, NONFINITE, None, None, str(step),
+                                          f"{point.nonfinite} NaN/inf value(s)"))
+                self.warned.add((key, NONFINITE))
+                continue
+            events += self._projected(store, tracked, step)
+            events += self._spike(store, tracked, step)
+            if tracked.kind == "loss":
+                events += self._divergence(store, tracked, step)
+        events.sort(key=lambda e: (e.step, _KIND_RANK[e.kind], e.rank))
+        return events
+
+    def _event(self, store: Store, tracked: Tracked, step: int, kind: str, growth, projected, used_range,
+               detail) -> Event:
+        point = store.points[tracked.key][step]
+        limit = tracked.limit
+        used = point.max_abs / limit if point.max_abs is not None and limit else None
+        return Event(step, kind, tracked.rank, tracked.name, tracked.kind, tracked.op, tracked.cell, tracked.dtype,
+                     used, growth, projected, point.max_abs, used_range, detail)
+
+    def _projected(self, store: Store, tracked: Tracked, step: int) -> List[Event]:
+        limit = tracked.limit
+        if limit is None or tracked.kind in ("optimizer setting",) or (tracked.key, PROJECTED) in self.warned:
+            return []
+        found = trend(store, tracked.key, step)
+        if found is None:
+            return []
+        growth, points = found
+        now = points[-1][1]
+        steps_left = math.log(limit / now) / math.log1p(growth)
+        if steps_left > self.warn_ahead:
+            return []
+        self.warned.add((tracked.key, PROJECTED))
+        projected = step + max(1, math.ceil(steps_left))
+        return [self._event(store, tracked, step, PROJECTED, growth, projected, f"{points[0][0]}-{points[-1][0]}",
+                            f"max |x| {points[0][1]:.4g} -> {now:.4g}, limit {limit:.4g}")]
+
+    def _spike(self, store: Store, tracked: Tracked, step: int) -> List[Event]:
+        if tracked.kind not in SPIKE_KINDS or (tracked.key, SPIKE) in self.warned:
+            return []
+        values = [(s, v) for s, v in store.recent(tracked.key, SPIKE_WINDOW + 1, step) if v > 0]
+        if not values or values[-1][0] != step:
+            return []
+        past = values[:-1][-SPIKE_WINDOW:]
+        if len(past) < SPIKE_MIN_HISTORY:
+            return []
+        logs = [math.log(v) for _s, v in past]
+        median = statistics.median(logs)
+        mad = statistics.median(abs(x - median) for x in logs) * 1.4826
+        now = math.log(values[-1][1])
+        if now - median < math.log(SPIKE_FACTOR) or now - median < SPIKE_MADS * mad:
+            return []
+        self.warned.add((tracked.key, SPIKE))
+        score = (now - median) / mad if mad > 0 else math.inf
+        return [self._event(store, tracked, step, SPIKE, None, None, f"{past[0][0]}-{past[-1][0]}",
+                            f"{values[-1][1]:.4g} against a median of {math.exp(median):.4g} "
+                            f"({math.exp(now - median):.1f}x, {score:.0f} robust deviations)")]
+
+    def _divergence(self, store: Store, tracked: Tracked, step: int) -> List[Event]:
+        if (tracked.key, DIVERGENCE) in self.warned:
+            return []
+        values = store.recent(tracked.key, RISE_STEPS + SPIKE_WINDOW, step)
+        if len(values) < RISE_STEPS + 2 or values[-1][0] != step:
+            return []
+        last = values[-(RISE_STEPS + 1):]
+        if not all(b[1] > a[1] for a, b in zip(last, last[1:], strict=False)):
+            return []
+        low = min(v for _s, v in values)
+        if low <= 0 or values[-1][1] < DIVERGE_FACTOR * low:
+            return []
+        self.warned.add((tracked.key, DIVERGENCE))
+        growth = math.exp(slope(last)) - 1
+        return [self._event(store, tracked, step, DIVERGENCE, growth, None, f"{last[0][0]}-{last[-1][0]}",
+                            f"rose {RISE_STEPS} steps in a row to {values[-1][1]:.4g}, "
+                            f"{values[-1][1] / low:.1f}x its lowest {low:.4g}")]
+
+
+_KIND_RANK = {NONFINITE: 0, SPIKE: 1, DIVERGENCE: 2, PROJECTED: 3}
+
+
+def scan(store: Store, warn_ahead: int = 10) -> List[Event]:
+    """Every event over all steps read (a finished dump): the live detector, fed step by step."""
+    detector = Detector(warn_ahead)
+    steps = sorted({s for steps in store.steps.values() for s in steps})
+    events: List[Event] = []
+    for s in steps:
+        events += detector.step(store, s)
+    return events
+
+
+def by_kind(events: List[Event]) -> Dict[str, List[Event]]:
+    out: Dict[str, List[Event]] = {}
+    for e in events:
+        out.setdefault(e.kind, []).append(e)
+    return out

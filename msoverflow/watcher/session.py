@@ -1,0 +1,246 @@
+"""`msoverflow watch`: run the training with the per-step statistics capture (msoverflow/watcher/capture.py, loaded
+by the start-up hook), read each complete step as it lands, warn, keep the last K steps on disk, escalate on an
+event, and report. The watcher process never imports MindSpore.
+
+    outcome = watch(["python", "train.py"], "/tmp/w", keep=20, warn_ahead=10, on_event="dump")
+    outcome.report.events, outcome.report.root_cause
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence, Set
+
+from ..logs import log
+from .cause import root_cause
+from .detect import NONFINITE, PROJECTED, Detector, Event, scan
+from .report import WatchReport
+from .series import Follower, Store, rank_dirs, steps_on_disk
+
+INSTALLER = "msoverflow.watcher.capture"
+HOOK_DIR = ".msoverflow_watch_hook"
+STATS_DIR = "stats"
+CONTROL = "control.json"
+RING = "ring.json"
+ON_EVENT = ("stop", "dump", "continue")
+POLL_SECONDS = 0.2
+
+
+@dataclass
+class WatchOutcome:
+    report: WatchReport
+    out_dir: str
+
+    @property
+    def exit_code(self) -> int:
+        return self.report.exit_code
+
+
+def _disk_bytes(root: str) -> int:
+    total = 0
+    for here, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(here, name))
+            except OSError:
+                pass
+    return total
+
+
+class Ring:
+    """Keeps the last `keep` steps of each rank on disk; the steps around an event (the `keep` before it and the
+    one after) are never deleted."""
+
+    def __init__(self, root: str, keep: int):
+        self.root, self.keep = root, keep
+        self.protected: Set[int] = set()
+        self.deleted = 0
+        self.peak_bytes = 0
+        self.peak_steps = 0
+
+    def protect(self, step: int) -> None:
+        self.protected.update(range(max(0, step - self.keep), step + 2))
+
+    def trim(self, read_upto: int) -> None:
+        for _rank, path in rank_dirs(self.root).items():
+            steps = steps_on_disk(path)
+            self.peak_steps = max(self.peak_steps, len(steps))
+            for step in steps:
+                if step <= read_upto - self.keep and step not in self.protected:
+                    shutil.rmtree(os.path.join(path, str(step)), ignore_errors=True)
+                    self.deleted += 1
+        self.peak_bytes = max(self.peak_bytes, _disk_bytes(self.root))
+        allowance = self.keep + len(self.protected)
+        path = os.path.join(self.root, RING)
+        with open(path + ".partial", "w", encoding="utf-8") as fh:
+            json.dump({"allowance": allowance}, fh)
+        os.replace(path + ".partial", path)
+
+
+def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: int = 10, on_event: str = "dump",
+          device: Optional[str] = None, echo: Optional[Callable[[str], None]] = None,
+          say: Optional[Callable[[str], None]] = None, invoked_as=None) -> WatchOutcome:
+    """Run `command` watched; the WatchReport. say(line): each warning, printed live (default: the log)."""
+    from ..config.runner import fresh_dump_dir
+    from ..errors import UserError
+    from ..job import check_command, start
+    from ..startup_hook import write_hook
+    if on_event not in ON_EVENT:
+        raise UserError(f"--on-event {on_event}: one of {', '.join(ON_EVENT)}")
+    if keep < 1 or warn_ahead < 1:
+        raise UserError("--keep and --warn-ahead take a whole number of steps, at least 1")
+    command = check_command(command, "msoverflow watch")
+    out = str(fresh_dump_dir(out_dir or _default_dir(), "--dump-dir"))
+    stats = os.path.join(out, STATS_DIR)
+    os.makedirs(stats)
+    say = say or (lambda line: log.warning("%s", line))
+    env = dict(os.environ)
+    hook_dir = os.path.join(out, HOOK_DIR)
+    env.update(write_hook(hook_dir, {"kind": "watch", "out_dir": stats, "keep": keep,
+                                     "stop_on_nonfinite": on_event != "continue"},
+                          os.path.join(hook_dir, "spec.json"), INSTALLER))
+    store = Store()
+    follower = Follower(stats, store)
+    detector = Detector(warn_ahead)
+    ring = Ring(stats, keep)
+    events: List[Event] = []
+    log_path = os.path.join(out, "watch_events.jsonl")
+    stop_at: Optional[int] = None
+    finished = threading.Event()
+    result = {}
+
+    def run_job():
+        try:
+            result["job"] = start(command, env, echo=echo)
+        except BaseException as exc:      # handed to the main thread
+            result["error"] = exc
+        finally:
+            finished.set()
+
+    thread = threading.Thread(target=run_job, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    with open(log_path, "w", encoding="utf-8") as event_log:
+        while True:
+            done = finished.wait(POLL_SECONDS)
+            new_steps = follower.poll(finished=done)
+            for step in new_steps:
+                for event in detector.step(store, step):
+                    events.append(event)
+                    say(f"msoverflow watch: {event.line()}")
+                    event_log.write(json.dumps(event.to_dict()) + "\n")
+                    event_log.flush()
+                    ring.protect(event.step)
+                    if stop_at is None and _escalates(event, on_event):
+                        stop_at = _stop_step(stats, event.step)
+                        with open(os.path.join(stats, CONTROL + ".partial"), "w", encoding="utf-8") as fh:
+                            json.dump({"stop_at": stop_at, "why": event.line()}, fh)
+                        os.replace(os.path.join(stats, CONTROL + ".partial"), os.path.join(stats, CONTROL))
+                        say(f"msoverflow watch: asking every rank to stop before step {stop_at} "
+                            f"(--on-event {on_event})")
+            if new_steps:
+                ring.trim(new_steps[-1])
+            if done:
+                break
+    shutil.rmtree(hook_dir, ignore_errors=True)
+    if "error" in result:
+        raise result["error"]
+    job = result["job"]
+    seconds = time.monotonic() - started
+    cause = root_cause(store, events)
+    report = WatchReport(stats, events, cause, store, command=list(command), command_exit=job.returncode,
+                         stopped_at=stop_at)
+    report.capture = {"keep": keep, "warn_ahead": warn_ahead, "on_event": on_event, "seconds": round(seconds, 1),
+                      "steps_deleted": ring.deleted, "peak_steps_on_disk": ring.peak_steps,
+                      "peak_bytes_on_disk": ring.peak_bytes, "bytes_on_disk_at_end": _disk_bytes(stats),
+                      "events_log": log_path}
+    if not store.steps:
+        report.notes.append("no step was captured: the command never called a Cell holding an optimizer "
+                            "(nn.TrainOneStepCell or the like) from Python, or failed before its first step")
+    nonfinite = next((e for e in events if e.kind == NONFINITE), None)
+    if on_event == "dump" and nonfinite is not None:
+        _dump_event_step(report, command, out, nonfinite, device, invoked_as)
+    return WatchOutcome(report, out)
+
+
+def _stop_step(stats: str, event_step: int) -> int:
+    """The step every rank stops before: one past the step after the newest any rank has written. The ranks of a
+    data-parallel job run in step (their all-reduce waits for all), so each reads control.json before that step
+    and none starts a step the others will not join (a rank that stopped one step early would leave the others
+    waiting in their all-reduce)."""
+    newest = max((steps[-1] for steps in (steps_on_disk(p) for p in rank_dirs(stats).values()) if steps),
+                 default=event_step)
+    return max(event_step, newest) + 2
+
+
+def _escalates(event: Event, on_event: str) -> bool:
+    if on_event == "continue":
+        return False
+    if on_event == "stop":
+        return True
+    return event.kind == NONFINITE        # dump: the full tensors of the non-finite step prove the origin
+
+
+def _dump_event_step(report: WatchReport, command, out: str, event: Event, device, invoked_as) -> None:
+    """Re-run the command with every op's tensors dumped for the event's step only (as run --two-pass's pass 2
+    does), stopped after that step by the same capture, and analyze it: `first`."""
+    from ..api import Options
+    from ..config.runner import execute, plan_run
+    from ..errors import UserError
+    from ..startup_hook import write_hook
+    step = event.step
+    log.info("msoverflow watch: re-running with a full dump of step %d (the non-finite step)", step)
+    options = {"device": device} if device else {}
+    try:
+        plan = plan_run(command, os.path.join(out, f"dump_step{step}"), purpose="tensors", steps=str(step),
+                        **options)
+    except UserError as exc:
+        report.notes.append(f"no dump of step {step}: {exc}")
+        return
+    stats = os.path.join(out, f"dump_step{step}_stats")
+    os.makedirs(stats, exist_ok=True)
+    with open(os.path.join(stats, CONTROL), "w", encoding="utf-8") as fh:
+        json.dump({"stop_at": step + 1}, fh)
+    hook_dir = os.path.join(out, HOOK_DIR + "_dump")
+    extra = write_hook(hook_dir, {"kind": "watch", "out_dir": stats}, os.path.join(hook_dir, "spec.json"),
+                       INSTALLER)
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        outcome = execute(plan, Options(finished=True), analyze=True, invoked_as=invoked_as)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(hook_dir, ignore_errors=True)
+        shutil.rmtree(stats, ignore_errors=True)
+    report.first_dump = str(plan.dump_dir)
+    if outcome.report is None:
+        report.notes.append(f"the full dump of step {step} was not analyzed: {outcome.analysis_error}")
+        return
+    report.first = outcome.report
+    if outcome.report.first is None:
+        report.notes.append(f"the full dump of step {step} holds no bad value: the re-run did not repeat the "
+                            "blow-up (not deterministic), so no origin is named")
+
+
+def _default_dir() -> str:
+    from ..config.runner import RUNS_DIR
+    return os.path.join(os.path.abspath(RUNS_DIR), time.strftime("watch_%Y%m%d_%H%M%S"))
+
+
+def from_dump(path: str, warn_ahead: int = 10) -> WatchReport:
+    """The same detectors and root cause over a finished statistics dump (statistic.csv per step)."""
+    store = Store()
+    Follower(path, store).poll(finished=True)
+    events = scan(store, warn_ahead)
+    return WatchReport(path, events, root_cause(store, events), store)
+
+
+__all__ = ["watch", "from_dump", "WatchOutcome", "Ring", "PROJECTED"]

@@ -1,0 +1,111 @@
+"""`msoverflow watch` on real MindSpore CPU runs (tests/support/watch_cases/train_case.py, made once by
+tests/support/gen_watch_runs.py): the warning ahead of an fp16 overflow and the origin it joins, a finite loss spike
+from one corrupted batch (data), a learning-rate divergence in fp32 (dynamics), a healthy run with no warning, the
+ring buffer's bound, and the same answer from the kept statistics (the finished-dump path)."""
+import json
+
+import pytest
+
+from msoverflow.render.watch import render_html
+from msoverflow.watcher.session import from_dump
+from tests.support.gen_watch_runs import CASES
+
+pytestmark = pytest.mark.mindspore
+
+EVENT_KEYS = {"step", "kind", "tensor", "op", "cell", "range_used", "growth", "projected_step"}
+
+
+def _case(watch_runs, name):
+    root = watch_runs[name]
+    return root, json.loads((root / "report.json").read_text()), (root / "warnings.txt").read_text().splitlines()
+
+
+def _argv(name, option):
+    argv = next(c.argv for c in CASES if c.name == name)
+    return int(argv[argv.index(option) + 1])
+
+
+def test_fp16_growth_is_warned_ahead_then_joined_to_its_origin(watch_runs):
+    _root, report, said = _case(watch_runs, "fp16_growth")
+    nonfinite = [e for e in report["events"] if e["kind"] == "nonfinite"]
+    assert nonfinite, report["events"]
+    first_bad = min(e["step"] for e in nonfinite)
+    ahead = [e for e in report["events"] if e["kind"] == "projected_overflow" and e["tensor"] == "net.weight"]
+    assert ahead and first_bad - ahead[0]["step"] >= 5, report["events"]
+    assert ahead[0]["dtype"] == "float16" and ahead[0]["growth"] > 0 and ahead[0]["projected_step"] > ahead[0]["step"]
+    # printed live, in order: the warning before the non-finite line
+    warn_line = next(i for i, line in enumerate(said) if "projected overflow: net.weight" in line)
+    bad_line = next(i for i, line in enumerate(said) if "nonfinite" in line)
+    assert warn_line < bad_line
+    cause = report["root_cause"]
+    assert cause["cause"] in ("dynamics", "precision"), cause
+    assert f"became non-finite at step {first_bad}" in cause["summary"]
+    assert cause["fix"]
+    # the dump of the non-finite step names the op that overflowed, in float16
+    first = report["first"]["first"]
+    assert first["iteration"] == first_bad
+    assert any(o["dtype"] == "float16" for o in first["outputs"]), first
+    for event in report["events"]:
+        assert EVENT_KEYS <= set(event)
+
+
+def test_one_corrupted_batch_is_data_at_its_step(watch_runs):
+    _root, report, _said = _case(watch_runs, "data_spike")
+    bad = _argv("data_spike", "--bad-step")
+    spikes = [e for e in report["events"] if e["kind"] == "spike"]
+    assert spikes and min(e["step"] for e in spikes) == bad, report["events"]
+    assert not [e for e in report["events"] if e["kind"] == "nonfinite"], "the spike should stay finite"
+    cause = report["root_cause"]
+    assert cause["cause"] == "data" and cause["onset_step"] == bad, cause
+    assert cause["first_tensor"]["kind"] == "input"
+
+
+def test_learning_rate_divergence_in_fp32_is_dynamics(watch_runs):
+    _root, report, _said = _case(watch_runs, "lr_divergence")
+    onset = _argv("lr_divergence", "--onset")
+    assert not [e for e in report["events"] if e["kind"] == "nonfinite"]
+    blowups = [e for e in report["events"] if e["kind"] in ("spike", "divergence")]
+    assert blowups, report["events"]
+    cause = report["root_cause"]
+    assert cause["cause"] == "dynamics", cause
+    # the lr starts rising at --onset; the onset named lies between that and the first blow-up event
+    assert onset <= cause["onset_step"] <= min(e["step"] for e in blowups), cause
+    assert all(e["dtype"] == "float32" for e in blowups)
+
+
+def test_healthy_run_raises_no_warning_and_the_ring_keeps_k_steps(watch_runs):
+    root, report, said = _case(watch_runs, "healthy")
+    steps = _argv("healthy", "--steps")
+    assert steps >= 60 and report["steps_read"]["0"] == steps
+    assert report["events"] == [] and said == [] and report["root_cause"] is None
+    keep = next(c.keep for c in CASES if c.name == "healthy")
+    capture = report["capture"]
+    assert capture["steps_deleted"] == steps - keep
+    assert capture["peak_steps_on_disk"] <= 2 * keep + 2, capture
+    on_disk = sorted(int(p.name) for p in (root / "out" / "stats" / "rank_0" / "Net" / "0").iterdir())
+    assert on_disk == list(range(steps - keep, steps))
+
+
+@pytest.mark.parametrize("name", ["data_spike", "lr_divergence", "fp16_growth"])
+def test_the_kept_statistics_give_the_same_cause_as_the_live_watch(watch_runs, name):
+    root, report, _said = _case(watch_runs, name)
+    again = from_dump(str(root / "out" / "stats"))
+    assert again.root_cause is not None and again.root_cause.cause == report["root_cause"]["cause"]
+    page = render_html(again)
+    assert "<svg" in page and "headroom" in page
+
+
+def test_two_ranks_stop_at_the_same_step_and_name_the_rank_with_the_bad_batch(watch_multirank):
+    from tests.support.gen_watch_multirank import ARGV
+    report = json.loads((watch_multirank / "report.json").read_text())
+    bad = int(ARGV[ARGV.index("--bad-step") + 1])
+    assert report["ranks"] == [0, 1]
+    first = min(report["events"], key=lambda e: e["step"])
+    assert (first["rank"], first["step"], first["kind"]) == (1, bad, "spike")
+    cause = report["root_cause"]
+    assert cause["cause"] == "data" and cause["rank"] == 1 and cause["onset_step"] == bad
+    # --on-event stop: both ranks ended before the same step, so neither waited for the other in an all-reduce
+    stats = watch_multirank / "out" / "stats"
+    last = {r: max(int(p.name) for p in (stats / f"rank_{r}" / "Net" / "0").iterdir()) for r in (0, 1)}
+    assert abs(last[0] - last[1]) <= 1 and report["stopped_at"] == max(last.values()) + 1, (last, report["stopped_at"])
+    assert report["steps_read"]["0"] < int(ARGV[ARGV.index("--steps") + 1])

@@ -1,0 +1,72 @@
+"""A real 2-rank `msoverflow watch --on-event stop` run (msrun --worker_num=2 --local_worker_num=2, MindSpore CPU,
+data parallel: tests/support/watch_cases/train_dp.py, rank 1's batch corrupted at one step), for
+tests/real/test_watch_real.py. Cached apart under `.fixture-cache/watch-multirank/<key>/`, the key hashing this
+file, the case script, msoverflow/watcher/*.py and the MindSpore version. The directory holds `report.json`,
+`warnings.txt`, `out/` (the watch's directory) and `ok` when whole.
+
+    python -m tests.support.gen_watch_multirank
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import List, Optional
+
+from tests.support import gen_real_dumps as base
+
+CASE_SCRIPT = base.REPO / "tests" / "support" / "watch_cases" / "train_dp.py"
+DEFAULT_CACHE_ROOT = base.REPO / ".fixture-cache" / "watch-multirank"
+ARGV = ("--steps", "40", "--bad-step", "20")
+
+
+def cache_key() -> str:
+    digest = hashlib.sha256()
+    for path in [Path(__file__).resolve(), CASE_SCRIPT, *sorted((base.REPO / "msoverflow" / "watch").glob("*.py"))]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(f"mindspore={base.mindspore_version()}".encode())
+    return digest.hexdigest()[:16]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_run(out_dir: Optional[Path] = None) -> Path:
+    out_dir = Path(out_dir) if out_dir else DEFAULT_CACHE_ROOT / cache_key()
+    with base._locked(out_dir):
+        if not (out_dir / "ok").exists():
+            _run(out_dir)
+    return out_dir
+
+
+def _run(case_dir: Path) -> None:
+    from msoverflow.render.watch import render_json
+    from msoverflow.watcher.session import watch
+    shutil.rmtree(case_dir / "out", ignore_errors=True)      # a run cut short before `ok`
+    said: List[str] = []
+    bin_dir = os.path.dirname(sys.executable)      # msrun starts workers with the first `python` on PATH
+    old_path = os.environ.get("PATH", "")
+    os.environ["PATH"] = bin_dir + os.pathsep + old_path
+    try:
+        with tempfile.TemporaryDirectory(prefix="msoverflow_watch_mr_") as tmp:
+            command = [os.path.join(bin_dir, "msrun"), "--worker_num=2", "--local_worker_num=2",
+                       f"--master_port={_free_port()}", "--join=True", f"--log_dir={tmp}/logs",
+                       "python", str(CASE_SCRIPT), *ARGV]
+            outcome = watch(command, Path(tmp) / "out", keep=10, on_event="stop", say=said.append, device="cpu")
+            shutil.copytree(Path(tmp) / "out", case_dir / "out", symlinks=True)
+    finally:
+        os.environ["PATH"] = old_path
+    (case_dir / "report.json").write_text(render_json(outcome.report))
+    (case_dir / "warnings.txt").write_text("".join(line + "\n" for line in said))
+    (case_dir / "ok").write_text("ok\n")
+
+
+if __name__ == "__main__":
+    print(ensure_run())

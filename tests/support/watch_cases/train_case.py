@@ -1,0 +1,90 @@
+"""Small real training runs for `msoverflow watch` (MindSpore CPU, graph mode). One script, one case each:
+
+  fp16_growth    y = x @ W with W float16; the learning rate warms up past SGD's stability bound, so W and its
+                 updates grow by a constant factor a step until float16 overflows (dynamics, in a low precision);
+  data_spike     a float32 MLP regression; the batch of step --bad-step is corrupted (targets x 10): a finite loss spike;
+  lr_divergence  the same MLP in float32; the learning rate grows each step from --onset until training diverges
+                 (finite: float32 does not overflow within the run);
+  healthy        the same MLP, a constant small learning rate.
+The learning rate lives in the optimizer's `learning_rate` Parameter, set before each step (no recompilation).
+"""
+import argparse
+import sys
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--case", required=True, choices=["fp16_growth", "data_spike", "lr_divergence", "healthy"])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--bad-step", type=int, default=30)
+    parser.add_argument("--onset", type=int, default=15)
+    parser.add_argument("--hidden", type=int, default=32)
+    args = parser.parse_args(argv)
+
+    import numpy as np
+    import mindspore as ms
+    from mindspore import nn, ops, Parameter, Tensor
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    ms.set_seed(0)
+    rs = np.random.RandomState(0)
+
+    if args.case == "fp16_growth":
+        class Linear16(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.weight = Parameter(Tensor(rs.normal(0, 0.1, (8, 8)).astype(np.float16)), name="weight")
+                self.matmul = ops.MatMul()
+
+            def construct(self, x):
+                return self.matmul(x, self.weight)
+
+        class Loss(nn.Cell):
+            def __init__(self, net):
+                super().__init__()
+                self.net = net
+
+            def construct(self, x, t):
+                y = ops.cast(self.net(x), ms.float32)
+                return ops.reduce_sum(ops.square(y - t))
+
+        net = Linear16()
+        loss_net = Loss(net)
+        optimizer = nn.SGD(net.trainable_params(), learning_rate=0.05)
+        x = Tensor(np.eye(8, dtype=np.float16))
+
+        def lr_at(step):     # warm-up to 1.25: past 1.0 every error mode is multiplied by |1 - 2 lr| a step
+            return min(1.25, 0.05 * (step + 1))
+
+        def batch(step):
+            return x, Tensor(rs.normal(0, 0.1, (8, 8)).astype(np.float32))
+    else:
+        dim = 16
+        true_w = rs.normal(0, 1, (dim, 1)).astype(np.float32)
+        net = nn.SequentialCell(nn.Dense(dim, args.hidden), nn.ReLU(), nn.Dense(args.hidden, 1))
+        loss_net = nn.WithLossCell(net, nn.MSELoss())
+        optimizer = nn.SGD(net.trainable_params(), learning_rate=0.01)
+
+        def lr_at(step):
+            if args.case == "lr_divergence" and step >= args.onset:
+                return 0.01 * 1.2 ** (step - args.onset + 1)
+            return 0.01
+
+        def batch(step):
+            xb = rs.normal(0, 1, (32, dim)).astype(np.float32)
+            yb = xb @ true_w + rs.normal(0, 0.1, (32, 1)).astype(np.float32)
+            if args.case == "data_spike" and step == args.bad_step:
+                yb = yb * 10.0            # one corrupted batch: its targets in the wrong unit
+            return Tensor(xb), Tensor(yb)
+
+    train_step = nn.TrainOneStepCell(loss_net, optimizer)
+    for step in range(args.steps):
+        optimizer.learning_rate.set_data(Tensor(np.float32(lr_at(step))))
+        loss = float(train_step(*batch(step)).asnumpy())
+        print(f"step {step}: loss {loss:.6g} lr {lr_at(step):.4g}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

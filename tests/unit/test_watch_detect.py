@@ -1,0 +1,102 @@
+"""The watch's detectors, ring and root cause on per-step statistic.csv files written here, in the layout and
+columns the capture writes (msoverflow/watcher/capture.py; SYNTHETIC series, labelled as such: the real runs are in
+tests/real/test_watch_real.py). No MindSpore."""
+import json
+import subprocess
+import sys
+
+from msoverflow.watcher.capture import HEADER, _csv_name
+from msoverflow.watcher.detect import NONFINITE, PROJECTED, SPIKE
+from msoverflow.watcher.session import Ring, from_dump
+
+
+def _write(root, rank, steps, series):
+    """series: name -> (kind, dtype, [max |x| per step, None for a NaN step])."""
+    meta = {}
+    for row, (name, (kind, dtype, _values)) in enumerate(series.items()):
+        meta[_csv_name(f"{kind}:{name}")] = {"name": name, "kind": kind, "op": "Op", "cell": "net",
+                                             "cell_class": "Net", "dtype": dtype, "row": row}
+    for step in range(steps):
+        lines = [HEADER]
+        for row, (name, (kind, dtype, values)) in enumerate(series.items()):
+            v = values[step]
+            nan = 1 if v is None else 0
+            high = "" if v is None else repr(v)
+            low = "" if v is None else repr(-v / 2)
+            lines.append(f"Op,{_csv_name(f'{kind}:{name}')},{row},0,1,output,0,4,{dtype},\"(4,)\",{high},{low},0,4,"
+                         f"{nan},0,0,1\n")
+        step_dir = root / f"rank_{rank}" / "Net" / "0" / str(step)
+        step_dir.mkdir(parents=True)
+        (step_dir / "statistic.csv").write_text("".join(lines))
+    (root / f"rank_{rank}" / "watch_tensors.json").write_text(json.dumps({"rank": rank, "tensors": meta}))
+
+
+def _noisy(level, steps, seed=0):
+    import random
+    rs = random.Random(seed)
+    return [level * (1 + 0.05 * rs.uniform(-1, 1)) for _ in range(steps)]
+
+
+def test_steady_growth_in_fp16_is_warned_ahead_then_named_dynamics(tmp_path):
+    steps = 50
+    weight = _noisy(0.5, 15) + [0.5 * 1.5 ** k for k in range(1, steps - 15 + 1)]
+    weight = [w if w < 65504 else None for w in weight]
+    _write(tmp_path, 0, steps, {"fc.weight": ("parameter", "float16", weight),
+                                "input 0": ("input", "float32", _noisy(3.0, steps, 1)),
+                                "loss": ("loss", "float32", _noisy(2.0, steps, 2))})
+    report = from_dump(str(tmp_path))
+    first_bad = next(e.step for e in report.events if e.kind == NONFINITE)
+    ahead = [e for e in report.events if e.kind == PROJECTED and e.tensor == "fc.weight"]
+    assert ahead and first_bad - ahead[0].step >= 5 and ahead[0].projected_step >= first_bad - 1
+    assert abs(ahead[0].growth - 0.5) < 0.05
+    cause = report.root_cause
+    assert cause.cause == "dynamics" and cause.first.tensor == "fc.weight" and 14 <= cause.onset <= 17
+
+
+def test_one_jump_of_an_input_is_data_at_its_step(tmp_path):
+    steps = 30
+    inputs = _noisy(3.0, steps, 3)
+    inputs[22] = 300.0
+    loss = _noisy(2.0, steps, 4)
+    loss[22] = 900.0
+    _write(tmp_path, 0, steps, {"input 0": ("input", "float32", inputs), "loss": ("loss", "float32", loss),
+                                "fc.weight": ("parameter", "float32", [0.1 * 1.01 ** k for k in range(steps)])})
+    report = from_dump(str(tmp_path))
+    assert {(e.step, e.kind) for e in report.events} >= {(22, SPIKE)}
+    assert report.root_cause.cause == "data" and report.root_cause.onset == 22
+
+
+def test_a_healthy_run_raises_nothing(tmp_path):
+    steps = 70
+    _write(tmp_path, 0, steps, {"input 0": ("input", "float32", _noisy(3.0, steps, 5)),
+                                "loss": ("loss", "float32", [5.0 * 0.97 ** k + 0.1 for k in range(steps)]),
+                                "fc.weight": ("parameter", "float16", [0.2 + 0.01 * k for k in range(steps)]),
+                                "fc.weight update": ("update", "float16", _noisy(0.01, steps, 6))})
+    report = from_dump(str(tmp_path))
+    assert report.events == [] and report.root_cause is None and report.exit_code == 0
+
+
+def test_the_ring_keeps_k_steps_and_those_around_an_event(tmp_path):
+    steps = 30
+    _write(tmp_path, 0, steps, {"loss": ("loss", "float32", _noisy(2.0, steps))})
+    ring = Ring(str(tmp_path), keep=5)
+    ring.protect(10)
+    ring.trim(steps - 1)
+    left = sorted(int(p.name) for p in (tmp_path / "rank_0" / "Net" / "0").iterdir())
+    assert left == list(range(5, 12)) + list(range(25, 30))
+
+
+def test_the_watcher_side_never_imports_mindspore():
+    code = ("import sys; import msoverflow.watcher.session, msoverflow.watcher.report, msoverflow.commands.watch; "
+            "print('mindspore' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_watch_usage_errors_are_one_line_and_exit_2(tmp_path):
+    for argv, words in ((["watch", "--keep", "0", "--", sys.executable, "-c", "pass"], "--keep"),
+                        (["watch"], "needs a command")):
+        proc = subprocess.run([sys.executable, "-m", "msoverflow", *argv], capture_output=True, text=True,
+                              cwd=tmp_path)
+        assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []        # nothing made before the arguments were checked
