@@ -21,6 +21,7 @@ COMMANDS = {
     "hunt": "watch a PyNative training run live and name the op that made the first bad value",
     "patch": "patch the precision where the overflow was born, and verify by re-running",
     "repro": "write a standalone script that re-runs the origin op alone, from its dumped inputs",
+    "mcp": "serve msoverflow's tools to coding agents (Model Context Protocol over stdio)",
     "demo": "overflow -> dump -> analyze -> patch -> verify, on a tiny real MindSpore model",
 }
 ALIASES = {"analyse": "analyze"}      # other spellings a command answers to (its module registers them too)

@@ -11,6 +11,6 @@ stamp=.venv/.msoverflow-installed
 want=$(cat setup.cfg pyproject.toml | sha1sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>/dev/null || true
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[mindspore,msprobe,test,dask]'
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[mindspore,msprobe,test,dask,agent]'
   echo "$want" > "$stamp"
 fi
