@@ -164,7 +164,8 @@ def tools() -> Tuple[Tool, ...]:
                   ("path",)),
              _out({"events_in_selection": {"type": "integer"}, "matched": {"type": "integer"},
                    "offset": {"type": "integer"}, "columns": {"type": "array", "items": {"type": "string"}},
-                   "rows": {"type": "array", "items": {"type": "array"}}})),
+                   "rows": {"type": "array", "items": {"type": "array"}}}),
+             ("path",)),
         Tool("compare",
              "Compare two dumps of the same model (a good baseline and a failing target): the first op whose inputs "
              "agree and whose outputs do not, the largest differences, ops on one side only. Call when the target "
@@ -209,7 +210,8 @@ def tools() -> Tuple[Tool, ...]:
                    "refused": {"type": "string"}, "written": {"type": "boolean"}})),
         Tool("repro",
              "The text of a standalone script that re-runs the origin op alone from its dumped inputs, in the dumped "
-             "dtype and in float32, printing max |x| and inf/NaN counts. Without --allow-write nothing is kept (the "
+             "dtype and in float32, printing max |x| and inf/NaN counts. Call to show on the op "
+             "alone that float32 holds the value (before trusting a patch). Without --allow-write nothing is kept (the "
              "script is made in a private temp dir and removed); with it the script and inputs go there. Cost: "
              "copies the origin's input tensors once.",
              _obj({"report": REPORT_ARG, "device": _from_cli("repro", "device"),

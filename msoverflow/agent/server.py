@@ -75,7 +75,9 @@ def _worker(state: State, name: str, args: Dict[str, Any], report: Optional[dict
     settings = state.settings
     request = {"tool": name, "args": args, "report": report, "roots": list(settings.roots.read),
                "write": settings.roots.write, "memory_mb": settings.memory_mb}
-    env = dict(os.environ, MSOVERFLOW_REPORT_JSON="", PYTHONUNBUFFERED="1")
+    # One thread per BLAS: a thread pool's stacks would spend the memory limit before any work.
+    env = dict(os.environ, MSOVERFLOW_REPORT_JSON="", PYTHONUNBUFFERED="1", OPENBLAS_NUM_THREADS="1",
+               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     try:
         done = subprocess.run([sys.executable, "-m", "msoverflow.agent.worker"], input=tools.dumps(request),
                               capture_output=True, text=True, timeout=settings.timeout, env=env,

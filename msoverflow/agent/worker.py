@@ -1,6 +1,6 @@
 """One reading tool call in its own process: `python -m msoverflow.agent.worker` reads the request as JSON on
 stdin and writes `{"ok": answer}` or `{"error": "one line"}` on stdout. The server kills it at --timeout; its
-address space is capped at --memory-mb (RLIMIT_AS), so a hostile dump costs one call, never the server.
+address space may grow --memory-mb past what the imported library holds (RLIMIT_AS), so a hostile dump costs one call, never the server.
 """
 from __future__ import annotations
 
@@ -10,11 +10,15 @@ from typing import Any, Dict
 
 
 def _limit_memory(megabytes: int) -> None:
+    """The call may map `megabytes` more than the interpreter and the library hold once imported (the fixed cost
+    of imports is not the call's to pay; a hostile dump's allocations are)."""
     try:
         import resource
-        limit = megabytes << 20
+        with open("/proc/self/status", encoding="ascii") as fh:
+            size_kb = next(int(line.split()[1]) for line in fh if line.startswith("VmSize:"))
+        limit = (size_kb << 10) + (megabytes << 20)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    except (ImportError, ValueError, OSError):      # not on this platform: the time limit still holds
+    except (ImportError, ValueError, OSError, StopIteration):   # not on this platform: the time limit still holds
         pass
 
 
@@ -24,10 +28,14 @@ def _one_line(text: object) -> str:
 
 def main() -> int:
     request = json.loads(sys.stdin.read())
-    _limit_memory(int(request.get("memory_mb") or 0) or 4096)
+    import numpy  # noqa: F401 - imported before the memory limit: the library's fixed cost
+    import pandas  # noqa: F401
+
+    from .. import api  # noqa: F401
     from ..errors import UserError
     from .confine import Roots, ToolError
     from .tools import dumps, heavy
+    _limit_memory(int(request.get("memory_mb") or 0) or 4096)
     roots = Roots(tuple(request["roots"]), request.get("write"))
     answer: Dict[str, Any]
     try:

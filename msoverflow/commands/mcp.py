@@ -28,7 +28,7 @@ def register(subparsers):
     parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                         help="time limit of one tool call (default 300)")
     parser.add_argument("--memory-mb", type=int, default=4096, metavar="MB",
-                        help="address-space limit of one tool call's process (default 4096)")
+                        help="memory one tool call may map beyond the imported library (default 4096)")
     parser.set_defaults(run=run)
     return parser
 
@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
     for root in roots + ([args.allow_write] if args.allow_write else []):
         if not os.path.isdir(root):
             raise UserError(f"{root}: not a directory")
-    if not args.timeout > 0 or args.memory_mb < 256:
-        raise UserError("--timeout must be above 0 and --memory-mb at least 256")
+    if not args.timeout > 0 or args.memory_mb < 1:
+        raise UserError("--timeout must be above 0 and --memory-mb at least 1")
     from ..agent.confine import Roots
     from ..agent.server import Settings, serve
     serve(Settings(Roots.of(roots, args.allow_write), timeout=args.timeout, memory_mb=args.memory_mb,
