@@ -216,11 +216,16 @@ def _after_analyze(report: dict, report_id: str, path: str) -> List[dict]:
     if verdict == "anomaly" and first:
         steps.append(call("explain", "why this op: the evidence and the cause behind the verdict",
                           report=report_id, part="evidence"))
-        if first.get("history"):
+        if first.get("history") and not (first.get("history") or {}).get("earlier_cause"):
             steps.append(call("explain", "since when the values grew (a dynamics problem is not fixed by dtype)",
                               report=report_id, part="history"))
         cause = first.get("cause")
-        if first.get("role") == "origin" and cause not in ("device", "data", "domain"):
+        dynamics = bool((first.get("history") or {}).get("earlier_cause"))
+        if dynamics:
+            steps.append(call("explain", "the values grew over earlier steps: training dynamics (learning rate, "
+                                         "clipping), which a dtype patch only delays", report=report_id,
+                              part="history"))
+        elif first.get("role") == "origin" and cause not in ("device", "data", "domain"):
             steps.append(call("patch_preview", "the source diff that moves the region to float32 (not written)",
                               report=report_id))
         elif cause in ("device", "data", "domain"):

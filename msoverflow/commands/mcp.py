@@ -29,12 +29,18 @@ def register(subparsers):
                         help="time limit of one tool call (default 300)")
     parser.add_argument("--memory-mb", type=int, default=4096, metavar="MB",
                         help="memory one tool call may map beyond the imported library (default 4096)")
+    parser.add_argument("--print-skill", action="store_true",
+                        help="print the SKILL.md for coding agents shipped in the package (no server; no extra needed)")
     parser.set_defaults(run=run)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import UserError
+    if args.print_skill:
+        from importlib import resources
+        print(resources.files("msoverflow.agent").joinpath("SKILL.md").read_text("utf-8"), end="")
+        return 0
     if importlib.util.find_spec("mcp") is None:
         raise UserError("msoverflow mcp needs the 'agent' extra: pip install 'msoverflow[agent]'")
     roots = args.root or [os.getcwd()]
