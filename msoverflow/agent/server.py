@@ -22,7 +22,6 @@ from mcp.server.stdio import stdio_server
 from ..version import __version__
 from . import catalog, tools
 from .confine import Roots, ToolError
-from .watch import watch_status
 
 KEPT_REPORTS = 32
 
@@ -137,7 +136,7 @@ def call_tool(state: State, name: str, arguments: Any) -> dict:
         result = _worker(state, name, args, report)
         return (tools.patch_answer if name == "patch_preview" else tools.repro_answer)(result, report_id)
     if name == "watch_status":
-        return watch_status(args["dir"])
+        return _worker(state, name, args)
     raise ToolError(f"no tool {name!r}")       # pragma: no cover - the catalog and this table list the same tools
 
 

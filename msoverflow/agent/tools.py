@@ -170,7 +170,12 @@ def _read(path: str) -> str:
         return fh.read()
 
 
-_HEAVY = {"analyze": _analyze, "events": _events, "compare": _compare, "config": _config,
+def _watch_status(args, report, roots) -> dict:
+    from .watch import watch_status
+    return watch_status(args["dir"])
+
+
+_HEAVY = {"watch_status": _watch_status, "analyze": _analyze, "events": _events, "compare": _compare, "config": _config,
           "check_config": _check_config, "patch_preview": _patch_preview, "repro": _repro}
 HEAVY_TOOLS = frozenset(_HEAVY)
 

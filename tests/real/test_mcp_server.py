@@ -346,3 +346,38 @@ def test_writes_only_with_allow_write(demo, tmp_path):
     assert Path(written["written"]).parent == out
     assert snapshot(demo.parent, source_root(cli)) == {k: v for k, v in before.items()
                                                         if not k.startswith(str(tmp_path))}
+
+
+def _cached_watch_run(case):
+    """A real `msoverflow watch` run made by the watch branch's generator (tests/support/gen_watch_runs.py there),
+    when the shared fixture cache holds one: that branch is not merged into this one."""
+    root = Path(__file__).resolve().parents[2] / ".fixture-cache" / "watch"
+    runs = sorted(root.glob(f"*/{case}/out"), key=lambda p: p.stat().st_mtime)
+    if not runs:
+        pytest.skip("no cached `msoverflow watch` run (msoverflow watch is built on its own branch)")
+    return runs[-1].resolve()
+
+
+def test_watch_status_on_a_real_watch_run_and_its_event_dump(tmp_path):
+    out = _cached_watch_run("fp16_growth")
+    lines = [json.loads(x) for x in (out / "watch_events.jsonl").read_text().splitlines() if x.strip()]
+    steps = sorted(int(p.name) for p in (out / "stats" / "rank_0").glob("*/*/*") if p.name.isdigit())
+
+    async def body(client):
+        status = await ok(client, "watch_status", dir=str(out))
+        analysed = [await ok(client, c["tool"], **c["args"]) for c in status["next"] if c["tool"] == "analyze"]
+        empty = await ok(client, "watch_status", dir=str(tmp_path))
+        return status, analysed, empty
+
+    status, analysed, empty = drive(body, [out, tmp_path])
+    assert status["found"] is True
+    assert status["events_total"] == len(lines)
+    assert status["events_last"][-1]["kind"] == lines[-1]["kind"] and status["events_last"][-1]["step"] == \
+        lines[-1]["step"]
+    assert status["steps_on_disk"]["0"] == {"count": len(steps), "first": steps[0], "last": steps[-1]}
+    dumps = sorted(out.glob("dump_step*"))
+    assert [d["path"] for d in status["event_dumps"]] == [str(d) for d in dumps]
+    assert analysed                       # the event step's dump, handed on to analyze
+    for answer, dump in zip(analysed, dumps[:2], strict=True):
+        assert answer["verdict"] == cli_json("analyze", str(dump), "--format", "json")["verdict"]
+    assert empty["found"] is False and "no watch found" in empty["reason"]
