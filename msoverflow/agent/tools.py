@@ -331,6 +331,9 @@ def _explain_next(report: dict, report_id: str, part: str) -> List[dict]:
 def events_answer(result: dict, args: dict) -> dict:
     answer = dict(result)
     offset, limit = int(args.get("offset", 0)), int(args.get("limit", 40))
+    while len(answer["rows"]) > 1 and len(dumps(answer)) > MAX_CHARS - 3000:
+        answer["rows"] = answer["rows"][:len(answer["rows"]) * 3 // 4]      # a page fits the context budget
+    answer["rows_asked"] = limit
     more = offset + len(answer["rows"]) < answer["matched"]
     nxt = []
     if more:

@@ -381,3 +381,26 @@ def test_watch_status_on_a_real_watch_run_and_its_event_dump(tmp_path):
     for answer, dump in zip(analysed, dumps[:2], strict=True):
         assert answer["verdict"] == cli_json("analyze", str(dump), "--format", "json")["verdict"]
     assert empty["found"] is False and "no watch found" in empty["reason"]
+
+
+def test_events_pages_stay_in_budget_and_add_up_to_the_dump(demo):
+    from msoverflow import api
+    frame = api.events(str(demo))
+
+    async def body(client):
+        pages, args = [], {"path": str(demo), "bad_only": False, "limit": 200}
+        while True:
+            page = await ok(client, "events", **args)      # ok() holds every answer to the ~8k-token budget
+            pages.append(page)
+            more = [c for c in page["next"] if c["tool"] == "events" and "offset" in c["args"]
+                    and c["args"].get("bad_only") is False and c["args"]["offset"] > args.get("offset", 0)]
+            if not more:
+                return pages
+            args = more[0]["args"]
+
+    pages = drive(body, [demo.parent])
+    assert len(pages) > 1 and len(pages[0]["rows"]) < 200          # 200 rows of this dump exceed the budget
+    rows = [tuple(json.dumps(r) for r in row) for page in pages for row in page["rows"]]
+    assert len(rows) == len(frame) == pages[0]["matched"] == pages[0]["events_in_selection"]
+    assert len(set(rows)) == len(rows)                              # no row twice, none skipped
+    assert [r[3] for r in rows] == [json.dumps(n) for n in frame["op_name"]]
