@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
@@ -43,14 +44,16 @@ class State:
     settings: Settings
     reports: "OrderedDict[str, dict]" = field(default_factory=OrderedDict)
     counter: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def keep(self, prefix: str, report: dict) -> str:
-        self.counter += 1
-        key = f"{prefix}{self.counter}"
-        self.reports[key] = report
-        while len(self.reports) > KEPT_REPORTS:
-            self.reports.popitem(last=False)
-        return key
+        with self.lock:          # calls run in worker threads: ids stay unique when a client sends several at once
+            self.counter += 1
+            key = f"{prefix}{self.counter}"
+            self.reports[key] = report
+            while len(self.reports) > KEPT_REPORTS:
+                self.reports.popitem(last=False)
+            return key
 
     def report(self, ref: str) -> tuple:
         """A kept report by id, or a JSON report file under the roots: (id, dict)."""
