@@ -33,9 +33,8 @@ def watch_status(directory: str) -> dict:
     if importlib.util.find_spec("msoverflow.watch") is not None:
         status = getattr(importlib.import_module("msoverflow.watch"), "status", None)
         if status is not None:
-            answer = {"found": True, "dir": directory, "status": status(directory)}
-            answer["next"] = [call("analyze", "find the origin in the watched run's dump", path=directory)]
-            return fit(answer)
+            return fit({"found": True, "dir": directory, "status": status(directory),
+                        "next": [call("analyze", "find the origin in the watched run's dump", path=directory)]})
     if os.path.basename(directory) == STATS and os.path.isfile(os.path.join(os.path.dirname(directory), EVENTS)):
         directory = os.path.dirname(directory)
     events_file = os.path.join(directory, EVENTS)
