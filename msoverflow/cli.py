@@ -22,8 +22,11 @@ COMMANDS = {
     "hunt": "watch a PyNative training run live and name the op that made the first bad value",
     "patch": "patch the precision where the overflow was born, and verify by re-running",
     "repro": "write a standalone script that re-runs the origin op alone, from its dumped inputs",
+    "mcp": "serve msoverflow's tools to coding agents (Model Context Protocol over stdio)",
     "demo": "overflow -> dump -> analyze -> patch -> verify, on a tiny real MindSpore model",
 }
+# where a command's module lives when not in commands/ (the MCP server sits above the commands it serves)
+MODULES = {"mcp": ".agent.command"}
 ALIASES = {"analyse": "analyze"}      # other spellings a command answers to (its module registers them too)
 
 
@@ -49,11 +52,12 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     chosen = _command_in(argv or [])
     for name, help_text in COMMANDS.items():
         if name == chosen:
+            module = MODULES.get(name, f".commands.{name}")
             try:
-                add_logging_options(importlib.import_module(f".commands.{name}", __package__).register(sub))
+                add_logging_options(importlib.import_module(module, __package__).register(sub))
                 continue
             except ModuleNotFoundError as exc:
-                if exc.name != f"{__package__}.commands.{name}":
+                if exc.name != f"{__package__}{module}":
                     raise
         sub.add_parser(name, help=help_text, add_help=False,
                        aliases=[alias for alias, command in ALIASES.items() if command == name])

@@ -22,15 +22,15 @@ fi
 stamp=.venv/.msoverflow-installed
 want=$(cat setup.cfg pyproject.toml | sha1sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  say "installing msoverflow with MindSpore 2.10, mindstudio-probe, Dask and the test tools into .venv"
+  say "installing msoverflow with MindSpore 2.10, mindstudio-probe, Dask, the MCP SDK and the test tools into .venv"
   say "(about 3.7 GB, 2.5 GB of it MindSpore; a few minutes on a fresh machine, pip's own output follows)"
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>/dev/null || true
   .venv/bin/python -m pip install --progress-bar on --disable-pip-version-check \
-    -e '.[mindspore,msprobe,test,dask]' 2>&1 | grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' >&2 \
+    -e '.[mindspore,msprobe,test,dask,agent]' 2>&1 | grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR)' >&2 \
     || true
   if ! .venv/bin/python -c 'import msoverflow, mindspore' >/dev/null 2>&1; then
     say "the install failed (msoverflow or mindspore does not import in .venv); rerun to see pip's messages:"
-    say "  .venv/bin/python -m pip install -e '.[mindspore,msprobe,test,dask]'"
+    say "  .venv/bin/python -m pip install -e '.[mindspore,msprobe,test,dask,agent]'"
     exit 1
   fi
   echo "$want" > "$stamp"

@@ -24,6 +24,8 @@ from .series import Follower, Store, rank_dirs, steps_on_disk
 INSTALLER = "msoverflow.watcher.capture"
 HOOK_DIR = ".msoverflow_watch_hook"
 STATS_DIR = "stats"
+EVENTS_LOG = "watch_events.jsonl"       # one warning or event a line, appended live
+EVENT_DUMP = "dump_step{step}"          # the tensor dump of an event step, which analyze reads
 CONTROL = "control.json"
 RING = "ring.json"
 ON_EVENT = ("stop", "dump", "continue")
@@ -108,7 +110,7 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     detector = Detector(warn_ahead)
     ring = Ring(stats, keep)
     events: List[Event] = []
-    log_path = os.path.join(out, "watch_events.jsonl")
+    log_path = os.path.join(out, EVENTS_LOG)
     stop_at: Optional[int] = None
     finished = threading.Event()
     result = {}
@@ -196,12 +198,12 @@ def _dump_event_step(report: WatchReport, command, out: str, event: Event, devic
     log.info("msoverflow watch: re-running with a full dump of step %d (the non-finite step)", step)
     options = {"device": device} if device else {}
     try:
-        plan = plan_run(command, os.path.join(out, f"dump_step{step}"), purpose="tensors", steps=str(step),
+        plan = plan_run(command, os.path.join(out, EVENT_DUMP.format(step=step)), purpose="tensors", steps=str(step),
                         **options)
     except UserError as exc:
         report.notes.append(f"no dump of step {step}: {exc}")
         return
-    stats = os.path.join(out, f"dump_step{step}_stats")
+    stats = os.path.join(out, EVENT_DUMP.format(step=step) + "_stats")
     os.makedirs(stats, exist_ok=True)
     with open(os.path.join(stats, CONTROL), "w", encoding="utf-8") as fh:
         json.dump({"stop_at": step + 1}, fh)

@@ -55,10 +55,10 @@ def test_every_command_registers_with_its_table_help():
     import argparse
     import importlib
 
-    from msoverflow.cli import COMMANDS
+    from msoverflow.cli import COMMANDS, MODULES
     for name, help_text in COMMANDS.items():
         sub = argparse.ArgumentParser().add_subparsers()
-        importlib.import_module(f"msoverflow.commands.{name}").register(sub)
+        importlib.import_module(MODULES.get(name, f".commands.{name}"), "msoverflow").register(sub)
         registered = {a.dest: a.help for a in sub._choices_actions}
         assert registered[name] == help_text, name
 
