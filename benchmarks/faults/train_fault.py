@@ -16,8 +16,8 @@ The faults are planted through the training loop, never by editing dump files:
 - stomp      : after step S-1, a 64-byte-aligned block (16 float32) of the embedding table is overwritten with
                random bytes (a row gathered at step S).
 - recv       : two ranks (msrun), data parallel; at step S rank 1's reduced gradient of the head weight (the
-               AllReduce's receive buffer) has a 64-byte-aligned block replaced by garbage (NaN and random bytes),
-               added right after the AllReduce; rank 0 is untouched.
+               AllReduce's receive buffer) has a 64-byte-aligned block replaced by garbage (random bytes and a NaN),
+               by a Select right after the AllReduce (Cell `receive`); rank 0 is untouched.
 - lr_blowup  : the learning rate of step S is 3e38 (a schedule gone wrong): the SGD update leaves float32's range.
 - clean      : no fault (controls).
 
@@ -27,8 +27,8 @@ import argparse
 import json
 import sys
 
-import numpy as np
 import mindspore as ms
+import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore import dtype as mstype
 
@@ -119,13 +119,14 @@ class TokenWeightedLoss(nn.Cell):
 
 
 class GradientReceiveFault(nn.Cell):
-    """Added after the gradient AllReduce: zero in every (rank, step) but the planted one, where it holds the
-    garbage that the receive buffer got (Parameters, so the graph is the same for every rank and step)."""
+    """Right after the gradient AllReduce: selects, element by element, the reduced gradient or the garbage that the
+    receive buffer got. `corrupt` is False everywhere but in the planted (rank, step); Parameters, so the graph is
+    the same for every rank and step."""
 
     def __init__(self, weights):
         super().__init__()
-        self.keep = ms.ParameterTuple([Parameter(Tensor(np.ones(w.shape, np.float32)), name=f"fault_keep_{i}",
-                                                 requires_grad=False) for i, w in enumerate(weights)])
+        self.corrupt = ms.ParameterTuple([Parameter(Tensor(np.zeros(w.shape, np.bool_)), name=f"fault_corrupt_{i}",
+                                                    requires_grad=False) for i, w in enumerate(weights)])
         self.garbage = ms.ParameterTuple([Parameter(Tensor(np.zeros(w.shape, np.float32)),
                                                     name=f"fault_garbage_{i}", requires_grad=False)
                                           for i, w in enumerate(weights)])
@@ -133,7 +134,7 @@ class GradientReceiveFault(nn.Cell):
     def construct(self, grads):
         out = ()
         for i, g in enumerate(grads):
-            out = out + (g * self.keep[i] + self.garbage[i],)
+            out = out + (ops.select(self.corrupt[i], self.garbage[i], g),)
         return out
 
 
@@ -171,8 +172,9 @@ def _stomp_block(table, rows, rs, block_bytes=64):
     start = (row * table.shape[1] * 4) // block_bytes * block_bytes
     flat[start:start + block_bytes] = rs.randint(0, 256, block_bytes).astype(np.uint8)
     values = table.reshape(-1)[start // 4:(start + block_bytes) // 4]
-    return {"byte_offset": start, "bytes": block_bytes, "row": row,
-            "nonfinite": int((~np.isfinite(values)).sum()), "max_abs_finite": float(np.abs(values[np.isfinite(values)]).max())}
+    finite = values[np.isfinite(values)]
+    return {"byte_offset": start, "bytes": block_bytes, "row": row, "nonfinite": int(values.size - finite.size),
+            "max_abs_finite": float(np.abs(finite).max()) if finite.size else None}
 
 
 def main(argv=None):
@@ -193,7 +195,7 @@ def main(argv=None):
     ms.set_device("CPU")
     rank, world = 0, 1
     if args.fault == "recv":
-        from mindspore.communication import init, get_rank, get_group_size
+        from mindspore.communication import get_group_size, get_rank, init
         init()
         rank, world = get_rank(), get_group_size()
         ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
@@ -205,7 +207,7 @@ def main(argv=None):
     truth = {"fault": args.fault, "model": args.model, "step": args.step, "rank": 0, "seed": args.seed}
 
     if args.model == "demo":
-        from msoverflow.demo.model import TinyBaichuan, CausalLMLoss
+        from msoverflow.demo.model import CausalLMLoss, TinyBaichuan
         head_dtype = mstype.float16 if args.fault == "overflow" else mstype.float32
         net = TinyBaichuan(head_dtype=head_dtype)
         loss_net = CausalLMLoss(net, 1.0 if args.fault == "overflow" else 64.0)
@@ -265,18 +267,17 @@ def main(argv=None):
         if args.fault == "recv":
             receive = train_step.receive
             head_slot = [i for i, w in enumerate(train_step.weights) if w.name == "head.weight"][0]
-            keep = np.ones(receive.keep[head_slot].shape, np.float32)
-            garbage = np.zeros(keep.shape, np.float32)
+            corrupt = np.zeros(receive.corrupt[head_slot].shape, np.bool_)
+            garbage = np.zeros(corrupt.shape, np.float32)
             if planted and rank == 1:
-                flat_keep, flat_garbage = keep.reshape(-1), garbage.reshape(-1)
-                start = rs.randint(keep.size // 16) * 16  # a 64-byte-aligned block of 16 float32
-                flat_keep[start:start + 16] = 0.0
+                start = rs.randint(corrupt.size // 16) * 16  # a 64-byte-aligned block of 16 float32
+                corrupt.reshape(-1)[start:start + 16] = True
                 block = rs.randint(0, 256, 64).astype(np.uint8).view(np.float32).copy()
                 block[rs.randint(16)] = np.nan
-                flat_garbage[start:start + 16] = block
-                truth.update(rank=1, where="grad_reducer", cell_type="DistributedGradReducer", op_type="AllReduce",
+                garbage.reshape(-1)[start:start + 16] = block
+                truth.update(rank=1, where="receive", cell_type="GradientReceiveFault", op_type="Select",
                              detail={"parameter": "head.weight", "element_offset": int(start), "elements": 16})
-            receive.keep[head_slot].set_data(Tensor(keep))
+            receive.corrupt[head_slot].set_data(Tensor(corrupt))
             receive.garbage[head_slot].set_data(Tensor(garbage))
         if planted and args.fault == "lr_blowup":
             truth.update(where="optimizer", cell_type="SGD", op_type="SGD", detail={"lr": 3e38})
