@@ -1,0 +1,1 @@
+"""The scored fault suite (`python -m benchmarks.faults`): see suite.py and docs/robustness.md."""
