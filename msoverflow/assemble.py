@@ -52,7 +52,7 @@ def assemble(dump: Dump, plan: Plan, walked: "Walked", decision: Decision, ranks
         reasons.append(dump.unlisted_reason())
     _note_unread_ranks(rank_status, unreadable, dump.dirs)
     reasons += _undecodable(walked.undecodable, note)
-    mark_ranks(rank_status, decision.incomplete, decision.likely)
+    mark_ranks(rank_status, decision.incomplete, decision.likely, decision.first)
     if any(v.kind == CROSS_RANK for _ex, v in decision.judged):
         advice = cross_rank_advice(decision.first, rank_status, decision.incomplete, selected=bool(plan.ranks))
         if advice:

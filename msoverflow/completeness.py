@@ -37,7 +37,16 @@ from .evaluate import TensorAccess
 from .findings import Decision, describe, likely_origin, proven
 from .graphs import SavedGraphs
 from .layout import LAYOUT_DEBUG, LAYOUT_MS, DumpDir
-from .model import RANK_CLEAN, RANK_INCOMPLETE, RANK_NOT_DUMPED, RANK_RECEIVED, Finding, RankStatus, StepCompleteness
+from .model import (
+    RANK_CLEAN,
+    RANK_INCOMPLETE,
+    RANK_NOT_DUMPED,
+    RANK_ORIGIN,
+    RANK_RECEIVED,
+    Finding,
+    RankStatus,
+    StepCompleteness,
+)
 from .rules.knowledge import OpKnowledge, knowledge
 from .selection import format_ids
 
@@ -426,7 +435,8 @@ def reasons(steps: List[StepCompleteness], limit: int = 3) -> List[str]:
     return out
 
 
-def mark_ranks(rows: List[RankStatus], steps: List[StepCompleteness], likely: Optional[Finding] = None) -> None:
+def mark_ranks(rows: List[RankStatus], steps: List[StepCompleteness], likely: Optional[Finding] = None,
+               first: Optional[Finding] = None) -> None:
     """A rank whose own files stop short is `incomplete`, never `clean`, and never `received` when the cut is at or
     before the step it received in (its own missing files could hold the origin). The likely origin's rank row
     names it."""
@@ -440,7 +450,10 @@ def mark_ranks(rows: List[RankStatus], steps: List[StepCompleteness], likely: Op
             continue
         words = _words(step)
         cut_first = row.step is None or step.step <= row.step
-        if row.status == RANK_CLEAN or (row.status == RANK_RECEIVED and cut_first):
+        # a rank called origin only because it first saw the value (no collective delivered it), while no origin
+        # stands (`first` is None after the cut): its own missing files may hold the origin, so it is incomplete
+        first_seen = row.status == RANK_ORIGIN and first is None
+        if row.status == RANK_CLEAN or ((row.status == RANK_RECEIVED or first_seen) and cut_first):
             row.status, row.step, row.via, row.time = RANK_INCOMPLETE, step.step, None, None
             row.op_name = row.op_type = None
             row.present, row.expected, row.note = step.present, step.expected, words
