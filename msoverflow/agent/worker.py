@@ -45,9 +45,10 @@ def main() -> int:
             answer = {"ok": heavy(request["tool"], request["args"], request.get("report"), roots)}
     except (UserError, ToolError, TypeError, ValueError) as exc:
         answer = {"error": _one_line(exc)}
-    except MemoryError:
+    except (MemoryError, SystemError) as exc:
+        # SystemError "error return without exception set": a C extension whose allocation failed under the limit
         answer = {"error": f"ran out of the server's memory limit ({request.get('memory_mb')} MB, --memory-mb); "
-                           "narrow the call with ranks/steps"}
+                           f"narrow the call with ranks/steps ({type(exc).__name__})"}
     except Exception as exc:  # noqa: BLE001 - the contract: one line, never a traceback
         from ..errors import file_of
         where = file_of(exc)

@@ -79,15 +79,23 @@ _SELF_ATTR = re.compile(r"\s*self\.(\w+)\s*$")
 def _frame_rank(frame, calls: bool) -> int:
     """Lower is better: user code before framework code, a single line before an enclosing block (a multi-line
     range), a line of its own before a shared one or a call site (calls: the next frame enters a function there)."""
-    path, _line, _code, spans, _expression, shared = frame
-    return (0 if _is_user_code(path) else 4) + (2 if spans else 0) + (1 if shared or calls else 0)
+    path, _line, code, spans, _expression, shared = frame
+    return (0 if _is_user_code(path) else 4) + (2 if spans and _opens_block(code) else 0) + (1 if shared or calls else 0)
+
+
+def _opens_block(code: str) -> bool:
+    """A multi-line range that is a block (`if ...:`, `def`, a decorator), not one statement written over several
+    lines (`success = self.hyper_map(...,` continued on the next line): the statement is the op's line."""
+    text = code.strip()
+    return text.endswith(":") or text.startswith(("@", "def ", "class ", "if ", "for ", "while ", "with ", "else",
+                                                  "elif ", "try", "except"))
 
 
 def _choose_source(frames):
     """The op's source: frames run from the outermost call to the innermost; the last of the best rank wins."""
     best, best_rank = None, 99
     for index, frame in enumerate(frames):
-        calls = index + 1 < len(frames) and frames[index + 1][2].startswith("def ")
+        calls = index + 1 < len(frames) and frames[index + 1][2].startswith(("def ", "@"))
         rank = _frame_rank(frame, calls)
         if rank <= best_rank:
             best, best_rank = frame, rank
