@@ -23,8 +23,6 @@ def register(subparsers):
                         help="a directory the tools may read (repeatable; default: the current directory)")
     parser.add_argument("--allow-write", metavar="DIR",
                         help="the one directory tools may write into (repro's script and inputs); default: none")
-    parser.add_argument("--allow-run", action="store_true",
-                        help="allow tools that run a training command (no tool of this version runs one)")
     parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                         help="time limit of one tool call (default 300)")
     parser.add_argument("--memory-mb", type=int, default=4096, metavar="MB",
@@ -51,6 +49,5 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--timeout must be above 0 and --memory-mb at least 1")
     from .confine import Roots
     from .server import Settings, serve
-    serve(Settings(Roots.of(roots, args.allow_write), timeout=args.timeout, memory_mb=args.memory_mb,
-                   allow_run=args.allow_run))
+    serve(Settings(Roots.of(roots, args.allow_write), timeout=args.timeout, memory_mb=args.memory_mb))
     return 0

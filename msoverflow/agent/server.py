@@ -36,7 +36,6 @@ class Settings:
     roots: Roots
     timeout: float = 300.0
     memory_mb: int = 4096
-    allow_run: bool = False
 
 
 @dataclass
