@@ -8,14 +8,12 @@ the main set.
 """
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 from tests.support import gen_real_dumps as base
 
-DEFAULT_CACHE_ROOT = base.REPO / ".fixture-cache" / "dumpobj"
 CASES_DIR = Path(__file__).resolve().parent / "cases" / "dumpobj"
 
 
@@ -56,40 +54,15 @@ CASES: List[base.Case] = [
 ]
 
 
-def cache_key() -> str:
-    digest = hashlib.sha256()
-    sources = [Path(__file__).resolve(), *sorted(CASES_DIR.glob("*.py")),
-               *sorted((base.REPO / "msoverflow" / "demo").glob("*.py"))]
-    for path in sources:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    digest.update(f"mindspore={base.mindspore_version()}".encode())
-    return digest.hexdigest()[:16]
+def _sources() -> List[Path]:
+    return [Path(__file__).resolve(), *sorted(CASES_DIR.glob("*.py")), *sorted((base.REPO / "msoverflow" / "demo").glob("*.py"))]
 
 
-def ensure_cases(out_dir: Optional[Path] = None, progress=None) -> base.RealDumps:
-    """Generate the cases unless a finished copy is in `out_dir` (default: the cache under this file's key)."""
-    out_dir = Path(out_dir) if out_dir else DEFAULT_CACHE_ROOT / cache_key()
-    records = {}
-    with base._locked(out_dir):
-        for case in CASES:
-            record = base.read_case_json(out_dir / case.name)
-            if not (record and record.get("ok")):
-                if progress:
-                    progress(f"running {case.name}")
-                record = base.run_case(case, out_dir)
-            records[case.name] = record
-    return base.RealDumps(out_dir, records)
-
-
-def main() -> int:
-    if base.mindspore_version() is None:
-        print("gen_dumpobj_dumps: MindSpore is not installed", file=sys.stderr)
-        return 2
-    dumps = ensure_cases(progress=lambda msg: print(msg, file=sys.stderr, flush=True))
-    for name, record in dumps.records.items():
-        print(base._summary(name, record))
-    return 1 if dumps.failed() else 0
+CASE_SET = base.CaseSet("gen_dumpobj_dumps", "dumpobj", CASES, _sources)
+DEFAULT_CACHE_ROOT = CASE_SET.cache_root
+cache_key = CASE_SET.cache_key
+ensure_cases = CASE_SET.ensure
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(CASE_SET.main())

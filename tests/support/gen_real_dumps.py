@@ -29,7 +29,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 from tests.support.fixture_runs import RUNNER, in_staged, prune_stale, staged_sources
 
@@ -858,6 +858,57 @@ class RealDumps(Mapping):
         return [name for name, record in self.records.items() if not record.get("ok")]
 
 
+@dataclasses.dataclass
+class CaseSet:
+    """A set of cases beside the main one (same runner and case.json), cached apart under
+    `.fixture-cache/<cache_dir>/<key>/`, the key hashing `sources()` and the MindSpore version: adding a case to
+    one set never regenerates another. `derive` makes cases from finished ones (edited copies) after the runs."""
+    tool: str
+    cache_dir: str
+    cases: Sequence[Case]
+    sources: Callable[[], Iterable[Path]]
+    derive: Optional[Callable[[Path, Dict[str, dict]], Dict[str, dict]]] = None
+
+    @property
+    def cache_root(self) -> Path:
+        return REPO / ".fixture-cache" / self.cache_dir
+
+    def cache_key(self) -> str:
+        digest = hashlib.sha256()
+        for path in self.sources():
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(f"mindspore={mindspore_version()}".encode())
+        return digest.hexdigest()[:16]
+
+    def ensure(self, out_dir: Optional[Path] = None, progress=None) -> RealDumps:
+        """Generate the cases unless a finished copy is in `out_dir` (default: the cache under this set's key)."""
+        if out_dir is None:
+            out_dir = self.cache_root / self.cache_key()
+            prune_stale(self.cache_root, out_dir)
+        out_dir = Path(out_dir)
+        records: Dict[str, dict] = {}
+        with _locked(out_dir):
+            for case in self.cases:
+                record = read_case_json(out_dir / case.name)
+                if not (record and record.get("ok")):
+                    if progress:
+                        progress(f"running {case.name}: {' '.join(['python', *case.argv])}")
+                    record = run_case(case, out_dir)
+                records[case.name] = record
+            if self.derive:
+                records.update(self.derive(out_dir, records))
+        return RealDumps(out_dir, records)
+
+    def main(self) -> int:
+        if mindspore_version() is None:
+            print(f"{self.tool}: MindSpore is not installed", file=sys.stderr)
+            return 2
+        dumps = self.ensure(progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+        for name, record in dumps.records.items():
+            print(_summary(name, record))
+        return 1 if dumps.failed() else 0
+
+
 def failure_message(case_dir: Path, record: dict) -> str:
     return (f"real-dump case {record.get('name', case_dir.name)} failed ({'; '.join(record.get('problems', []))}); "
             f"command: {' '.join(record.get('command', []))}\n--- tail of {case_dir / 'run.log'} ---\n"
@@ -914,6 +965,8 @@ def ensure_cases(names: Optional[Sequence[str]] = None, out_dir: Optional[Path] 
 def _summary(name: str, record: dict) -> str:
     if not record.get("ok"):
         return f"{name}: FAILED ({'; '.join(record.get('problems', []))})"
+    if record.get("edited"):
+        return f"{name}: ok (edited from {record.get('edited_from')}: {record.get('edit')})"
     observed = record["observed"]
     first = observed["first_bad_tensors"][0] if observed["first_bad_tensors"] else None
     what = (f"first bad: {first['op_type']} {first['io']}.{first['slot']} graph {first['graph']} "

@@ -9,18 +9,16 @@ Edited cases (`edited`) are copies of a real dump changed as their `edit` says; 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from tests.support import gen_real_dumps as base
 
 CASES_DIR = Path(__file__).resolve().parent / "cases" / "upstream"
-DEFAULT_CACHE_ROOT = base.REPO / ".fixture-cache" / "upstream"
 
 
 def _case(name: str, description: str, shows: str, script: str, op_type: str, steps: int = 1) -> base.Case:
@@ -82,14 +80,6 @@ EDITS = {
 }
 PAYLOAD = '#include <cstdlib>\nextern "C" int Fn(int, void**, int*, long**, const char**, void*, void*) {\n' \
           '  std::system("touch PAYLOAD_RAN"); return 0;\n}\n'
-
-
-def cache_key() -> str:
-    digest = hashlib.sha256()
-    for path in [Path(__file__).resolve(), *sorted(CASES_DIR.glob("*.py"))]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    digest.update(f"mindspore={base.mindspore_version()}".encode())
-    return digest.hexdigest()[:16]
 
 
 def _edit(source: Path, target: Path, edit: str) -> None:
@@ -171,33 +161,23 @@ def _edited_case(name: str, out_dir: Path, records: Dict[str, dict]) -> dict:
     return record
 
 
-def ensure_cases(out_dir: Optional[Path] = None, progress=None) -> base.RealDumps:
-    """Generate the cases unless a finished copy is in `out_dir` (default: the cache under this file's key)."""
-    out_dir = Path(out_dir) if out_dir else DEFAULT_CACHE_ROOT / cache_key()
-    records: Dict[str, dict] = {}
-    with base._locked(out_dir):
-        for case in CASES:
-            record = base.read_case_json(out_dir / case.name)
-            if not (record and record.get("ok")):
-                if progress:
-                    progress(f"running {case.name}")
-                record = base.run_case(case, out_dir)
-            records[case.name] = record
-        for name in EDITED:
-            record = base.read_case_json(out_dir / name)
-            records[name] = record if record and record.get("ok") else _edited_case(name, out_dir, records)
-    return base.RealDumps(out_dir, records)
+def _derive(out_dir: Path, records: Dict[str, dict]) -> Dict[str, dict]:
+    derived = {}
+    for name in EDITED:
+        record = base.read_case_json(out_dir / name)
+        derived[name] = record if record and record.get("ok") else _edited_case(name, out_dir, records)
+    return derived
 
 
-def main() -> int:
-    if base.mindspore_version() is None:
-        print("gen_upstream_dumps: MindSpore is not installed", file=sys.stderr)
-        return 2
-    dumps = ensure_cases(progress=lambda msg: print(msg, file=sys.stderr, flush=True))
-    for name, record in dumps.records.items():
-        print(f"{name}: {'ok' if record.get('ok') else 'FAILED ' + '; '.join(record.get('problems', []))}")
-    return 1 if dumps.failed() else 0
+def _sources() -> List[Path]:
+    return [Path(__file__).resolve(), *sorted(CASES_DIR.glob("*.py"))]
+
+
+CASE_SET = base.CaseSet("gen_upstream_dumps", "upstream", CASES, _sources, derive=_derive)
+DEFAULT_CACHE_ROOT = CASE_SET.cache_root
+cache_key = CASE_SET.cache_key
+ensure_cases = CASE_SET.ensure
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(CASE_SET.main())
