@@ -28,6 +28,7 @@ from .cause import ADVICE
 from .cause import diagnose as diagnose_op
 
 if TYPE_CHECKING:
+    from .between import StoredBefore
     from ..findings import Decision
     from ..graphs import SavedGraphs
     from ..layout import Dump, Plan
@@ -91,10 +92,25 @@ def _cause(finding: Finding, run: Optional[OpExecution], steps: "_Steps", access
         return Cause(CAUSE_UNKNOWN, "not recomputed: its step was not scanned")
     try:
         # MindSpore's subprocess (seconds) only for the first origin; the others get what numpy can say
-        return diagnose_finding(finding, step, access, mindspore=mindspore, run=run, graphs=steps.graphs)
+        return diagnose_finding(finding, step, access, mindspore=mindspore, run=run, graphs=steps.graphs,
+                                stored_before=_stored_before(steps, finding.rank, finding.step))
     except READ_FAULTS as exc:     # a file that changed or lies about itself: a warning, never fatal
         warn(f"{finding.op_name}: its cause could not be found ({type(exc).__name__}: {exc})")
         return Cause(CAUSE_UNKNOWN, f"not recomputed: {type(exc).__name__} while reading its tensors")
+
+
+def _stored_before(steps: "_Steps", rank: int, step: int) -> "StoredBefore":
+    """A Parameter (graph name) as the dump holds it after the step before on the rank (that step is read only
+    when asked: a weight read bad that no dumped op made)."""
+    from ..dataflow import parameter_name
+
+    def stored(name: str) -> Optional[TensorEvent]:
+        before = steps.get(rank, step - 1) if step > 0 else None
+        if before is None:
+            return None
+        run = next((ex for ex in before.named(parameter_name(name)) if ex.is_parameter and ex.outputs), None)
+        return run.outputs[0] if run is not None else None
+    return stored
 
 
 class _Step:
@@ -213,7 +229,8 @@ def _replica_evidence(finding: Finding, cause: Cause, reached: List[str], groups
 
 
 def diagnose_finding(finding: Finding, step: _Step, access: TensorAccess, *, graphs: "SavedGraphs",
-                     mindspore: bool = True, run: Optional[OpExecution] = None) -> Cause:
+                     mindspore: bool = True, run: Optional[OpExecution] = None,
+                     stored_before: Optional["StoredBefore"] = None) -> Cause:
     """The cause of one finding. run: the op run the walk built it from (None: found again in its step, which
     is then read)."""
     if finding.kind == CROSS_RANK:
@@ -228,7 +245,7 @@ def diagnose_finding(finding: Finding, step: _Step, access: TensorAccess, *, gra
         node = graph.find(finding.op_name)
     produced = _produced(ex, step, node, graph, access)
     return diagnose_op(ex, access, node=node, graph=graph, produced=produced, step=step.executions,
-                       mindspore=mindspore)
+                       mindspore=mindspore, stored_before=stored_before)
 
 
 def _execution(step: _Step, finding: Finding) -> Optional[OpExecution]:
