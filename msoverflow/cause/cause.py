@@ -148,12 +148,16 @@ def _upstream(cause: Cause, ex: OpExecution, node, graph, step, access, dumped: 
 
 
 def _fills_only(ex: OpExecution, bad_inputs: Sequence[TensorEvent], access, kn: OpKnowledge) -> bool:
-    """An op meant to absorb a mask's -inf (Softmax) whose bad inputs hold -inf only: what it made from them is
-    recomputed (the -inf is the program's fill, not an earlier fault)."""
-    if ex.op_type not in kn.absorbers:
-        return False
+    """An op whose bad inputs hold -inf only (a mask's fill), meant to absorb it (Softmax) or making NaN of it
+    (-inf - (-inf) in a softmax written out): what it made from them is recomputed (the -inf is the program's fill,
+    not an earlier fault)."""
     stats = [access.stats(e) for e in bad_inputs]
-    return all(st is not None and st.neginf > 0 and not st.nan and not st.posinf for st in stats)
+    if not all(st is not None and st.neginf > 0 and not st.nan and not st.posinf for st in stats):
+        return False
+    if ex.op_type in kn.absorbers:
+        return True
+    made = [access.stats(e) for e in ex.outputs if access.bad(e)]
+    return any(st is not None and st.nan for st in made)
 
 
 def reproduce(ex: OpExecution, access, precisions: Sequence[str], *, node: Optional[GraphNode] = None, step=None,
@@ -456,12 +460,14 @@ def _classify_reproduced(cause: Cause, ex, out, dumped, mask, shaped, low, limit
                 cause.reason = (f"{form} in every dtype: the denominator (input {den_slot}) is 0 at "
                                 f"{placement.text}" + (", and so is the numerator" if zero_over_zero else ""))
             return
-    if gathered.kernel in kn.absorbers and 0 in gathered.by_slot:
+    if 0 in gathered.by_slot:
+        # reached with -inf inputs only when they are a mask's fill (_fills_only)
         rows = _negative_infinity_rows(gathered.by_slot[0], dumped.shape, mask)
         if rows is not None:
+            made = "exp(-inf - (-inf))" if gathered.kernel in kn.absorbers else "-inf - (-inf)"
             cause.cause = CAUSE_DOMAIN
             cause.reason = (f"{_op(ex)} of a row that is -inf everywhere ({where.place(rows).text}): "
-                            "exp(-inf - (-inf)) is NaN in every dtype; the row has nothing to attend to")
+                            f"{made} is NaN in every dtype; the row has nothing to attend to")
             cause.advice = ("A row with nothing to attend to (every key masked, e.g. left padding under a causal "
                             "mask): give it a finite fill (the dtype's lowest value instead of -inf) or drop the row.")
             cause.basis = "masked_row"
