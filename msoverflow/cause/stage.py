@@ -28,11 +28,11 @@ from .cause import ADVICE
 from .cause import diagnose as diagnose_op
 
 if TYPE_CHECKING:
-    from .between import StoredBefore
     from ..findings import Decision
     from ..graphs import SavedGraphs
     from ..layout import Dump, Plan
     from ..parallel import Walked
+    from .between import StoredBefore
 
 Warn = Callable[[str], None]
 # What reading a dump's tensors again may raise (a file truncated or replaced since the walk, a header that lies)
