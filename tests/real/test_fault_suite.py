@@ -55,3 +55,37 @@ def test_clean_controls_raise_no_alarm(fault_scores):
     alarms = [(row["name"], row["said"]) for row in rows if row["fault"] == "clean" and row["false_alarm"]]
     assert lines["clean"]["cases"] >= 3
     assert not suite.below_bar(lines["clean"]) and not alarms, alarms
+
+
+def _report(name):
+    return suite.analyze(suite.default_out_dir() / name / "dump")
+
+
+def test_a_flipped_weight_bit_is_a_device_fault_named_at_its_reader(fault_scores):
+    """bitflip: the embedding table's element flipped between steps 0 and 1. Gather reads NaN where the table's own
+    dump after step 0 holds a finite value, and no op of step 1 wrote the table before: device, a bit flip."""
+    report = _report("bitflip_transformer_s0")
+    first, diagnosis = report["first"], report["first"]["diagnosis"]
+    assert (first["op_type"], first["cause"], diagnosis["pattern"]) == ("Gather", "device", "bit flip")
+    assert "embed_tokens.embedding_table" in diagnosis["reason"]
+    assert "changed in memory between the steps" in diagnosis["reason"]
+    assert "1 exponent bit from the stored" in diagnosis["pattern_text"]
+
+
+def test_a_garbage_receive_buffer_is_a_device_fault_of_its_own_rank(fault_scores):
+    """recv: rank 1's Select hands on a block of garbage after the gradient AllReduce; rank 0 never holds it."""
+    report = _report("recv_transformer_s0")
+    first = report["first"]
+    assert (first["rank"], first["op_type"], first["cause"]) == (1, "Select", "device")
+    assert {row["rank"]: row["status"] for row in report["ranks"]} == {0: "clean", 1: "origin"}
+
+
+def test_a_fully_masked_row_is_nan_made_by_the_softmax_not_the_fill(fault_scores):
+    """masked_row (the softmax written out): the -inf is MaskedFill's constant, no fault; Sub makes NaN of a row
+    that is -inf everywhere: domain, with the finite-fill fix."""
+    report = _report("masked_row_transformer_manual_s0")
+    first, conclusion = report["first"], report["conclusion"]
+    assert (first["op_type"], first["role"], conclusion["kind"], first["cause"]) == ("Sub", "origin", "NaN", "domain")
+    assert "nothing to attend to" in first["diagnosis"]["reason"]
+    assert any("finite fill" in fix for fix in conclusion["fix"])
+    assert not any("dump without filters" in w for w in report["warnings"])
