@@ -101,15 +101,19 @@ def _cause(finding: Finding, run: Optional[OpExecution], steps: "_Steps", access
 
 def _stored_before(steps: "_Steps", rank: int, step: int) -> "StoredBefore":
     """A Parameter (graph name) as the dump holds it after the step before on the rank (that step is read only
-    when asked: a weight read bad that no dumped op made)."""
+    when asked: a weight read bad that no dumped op made). None when a kernel that writes in place (an optimizer
+    in a graph of its own) ran after that file was written: then it is not the last value the step left."""
     from ..dataflow import parameter_name
+    kn = knowledge()
 
     def stored(name: str) -> Optional[TensorEvent]:
         before = steps.get(rank, step - 1) if step > 0 else None
         if before is None:
             return None
         run = next((ex for ex in before.named(parameter_name(name)) if ex.is_parameter and ex.outputs), None)
-        return run.outputs[0] if run is not None else None
+        if run is None or any(kn.written_inputs(ex.op_type) and ex.time > run.time for ex in before.executions()):
+            return None
+        return run.outputs[0]
     return stored
 
 
