@@ -39,6 +39,7 @@ from .model import (
 )
 from .ranks import RankTable
 from .rules import Verdict
+from .rules.judge import nan_from_negative_infinity
 from .rules.knowledge import OpKnowledge
 from .scope import enclosing_class
 
@@ -90,10 +91,18 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
         # (kernel filter, overflow-only mode, a step not dumped). Never clean: name the first bad op seen.
         seen = _ordered(walked, [(ex, v) for ex, v in judged if v.role == PROPAGATOR], after_arrival, kn)
         given = _given_by_program(seen[0], graphs) if seen else ""
-        candidates = [(ex, dataclasses.replace(v, evidence=v.evidence + [
-            f"its input was already bad: {given}, no op made it" if given else
-            "its input was already bad, and no dumped op created that value: the origin is in an op, step or "
-            "rank that was not dumped"])) for ex, v in seen[:1]]
+        made = _nan_from_fill(seen, access) if given else None
+        if made is not None:
+            # the program's -inf fill is no fault; the op that made NaN of it is (a fully masked row)
+            judged = [(ex, made[1] if ex.key == made[0].key else v) for ex, v in judged]
+            table = RankTable(walked.runs, judged, walked.arrivals)
+            candidates = [(made[0], dataclasses.replace(made[1], evidence=made[1].evidence + [
+                f"the -inf came from the program: {given}"]))]
+        else:
+            candidates = [(ex, dataclasses.replace(v, evidence=v.evidence + [
+                f"its input was already bad: {given}, no op made it" if given else
+                "its input was already bad, and no dumped op created that value: the origin is in an op, step or "
+                "rank that was not dumped"])) for ex, v in seen[:1]]
         if candidates and not given and not walked.unreadable:   # an unread file may hold it: no advice to dump more
             note("no dumped op created the first bad value: it is first seen as an input; dump without filters")
     candidates = _ordered(walked, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs))
@@ -120,6 +129,19 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
                     anomalies=([first] if first is not None and first.role == SUSPECT else []) + origins,
                     propagation=propagation, flagged=[f for f in suspects if f is not first],
                     tensors_read_to_decide=reads_to_decide)
+
+
+def _nan_from_fill(seen: Judged, access: TensorAccess):
+    """(op run, origin verdict) of the first op, in the first bad op's rank and step, that made NaN from inputs
+    whose bad values are all -inf: the -inf is a fill the program gave, the NaN that op's own. None: no such op."""
+    first = seen[0][0]
+    for ex, _v in seen:
+        if (ex.rank, ex.step) != (first.rank, first.step):
+            continue
+        made = nan_from_negative_infinity(ex, access)
+        if made is not None:
+            return ex, made
+    return None
 
 
 def _given_by_program(pair, graphs: SavedGraphs) -> str:

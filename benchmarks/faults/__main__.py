@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import subprocess
 import sys
@@ -38,15 +39,17 @@ def _commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
-def write_docs(lines, rows) -> None:
+def write_docs(lines, rows, command: str = "python -m benchmarks.faults") -> None:
     said = {}
     for row in rows:
         if "said" in row and row["fault"] != "clean" and not (row["origin"] and row["cause"]):
             s = row["said"]
             said.setdefault(row["fault"], f"`{row['name']}`: {s['verdict']}, {s['op_type']} in `{s['cell']}` "
                                           f"(rank {s['rank']}, step {s['step']}), cause {s['cause']}")
-    block = [START, "", f"Scored on commit `{_commit()}` with MindSpore {suite.base.mindspore_version()} (CPU), "
-             f"{sum(line['cases'] for line in lines)} real runs:", "", markdown_table(lines), ""]
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    block = [START, "", f"Scored {when} on commit `{_commit()}` by `{command}`, with MindSpore "
+             f"{suite.base.mindspore_version()} (CPU), {sum(line['cases'] for line in lines)} real runs:", "",
+             markdown_table(lines), ""]
     if said:
         block += ["What the report says on the first case each class got wrong:", ""]
         block += [f"- {fault}: {text}" for fault, text in said.items()]
@@ -102,7 +105,7 @@ def main(argv=None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"table": lines, "cases": rows}, indent=2))
     if args.write_docs or not (args.ci or args.case or args.classes or args.model):
-        write_docs(lines, rows)
+        write_docs(lines, rows, " ".join(["python -m benchmarks.faults", *(argv if argv is not None else sys.argv[1:])]))
         print(f"wrote the table into {DOC}", file=sys.stderr)
     return 0
 

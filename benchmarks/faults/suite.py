@@ -46,6 +46,8 @@ EXPECTED_CAUSES: Dict[str, tuple] = {
     # `domain` (a value beyond float32) is as true as `dynamics` (training dynamics): both are accepted
     "lr_blowup": ("dynamics", "domain"),
 }
+# What CI holds each fault class to (tests/real/test_fault_suite.py): origin right, cause right, in percent
+ORIGIN_BAR, CAUSE_BAR = 95.0, 85.0
 CLASSES = ("overflow", "zero_div", "masked_row", "bitflip", "stomp", "recv", "lr_blowup", "clean")
 
 
@@ -247,6 +249,21 @@ def table(rows: Sequence[dict]) -> List[dict]:
                         missed=sum(r["said"]["verdict"] == "clean" for r in mine))
         out.append(line)
     return out
+
+
+def below_bar(line: dict) -> List[str]:
+    """Why a class's line of table() fails CI: no case scored, origin under ORIGIN_BAR, cause under CAUSE_BAR, a
+    run that failed, any false alarm among the clean controls. Empty: it passes."""
+    failed = [f"{line['run_failures']} run(s) failed"] if line.get("run_failures") else []
+    if not line.get("cases"):
+        return failed + ["no case was scored"]
+    if line["class"] == "clean":
+        return failed + ([f"{line['false_alarms']} false alarm(s)"] if line["false_alarms"] else [])
+    if line["origin"] < ORIGIN_BAR:
+        failed.append(f"origin right {line['origin']:.1f}% < {ORIGIN_BAR:.0f}%")
+    if line["cause"] < CAUSE_BAR:
+        failed.append(f"cause right {line['cause']:.1f}% < {CAUSE_BAR:.0f}%")
+    return failed
 
 
 def select(names: Sequence[str] = (), classes: Sequence[str] = (), models: Sequence[str] = ()) -> List[FaultCase]:

@@ -40,7 +40,7 @@ from ..resources import load_yaml
 from ..rules.knowledge import OpKnowledge, knowledge
 from ..rules.numerics import division_form, outside
 from ..values import bad_mask
-from . import recompute, safety, upstream, where
+from . import between, recompute, safety, upstream, where
 from .recompute import LOW_PRECISION, Precision, RecomputeError
 
 # Inputs and results of one recompute, in elements: beyond this the op is not recomputed (memory stays bounded).
@@ -67,19 +67,22 @@ class _Inputs:
 def diagnose(ex: OpExecution, access, *, node: Optional[GraphNode] = None, graph=None,
              produced: Optional[Sequence[TensorEvent]] = None,
              step: Optional[Callable[[], Sequence[OpExecution]]] = None,
-             kn: Optional[OpKnowledge] = None, mindspore: bool = True) -> Cause:
+             kn: Optional[OpKnowledge] = None, mindspore: bool = True,
+             stored_before: Optional[between.StoredBefore] = None) -> Cause:
     """The cause of the bad value `ex` made. access: msoverflow.evaluate.TensorAccess (arrays and their badness);
     node/graph: the saved graph's node of this op and its graph (literal arguments, attributes, producers);
     produced: the tensors holding the op's results when they are not its outputs (an inputs-only dump: the
     consumer's input; an in-place write: the written input); step: the executions of the same rank and step
-    (a framework dump's forward entry, a zero denominator's producer), asked only when needed."""
+    (a framework dump's forward entry, a zero denominator's producer), asked only when needed; stored_before: a
+    Parameter as the dump holds it after the step before (a weight read bad that no op wrote)."""
     kn = kn or knowledge()
     if ex.is_parameter:
         return _parameter(ex, graph, access)
     written = kn.written_inputs(ex.op_type)
     bad_inputs = [e for e in ex.inputs if e.slot not in written and access.bad(e)]
     if bad_inputs and not _fills_only(ex, bad_inputs, access, kn):
-        return _made_before(ex, bad_inputs[0], node, graph, access)
+        changed = _changed_between_steps(ex, bad_inputs, node, graph, step, stored_before, access, kn)
+        return changed or _made_before(ex, bad_inputs[0], node, graph, access)
     produced = list(produced if produced is not None else ex.outputs)
     out = next((e for e in produced if access.bad(e)), None)
     own = [e for e in ex.inputs if e.slot in written and access.bad(e)]
@@ -145,12 +148,16 @@ def _upstream(cause: Cause, ex: OpExecution, node, graph, step, access, dumped: 
 
 
 def _fills_only(ex: OpExecution, bad_inputs: Sequence[TensorEvent], access, kn: OpKnowledge) -> bool:
-    """An op meant to absorb a mask's -inf (Softmax) whose bad inputs hold -inf only: what it made from them is
-    recomputed (the -inf is the program's fill, not an earlier fault)."""
-    if ex.op_type not in kn.absorbers:
-        return False
+    """An op whose bad inputs hold -inf only (a mask's fill), meant to absorb it (Softmax) or making NaN of it
+    (-inf - (-inf) in a softmax written out): what it made from them is recomputed (the -inf is the program's fill,
+    not an earlier fault)."""
     stats = [access.stats(e) for e in bad_inputs]
-    return all(st is not None and st.neginf > 0 and not st.nan and not st.posinf for st in stats)
+    if not all(st is not None and st.neginf > 0 and not st.nan and not st.posinf for st in stats):
+        return False
+    if ex.op_type in kn.absorbers:
+        return True
+    made = [access.stats(e) for e in ex.outputs if access.bad(e)]
+    return any(st is not None and st.nan for st in made)
 
 
 def reproduce(ex: OpExecution, access, precisions: Sequence[str], *, node: Optional[GraphNode] = None, step=None,
@@ -453,12 +460,14 @@ def _classify_reproduced(cause: Cause, ex, out, dumped, mask, shaped, low, limit
                 cause.reason = (f"{form} in every dtype: the denominator (input {den_slot}) is 0 at "
                                 f"{placement.text}" + (", and so is the numerator" if zero_over_zero else ""))
             return
-    if gathered.kernel in kn.absorbers and 0 in gathered.by_slot:
+    if 0 in gathered.by_slot:
+        # reached with -inf inputs only when they are a mask's fill (_fills_only)
         rows = _negative_infinity_rows(gathered.by_slot[0], dumped.shape, mask)
         if rows is not None:
+            made = "exp(-inf - (-inf))" if gathered.kernel in kn.absorbers else "-inf - (-inf)"
             cause.cause = CAUSE_DOMAIN
             cause.reason = (f"{_op(ex)} of a row that is -inf everywhere ({where.place(rows).text}): "
-                            "exp(-inf - (-inf)) is NaN in every dtype; the row has nothing to attend to")
+                            f"{made} is NaN in every dtype; the row has nothing to attend to")
             cause.advice = ("A row with nothing to attend to (every key masked, e.g. left padding under a causal "
                             "mask): give it a finite fill (the dtype's lowest value instead of -inf) or drop the row.")
             cause.basis = "masked_row"
@@ -610,6 +619,35 @@ def _made_before(ex: OpExecution, event: TensorEvent, node, graph, access) -> Ca
         return _data_input(producer[len("param:"):], event, access)
     return _unknown(f"its input {event.slot} was already bad: the op that made the value"
                     + (f" ({producer})" if producer and producer != "const" else "") + " is not in the dump")
+
+
+def _changed_between_steps(ex: OpExecution, bad_inputs: Sequence[TensorEvent], node, graph, step,
+                           stored_before: Optional[between.StoredBefore], access, kn: OpKnowledge) -> Optional[Cause]:
+    """A bad input read from a weight that the dump holds finite there after the step before, and that no kernel
+    of this step wrote before the read: device (msoverflow/cause/between.py). None when that is not shown."""
+    if stored_before is None or step is None or graph is None:
+        return None
+    for event in bad_inputs:
+        name = between.parameter_read(node, graph, event.slot, kn)
+        if name is None or between.written_before(name, ex, graph, step(), kn):
+            continue
+        found = between.compare(name, event, stored_before, access)
+        if found is None:
+            continue
+        stored_at = _values_at(found.stored, found.bad)
+        cause = Cause(cause=CAUSE_DEVICE, advice=ADVICE[CAUSE_DEVICE], reason=(
+            f"input {event.slot}, the weight {name} as {_op(ex)} read it in step {ex.step}, holds "
+            f"{_bad_words(found.read, found.bad, event.dtype)} where the dump of that weight after step "
+            f"{ex.step - 1} holds {stored_at}: no op of step {ex.step} wrote it before this read, so it changed in "
+            "memory between the steps (a device fault, or host code that set it)"))
+        cause.evidence.append(f"{int(found.changed.sum())} of {found.changed.size} values of {name} differ from "
+                              f"its dump after step {ex.step - 1}")
+        placement = where.describe(found.read, found.changed, reference=found.stored, reproduced=False,
+                                   reference_word="the stored")
+        cause.where, cause.axes = placement.text, placement.axes
+        cause.pattern, cause.pattern_text = placement.pattern, placement.pattern_text
+        return cause
+    return None
 
 
 def _data_input(name: str, event: Optional[TensorEvent], access) -> Cause:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..graphs import SavedGraphs
     from ..layout import Dump, Plan
     from ..parallel import Walked
+    from .between import StoredBefore
 
 Warn = Callable[[str], None]
 # What reading a dump's tensors again may raise (a file truncated or replaced since the walk, a header that lies)
@@ -91,10 +92,29 @@ def _cause(finding: Finding, run: Optional[OpExecution], steps: "_Steps", access
         return Cause(CAUSE_UNKNOWN, "not recomputed: its step was not scanned")
     try:
         # MindSpore's subprocess (seconds) only for the first origin; the others get what numpy can say
-        return diagnose_finding(finding, step, access, mindspore=mindspore, run=run, graphs=steps.graphs)
+        return diagnose_finding(finding, step, access, mindspore=mindspore, run=run, graphs=steps.graphs,
+                                stored_before=_stored_before(steps, finding.rank, finding.step))
     except READ_FAULTS as exc:     # a file that changed or lies about itself: a warning, never fatal
         warn(f"{finding.op_name}: its cause could not be found ({type(exc).__name__}: {exc})")
         return Cause(CAUSE_UNKNOWN, f"not recomputed: {type(exc).__name__} while reading its tensors")
+
+
+def _stored_before(steps: "_Steps", rank: int, step: int) -> "StoredBefore":
+    """A Parameter (graph name) as the dump holds it after the step before on the rank (that step is read only
+    when asked: a weight read bad that no dumped op made). None when a kernel that writes in place (an optimizer
+    in a graph of its own) ran after that file was written: then it is not the last value the step left."""
+    from ..dataflow import parameter_name
+    kn = knowledge()
+
+    def stored(name: str) -> Optional[TensorEvent]:
+        before = steps.get(rank, step - 1) if step > 0 else None
+        if before is None:
+            return None
+        run = next((ex for ex in before.named(parameter_name(name)) if ex.is_parameter and ex.outputs), None)
+        if run is None or any(kn.written_inputs(ex.op_type) and ex.time > run.time for ex in before.executions()):
+            return None
+        return run.outputs[0]
+    return stored
 
 
 class _Step:
@@ -213,7 +233,8 @@ def _replica_evidence(finding: Finding, cause: Cause, reached: List[str], groups
 
 
 def diagnose_finding(finding: Finding, step: _Step, access: TensorAccess, *, graphs: "SavedGraphs",
-                     mindspore: bool = True, run: Optional[OpExecution] = None) -> Cause:
+                     mindspore: bool = True, run: Optional[OpExecution] = None,
+                     stored_before: Optional["StoredBefore"] = None) -> Cause:
     """The cause of one finding. run: the op run the walk built it from (None: found again in its step, which
     is then read)."""
     if finding.kind == CROSS_RANK:
@@ -228,7 +249,7 @@ def diagnose_finding(finding: Finding, step: _Step, access: TensorAccess, *, gra
         node = graph.find(finding.op_name)
     produced = _produced(ex, step, node, graph, access)
     return diagnose_op(ex, access, node=node, graph=graph, produced=produced, step=step.executions,
-                       mindspore=mindspore)
+                       mindspore=mindspore, stored_before=stored_before)
 
 
 def _execution(step: _Step, finding: Finding) -> Optional[OpExecution]:

@@ -170,9 +170,11 @@ def exponent_flips(value, reference: Optional[float], scale: float) -> Optional[
     return None
 
 
-def bit_flip(values: np.ndarray, mask: np.ndarray, reference: Optional[np.ndarray] = None) -> str:
-    """A few isolated bad values, each one or two exponent bits from a plausible value (the recomputed one at its
-    position, or any value within the tensor's finite range): the text, or ''."""
+def bit_flip(values: np.ndarray, mask: np.ndarray, reference: Optional[np.ndarray] = None,
+             reference_word: str = "the recomputed") -> str:
+    """A few isolated bad values, each one or two exponent bits from a plausible value (the reference at its
+    position, or any value within the tensor's finite range): the text, or ''. reference_word names the reference
+    ("the recomputed", "the stored")."""
     values, mask = np.asarray(values), np.asarray(mask, dtype=bool)
     flat = np.flatnonzero(mask.reshape(-1))
     if flat.size == 0 or flat.size > ISOLATED_MAX or flat.size * 4 > mask.size or np.any(np.diff(flat) == 1):
@@ -188,7 +190,7 @@ def bit_flip(values: np.ndarray, mask: np.ndarray, reference: Optional[np.ndarra
             return ""
         described.append((value, ref, flips))
     value, ref, flips = described[0]
-    from_what = f"the recomputed {ref:.6g}" if ref is not None else "a value in the tensor's range"
+    from_what = f"{reference_word} {ref:.6g}" if ref is not None else "a value in the tensor's range"
     most = max(f for _v, _r, f in described)
     return (f"{_value_word(values.reshape(-1)[flat])} in {flat.size} of {mask.size} values, isolated, "
             f"{'each ' if flat.size > 1 else ''}{most if flat.size > 1 else flips} exponent "
@@ -217,7 +219,8 @@ def grows(mask: np.ndarray, reference: Optional[np.ndarray], limit: Optional[flo
 
 
 def describe(values: np.ndarray, mask: np.ndarray, *, reference: Optional[np.ndarray] = None,
-             limit: Optional[float] = None, reproduced: Optional[bool] = None) -> Placement:
+             limit: Optional[float] = None, reproduced: Optional[bool] = None,
+             reference_word: str = "the recomputed") -> Placement:
     """Placement of the bad values plus their pattern. `reference`: the op recomputed in a wide precision at every
     position; `reproduced`: whether the recompute makes the same bad values (None: not recomputed). A stomp or a
     bit flip is only named when the recompute did not make them (or could not run)."""
@@ -231,7 +234,7 @@ def describe(values: np.ndarray, mask: np.ndarray, *, reference: Optional[np.nda
             placement.pattern_text = (f"{text}: the layout of a memory stomp, or of one bad input row carried "
                                       "through the op; a recompute would tell")
             return placement
-        text = bit_flip(values, mask, reference if reproduced is False else None)
+        text = bit_flip(values, mask, reference if reproduced is False else None, reference_word)
         if text:
             placement.pattern = BIT_FLIP
             placement.pattern_text = f"{text}: the pattern of a bit flip, not of an overflow"

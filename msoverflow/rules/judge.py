@@ -112,12 +112,12 @@ def judge(ex: OpExecution, access: TensorAccess, kn: OpKnowledge, earlier_bad: b
             verdict.advice = "optimizer_update"
         verdict.evidence.append(written)
         return verdict
-    if bad_ins and ex.op_type in kn.absorbers and _only_negative_infinity(bad_ins, access) \
-            and _nonfinite_kind(access, bad_outs) == INVALID:
+    if ex.op_type in kn.absorbers:
         # -inf is what a mask fills in, and this op is meant to absorb it: the NaN is its own (Softmax of a row that
         # is -inf everywhere: exp(-inf - (-inf)) -- a row with nothing to attend to)
-        return Verdict(ORIGIN, INVALID, f"NaN from input {bad_ins[0].slot}, whose bad values are all -inf (a row "
-                       "that is -inf everywhere)", advice="invalid", bad_input=bad_ins[0])
+        made = nan_from_negative_infinity(ex, access)
+        if made is not None:
+            return made
     if bad_ins:
         return Verdict(PROPAGATOR, _nonfinite_kind(access, bad_outs), f"input {bad_ins[0].slot} already bad",
                        bad_input=bad_ins[0])
@@ -200,6 +200,18 @@ def _written_by_the_op(ex: OpExecution, bad_ins: List[TensorEvent], kn: OpKnowle
     slots = ", ".join(str(e.slot) for e in bad_ins)
     return (f"input {slots} is written in place by {ex.op_type}: the dump holds its value after {ex.op_type} ran; "
             "nothing earlier in this step was bad, so it was finite before")
+
+
+def nan_from_negative_infinity(ex: OpExecution, access: TensorAccess) -> Optional[Verdict]:
+    """The op made NaN from inputs whose bad values are all -inf (a mask's fill): the NaN is its own, an origin
+    (Softmax of a row that is -inf everywhere; -inf - (-inf) in a softmax written out). None otherwise."""
+    bad_ins = [e for e in _floats(ex.inputs) if access.bad(e)]
+    bad_outs = [e for e in _floats(ex.outputs) if access.bad(e)]
+    if not bad_ins or not bad_outs or not _only_negative_infinity(bad_ins, access) \
+            or _nonfinite_kind(access, bad_outs) != INVALID:
+        return None
+    return Verdict(ORIGIN, INVALID, f"NaN from input {bad_ins[0].slot}, whose bad values are all -inf (a row "
+                   "that is -inf everywhere)", advice="invalid", bad_input=bad_ins[0])
 
 
 def _only_negative_infinity(events: List[TensorEvent], access: TensorAccess) -> bool:

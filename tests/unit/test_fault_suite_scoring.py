@@ -45,3 +45,21 @@ def test_every_class_has_an_expected_cause_and_the_ci_subset_names_real_cases():
     assert set(suite.EXPECTED_CAUSES) == set(suite.CLASSES) - {"clean"}
     assert {c.name for c in suite.select(suite.CI_SUBSET)} == set(suite.CI_SUBSET)
     assert {c.fault for c in suite.select(suite.CI_SUBSET)} == set(suite.CLASSES)
+
+
+def test_ci_bars_fail_a_class_under_95_origin_or_85_cause_and_any_false_alarm():
+    def line(fault, **kw):
+        return {"class": fault, "cases": 20, "run_failures": 0, "origin": 100.0, "cause": 100.0,
+                "false_alarms": None, **kw}
+    assert suite.below_bar(line("overflow")) == []
+    assert suite.below_bar(line("overflow", origin=95.0, cause=85.0)) == []
+    assert suite.below_bar(line("overflow", origin=94.9)) == ["origin right 94.9% < 95%"]
+    assert suite.below_bar(line("overflow", cause=84.9)) == ["cause right 84.9% < 85%"]
+    assert suite.below_bar(line("overflow", cases=0)) == ["no case was scored"]
+    assert suite.below_bar(line("overflow", run_failures=1)) == ["1 run(s) failed"]
+    assert suite.below_bar(line("clean", origin=None, cause=None, false_alarms=0)) == []
+    assert suite.below_bar(line("clean", origin=None, cause=None, false_alarms=1)) == ["1 false alarm(s)"]
+    # from scored rows, as the CI test computes them
+    rows = [{"fault": "bitflip", "origin": i < 18, "cause": True, "false_alarm": False,
+             "said": {"verdict": "anomaly"}} for i in range(20)]
+    assert suite.below_bar(suite.table(rows)[0]) == ["origin right 90.0% < 95%"]
