@@ -2,7 +2,6 @@
 (tests/support/gen_judge_cases.py): each holds a fault that the harmless stage used to excuse (CLEAN, exit 0 on
 the code before this change). Each answer is checked in the API and in all four formats."""
 import json
-import sys
 
 import pytest
 
@@ -12,16 +11,6 @@ from msoverflow.render import render
 from msoverflow.render.consistency import check
 
 pytestmark = pytest.mark.mindspore
-
-
-@pytest.fixture(scope="session")
-def judge_cases():
-    from tests.conftest import mindspore_available
-    if not mindspore_available():
-        pytest.skip("mindspore is not installed (pip install 'msoverflow[mindspore]')")
-    from tests.support import gen_judge_cases
-    return gen_judge_cases.ensure_cases(
-        progress=lambda msg: print(f"[judge cases] {msg}", file=sys.__stderr__, flush=True))
 
 
 def _formats(report):
