@@ -11,7 +11,8 @@ import numpy as np
 import mindspore as ms
 from mindspore import nn, ops, Tensor
 from mindspore import dtype as mstype
-from mindspore.nn.wrap.loss_scale import _ascend_grad_overflow
+
+from loss_scaled import TrainOneStepWithCpuOverflowCheck     # the sibling script (its directory is on sys.path)
 
 BATCH, FEATURES, HIDDEN = 4, 8, 8
 
@@ -42,13 +43,6 @@ class PhysicsInformedLoss(nn.Cell):
         u = self.field(x)
         du_dx = self.inner_grad(self.field)(x)
         return ops.mean((1e-6 * u - y) ** 2) + 1e-9 * ops.mean(du_dx * du_dx)
-
-
-class TrainOneStepWithCpuOverflowCheck(nn.TrainOneStepWithLossScaleCell):
-    """The cell's overflow check without NPU status registers: IsFinite on every gradient (its INFNAN-mode path)."""
-
-    def get_overflow_status(self, status, compute_output):
-        return self._get_distributed_overflow_status_on_infnan_mode(_ascend_grad_overflow, compute_output)
 
 
 def main():
