@@ -143,6 +143,9 @@ def test_a_nan_in_the_batch_that_a_max_pool_drops_is_data_not_contained(judge_ca
     assert "received" not in out["text"] and "received" not in out["markdown"]   # HTML's stylesheet names the class
     doc = json.loads(out["json"])
     assert (doc["conclusion"]["cause"], doc["contained"]) == ("data", [])
+    # no op made it: the batch is first seen as the graph input, never "created by Parameter"
+    assert out["text"].startswith("ANOMALY: NaN first seen in Parameter inputs0")
+    assert "first seen in **Parameter inputs0**" in out["markdown"] and "first created by" not in out["html"]
     capsys.readouterr()
 
 
