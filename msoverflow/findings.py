@@ -96,8 +96,9 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
             "rank that was not dumped"])) for ex, v in seen[:1]]
         if candidates and not given and not walked.unreadable:   # an unread file may hold it: no advice to dump more
             note("no dumped op created the first bad value: it is first seen as an input; dump without filters")
+    after_forward = _after_their_forward(candidates, graphs)
     candidates = _ordered(walked, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs),
-                          _after_their_forward(candidates, graphs))
+                          after_forward)
     found = []
     for ex, v in candidates:
         with reading(_file_of(ex)):
@@ -111,9 +112,12 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
     propagation: List[Finding] = []
     if candidates and first is from_candidates:
         first_ex = candidates[0][0]
+        # from the first origin, or from its gradient when the scheduler ran that earlier (what it spread counts)
+        since = min([first_ex.time] + [ex.time for ex, _v in candidates if ex.key in after_forward
+                                       and (ex.rank, ex.step) == (first_ex.rank, first_ex.step)])
         propagation = [describe(ex, v, access, graphs, kn, full=False) for ex, v in judged
                        if v.role == PROPAGATOR and ex.rank == first_ex.rank and ex.step == first_ex.step
-                       and ex.time >= first_ex.time]
+                       and ex.time >= since]
     for record in unmatched:
         note(f"{record.source}: overflow record ({record.unit}, task {record.task_id}, stream "
              f"{record.stream_id}) matches no dumped op in its directory")
