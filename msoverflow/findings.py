@@ -105,7 +105,9 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
                 "rank that was not dumped"])) for ex, v in seen[:1]]
         if candidates and not given and not walked.unreadable:   # an unread file may hold it: no advice to dump more
             note("no dumped op created the first bad value: it is first seen as an input; dump without filters")
-    candidates = _ordered(walked, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs))
+    after_forward = _after_their_forward(candidates, graphs)
+    candidates = _ordered(walked, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs),
+                          after_forward)
     found = []
     for ex, v in candidates:
         with reading(_file_of(ex)):
@@ -119,9 +121,12 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
     propagation: List[Finding] = []
     if candidates and first is from_candidates:
         first_ex = candidates[0][0]
+        # from the first origin, or from its gradient when the scheduler ran that earlier (what it spread counts)
+        since = min([first_ex.time] + [ex.time for ex, _v in candidates if ex.key in after_forward
+                                       and (ex.rank, ex.step) == (first_ex.rank, first_ex.step)])
         propagation = [describe(ex, v, access, graphs, kn, full=False) for ex, v in judged
                        if v.role == PROPAGATOR and ex.rank == first_ex.rank and ex.step == first_ex.step
-                       and ex.time >= first_ex.time]
+                       and ex.time >= since]
     for record in unmatched:
         note(f"{record.source}: overflow record ({record.unit}, task {record.task_id}, stream "
              f"{record.stream_id}) matches no dumped op in its directory")
@@ -243,10 +248,11 @@ def _same_value(ex: OpExecution, api_outputs: Dict[tuple, str], stats_of: Callab
 
 
 def _ordered(walked: "Walked", candidates: Judged, after_arrival: Set[RunKey], kn: OpKnowledge,
-             fed_by_bad: FrozenSet[RunKey] = frozenset()) -> Judged:
+             fed_by_bad: FrozenSet[RunKey] = frozenset(), after_forward: FrozenSet[RunKey] = frozenset()) -> Judged:
     """Ranks by evidence, never by clock. By step first. Within a step: a candidate on a rank that had not yet
     received a bad value through a collective comes first (pipeline: the last stage's backward feeds the earlier
-    stages); an op proven by its inputs before one only the hardware flagged; a flagged op that consumes what
+    stages); an op proven by its inputs before one only the hardware flagged; a backward op after the forward op
+    it differentiates when both made the bad value from one input (`after_forward`); a flagged op that consumes what
     others made (global norm, loss scale, optimizer) or whose producer in the saved graph already went bad
     (`fed_by_bad`) after the rest; then the time since the rank's own step began (clock offsets between ranks
     cancel), where the ranks' execution-order files put that rank's candidates in graph order; then the rank."""
@@ -263,9 +269,29 @@ def _ordered(walked: "Walked", candidates: Judged, after_arrival: Set[RunKey], k
         for ex, when in zip(sorted(members, key=lambda e: (e.order, relative[e.key])), times, strict=True):
             relative[ex.key] = when
     return sorted(candidates, key=lambda pair: (
-        pair[0].step, pair[0].key in after_arrival, pair[1].role != ORIGIN,
+        pair[0].step, pair[0].key in after_arrival, pair[1].role != ORIGIN, pair[0].key in after_forward,
         pair[1].role == SUSPECT and (kn.is_consumer(pair[0].op_type, pair[0].op_name) or pair[0].key in fed_by_bad),
         relative[pair[0].key], pair[0].rank))
+
+
+def _after_their_forward(candidates: Judged, graphs: SavedGraphs) -> FrozenSet[RunKey]:
+    """Backward ops whose forward op (the saved graph's record of the node it differentiates) is also an origin in
+    the same step on the same rank, reading the same producer: log(0) and its gradient dout / 0 both make -inf from
+    Softmax's 0. The scheduler may run the gradient first (its inputs are ready: dout does not depend on the
+    forward's values), but the program's forward made the value first."""
+    nodes = {}
+    for ex, v in candidates:
+        if v.role == ORIGIN:
+            node, _graph = graphs.node(ex)
+            if node is not None:
+                nodes[ex.key] = (ex, node)
+    forward = {(ex.rank, ex.step, node.full_name): node for ex, node in nodes.values()}
+    after = set()
+    for key, (ex, node) in nodes.items():
+        differentiated = forward.get((ex.rank, ex.step, node.forward_name)) if node.forward_name else None
+        if differentiated is not None and set(differentiated.inputs) & set(node.inputs):
+            after.add(key)
+    return frozenset(after)
 
 
 def _fed_by_bad(candidates: Judged, judged: Judged, graphs: SavedGraphs) -> FrozenSet[RunKey]:

@@ -25,7 +25,7 @@ def mindspore_available() -> bool:
 # `-m "not mindspore"` (./scripts/test.sh quick) never starts a real run.
 REAL_RUN_FIXTURES = frozenset({"real_dumps", "multirank_dumps", "compare_pairs", "msprobe_dumps", "hunt_runs",
                                "upstream_dumps", "dumpobj_dumps", "compare_precision_pairs", "watch_runs",
-                               "watch_multirank"})
+                               "watch_multirank", "judge_cases"})
 
 
 @pytest.hookimpl(tryfirst=True)        # before -m deselects by marker
@@ -67,6 +67,17 @@ def upstream_dumps():
         pytest.skip("mindspore is not installed (pip install 'msoverflow[mindspore]')")
     from tests.support import gen_upstream_dumps as generator
     return generator.ensure_cases(progress=lambda msg: print(f"[upstream dumps] {msg}", file=sys.__stderr__,
+                                                             flush=True))
+
+
+@pytest.fixture(scope="session")
+def judge_cases():
+    """Real MindSpore CPU runs for the judgement (tests/support/gen_judge_cases.py: faults a loss scale or a clamp
+    used to hide, and the base of a labelled edited copy), cached under .fixture-cache/judge/<key>/."""
+    if not mindspore_available():
+        pytest.skip("mindspore is not installed (pip install 'msoverflow[mindspore]')")
+    from tests.support import gen_judge_cases as generator
+    return generator.ensure_cases(progress=lambda msg: print(f"[judge cases] {msg}", file=sys.__stderr__,
                                                              flush=True))
 
 

@@ -201,8 +201,9 @@ def _update(index, before, previous, updates_in, flows, rank, kn) -> Tuple[Optio
     if ran:
         return True, f"{ran[0].op_type} ran"
     if updates_in():
-        return False, ("the optimizer's kernels did not run (they ran in steps "
-                       f"{_steps_text(sorted(updates_in()))})")
+        ran_in = sorted(updates_in())
+        return False, (f"the optimizer's kernels did not run (they ran in step{'s' if len(ran_in) > 1 else ''} "
+                       f"{_steps_text(ran_in)})")
     changed = _weights_changed(index, before, flows, rank, kn)
     if changed is None:
         return None, ""

@@ -51,6 +51,8 @@ SKIP_UPDATE = ("An update was applied with non-finite gradients: check the gradi
                "manager does; a custom construct must use the overflow flag it returns).")
 # knowledge recommendations (op_knowledge.yaml keys) that prescribe a wider dtype: wrong for a cause no dtype fixes
 PRECISION_ADVICE = frozenset({"overflow", "invalid", "overflow_cast", "saturation", "flagged"})
+# "the origin is earlier: dump an earlier step": wrong once the cause shows the data batch held the value
+EARLIER_ADVICE = "nonfinite_input"
 
 RULES: List[Rule] = []
 USES: dict = {}
@@ -89,8 +91,10 @@ def table_markdown() -> str:
 
 def finding_fix(finding: Finding, cause: Optional[str], cause_advice: str = "") -> str:
     """The fix of one finding from its cause: a device fault or a value no dtype holds gets the cause's fix, never
-    a precision fix; otherwise the op's own recommendation (msoverflow/rules/knowledge)."""
-    if cause == CAUSE_DEVICE or (cause in (CAUSE_DOMAIN, CAUSE_DATA) and finding.advice in PRECISION_ADVICE):
+    a precision fix, and a batch that held the value never "dump an earlier step"; otherwise the op's own
+    recommendation (msoverflow/rules/knowledge)."""
+    if cause == CAUSE_DEVICE or (cause in (CAUSE_DOMAIN, CAUSE_DATA) and finding.advice in PRECISION_ADVICE) or \
+            (cause == CAUSE_DATA and finding.advice == EARLIER_ADVICE):
         return cause_advice or FIX.get(cause or "", "")
     return finding.recommendation
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
-from ..model import RANK_CLEAN, RANK_NOT_DUMPED
+from ..model import NONFINITE_INPUT, PROPAGATOR, RANK_CLEAN, RANK_NOT_DUMPED
 from ..selection import format_ids
 
 if TYPE_CHECKING:
@@ -306,6 +306,13 @@ def value_text(x: Optional[float]) -> str:
     if x in (float("inf"), float("-inf")):
         return "inf" if x > 0 else "-inf"
     return f"{x:.6g}"
+
+
+def made_shown(f) -> str:
+    """How every view says the finding came to be: "first seen in" when the dump only shows the value (a
+    propagator, or a graph input or weight already bad when the dump starts: no op made it), else "first created
+    by"."""
+    return "first seen in" if f.role == PROPAGATOR or f.kind == NONFINITE_INPUT else "first created by"
 
 
 def kind_shown(f) -> str:

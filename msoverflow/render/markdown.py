@@ -22,6 +22,7 @@ from .common import (
     history_lines,
     inconclusive_lead,
     kind_shown,
+    made_shown,
     parallel_text,
     parameters_shown,
     producer_text,
@@ -112,8 +113,7 @@ def render_markdown(report: Report, top: int = 10) -> str:
                    f"{md(rank_where(f.rank, report))}, step "
                    f"{f.step}; its inputs were not dumped, so it may have received the bad value.")
     else:
-        made = "first seen in" if f.role == "propagator" else "first created by"
-        out.append(f"**Anomaly** ({md(kind_shown(f))}): {made} **{md(op_label(f))}** on "
+        out.append(f"**Anomaly** ({md(kind_shown(f))}): {made_shown(f)} **{md(op_label(f))}** on "
                    f"{md(rank_where(f.rank, report))}, "
                    f"step {f.step}, graph {md(f.graph)}.")
     if f is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, List, Optional
 
-from ..model import SUSPECT
+from ..model import NONFINITE_INPUT, SUSPECT
 from ..scope import is_backward
 from .common import (
     arrival_text,
@@ -23,6 +23,7 @@ from .common import (
     history_lines,
     inconclusive_lead,
     kind_shown,
+    made_shown,
     parallel_text,
     parameters_shown,
     producer_text,
@@ -79,6 +80,8 @@ def op_label(f: Finding) -> str:
     """`SqrtGrad (backward of Sqrt) in network.lm_head (NormHead)`: a backward op is named as one, also when it has
     its forward op's type (the gradient of a Div is a Div)."""
     label = f.op_type
+    if f.kind == NONFINITE_INPUT and f.op_type == "Parameter":     # a graph input or weight: its name says which
+        label += f" {f.op_name}"
     if (f.forward_op and f.forward_op != f.op_type) or is_backward(f.full_name or f.op_name):
         label += f" (backward of {f.forward_op})" if f.forward_op else " (backward)"
     if f.cell:
@@ -152,8 +155,7 @@ def headline(report: Report) -> str:
     if f.role == SUSPECT:
         return (f"ANOMALY: the hardware flagged {op_label(f)}; its inputs were not dumped, so it may have received "
                 "the bad value rather than created it")
-    made = "first seen in" if f.role == "propagator" else "first created by"
-    return f"ANOMALY: {kind_shown(f)} {made} {op_label(f)}"
+    return f"ANOMALY: {kind_shown(f)} {made_shown(f)} {op_label(f)}"
 
 
 def render_text(report: Report, top: int = 10) -> str:

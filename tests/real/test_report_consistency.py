@@ -1,5 +1,6 @@
 """Every line of a report agrees (msoverflow/render/consistency.py), on every real MindSpore fixture: the
-single-rank cases, the multi-rank (msrun) cases and the msprobe cases; --strict too. The fuzz corpus's cases are
+single-rank cases, the multi-rank (msrun) cases, the msprobe cases, the judgement's and the upstream causes' cases;
+--strict too. The fuzz corpus's cases are
 checked in tests/fuzz/test_corpus_consistency.py."""
 import pytest
 
@@ -19,6 +20,19 @@ def test_every_single_rank_fixture_agrees_with_itself(real_dumps):
         for strict in (False, True):
             report = msoverflow.analyze(str(path), strict=strict, progress=False)
             found = check(report)
+            if found:
+                problems[f"{name}{' --strict' if strict else ''}"] = found
+    assert problems == {}
+
+
+@pytest.mark.mindspore          # the fixture is asked for by name below: the conftest hook does not see it
+@pytest.mark.parametrize("fixture", ["judge_cases", "upstream_dumps"])
+def test_every_judgement_and_upstream_fixture_agrees_with_itself(request, fixture):
+    dumps = request.getfixturevalue(fixture)
+    problems = {}
+    for name, path in _each(dumps):
+        for strict in (False, True):
+            found = check(msoverflow.analyze(str(path), strict=strict, progress=False))
             if found:
                 problems[f"{name}{' --strict' if strict else ''}"] = found
     assert problems == {}

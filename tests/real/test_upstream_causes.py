@@ -54,6 +54,28 @@ def test_fp16_softmax_underflow_is_named_as_the_cause_one_op_upstream(upstream_d
     assert "no training dtype holds this value" not in text
 
 
+@pytest.mark.parametrize("case", ["fp16_log_softmax", "fp16_log_softmax_steps"])
+def test_the_forward_log_is_the_origin_on_every_entry_path(upstream_dumps, case, capsys):
+    """Log(0) and its gradient dout / 0 (Div, "backward of Log") both make -inf from Softmax's 0, and MindSpore CPU
+    runs that Div first (dout does not depend on the forward's values). The origin is the forward Log, with Softmax
+    named as the cause (precision), through the API, --all, --strict and the CLI, in one step and in three."""
+    from msoverflow.cli import main
+    from msoverflow.render.consistency import check
+    dump = str(upstream_dumps[case])
+    for options in ({}, {"scan_all": True}, {"strict": True}, {"scan_all": True, "strict": True}):
+        report = analyze(dump, progress=False, **options)
+        assert (report.first.op_type, report.first.step, report.first.forward_op) == ("Log", 0, "Log"), options
+        assert report.cause.reason.startswith("Softmax underflowed to 0 in float16") and \
+            "Log then gave -inf" in report.cause.reason, options
+        assert report.conclusion.cause == "precision" and check(report) == [], options
+        text, markdown, html, doc = _formats(report)
+        assert text.startswith("ANOMALY: inf first created by Log in "), options
+        assert doc["first"]["op_type"] == "Log" and "backward of Log" not in text.splitlines()[0], options
+    for flags in ([], ["--all"], ["--strict"]):
+        assert main(["analyze", dump, "--no-progress", "--no-save", *flags]) == 1
+        assert capsys.readouterr().out.startswith("ANOMALY: inf first created by Log in "), flags
+
+
 def test_integer_cast_goes_by_the_target_dtype(upstream_dumps):
     report = analyze(str(upstream_dumps["int_counter_fp16"]), progress=False)
     assert report.first.op_type == "Cast"

@@ -21,9 +21,10 @@ from tests.support import gen_real_dumps as base
 CASES_DIR = Path(__file__).resolve().parent / "cases" / "upstream"
 
 
-def _case(name: str, description: str, shows: str, script: str, op_type: str, steps: int = 1) -> base.Case:
+def _case(name: str, description: str, shows: str, script: str, op_type: str, steps: int = 1,
+          args: tuple = ()) -> base.Case:
     # an absolute script path: gen_real_dumps' Case joins it onto its own cases directory unchanged
-    return base.Case(name=name, description=description, shows=shows, argv=(str(CASES_DIR / script),),
+    return base.Case(name=name, description=description, shows=shows, argv=(str(CASES_DIR / script), *args),
                      expected=base._expect("anomaly", op_type=op_type, iteration=0,
                                            layout={0: list(range(steps))}))
 
@@ -32,6 +33,10 @@ CASES: List[base.Case] = [
     _case("fp16_log_softmax", "fp16 classifier, loss -log(softmax(z / 0.05))[label], one step.",
           "fp16 Softmax underflows the label's probability (5.6e-9 in float32) to exact 0; Log(0) = -inf.",
           "fp16_log_softmax.py", "Log"),
+    _case("fp16_log_softmax_steps", "The fp16_log_softmax classifier trained for three steps.",
+          "Step 0 as in fp16_log_softmax (SGD then writes the NaN gradient into the weight); steps 1-2 read the NaN "
+          "weight: the origin stays step 0's Log, never the backward Div that the scheduler ran before it.",
+          "fp16_log_softmax.py", "Log", steps=3, args=("--steps", "3")),
     _case("masked_attention_row", "fp32 causal attention over a left-padded batch, two steps.",
           "A query with no key to attend to: its float16 score row is all -inf (the program's fill); Softmax gives NaN.",
           "masked_attention_row.py", "Softmax", steps=2),

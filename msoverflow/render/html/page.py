@@ -16,6 +16,7 @@ from ..common import (
     clean_text,
     fixes_shown,
     kind_shown,
+    made_shown,
     rank_where,
 )
 from ..safe import plain
@@ -209,7 +210,8 @@ def verdict_card(report: Report, links: Optional[Links] = None, after: str = "")
     f = report.first
     if f is not None:
         # A finding that only the hardware flag names (its inputs were not dumped) is not called the origin.
-        role = {"flagged": "flagged (not proven)", "propagator": "first seen in"}.get(f.role, "origin")
+        role = "flagged (not proven)" if f.role == "flagged" else \
+            "first seen in" if made_shown(f) == "first seen in" else "origin"
         items = [(role, f"<strong>{esc(op_label(f))}</strong>"),
                  ("kind", esc(kind_shown(f))),
                  ("where", f"{esc(rank_where(f.rank, report))}, step {f.step}, graph {esc(f.graph)}"),
