@@ -126,8 +126,9 @@ def in_another_precision(pairs) -> Optional[str]:
     of 61, the rest being the fp32 loss, optimizer and parameters; a precision patch of one Cell: 14 of 141).
     Then every pair is judged by the lower dtype's budget, norm-wise; the lower dtype is returned, else None."""
     def dtypes(run) -> tuple:
-        if run.npy_outputs and len(run.npy_outputs) == run.n_outputs:
-            return tuple(d for _slot, _path, d in sorted(run.npy_outputs))
+        outputs = run.npy_outputs
+        if outputs and len(outputs) == run.n_outputs:
+            return (outputs[0][2],) if len(outputs) == 1 else tuple(d for _slot, _path, d in sorted(outputs))
         return tuple(e.dtype for e in run.execution().outputs)
     if len(pairs) > PRECISION_SAMPLE:       # runs without npy names become objects to say their dtypes: a sample
         step = len(pairs) / PRECISION_SAMPLE
