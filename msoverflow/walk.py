@@ -221,12 +221,12 @@ class OpRun:
     output files as (slot, path, dtype); execution() gives it as an OpExecution with its tensors as objects,
     made only when asked for a unit read as columns."""
     __slots__ = ("rank", "graph", "step", "op_type", "op_name", "time", "order", "npy_outputs", "n_outputs",
-                 "_make", "_execution")
+                 "_make", "_execution", "_key")
 
     def __init__(self, rank, graph, step, op_type, op_name, time, order, npy_outputs, n_outputs, make):
         self.rank, self.graph, self.step, self.op_type, self.op_name = rank, graph, step, op_type, op_name
         self.time, self.order, self.npy_outputs, self.n_outputs = time, order, npy_outputs, n_outputs
-        self._make, self._execution = make, None
+        self._make, self._execution, self._key = make, None, None
 
     @classmethod
     def of(cls, ex: OpExecution) -> "OpRun":
@@ -240,8 +240,10 @@ class OpRun:
     @property
     def key(self) -> tuple:
         """What names this run within one dump (never an object's id()): two runs of one op in one step differ by
-        their time or their place in the graph's order."""
-        return (self.rank, self.step, self.graph, self.op_type, self.op_name, self.time, self.order)
+        their time or their place in the graph's order. Made once: compare asks for it at every stage."""
+        if self._key is None:
+            self._key = (self.rank, self.step, self.graph, self.op_type, self.op_name, self.time, self.order)
+        return self._key
 
     @property
     def is_parameter(self) -> bool:
@@ -300,27 +302,33 @@ def _column_runs(contents: List[DirContent], roots) -> Optional[List[OpRun]]:
         if grouped is None or grouped[1].any():     # a repeated tensor or run: the object path says which
             return None
         first = _group_first_times(code_array, stamp_array, len(codes_of)).tolist()
+        # each op's rows and its output files, in one pass over the rows
         members: List[List[int]] = [[] for _ in codes_of]
+        outputs_of: List[list] = [[] for _ in codes_of]
+        slot, dtype, file_of, files = parsed.slot, parsed.dtype, parsed.rows, content.npy_files
+        prefix = d.path + os.sep
         for k, code in enumerate(codes):
             members[code].append(k)
+            if is_output[k]:
+                outputs_of[code].append((slot[k], prefix + files[file_of[k]], dtype[k]))
         root = roots.get((d.rank, d.graph))
         order = _order(root, d.graph) if root else {}
-        prefix = d.path + os.sep
+        rank, graph, step = d.rank, d.graph, d.step
         for code, op in enumerate(codes_of):
             split = _split_prefix(op)
             if split is None:
                 return None
-            op_type, op_name = split[0], split[1]
-            rows = members[code]
-            outputs = [(parsed.slot[k], prefix + content.npy_files[parsed.rows[k]], parsed.dtype[k])
-                       for k in rows if is_output[k]]
+            outputs = outputs_of[code]
             if len(outputs) > 1:
                 outputs.sort()
-            runs.append(OpRun(d.rank, d.graph, d.step, op_type, op_name, first[code], order.get(op_name),
-                              outputs, len(outputs),
-                              functools.partial(_one_execution, content, rows)))
-    runs.sort(key=lambda run: (run.time, run.order if run.order is not None else 1 << 30))
+            runs.append(OpRun(rank, graph, step, split[0], split[1], first[code], order.get(split[1]), outputs,
+                              len(outputs), functools.partial(_one_execution, content, members[code])))
+    runs.sort(key=_time_then_order)
     return runs
+
+
+def _time_then_order(run: "OpRun") -> tuple:
+    return (run.time, run.order if run.order is not None else 1 << 30)
 
 
 _split_prefix = lru_cache(maxsize=1 << 16)(names.split_prefix)    # the same ops recur on every rank and step
@@ -677,8 +685,6 @@ def _npy_step(content: DirContent, access: TensorAccess):
     # Files with the same header bytes and size are stacked as rows of one matrix.
     seeded: Dict[int, tuple] = {}       # row -> (bad, pinned, header)
     batches: Dict[tuple, list] = {}     # (header, declared, size) -> [[rows], [file bytes], bytes]
-    os_open, os_read, os_close, first = os.open, os.read, os.close, npy.FIRST_READ
-    nonblocking = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
 
     def flush(key):
         header, declared, _ = key
@@ -691,35 +697,22 @@ def _npy_step(content: DirContent, access: TensorAccess):
 
     prefix = d.path + os.sep
     output_list = is_output.tolist()
-    # The files of a step mostly share one header: a file whose size and first bytes match the previous one
-    # joins its batch at once (`same`: header bytes, size, dtype from the name, the batch's key).
+    reader = npy.SmallReader()
+    # The files of a step mostly share one header: a file read with the previous one's header (the reader gives
+    # the same object), size and dtype in its name joins that one's batch at once (`same`: header, size, dtype,
+    # the batch's key).
     same = None
     for r in [r for r in range(len(rows)) if output_list[r] and floats[dtype[r]] and not suspicious[codes[r]]]:
         path = prefix + npy_names[rows[r]]
         try:
-            fd = os_open(path, nonblocking)       # a FIFO or device never blocks the scan
-            try:
-                blob = os_read(fd, first)
-            finally:
-                os_close(fd)
-        except OSError:
+            blob, header, whole = reader.read(path)
+        except READ_ERRORS:
             suspicious[codes[r]] = True              # judge() reads it again and says what is wrong
             continue
-        if same is not None and len(blob) == same[1] and dtype[r] == same[2] and blob.startswith(same[0]):
+        if same is not None and header is same[0] and len(blob) == same[1] and dtype[r] == same[2]:
             batch = batches[same[3]]
         else:
             same = None
-            whole = len(blob) < first
-            try:
-                if not whole:
-                    blob, whole = npy.read_start(path)
-                if whole:
-                    header = npy.header_of_bytes(path, blob)
-                else:
-                    header = npy.read_header(path, blob[:4096], os.path.getsize(path))
-            except READ_ERRORS:
-                suspicious[codes[r]] = True
-                continue
             payload = header.payload_dtype
             if payload.kind not in "fc" or payload.hasobject or not (math.prod(header.shape) if header.shape else 1):
                 seeded[r] = (False, False, header)
@@ -738,7 +731,7 @@ def _npy_step(content: DirContent, access: TensorAccess):
             if key not in batches:
                 batches[key] = [[], [], 0]
             batch = batches[key]
-            same = (blob[:header.offset], len(blob), dtype[r], key)
+            same = (header, len(blob), dtype[r], key)
         batch[0].append(r)
         batch[1].append(blob)
         batch[2] += len(blob)

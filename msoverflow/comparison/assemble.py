@@ -26,8 +26,14 @@ def assemble(sides: Sides, comparer: Comparer, judged: Judged, top: int, toleran
         caveats.append(f"{len(judged.shape_gaps)} paired op run(s) gave outputs of different shapes and were "
                        f"counted as present on one side only (first: {op.op_type} {op.op_name} output {t.slot}, "
                        f"{_shape_text(t.shape)} against {_shape_text(t.target_shape)})")
+    if judged.frameworks is not None:
+        base, target = judged.frameworks
+        caveats.append(f"across frameworks ({base}'s API calls against {target}'s): each op is another "
+                       f"implementation, so an op whose inputs agree may differ by {tolerance_ulps:g} ulps of its "
+                       "dtype, measured norm-wise (the largest error over the tensor's largest value)")
     if judged.comparable is not None:
-        caveats.append(f"across modes (graph kernels against API calls): only forward op runs that compute a tensor "
+        caveats.append(f"across {'frameworks' if judged.frameworks else 'modes (graph kernels against API calls)'}: "
+                       "only forward op runs that compute a tensor "
                        f"can pair ({judged.comparable[0]} of the baseline's, {judged.comparable[1]} of the target's); "
                        "backward runs, parameters, the optimizer and views (Reshape) are listed as one side only")
     different = list(sides.different)
@@ -80,7 +86,8 @@ def assemble(sides: Sides, comparer: Comparer, judged: Judged, top: int, toleran
 def _precision_caveat(judged: Judged) -> str:
     """What differs within precision: how many op runs, the dtypes, the largest error against its budget."""
     ops = judged.within_precision
-    lowers = sorted({d for op in ops if (d := lower_precision(op))})
+    lowers = sorted({d for op in ops if (d := lower_precision(op))}) or sorted(
+        {t.ulp_dtype for op in ops for t in op.outputs if t.within_precision and t.ulp_dtype})
     closest = max((t.budget_share or 0.0 for op in ops for t in op.outputs if t.within_precision), default=0.0)
     return (f"{len(ops)} op run(s) differ within precision ({', '.join(lowers) or 'what their inputs carry'}): "
             f"each by no more than its rounding budget and what its inputs already carry (closest: "

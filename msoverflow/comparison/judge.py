@@ -25,7 +25,7 @@ from .model import (
 
 
 def _compare_op(ex: OpExecution, tx: OpExecution, position: int, comparer: Comparer, graphs,
-                run_id: int, budget: Optional[str] = None) -> OpDiff:
+                run_id: int, budget: Optional[str] = None, other_kernels: bool = False) -> OpDiff:
     op = OpDiff(rank=ex.rank, step=ex.step, graph=ex.graph, position=position, op_type=ex.op_type,
                 op_name=ex.op_name, target_op_name=tx.op_name, target_op_type=tx.op_type)
     target_outputs = {t.slot: t for t in tx.outputs}
@@ -38,7 +38,7 @@ def _compare_op(ex: OpExecution, tx: OpExecution, position: int, comparer: Compa
                  if e.slot in target_inputs]
     if any(t.note.startswith("shape differs") for t in op.outputs):
         return op                    # not one op's two runs: pair_gaps() makes it a gap
-    if _within_precision(op, comparer.tolerance, run_lower=budget):
+    if _within_precision(op, comparer.tolerance, run_lower=budget, other_kernels=other_kernels):
         return op
     node, _graph = graphs.node(ex)
     producers = node.inputs if node is not None else []
@@ -126,8 +126,9 @@ def in_another_precision(pairs) -> Optional[str]:
     of 61, the rest being the fp32 loss, optimizer and parameters; a precision patch of one Cell: 14 of 141).
     Then every pair is judged by the lower dtype's budget, norm-wise; the lower dtype is returned, else None."""
     def dtypes(run) -> tuple:
-        if run.npy_outputs and len(run.npy_outputs) == run.n_outputs:
-            return tuple(d for _slot, _path, d in sorted(run.npy_outputs))
+        outputs = run.npy_outputs
+        if outputs and len(outputs) == run.n_outputs:
+            return (outputs[0][2],) if len(outputs) == 1 else tuple(d for _slot, _path, d in sorted(outputs))
         return tuple(e.dtype for e in run.execution().outputs)
     if len(pairs) > PRECISION_SAMPLE:       # runs without npy names become objects to say their dtypes: a sample
         step = len(pairs) / PRECISION_SAMPLE
@@ -153,13 +154,15 @@ def lower_precision(op: OpDiff) -> Optional[str]:
     return min(floats, key=lambda d: _MANTISSA[d]) if floats else None
 
 
-def _within_precision(op: OpDiff, tolerance: float, run_lower: Optional[str]) -> bool:
+def _within_precision(op: OpDiff, tolerance: float, run_lower: Optional[str], other_kernels: bool = False) -> bool:
     """Outputs that differ by no more than the rounding budget and what their inputs already carry agree "within
     precision" (each says its budget); True when every output then agrees. The budget: the op's own rounding in
     the lower dtype when one side computed it in lower precision (else the tolerance in its own dtype), plus
     CARRY_GAIN times its inputs' relative difference when that difference is rounding-sized (<= CARRY_CAP; a
-    larger one came from something that parts, and stays a propagator)."""
-    normwise = run_lower is not None
+    larger one came from something that parts, and stays a propagator). other_kernels: the two sides are other
+    frameworks, each op another implementation (another summation order): measured norm-wise, an op whose inputs
+    agree may differ by the tolerance of its dtype."""
+    normwise = run_lower is not None or other_kernels
     lower = lower_precision(op)
     if normwise and lower is None and not op.inputs:
         lower = run_lower       # a parameter after the step's update (no inputs): the run's precision bounds it
@@ -175,7 +178,7 @@ def _within_precision(op: OpDiff, tolerance: float, run_lower: Optional[str]) ->
         return False
     else:
         measured = [t.ulp_dtype for t in op.outputs if t.ulp_dtype in _MANTISSA]
-        if not carried or not measured:
+        if not (carried or other_kernels) or not measured:
             return False
         lower = measured[0]
         unit, own = 2.0 ** -_MANTISSA[lower], tolerance
@@ -207,6 +210,7 @@ class Judged:
     orders: Dict[Tuple[int, int], int] = field(default_factory=dict)
     shapes_of: Dict[tuple, tuple] = field(default_factory=dict)  # (side, run.key) -> first output shape, if they differed
     comparable: Optional[Tuple[int, int]] = None   # across modes: the runs of each side that could pair at all
+    frameworks: Optional[Tuple[str, str]] = None   # across frameworks: (baseline's, target's)
     matched: int = 0
     baseline_ops: int = 0
     target_ops: int = 0
@@ -235,9 +239,11 @@ def judge_units(paired, comparer: Comparer, coords_of) -> Judged:
         position_of = {run.key: i for i, run in enumerate(unit.base_runs)}
         only_base, only_target = list(unit_pairs.only_baseline), list(unit_pairs.only_target)
         budget = in_another_precision(unit_pairs.pairs)
+        other_kernels = unit_pairs.frameworks is not None
+        judged.frameworks = judged.frameworks or unit_pairs.frameworks
         retry: list = []
         for run, target_run in unit_pairs.pairs:
-            gap = _judge_pair(judged, run, target_run, unit, comparer, position_of, coords, budget)
+            gap = _judge_pair(judged, run, target_run, unit, comparer, position_of, coords, budget, other_kernels)
             if gap is not None:
                 retry.append((run, target_run, gap))
         # pairs whose shapes differ: paired again among themselves by key and output shape (same-key ops, like
@@ -245,7 +251,7 @@ def judge_units(paired, comparer: Comparer, coords_of) -> Judged:
         pairs, left_base, left_target = _pair_by_shape(retry, judged)
         judged.shape_gaps += [gap for run, _t, gap in retry if run in left_base]
         for run, target_run in pairs:
-            gap = _judge_pair(judged, run, target_run, unit, comparer, position_of, coords, budget)
+            gap = _judge_pair(judged, run, target_run, unit, comparer, position_of, coords, budget, other_kernels)
             if gap is not None:
                 judged.shape_gaps.append(gap)
                 left_base.append(run)
@@ -258,7 +264,7 @@ def judge_units(paired, comparer: Comparer, coords_of) -> Judged:
 
 
 def _judge_pair(judged: Judged, run, target_run, unit, comparer: Comparer, position_of,
-                coords, budget: Optional[str]) -> Optional[Tuple[OpDiff, TensorDiff]]:
+                coords, budget: Optional[str], other_kernels: bool = False) -> Optional[Tuple[OpDiff, TensorDiff]]:
     """One pair compared and judged into `judged`; when its outputs' shapes differ (not one op's two runs), the
     op and its first such output, and nothing recorded."""
     error: Optional[float]
@@ -268,7 +274,7 @@ def _judge_pair(judged: Judged, run, target_run, unit, comparer: Comparer, posit
     else:
         ex = run.execution()
         op = _compare_op(ex, target_run.execution(), position_of[run.key], comparer, unit.base_graphs, run.key,
-                         budget)
+                         budget, other_kernels)
         shapes = [t for t in op.outputs if t.note.startswith("shape differs")]
         if shapes:
             judged.shapes_of[("baseline", run.key)] = tuple(shapes[0].shape or ())

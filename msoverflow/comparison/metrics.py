@@ -179,6 +179,10 @@ def _compare_stats(sa, sb, ulp_dtype: Optional[str], tolerance: float) -> dict:
     return found
 
 
+# what prefetch() knows of two outputs whose files are byte for byte the same (read, never changed)
+_EQUAL = dict(max_abs_error=0.0, max_rel_error=0.0, cosine=1.0, error_ulps=0.0, agree=True, note="")
+
+
 class Comparer:
     def __init__(self, base_access: TensorAccess, target_access: TensorAccess, tolerance: float):
         self.base = base_access
@@ -189,12 +193,15 @@ class Comparer:
         self.known: Dict[tuple, tuple] = {}  # (baseline OpRun.key, slot) -> (metrics, headers) found by prefetch()
 
     def prefetch(self, pairs) -> None:
-        """Compare the small npy outputs of many matched op runs (walk.OpRun pairs) together: each file read with
-        one os.read, the pairs of one dtype and size stacked as two matrices and compared row by row (the same
-        kernel as one tensor at a time). Anything unusual (large, Fortran order, unreadable) is left to tensor()."""
+        """Compare the small npy outputs of many matched op runs (walk.OpRun pairs) together: each file read by
+        readers/npy.py's batch reader (the walk's: one open and one read, the header of the file before taken
+        when it is the same), the pairs of one dtype and size stacked as two matrices and compared row by row (the
+        same kernel as one tensor at a time). Anything unusual (large, Fortran order, unreadable) is left to
+        tensor()."""
         from ..dtypes import canonical
         from ..readers import npy
         groups: Dict[tuple, list] = {}
+        known = self.known
 
         def flush(key):
             members = groups.pop(key)
@@ -202,39 +209,49 @@ class Comparer:
             b = npy.stack_payloads([m[2] for m in members], members[0][4])
             for (token, _a, _b, ha, ht), found in zip(members, compare_matrices(a, b, key[2], self.tolerance),
                                                       strict=True):
-                self.known[token] = (found, ha, ht)
+                known[token] = (found, ha, ht)
 
+        base_reader, target_reader = npy.SmallReader(), npy.SmallReader()
+        same = None     # the pair before: its two headers, sizes and declared dtypes, and its group's key
         for run, target_run in pairs:
-            target_outputs = {slot: (path, dtype) for slot, path, dtype in target_run.npy_outputs}
             for slot, path, dtype in run.npy_outputs:
-                if slot not in target_outputs:
+                partner = next((t for t in target_run.npy_outputs if t[0] == slot), None)
+                if partner is None:
                     continue
-                target_path, target_dtype = target_outputs[slot]
+                _slot, target_path, target_dtype = partner
                 token = (run.key, slot)
                 try:
-                    mine = npy.read_small(path)
-                    theirs = npy.read_small(target_path) if mine is not None else None
+                    blob, ha, whole = base_reader.read(path)
+                    if not whole:
+                        continue      # a large file: tensor() reads it a chunk at a time
+                    target_blob, ht, whole = target_reader.read(target_path)
                 except READ_ERRORS:
                     continue          # tensor() reads it again and says what is wrong
-                if mine is None or theirs is None:
-                    continue          # a large file: tensor() reads it a chunk at a time
-                (blob, ha), (target_blob, ht) = mine, theirs
+                if not whole:
+                    continue
                 if blob == target_blob:      # the same file content (a re-run's tensors mostly are): no arithmetic
-                    self.known[token] = (dict(max_abs_error=0.0, max_rel_error=0.0, cosine=1.0, error_ulps=0.0,
-                                              agree=True, note=""), ha, ht)
+                    known[token] = (_EQUAL, ha, ht)
                     continue
-                count = math.prod(ha.shape) if ha.shape else 1
-                if ha.fortran or ht.fortran or count != (math.prod(ht.shape) if ht.shape else 1) or count == 0 or \
-                        ha.payload_dtype.kind not in "fiub" or ht.payload_dtype.kind not in "fiub" or \
-                        len(blob) < ha.offset + count * ha.payload_dtype.itemsize or \
-                        len(target_blob) < ht.offset + count * ht.payload_dtype.itemsize:
-                    continue
-                declared = dtype or canonical(ha.header_dtype.name)
-                target_declared = target_dtype or canonical(ht.header_dtype.name)
-                # one stack per header and file size on each side (stack_payloads' rows are one size)
-                key = ((ha, len(blob)), (ht, len(target_blob)), _ulp_dtype(declared, target_declared, True))
-                groups.setdefault(key, []).append((token, blob, target_blob, ha, ht))
-                if len(groups[key]) * count * 8 >= BATCH_BYTES:
+                if same is not None and ha is same[0] and ht is same[1] and len(blob) == same[2] and \
+                        len(target_blob) == same[3] and dtype == same[4] and target_dtype == same[5]:
+                    key = same[6]
+                else:
+                    count = math.prod(ha.shape) if ha.shape else 1
+                    if ha.fortran or ht.fortran or count != (math.prod(ht.shape) if ht.shape else 1) or \
+                            count == 0 or ha.payload_dtype.kind not in "fiub" or \
+                            ht.payload_dtype.kind not in "fiub" or \
+                            len(blob) < ha.offset + count * ha.payload_dtype.itemsize or \
+                            len(target_blob) < ht.offset + count * ht.payload_dtype.itemsize:
+                        continue
+                    declared = dtype or canonical(ha.header_dtype.name)
+                    target_declared = target_dtype or canonical(ht.header_dtype.name)
+                    # one stack per header and file size on each side (stack_payloads' rows are one size)
+                    key = ((ha, len(blob)), (ht, len(target_blob)), _ulp_dtype(declared, target_declared, True),
+                           count)
+                    same = (ha, ht, len(blob), len(target_blob), dtype, target_dtype, key)
+                members = groups.setdefault(key, [])
+                members.append((token, blob, target_blob, ha, ht))
+                if len(members) * key[3] * 8 >= BATCH_BYTES:
                     flush(key)
         for key in list(groups):
             flush(key)

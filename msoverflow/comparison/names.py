@@ -31,6 +31,24 @@ def api_of(op_name: str) -> Optional[Tuple[str, str]]:
     return (found.group("api"), found.group("direction")) if found else None
 
 
+# The API prefixes mindstudio-probe gives one framework only (its PyTorch and MindSpore dump docs; its own
+# MindSpore-to-PyTorch mapping turns Mint into Torch and MintFunctional into Functional); Functional, Tensor and
+# Distributed are both frameworks'.
+_FRAMEWORK_OF_PREFIX = {"Torch": "pytorch", "Module": "pytorch", "Aten": "pytorch", "NPU": "pytorch",
+                        "VF": "pytorch", "Primitive": "mindspore", "Mint": "mindspore", "MintFunctional": "mindspore",
+                        "Cell": "mindspore", "Jit": "mindspore"}
+
+
+def framework_of(op_names) -> Optional[str]:
+    """The framework a mindstudio-probe dump's entries name (`Torch.matmul.0.forward`: pytorch,
+    `Primitive.matmul.MatMul.0.forward`: mindspore), by the most of its entries with a prefix only one framework
+    uses; None when none has."""
+    from collections import Counter
+    seen = Counter(_FRAMEWORK_OF_PREFIX.get(name.split(".", 1)[0]) for name in op_names)
+    seen.pop(None, None)
+    return seen.most_common(1)[0][0] if seen else None
+
+
 def family(op_type: str, op_name: str) -> Optional[str]:
     """The op family an op run pairs by across modes: the graph op type (BatchMatMul as MatMul) or the API's (the
     built-in map, else its CamelCase); None for an API that computes no tensor (shape, size)."""
@@ -61,6 +79,18 @@ class NameMap:
             if any(name == wanted or fnmatch.fnmatchcase(name, wanted) for name in names if name):
                 return f"map{i}"
         return None
+
+    def family_of(self, names: Tuple[str, ...], side: str) -> Optional[str]:
+        """Across modes and frameworks: the op family the entry a run matches puts it in, that of the entry's
+        baseline API name (`Functional.dense: Functional.linear`: the linear call pairs as dense's MatMul), so an
+        entry whose other name is not in the dump (msprobe's table lists hundreds) takes no run from its family;
+        an entry of a pattern or a graph name is a family of its own ("map<i>")."""
+        key = self.key_of(names, side)
+        if key is None:
+            return None
+        pattern = self.pairs[int(key[3:])][0]
+        kind = None if any(c in pattern for c in "*?[") else family("", pattern + ".0.forward")
+        return kind if kind and api_of(pattern + ".0.forward") else key
 
     def __bool__(self) -> bool:
         return bool(self.pairs)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple, TypeVar
 
 from ..model import NamedRun
-from .names import api_of, family
+from .names import api_of, family, framework_of
 
 Run = TypeVar("Run", bound=NamedRun)     # an OpExecution or a walk.OpRun: match() pairs either
 _OP_NUMBER = re.compile(r"-op\d+$")
@@ -142,14 +142,17 @@ class UnitPairs:
     only_baseline: list
     only_target: list
     comparable: Optional[Tuple[int, int]] = None
+    frameworks: Optional[Tuple[str, str]] = None    # (baseline's, target's) when they differ: other kernels
 
 
 def pair_unit(unit, name_map=None) -> UnitPairs:
     """match() on one (rank, step) of both sides (a sides.UnitRead), through the saved graphs when both have them;
-    across modes (one side a graph-mode dump, the other API calls of a mindstudio-probe dump) match_across()."""
-    if _names_api(unit.base_runs) != _names_api(unit.target_runs):
+    across modes (one side a graph-mode dump, the other API calls of a mindstudio-probe dump) and across frameworks
+    (MindSpore's API calls against PyTorch's) match_across()."""
+    frameworks = _frameworks(unit.base_runs, unit.target_runs)
+    if _names_api(unit.base_runs) != _names_api(unit.target_runs) or frameworks is not None:
         pairs, only_base, only_target, comparable = match_across(unit.base_runs, unit.target_runs, name_map)
-        return UnitPairs(unit, pairs, only_base, only_target, comparable)
+        return UnitPairs(unit, pairs, only_base, only_target, comparable, frameworks)
     has_graph = [any(g.node(ex)[1] is not None for ex in runs[:1]) if runs else False
                  for g, runs in ((unit.base_graphs, unit.base_runs), (unit.target_graphs, unit.target_runs))]
     pairs, only_base, only_target = match(unit.base_runs, unit.target_runs, (unit.base_graphs, unit.target_graphs)
@@ -161,6 +164,13 @@ def _names_api(runs) -> bool:
     """The side names API calls (mindstudio-probe: `Functional.softmax.0.forward`), not graph kernels."""
     sample = runs[:64]
     return bool(sample) and sum(1 for r in sample if api_of(r.op_name)) * 2 > len(sample)
+
+
+def _frameworks(base_runs, target_runs) -> Optional[Tuple[str, str]]:
+    """(baseline's, target's) when both sides are mindstudio-probe dumps of different frameworks (MindSpore against
+    PyTorch: no shared names, and every op another implementation); else None."""
+    base, target = (framework_of(run.op_name for run in runs[:256]) for runs in (base_runs, target_runs))
+    return (base, target) if base is not None and target is not None and base != target else None
 
 
 def cross_key(run, side: str, name_map=None) -> Optional[tuple]:
@@ -177,11 +187,7 @@ def cross_key(run, side: str, name_map=None) -> Optional[tuple]:
                 or not run.n_outputs:
             return None
         names = (run.op_type, _without_op_numbers(run.op_name))
-    if name_map:
-        mapped = name_map.key_of(names, side)
-        if mapped is not None:
-            return (mapped,)
-    kind = family(run.op_type, run.op_name)
+    kind = (name_map.family_of(names, side) if name_map else None) or family(run.op_type, run.op_name)
     return ("op", kind) if kind and kind not in _VIEWS else None
 
 

@@ -33,13 +33,19 @@ def _side(path: str, ranks: Optional[Selection], steps: Optional[Selection], war
 
 
 
-def _unread(reads) -> Dict[str, Status]:
-    """walk.unread_of over one side's compared units: the files its readers could not read and the tensors whose
-    bytes could not be read when compared (analyze's one rule of "read")."""
+def _unread(reads: List[Dict[str, Status]]) -> Dict[str, Status]:
+    """One side's unread files over its compared units (each unit's _unread_of_unit)."""
     found: Dict[str, Status] = {}
-    for index, runs in reads:
-        found.update(unread_of([], (e for run in runs for e in run.tensors()), index.unread))
+    for unread in reads:
+        found.update(unread)
     return found
+
+
+def _unread_of_unit(index, runs) -> Dict[str, Status]:
+    """walk.unread_of over one compared unit of one side: the files its readers could not read and the tensors
+    whose bytes could not be read when compared (analyze's one rule of "read"). Taken once the unit is judged, so
+    that its runs (and their directories' names) need not be kept: memory is one unit's."""
+    return unread_of([], (e for run in runs for e in run.tensors()), index.unread)
 
 
 def _side_gaps(side: str, plan: Plan, reads, warn) -> List[str]:
@@ -117,7 +123,7 @@ class Sides:
     units: List[Tuple[int, int]]
     different: List[str]                    # why the two runs are not the same job (their ranks or steps differ)
     layout: Optional[object]
-    read_of: Dict[str, list] = field(default_factory=lambda: {"baseline": [], "target": []})
+    read_of: Dict[str, list] = field(default_factory=lambda: {"baseline": [], "target": []})  # unread, per unit
 
     def coords_of(self, rank: int) -> Optional[Dict[str, int]]:
         return self.layout.coords(rank) if self.layout is not None else None   # type: ignore[attr-defined]
@@ -130,10 +136,10 @@ class Sides:
         for rank, step in self.units:
             base_runs, base_index = read_unit_runs(base_units[(rank, step)], warn)
             target_runs, target_index = read_unit_runs(target_units[(rank, step)], warn)
-            self.read_of["baseline"].append((base_index, base_runs))
-            self.read_of["target"].append((target_index, target_runs))
             yield UnitRead(rank, step, base_runs, target_runs, _graphs_of(caches["baseline"], rank, base_index, warn),
                            _graphs_of(caches["target"], rank, target_index, warn))
+            self.read_of["baseline"].append(_unread_of_unit(base_index, base_runs))    # once judged
+            self.read_of["target"].append(_unread_of_unit(target_index, target_runs))
 
     def gaps(self, warn) -> Tuple[List[str], int]:
         """What either side could not give (analyze's completeness check) and how many tensor files were unread."""

@@ -5,7 +5,8 @@ Layout (msprobe's MindSpore and PyTorch dump docs; observed with mindstudio-prob
       dump.json        {"task", "level", "framework": mindspore|pytorch, "dump_data_dir", "data": {entry: {...}}}
       stack.json       {"0": [[entry names], [frames, innermost first]], ...}  (older: {entry: [frames]})
       construct.json   {entry: parent Cell/Module entry or null}   (empty at L1)
-      dump_tensor_data/{entry}.{input|output|parameters...}.{n}.npy   (task "tensor"; PyTorch writes .pt)
+      dump_tensor_data/{entry}.{input|output|parameters...}.{n}.npy   (task "tensor"; PyTorch writes .pt:
+                       torch.save files, read without torch by readers/torch_pt.py)
 Entry names: API `{Prefix}.{api}.{n}.{forward|backward}` (Prefix: Functional, Tensor, Primitive.{attr}.{Class},
 Mint, MintFunctional, Distributed, Torch, ...); Cell/Module `{Cell|Module}.{path}.{Class}.{forward|backward}.{n}`;
 parameter gradients `{Cell|Module}.{path}.{Class}.parameters_grad.{n}`.
@@ -21,6 +22,7 @@ first frame outside the framework).
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import os
 import re
@@ -30,6 +32,7 @@ from .. import safeio
 from ..dtypes import canonical
 from ..layout import LAYOUT_MSPROBE
 from ..model import INPUT, OUTPUT, GraphNode, TensorEvent
+from . import torch_pt
 from .reader import Reader
 from .statistic_csv import stats_from_numbers
 
@@ -276,6 +279,9 @@ def _event(record: dict, *, entry: str, io: str, slot: int, order: int, d, tenso
         if isinstance(data_name, str) and 0 < len(data_name) <= 4096 and "\0" not in data_name else None
     stats = None
     source = npy if npy and npy.endswith(".npy") and os.path.isfile(npy) else None
+    # PyTorch's tensors are torch.save files: read without torch when their values are asked for (compare);
+    # their statistics in dump.json answer the rest, as for a dump without files
+    saved = npy if source is None and npy and npy.endswith(".pt") and os.path.isfile(npy) else None
     missing = [k for k, ok in (("type", "type" in record), ("dtype", dtype is not None),
                                ("shape", shape is not None)) if not ok]
     if source is None:
@@ -290,10 +296,10 @@ def _event(record: dict, *, entry: str, io: str, slot: int, order: int, d, tenso
     if missing:
         unread.add(where, f"a tensor record without a readable {', '.join(missing)}")
     note = "" if (source or stats) else "no statistics and no tensor file for this tensor"
-    return TensorEvent(source=source or os.path.join(d.path, DUMP_JSON), rank=d.rank, graph=str(d.graph),
-                       step=d.step, op_type=entry_op_type(entry), op_name=entry, task_id=0, stream_id=0,
-                       timestamp=order, io=io, slot=slot, fmt="ND", dtype=dtype, shape=shape, stats=stats,
-                       note=note)
+    return TensorEvent(source=source or saved or os.path.join(d.path, DUMP_JSON), rank=d.rank,
+                       graph=str(d.graph), step=d.step, op_type=entry_op_type(entry), op_name=entry, task_id=0,
+                       stream_id=0, timestamp=order, io=io, slot=slot, fmt="ND", dtype=dtype, shape=shape,
+                       stats=stats, note=note, loader=functools.partial(torch_pt.load, saved) if saved else None)
 
 
 def read_step_dir(d, warn: Warn) -> Tuple[List[TensorEvent], List[GraphNode], int, Optional[str]]:

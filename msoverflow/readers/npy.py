@@ -190,11 +190,40 @@ def header_of_bytes(path: str, blob: bytes) -> NpyHeader:
     return header
 
 
-def read_small(path: str) -> Optional[Tuple[bytes, NpyHeader]]:
-    """A small npy file read whole (read_start) and its header (header_of_bytes); None for a larger file. The batch
-    reader's first half: walk.py's scan and comparison/metrics.py's pairs read their small outputs through it."""
-    blob, whole = read_start(path)
-    return (blob, header_of_bytes(path, blob)) if whole else None
+_NONBLOCKING = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+
+
+class SmallReader:
+    """The batch reader's first half, for files read one after another (a step's outputs: walk.py's scan;
+    the outputs of matched op runs, one reader per side: comparison/metrics.py): each file read with one open and
+    one read (non-blocking: a FIFO or device never hangs the scan); a file whose size and header bytes are those
+    of the whole file read before takes that file's header without parsing it (a step's files mostly share one)."""
+    __slots__ = ("_last",)
+
+    def __init__(self):
+        self._last: Optional[Tuple[bytes, int, NpyHeader]] = None   # header bytes, file size, header
+
+    def read(self, path: str) -> Tuple[bytes, NpyHeader, bool]:
+        """(bytes, header, whole): the whole file (up to SMALL) and its header, or the first bytes and header of a
+        larger one (whole False: open_array() reads it). READ_ERRORS when it cannot be read or parsed."""
+        fd = os.open(path, _NONBLOCKING)
+        try:
+            blob = os.read(fd, FIRST_READ)
+        finally:
+            os.close(fd)
+        last = self._last
+        if last is not None and len(blob) == last[1] and blob.startswith(last[0]):
+            return blob, last[2], True
+        if len(blob) < FIRST_READ:
+            whole = True
+        else:
+            blob, whole = read_start(path)
+        if not whole:
+            return blob, read_header(path, blob[:4096], os.path.getsize(path)), False
+        header = header_of_bytes(path, blob)
+        if len(blob) < FIRST_READ:       # a file of this size is known whole from its first read alone
+            self._last = (blob[:header.offset], len(blob), header)
+        return blob, header, True
 
 
 def stack_payloads(blobs: Sequence[bytes], header: NpyHeader) -> np.ndarray:

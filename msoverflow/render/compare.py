@@ -88,7 +88,7 @@ def headline(c: Comparison) -> str:
         return f"DIVERGED: first at {f.op_type}, {rank_phrase(f.rank, f.coords)}, step {f.step}"
     if c.verdict == "equivalent" and c.within_precision_ops:
         return (f"EQUIVALENT within precision: {c.matched_ops} matched op runs agree, {c.within_precision_ops} of "
-                f"them within the rounding budget of the lower dtype ({c.tensors_compared} tensors compared)")
+                f"them within their rounding budget ({c.tensors_compared} tensors compared)")
     if c.verdict == "equivalent":
         return (f"EQUIVALENT: {c.matched_ops} matched op runs agree within {_g(c.tolerance_ulps)} ulps "
                 f"({c.tensors_compared} tensors compared)")
