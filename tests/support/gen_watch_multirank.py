@@ -26,7 +26,8 @@ ARGV = ("--steps", "40", "--bad-step", "20")
 
 def cache_key() -> str:
     digest = hashlib.sha256()
-    for path in [Path(__file__).resolve(), CASE_SCRIPT, *sorted((base.REPO / "msoverflow" / "watch").glob("*.py"))]:
+    for path in [Path(__file__).resolve(), CASE_SCRIPT, *sorted((base.REPO / "msoverflow" / "watcher").glob("*.py")),
+                 base.REPO / "msoverflow" / "readers" / "statistic_csv.py"]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     digest.update(f"mindspore={base.mindspore_version()}".encode())
     return digest.hexdigest()[:16]
