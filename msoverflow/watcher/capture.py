@@ -48,6 +48,8 @@ FLUSH_SECONDS = 0.5             # buffered steps are written this often (a file 
 FLUSH_STEPS = 1000              # or when this many are buffered
 LOSS_WINDOW = 20
 GROWTH_HINT = 3.0               # a tensor tripled since the last full step (the root cause's own factor)
+GROWTH_KINDS = ("parameter", "optimizer state", "attention logits", "cell output")   # (an update or an input
+                                # swings 3x between two samples as a matter of course: seen on the demo and the MLP)
 
 _watch = None
 
@@ -229,9 +231,11 @@ class Watch:
         self.capture_spent = time.perf_counter() - entered      # this look at control.json; after_step adds its own
 
     def loss_hint(self, value: float) -> bool:
-        """Whether the loss looks off enough to capture this step and the next ones in full: non-finite, twice
-        the median of the last LOSS_WINDOW steps, or a third rise in a row to 1.5x that median. A hint for the
-        sampling only (looser than the watcher's tests, which decide the events)."""
+        """Whether the loss looks off enough to capture this step and the next ones in full: non-finite, 3x the
+        median of the last LOSS_WINDOW steps and 8 robust deviations above it (a spike), or a third rise in a row
+        to twice that median (a divergence under way: the watcher's own test waits for the fourth). A hint for the
+        sampling only; the watcher's tests decide the events. (Looser hints, 2x the median, fired on the demo's
+        small, noisy converged loss and made one step in 25 full.)"""
         losses = self.losses
         if not math.isfinite(value):
             return True
@@ -241,7 +245,9 @@ class Watch:
         if len(losses) >= 8:
             ordered = sorted(losses)
             median = ordered[len(ordered) // 2]
-            hint = value > 2.0 * median or (self.rises >= 3 and value >= 1.5 * median)
+            spread = sorted(abs(x - median) for x in losses)[len(losses) // 2] * 1.4826
+            hint = (value > 3.0 * median and value > median + 8 * spread) \
+                or (self.rises >= 3 and value >= 2.0 * median)
         losses.append(value)
         if len(losses) > LOSS_WINDOW:
             del losses[0]
@@ -264,7 +270,7 @@ class Watch:
             array = tensor_or_array.asnumpy() if hasattr(tensor_or_array, "asnumpy") else tensor_or_array
             rows.append((self._prefix(name, kind, op_type, cell, cell_class, tensor_or_array, array, dtype),
                          _scalar_row(loss_value) if kind == "loss" and loss_value is not None
-                         else _stats_row(array)))
+                         else _stats_row(array), kind))
             return array
 
         if loss_array is not None:
@@ -302,9 +308,9 @@ class Watch:
         next steps in full: a trend between two samples). Each full step's readings are kept for the next."""
         grew = False
         last = self.last_max
-        for prefix, row in rows:
+        for prefix, row, kind in rows:
             high, low = row[0], row[1]
-            if high is None:
+            if high is None or kind not in GROWTH_KINDS:
                 continue
             now = max(abs(high), abs(low))
             before = last.get(prefix[0])
@@ -367,7 +373,7 @@ class Watch:
     def buffer(self, rows) -> None:
         stamp = int(time.time() * 1e6)
         step = self.step
-        for (before, after), (high, low, mean, count, nan, neginf, posinf, l2, mean_abs) in rows:
+        for (before, after), (high, low, mean, count, nan, neginf, posinf, l2, mean_abs), _kind in rows:
             self.lines.append(f"{before}{stamp}{after}{_fmt(high)},{_fmt(low)},{_fmt(mean)},{count},{nan},{neginf},"
                               f"{posinf},{_fmt(l2)},{_fmt(mean_abs)},{step}\n")
         self.buffered += 1
