@@ -69,6 +69,7 @@ class Store:
     recent_values: Dict[str, List[Tuple[int, float]]] = field(default_factory=dict)   # (step, max |x|), in order
 
     recent_steps: Dict[str, List[int]] = field(default_factory=dict)
+    full_steps: Dict[int, List[int]] = field(default_factory=dict)   # rank -> steps read with more than the loss
 
     def recent(self, key: str, n: int, upto: int) -> List[Tuple[int, float]]:
         """The last n finite readings of a tensor up to a step: what the detectors read each step (O(n + log
@@ -115,6 +116,8 @@ class Store:
         return held
 
     def add_events(self, rank: int, step: int, events, meta: Dict[str, dict]) -> None:
+        if any(meta.get(e.op_name, {}).get("kind") != "loss" for e in events):
+            self.full_steps.setdefault(rank, []).append(step)
         for event in events:
             info = meta.get(event.op_name)
             if info is None:      # a MindSpore statistics dump: the op and its scope name the tensor

@@ -55,13 +55,16 @@ def _disk_bytes(root: str) -> int:
 
 
 class Ring:
-    """Keeps the last `keep` steps of each rank on disk; the steps around an event (the `keep` before it and the
-    one after) are never deleted. A step directory of the watch holds several steps (held: (rank, directory) ->
+    """Keeps the last `keep` steps of each rank on disk, and its last `keep` full steps (the capture samples: the
+    history the detectors and the root cause read again from a finished watch); the steps around an event (the
+    `keep` before it and the one after) are never deleted. A step directory of the watch holds several steps (held: (rank, directory) ->
     its steps, as the Follower read them); one not read yet, or of a MindSpore dump, holds its own step."""
 
-    def __init__(self, root: str, keep: int, held: Optional[Dict[Tuple[int, int], List[int]]] = None):
+    def __init__(self, root: str, keep: int, held: Optional[Dict[Tuple[int, int], List[int]]] = None,
+                 store: Optional[Store] = None):
         self.root, self.keep = root, keep
         self.held = held if held is not None else {}
+        self.store = store
         self.protected: Set[int] = set()
         self.deleted = 0
         self.peak_bytes = 0
@@ -75,8 +78,11 @@ class Ring:
             names = steps_on_disk(path)
             held = {name: self.held.get((rank, name), [name]) for name in names}
             self.peak_steps = max(self.peak_steps, sum(len(steps) for steps in held.values()))
+            # the last K steps, and the last K full steps (sampled: the steps that hold more than the loss)
+            full = self.store.full_steps.get(rank, []) if self.store is not None else []
+            oldest = min([read_upto - self.keep + 1] + full[-self.keep:])
             for name, steps in held.items():
-                if max(steps) <= read_upto - self.keep and not self.protected.intersection(steps):
+                if max(steps) < oldest and not self.protected.intersection(steps):
                     shutil.rmtree(os.path.join(path, str(name)), ignore_errors=True)
                     self.deleted += len(steps)
         self.peak_bytes = max(self.peak_bytes, _disk_bytes(self.root))
@@ -112,7 +118,7 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     store = Store()
     follower = Follower(stats, store)
     detector = Detector(warn_ahead)
-    ring = Ring(stats, keep, follower.held)
+    ring = Ring(stats, keep, follower.held, store)
     dense_asked = False
     events: List[Event] = []
     log_path = os.path.join(out, EVENTS_LOG)

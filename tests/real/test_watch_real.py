@@ -81,13 +81,16 @@ def test_healthy_run_raises_no_warning_and_the_ring_keeps_k_steps(watch_runs):
     assert report["events"] == [] and said == [] and report["root_cause"] is None
     keep = next(c.keep for c in CASES if c.name == "healthy")
     capture = report["capture"]
-    # what is left on disk: the files holding the last K steps (a file holds the steps written at once)
+    # what is left on disk: the files holding the last K steps and the last K full steps (a file holds the steps
+    # written at once; a full step holds more than the loss)
     again = from_dump(str(root / "out" / "stats"))
     left = again.store.steps[0]
     assert left == list(range(steps - len(left), steps)) and len(left) >= keep, left
     assert capture["steps_deleted"] == steps - len(left)
+    full = next(s["steps"] for s in report["series"] if s["tensor"] == "0.weight")
+    assert set(full[-keep:]) <= set(left) and len(full) < steps, (full, left)
     files = sorted(int(p.name) for p in (root / "out" / "stats" / "rank_0" / "Net" / "0").iterdir())
-    assert files[-1] == steps - 1 and all(f >= steps - keep for f in files), files
+    assert files[-1] == steps - 1 and all(f >= min(full[-keep:]) for f in files), files
 
 
 def test_every_tracked_tensor_has_its_mean_abs_in_the_report_series(watch_runs):
