@@ -419,8 +419,7 @@ class Watch:
 
     def hold_back(self) -> None:
         """The ring buffer's bound holds when the job writes faster than the watcher reads: while this rank has
-        more than 2K + 1 files on disk beyond the watcher's allowance (K, plus the steps it keeps around events:
-        ring.json), wait for it to read and delete (never longer than RING_WAIT_SECONDS: a watcher that is gone
+        more than K + 1 files on disk beyond the watcher's allowance (ring.json: the files it keeps, plus K), wait for it to read and delete (never longer than RING_WAIT_SECONDS: a watcher that is gone
         does not stop the training). Looked at once a file, not once a step."""
         keep = self.keep
         if not keep:

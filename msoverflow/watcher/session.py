@@ -86,7 +86,11 @@ class Ring:
                     shutil.rmtree(os.path.join(path, str(name)), ignore_errors=True)
                     self.deleted += len(steps)
         self.peak_bytes = max(self.peak_bytes, _disk_bytes(self.root))
-        allowance = self.keep + len(self.protected)
+        # the files a rank may hold before it waits (capture.Watch.hold_back): those the ring keeps now (the last
+        # K steps, the last K full steps, the steps around events) plus K; a fixed K + protected steps stalled a
+        # sampled run whose last K full steps spread over more than K files (seen: 30 s waits on the 1M MLP)
+        kept = max((len(steps_on_disk(path)) for path in rank_dirs(self.root).values()), default=0)
+        allowance = max(self.keep + len(self.protected), kept + self.keep)
         path = os.path.join(self.root, RING)
         with open(path + ".partial", "w", encoding="utf-8") as fh:
             json.dump({"allowance": allowance}, fh)
