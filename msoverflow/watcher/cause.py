@@ -93,13 +93,16 @@ def departure(store: Store, key: str, step: int) -> Optional[Departure]:
     if len(values) <= MIN_HISTORY or (values[-1][0] != step and step in store.points.get(key, {})):
         return None
     end = values[-1][1]
+    spacing = sorted(b[0] - a[0] for a, b in zip(values, values[1:], strict=False))[(len(values) - 1) // 2]
     highs = [values[0][1]]                 # highs[k]: the largest value of values[:k + 1]
     for _s, v in values[1:]:
         highs.append(max(highs[-1], v))
     for j in range(MIN_HISTORY, len(values)):
-        i = j        # back over the readings that each rose by RISE to a new high: i is the climb's first
+        # back over the readings that each rose by RISE to a new high, read at the series' usual spacing (across
+        # a sampling gap the climb is not seen: it starts at the first reading after it): i is the climb's first
+        i = j
         while i - 1 > MIN_HISTORY and values[i - 2][1] * RISE <= values[i - 1][1] \
-                and values[i - 1][1] > highs[i - 2]:
+                and values[i - 1][1] > highs[i - 2] and values[i][0] - values[i - 1][0] <= spacing:
             i -= 1
         baseline = highs[i - 1]
         if values[j][1] > LEFT_FACTOR * baseline and end > LEFT_FACTOR * baseline:
