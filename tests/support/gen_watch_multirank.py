@@ -21,7 +21,7 @@ from tests.support import gen_real_dumps as base
 
 CASE_SCRIPT = base.REPO / "tests" / "support" / "watch_cases" / "train_dp.py"
 DEFAULT_CACHE_ROOT = base.REPO / ".fixture-cache" / "watch-multirank"
-ARGV = ("--steps", "90", "--bad-step", "20")   # the stop comes up to two files (1 s) after the event
+ARGV = ("--steps", "200", "--bad-step", "20")   # the stop comes up to two files (1 s) after the event
 
 
 def cache_key() -> str:
