@@ -113,6 +113,7 @@ class TensorStats:
     # False when nan/posinf/neginf/over_range were inferred from statistics (Max = inf says "at least one"): they
     # are then lower bounds, and reports must say so ("≥1 +inf"; JSON `*_at_least`, exact count null).
     counts_exact: bool = True
+    mean_abs: Optional[float] = None     # mean |x| over finite values, when the source gives it (the watch's capture)
 
     @property
     def nonfinite(self) -> int:

@@ -32,6 +32,8 @@ COLUMNS = {
     "negative zero count": "negative_zero", "positive zero count": "positive_zero", "nan count": "nan",
     "negative inf count": "neginf", "positive inf count": "posinf", "zero count": "zero",
     "l2 value": "l2", "l2norm value": "l2", "l2norm": "l2", "md5": "md5", "md5 value": "md5",
+    "mean abs value": "mean_abs",     # mean |x|: the watch's capture writes it (msoverflow/watcher/capture.py)
+    "step": "step",       # the watch's capture: one file holds the rows of several steps
     "index": "slot",      # per-op statistics files (CANN device statistics): Input/Output,Index,...
 }
 REQUIRED = ("op_type", "op_name", "task_id", "stream_id", "timestamp", "io", "slot")
@@ -226,7 +228,7 @@ def _row(cells) -> Dict[str, object]:
     out["format"] = cells.get("format") or ""
     for key in _INT_FIELDS[4:]:
         out[key] = _number(cells, key, _int)
-    for key in _FLOAT_FIELDS:
+    for key in _FLOAT_FIELDS + _MEAN_FIELDS:
         out[key] = _number(cells, key, _float)
     return out
 
@@ -335,10 +337,11 @@ def stats_from_numbers(count, nan, posinf, neginf, high, low, zero, shape, dtype
 # ---- columns (the scan's fast path) ---------------------------------------------------------------------
 
 _NULL_SPELLINGS = sorted({v for n in NULLS for v in (n, n.upper(), n.title())})
-_INT_FIELDS = ("task_id", "stream_id", "timestamp", "slot", "count", "nan", "posinf", "neginf", "zero")
+_INT_FIELDS = ("task_id", "stream_id", "timestamp", "slot", "count", "nan", "posinf", "neginf", "zero", "step")
 _FLOAT_FIELDS = ("max", "min")
+_MEAN_FIELDS = ("mean_abs",)          # floats that are not extremes (never read as a bad value)
 _TEXT_FIELDS = ("op_type", "op_name", "io", "dtype", "shape", "format")
-_ALL_FIELDS = _TEXT_FIELDS + _INT_FIELDS + _FLOAT_FIELDS
+_ALL_FIELDS = _TEXT_FIELDS + _INT_FIELDS + _FLOAT_FIELDS + _MEAN_FIELDS
 
 
 class _Text:
@@ -483,6 +486,7 @@ class StatTable:
                                        number("posinf", row, int), number("neginf", row, int),
                                        number("max", row, float), number("min", row, float),
                                        number("zero", row, int), shape, dtype)
+            stats.mean_abs = number("mean_abs", row, float)
             events.append(TensorEvent(
                 source=self.path, rank=rank, graph=graph, step=iteration,
                 op_type=c["op_type"].values[c["op_type"].codes[row]],
@@ -542,7 +546,7 @@ def _table_of_values(path: str, values: Dict[str, list], note: str) -> StatTable
             columns[key] = _Text(codes, list(distinct))
         else:
             null = np.fromiter((v is None for v in column), dtype=bool, count=size)
-            kind = float if key in _FLOAT_FIELDS else np.int64
+            kind = float if key in _FLOAT_FIELDS + _MEAN_FIELDS else np.int64
             columns[key] = (np.asarray([0 if v is None else v for v in column], dtype=kind), null)
     return StatTable(path, columns, size, note)
 
@@ -568,11 +572,12 @@ def _arrow_table(path: str) -> Optional[StatTable]:
         key = COLUMNS.get(_norm_header(name))
         if key is not None and key not in fields:
             fields[key] = name
-    wanted = {k: v for k, v in fields.items() if k in _INT_FIELDS + _FLOAT_FIELDS + _TEXT_FIELDS}
+    wanted = {k: v for k, v in fields.items() if k in _ALL_FIELDS}
     if any(k not in fields for k in REQUIRED) or len(set(wanted.values())) != len(wanted) \
             or len(set(header)) != len(header):
         return None
-    types = {name: (pa.int64() if k in _INT_FIELDS else pa.float64() if k in _FLOAT_FIELDS else pa.string())
+    types = {name: (pa.int64() if k in _INT_FIELDS else pa.float64() if k in _FLOAT_FIELDS + _MEAN_FIELDS
+                    else pa.string())
              for k, name in wanted.items()}
     try:
         table = pa_csv.read_csv(path, convert_options=pa_csv.ConvertOptions(

@@ -1,34 +1,55 @@
-"""Inside the training process: per-step statistics of the tracked tensors, written as statistic.csv.
+"""Inside the training process: statistics of the tracked tensors, sampled within a cost budget, written as
+statistic.csv.
 
 Installed by the start-up hook (msoverflow/startup_hook.py) when `msoverflow watch` runs a command. A step is one
-call, from outside any Cell, of a Cell that holds an optimizer (nn.TrainOneStepCell and its kind). After each step
-the host reads, once, every tracked tensor and reduces it with numpy (max, min, mean, count, NaN/inf counts, L2):
-  - the network's parameters (weights) and the other Parameters of the step Cell (loss scale, optimizer state);
-  - each weight's update in the step (w after - w before: the optimizer's step, the gradient scaled by the lr);
-  - the step's float and integer inputs (the batch) and its output (the loss);
-  - in PyNative mode, the output of every Cell (a graph-mode construct runs as one graph and calls none).
-The rows are written as `{dir}/rank_{r}/Net/0/{step}/statistic.csv` (the MindSpore statistic dump's layout and
-columns) into a hidden directory renamed into place when whole, so a reader never sees half a step. What each row
-is (tensor, kind, Cell, dtype) goes once into `rank_{r}/watch_tensors.json`. The watcher asks the job to stop by
-writing `control.json` (`{"stop_at": step}`): every rank reads it before each step and ends cleanly there.
+call, from outside any Cell, of a Cell that holds an optimizer (nn.TrainOneStepCell and its kind).
+
+What is read, and when (the cost, measured in docs/performance.md, is the host's reads and the files, not the
+arithmetic):
+  - every step: the loss (one scalar, already computed);
+  - a full step: the step's inputs (the batch), every Parameter of the step Cell (weights, loss scale, optimizer
+    state and settings), each weight's update in the step (w after - w before), and in PyNative mode every Cell's
+    output and the logits of every attention softmax. Full steps are the first WARMUP_STEPS, then one every k steps,
+    k chosen from the measured costs so the full steps cost at most BUDGET of the training's own step time; and
+    DENSE_STEPS steps in a row from a step whose loss looks off (non-finite, a jump, a steady rise: a hint for the
+    sampling only, the watcher's detectors decide the events) or when the watcher asks (an event, control.json).
+Rows (max, min, mean, mean |x|, count, NaN/inf counts) are buffered and written several steps to a file, as
+`{dir}/rank_{r}/Net/0/{last step}/statistic.csv` (the MindSpore statistic dump's columns, plus `Mean Abs Value`
+and `Step`), into a hidden directory renamed into place when whole, so a reader never sees half a file. What each
+row is (tensor, kind, Cell, dtype) and how the sampling went go into `rank_{r}/watch_tensors.json`. The watcher asks
+the job to stop by writing `control.json` (`{"stop_at": step}`): every rank looks at it before each step.
 This module imports MindSpore (it runs in the training process); the analysis never imports it.
 """
 from __future__ import annotations
 
+import atexit
 import json
+import math
 import os
 import sys
 import time
+from typing import Optional
 
 from ..startup_hook import read_spec, when_cell_module_loads
 
 HEADER = ("Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,Max Value,Min Value,"
-          "Avg Value,Count,NaN Count,Negative Inf Count,Positive Inf Count,L2Norm Value\n")
+          "Avg Value,Count,NaN Count,Negative Inf Count,Positive Inf Count,L2Norm Value,Mean Abs Value,Step\n")
 CONTROL = "control.json"
 RING = "ring.json"              # {"allowance": steps a rank may hold on disk}, written by the watcher
 RING_WAIT_SECONDS = 30.0        # a writer ahead of the watcher by more than the allowance waits at most this long
 META = "watch_tensors.json"
 GRAPH_DIR = os.path.join("Net", "0")
+WARMUP_STEPS = 10               # full steps at the start: the detectors' first history
+DENSE_STEPS = 30                # full steps in a row after a hint or the watcher's request
+BUDGET = 0.01                   # the full steps' share of the training's own step time
+MAX_EVERY = 1000
+FLUSH_SECONDS = 0.5             # buffered steps are written this often (a file costs ~1 ms under load: once a
+                                # step it would be the demo's whole budget), or at once on a hint
+FLUSH_STEPS = 1000              # or when this many are buffered
+LOSS_WINDOW = 20
+GROWTH_HINT = 3.0               # a tensor tripled since the last full step (the root cause's own factor)
+GROWTH_KINDS = ("parameter", "optimizer state", "attention logits", "cell output")   # (an update or an input
+                                # swings 3x between two samples as a matter of course: seen on the demo and the MLP)
 
 _watch = None
 
@@ -42,17 +63,17 @@ def rank_of_process() -> int:
 
 
 def _stats_row(array):
-    """(max, min, mean, count, nan, -inf, +inf, l2) of a numpy array; max/min/mean over finite values; l2 is not
-    computed (None: a dot a tensor a step, which no detector reads). The common case (all finite) costs a max, a
-    min and a sum in the array's own precision (float16 in float32): NaN and inf show in max/min, and only then
-    are they counted."""
+    """(max, min, mean, count, nan, -inf, +inf, l2, mean |x|) of a numpy array; max/min/means over finite values;
+    l2 is not computed (None: no detector reads it). The common case (all finite) costs a max, a min, a sum and a
+    sum of |x| in the array's own precision (float16 in float32): NaN and inf show in max/min, and only then are
+    they counted."""
     import numpy as np
     a = np.asarray(array)
     if a.dtype.kind not in "fiub" or (a.dtype.kind == "f" and a.dtype.itemsize < 4):
         a = a.astype(np.float32)
     count = int(a.size)
     if count == 0:
-        return None, None, None, 0, 0, 0, 0, None
+        return None, None, None, 0, 0, 0, 0, None, None
     flat = a.reshape(-1)
     high, low = flat.max(), flat.min()
     nan = posinf = neginf = 0
@@ -62,12 +83,21 @@ def _stats_row(array):
         neginf = int(np.isneginf(flat).sum())
         flat = flat[np.isfinite(flat)]
         if flat.size == 0:
-            return None, None, None, count, nan, neginf, posinf, None
+            return None, None, None, count, nan, neginf, posinf, None, None
         high, low = flat.max(), flat.min()
     if a.dtype.kind != "f":
         flat = flat.astype(np.float64)
     total = float(flat.sum(dtype=np.float64))
-    return float(high), float(low), total / flat.size, count, nan, neginf, posinf, None
+    absolute = float(np.abs(flat).sum(dtype=np.float64)) if low < 0 else total
+    return float(high), float(low), total / flat.size, count, nan, neginf, posinf, None, absolute / flat.size
+
+
+def _scalar_row(value: float):
+    """_stats_row of a one-value tensor (the loss), without numpy."""
+    if math.isfinite(value):
+        return value, value, value, 1, 0, 0, 0, None, abs(value)
+    nan, neginf, posinf = int(math.isnan(value)), int(value == -math.inf), int(value == math.inf)
+    return None, None, None, 1, nan, neginf, posinf, None, None
 
 
 def _fmt(value) -> str:
@@ -78,6 +108,7 @@ class Watch:
     def __init__(self, spec: dict):
         self.spec = spec
         self.out = spec["out_dir"]
+        self.keep = spec.get("keep")
         self.rank = rank_of_process()
         self.rank_dir = ""
         self.step = 0
@@ -85,10 +116,38 @@ class Watch:
         self.meta: dict = {}
         self.previous: dict = {}         # weight name -> its values after the previous step
         self.cell_outputs: list = []     # (cell path, cell class, output) of this step (PyNative)
+        self.attention: list = []        # (cell path, cell class, softmax input) of this step (PyNative)
+        self.cell_stack: list = []       # the Cells being called (PyNative): where a softmax is
         self.cell_paths: dict = {}
         self.step_cells: set = set()
         self.pynative = False
         self.prefixes: dict = {}         # (kind, name) -> the row's text before and after its time stamp
+        # the sampling: what a full step and the training's own step cost (seconds), the last full step
+        self.full_cost = 0.0
+        self.step_cost = 0.0
+        self.full_costs: list = []
+        self.own_total = 0.0             # the training's own time and the capture's, over the steps after the first
+        self.spent_total = 0.0
+        self.step_costs: list = []
+        self.every = 1
+        self.last_full = -1
+        self.dense_until = WARMUP_STEPS - 1
+        self.full_steps = 0
+        self.losses: list = []
+        self.last_max: dict = {}         # row prefix -> max |x| at the last full step
+        self.rises = 0
+        self.step_started = 0.0
+        self.capture_spent = 0.0
+        # the buffer of rows not yet written, and the files on disk
+        self.lines: list = []
+        self.buffered = 0
+        self.last_flush = time.monotonic()
+        self.flush_now = False
+        self.control_mtime: Optional[int] = None
+        self.stop_at: Optional[int] = None
+        self._meta_written = -1
+        self.flushes = 0
+        atexit.register(self.flush)
 
     # -- what a step is --------------------------------------------------------------------------------
     def is_step_cell(self, cell) -> bool:
@@ -134,95 +193,235 @@ class Watch:
             self.params.append((name, kind, p, cell, _class_of(self, cell)))
         self.optimizer_class = type(optimizer).__name__
         self.root_class = type(root).__name__
+        if self.pynative:
+            _watch_softmax()
 
     # -- one step --------------------------------------------------------------------------------------
     def control(self) -> None:
+        """Before each step: what the watcher asked (stop before a step; full steps from now). A stat a step;
+        the file is parsed only when it changed."""
+        entered = time.perf_counter()
         try:
-            with open(os.path.join(self.out, CONTROL), encoding="utf-8") as fh:
-                stop_at = json.load(fh).get("stop_at")
-        except (OSError, ValueError):
-            return
-        if stop_at is not None and self.step >= int(stop_at):
+            mtime = os.stat(os.path.join(self.out, CONTROL)).st_mtime_ns
+        except OSError:
+            mtime = None
+        if mtime is not None and mtime != self.control_mtime:
+            self.control_mtime = mtime
+            try:
+                with open(os.path.join(self.out, CONTROL), encoding="utf-8") as fh:
+                    asked = json.load(fh)
+            except (OSError, ValueError):
+                asked = {}
+            if asked.get("stop_at") is not None:
+                self.stop_at = int(asked["stop_at"])
+            if asked.get("dense_steps"):
+                self.dense_until = max(self.dense_until, self.step + int(asked["dense_steps"]) - 1)
+        if self.stop_at is not None and self.step >= self.stop_at:
             sys.stderr.write(f"msoverflow watch: stopping before step {self.step} (asked by the watcher)\n")
             sys.stderr.flush()
+            self.flush()
             raise SystemExit(0)
+        if self.step_started:      # the training's own time of the previous step (its capture taken out)
+            own = max(entered - self.step_started - self.capture_spent, 1e-6)
+            self.step_costs = (self.step_costs + [own])[-9:]
+            if self.step > 1:          # (the first step compiles)
+                self.own_total += own
+                self.spent_total += self.capture_spent
+        self.step_started = entered
+        self.capture_spent = time.perf_counter() - entered      # this look at control.json; after_step adds its own
+
+    def loss_hint(self, value: float) -> bool:
+        """Whether the loss looks off enough to capture this step and the next ones in full: non-finite, 3x the
+        median of the last LOSS_WINDOW steps and 8 robust deviations above it (a spike), or a third rise in a row
+        to twice that median (a divergence under way: the watcher's own test waits for the fourth). A hint for the
+        sampling only; the watcher's tests decide the events. (Looser hints, 2x the median, fired on the demo's
+        small, noisy converged loss and made one step in 25 full.)"""
+        losses = self.losses
+        if not math.isfinite(value):
+            return True
+        value = abs(value)
+        self.rises = self.rises + 1 if losses and value > losses[-1] else 0
+        hint = False
+        if len(losses) >= 8:
+            ordered = sorted(losses)
+            median = ordered[len(ordered) // 2]
+            spread = sorted(abs(x - median) for x in losses)[len(losses) // 2] * 1.4826
+            hint = (value > 3.0 * median and value > median + 8 * spread) \
+                or (self.rises >= 3 and value >= 2.0 * median)
+        losses.append(value)
+        if len(losses) > LOSS_WINDOW:
+            del losses[0]
+        return hint
 
     def after_step(self, args, result) -> None:
+        started = time.perf_counter()
+        step = self.step
+        loss = result[0] if isinstance(result, (tuple, list)) and result else result
+        loss_array = loss.asnumpy() if hasattr(loss, "asnumpy") else None
+        loss_value = float(loss_array.reshape(-1)[0]) if loss_array is not None and loss_array.size == 1 else None
+        hint = loss_value is not None and self.loss_hint(loss_value)
+        if hint:
+            self.dense_until = max(self.dense_until, step + DENSE_STEPS - 1)
+            self.flush_now = True
+        full = step <= self.dense_until or step - self.last_full >= self.every
         rows = []
 
         def add(name, kind, op_type, cell, cell_class, tensor_or_array, dtype=None):
             array = tensor_or_array.asnumpy() if hasattr(tensor_or_array, "asnumpy") else tensor_or_array
-            key = (kind, name)
-            prefix = self.prefixes.get(key)
-            if prefix is None:        # what a row says besides its numbers, made once per tracked tensor
-                dtype = dtype or _dtype_name(tensor_or_array)
-                csv_name = _csv_name(f"{kind}:{name}")
-                self.meta[csv_name] = {"name": name, "kind": kind, "op": op_type, "cell": cell,
-                                       "cell_class": cell_class, "dtype": dtype, "row": len(self.meta)}
-                shape = '"(' + ",".join(str(int(s)) for s in getattr(array, "shape", ())) + ')"'
-                prefix = self.prefixes[key] = (f"{op_type},{csv_name},{len(self.meta) - 1},0,", 
-                                               f",output,0,{int(getattr(array, 'size', 1))},{dtype},{shape},")
-            rows.append((prefix, _stats_row(array)))
+            rows.append((self._prefix(name, kind, op_type, cell, cell_class, tensor_or_array, array, dtype),
+                         _scalar_row(loss_value) if kind == "loss" and loss_value is not None
+                         else _stats_row(array), kind))
             return array
 
+        if loss_array is not None:
+            add("loss", "loss", "Loss", "", self.root_class, loss_array, dtype=_dtype_name(loss))
+        if full:
+            self.full_step(args, add)
+        elif step + 1 - self.last_full >= self.every and step + 1 > self.dense_until:
+            self.keep_weights()       # the next step is full: its updates need these weights
+        self.cell_outputs, self.attention = [], []
+        if full and self.grew(rows):
+            self.dense_until = max(self.dense_until, step + DENSE_STEPS)
+            self.flush_now = True
+        self.buffer(rows)
+        self.step += 1
+        spent = time.perf_counter() - started
+        if full:
+            self.full_costs = (self.full_costs + [spent])[-5:]
+            self.full_steps += 1
+            self.last_full = step
+            if len(self.step_costs) > 1:        # medians: the first step's compilation, a slow step, move none
+                self.full_cost = sorted(self.full_costs)[len(self.full_costs) // 2]
+                self.step_cost = sorted(self.step_costs[1:])[(len(self.step_costs) - 1) // 2]
+                self.every = max(1, min(MAX_EVERY, math.ceil(self.full_cost / (BUDGET * self.step_cost))))
+        self.capture_spent += spent
+        if self.spec.get("stop_on_nonfinite") and any(r[1][4] or r[1][5] or r[1][6] for r in rows):
+            # the watcher would ask a step late: a rank that holds a NaN/inf ends here itself (in a data-parallel
+            # job the all-reduced gradients carry it to every rank in the same step)
+            sys.stderr.write(f"msoverflow watch: a non-finite value at step {step}: stopping\n")
+            sys.stderr.flush()
+            self.flush()
+            raise SystemExit(0)
+
+    def grew(self, rows) -> bool:
+        """Whether a tensor's max |x| reached GROWTH_HINT times its previous full reading (a hint to capture the
+        next steps in full: a trend between two samples). Each full step's readings are kept for the next."""
+        grew = False
+        last = self.last_max
+        for prefix, row, kind in rows:
+            high, low = row[0], row[1]
+            if high is None or kind not in GROWTH_KINDS:
+                continue
+            now = max(abs(high), abs(low))
+            before = last.get(prefix[0])
+            if before and now >= GROWTH_HINT * before:
+                grew = True
+            last[prefix[0]] = now
+        return grew
+
+    def full_step(self, args, add) -> None:
+        import numpy as np
         for slot, arg in enumerate(args):
             if hasattr(arg, "asnumpy"):
                 add(f"input {slot}", "input", "Input", "", self.root_class, arg)
-        loss = result[0] if isinstance(result, (tuple, list)) and result else result
-        if hasattr(loss, "asnumpy"):
-            add("loss", "loss", "Loss", "", self.root_class, loss)
         for path, cell_class, output in self.cell_outputs:
             out = output[0] if isinstance(output, (tuple, list)) and output else output
             if hasattr(out, "asnumpy") and "float" in _dtype_name(out):
                 add(path, "cell output", cell_class, path, cell_class, out)
-        self.cell_outputs = []
+        for path, cell_class, logits in self.attention:
+            add(f"{path} attention logits", "attention logits", "Softmax", path, cell_class, logits)
         for name, kind, p, cell, cell_class in self.params:
             values = add(name, kind, "Parameter", cell, cell_class, p)
             if kind == "parameter" and p.requires_grad:
                 before = self.previous.get(name)
                 if before is not None and before.shape == values.shape:
-                    import numpy as np
                     with np.errstate(invalid="ignore", over="ignore"):     # inf - inf: the NaN is counted
                         update = np.subtract(values, before, dtype=np.float32)
                     add(f"{name} update", "update", self.optimizer_class, cell, cell_class, update,
                         dtype=_dtype_name(p))
                 self.previous[name] = values.copy()      # asnumpy may share the Parameter's memory
-        self.write(rows)
-        self.step += 1
-        if self.spec.get("stop_on_nonfinite") and any(r[1][4] or r[1][5] or r[1][6] for r in rows):
-            # the watcher would ask a step late: a rank that holds a NaN/inf ends here itself (in a data-parallel
-            # job the all-reduced gradients carry it to every rank in the same step)
-            sys.stderr.write(f"msoverflow watch: a non-finite value at step {self.step - 1}: stopping\n")
-            sys.stderr.flush()
-            raise SystemExit(0)
 
-    def write(self, rows) -> None:
+    def softmax_input(self, logits) -> None:
+        """The input of a softmax called inside a Cell, kept when it has the shape of attention logits: at least
+        3 dimensions, the last two equal (queries x keys of one sequence). A classifier's logits (batch x classes)
+        are not; a cross-attention (queries x other keys) is not seen."""
+        shape = tuple(getattr(logits, "shape", ()))
+        if len(shape) >= 3 and shape[-1] == shape[-2] and all(path != self.cell_stack[-1][0]
+                                                              for path, _c, _x in self.attention):
+            path, cell_class = self.cell_stack[-1]
+            self.attention.append((path, cell_class, logits))
+
+    def keep_weights(self) -> None:
+        for name, kind, p, _cell, _cell_class in self.params:
+            if kind == "parameter" and p.requires_grad:
+                self.previous[name] = p.asnumpy().copy()
+
+    def _prefix(self, name, kind, op_type, cell, cell_class, tensor_or_array, array, dtype):
+        key = (kind, name)
+        prefix = self.prefixes.get(key)
+        if prefix is None:        # what a row says besides its numbers, made once per tracked tensor
+            dtype = dtype or _dtype_name(tensor_or_array)
+            csv_name = _csv_name(f"{kind}:{name}")
+            self.meta[csv_name] = {"name": name, "kind": kind, "op": op_type, "cell": cell,
+                                   "cell_class": cell_class, "dtype": dtype, "row": len(self.meta)}
+            shape = '"(' + ",".join(str(int(s)) for s in getattr(array, "shape", ())) + ')"'
+            prefix = self.prefixes[key] = (f"{op_type},{csv_name},{len(self.meta) - 1},0,",
+                                           f",output,0,{int(getattr(array, 'size', 1))},{dtype},{shape},")
+        return prefix
+
+    # -- the files -------------------------------------------------------------------------------------
+    def buffer(self, rows) -> None:
         stamp = int(time.time() * 1e6)
-        lines = [HEADER]
-        for (before, after), (high, low, mean, count, nan, neginf, posinf, l2) in rows:
-            lines.append(f"{before}{stamp}{after}{_fmt(high)},{_fmt(low)},{_fmt(mean)},{count},{nan},{neginf},"
-                         f"{posinf},{_fmt(l2)}\n")
-        hidden = os.path.join(self.rank_dir, f".{self.step}.partial")
+        step = self.step
+        for (before, after), (high, low, mean, count, nan, neginf, posinf, l2, mean_abs), _kind in rows:
+            self.lines.append(f"{before}{stamp}{after}{_fmt(high)},{_fmt(low)},{_fmt(mean)},{count},{nan},{neginf},"
+                              f"{posinf},{_fmt(l2)},{_fmt(mean_abs)},{step}\n")
+        self.buffered += 1
+        if self.flush_now or self.buffered >= FLUSH_STEPS \
+                or time.monotonic() - self.last_flush >= FLUSH_SECONDS:
+            self.flush(final=False)
+
+    def flush(self, final: bool = True) -> None:
+        """Write the buffered steps as one statistic.csv, named by the last of them (final: the job ends here,
+        the sampling's figures are written with it)."""
+        if not self.rank_dir:
+            return
+        if not self.lines:
+            self.buffered = 0
+            if final:
+                self.write_meta()
+            return
+        last = int(self.lines[-1].rsplit(",", 1)[1])
+        self.flushes += 1
+        if len(self.meta) != self._meta_written or final or self.flushes % 10 == 0:
+            self.write_meta()     # before the rows that name its tensors
+        hidden = os.path.join(self.rank_dir, f".{last}.partial")
         os.makedirs(hidden, exist_ok=True)
         with open(os.path.join(hidden, "statistic.csv"), "w", encoding="utf-8") as fh:
-            fh.writelines(lines)
-        os.replace(hidden, os.path.join(self.rank_dir, str(self.step)))
+            fh.write(HEADER)
+            fh.writelines(self.lines)
+        os.replace(hidden, os.path.join(self.rank_dir, str(last)))
+        self.lines, self.buffered, self.flush_now = [], 0, False
+        self.last_flush = time.monotonic()
         self.hold_back()
-        meta_path = os.path.join(self.out, f"rank_{self.rank}", META)
-        if self.step == 0 or len(self.meta) != getattr(self, "_meta_written", 0):
-            with open(meta_path + ".partial", "w", encoding="utf-8") as fh:
-                json.dump({"rank": self.rank, "tensors": self.meta}, fh)
-            os.replace(meta_path + ".partial", meta_path)
-            self._meta_written = len(self.meta)
 
+    def write_meta(self) -> None:
+        meta_path = os.path.join(self.out, f"rank_{self.rank}", META)
+        with open(meta_path + ".partial", "w", encoding="utf-8") as fh:
+            json.dump({"rank": self.rank, "tensors": self.meta,
+                       "sampling": {"steps": self.step, "full_steps": self.full_steps, "every": self.every,
+                                    "budget": BUDGET, "full_step_ms": round(self.full_cost * 1e3, 3),
+                                    "step_ms": round(self.step_cost * 1e3, 3),
+                                    "capture_share": round(self.spent_total / self.own_total, 5)
+                                    if self.own_total else None}}, fh)
+        os.replace(meta_path + ".partial", meta_path)
+        self._meta_written = len(self.meta)
 
     def hold_back(self) -> None:
         """The ring buffer's bound holds when the job writes faster than the watcher reads: while this rank has
-        more than 2K + 1 step directories on disk (K kept, K + 1 written and not yet read; the watcher's allowance
-        in ring.json adds the steps it keeps around events), wait for it to read and delete (never longer than
-        RING_WAIT_SECONDS: a watcher that is gone does not stop the training). The slack of K unread steps keeps
-        a fast step from waiting on every poll of the watcher (seen: K + 1 stalled the demo's 8 ms steps)."""
-        keep = self.spec.get("keep")
+        more than K + 1 files on disk beyond the watcher's allowance (ring.json: the files it keeps, plus K), wait for it to read and delete (never longer than RING_WAIT_SECONDS: a watcher that is gone
+        does not stop the training). Looked at once a file, not once a step."""
+        keep = self.keep
         if not keep:
             return
         allowance = keep
@@ -282,11 +481,18 @@ def _wrap_cells(module, spec: dict) -> None:
         if watch is None:
             watch = _watch = Watch(spec)
         if watch.depth:
-            result = original_call(self, *args, **kwargs)
-            if watch.pynative and id(self) in watch.cell_paths:
-                path, class_name = watch.cell_paths[id(self)]
-                if path:
-                    watch.cell_outputs.append((path, class_name, result))
+            if not watch.pynative or id(self) not in watch.cell_paths:
+                return original_call(self, *args, **kwargs)
+            path, class_name = watch.cell_paths[id(self)]
+            if class_name == "Softmax" and args and watch.cell_stack:
+                watch.softmax_input(args[0])
+            watch.cell_stack.append((path, class_name))
+            try:
+                result = original_call(self, *args, **kwargs)
+            finally:
+                watch.cell_stack.pop()
+            if path:
+                watch.cell_outputs.append((path, class_name, result))
             return result
         if not watch.is_step_cell(self):
             return original_call(self, *args, **kwargs)
@@ -296,8 +502,32 @@ def _wrap_cells(module, spec: dict) -> None:
             result = original_call(self, *args, **kwargs)
         finally:
             watch.depth = 0
+            watch.cell_stack = []
         watch.after_step(args, result)
         return result
 
     __call__.__wrapped__ = original_call      # type: ignore[attr-defined]
     cell_class.__call__ = __call__
+
+
+def _watch_softmax() -> None:
+    """PyNative: the functional softmax notes its input when it is attention logits (see Watch.softmax_input).
+    Replaced where it is looked up (mindspore.ops, ops.function, nn_func) at the first step."""
+    from mindspore import ops
+    from mindspore.ops import function as functional
+    from mindspore.ops.function import nn_func
+    original = nn_func.softmax
+    if getattr(original, "_msoverflow", False):
+        return
+
+    def softmax(input, axis=-1, *, dtype=None):      # noqa: A002 - MindSpore's own argument name
+        watch = _watch
+        if watch is not None and watch.depth and watch.cell_stack:
+            watch.softmax_input(input)
+        return original(input, axis, dtype=dtype)
+
+    softmax._msoverflow = True      # type: ignore[attr-defined]
+    softmax.__doc__ = original.__doc__
+    for where in (ops, functional, nn_func):
+        if getattr(where, "softmax", None) is original:
+            where.softmax = softmax

@@ -13,7 +13,8 @@ else happened), on its rank:
       dynamics   weights or updates grew over steps (a run of several steps);
       precision  a float16/bfloat16 tensor used most of its range with no growth before it, or the tensor
                  that went non-finite is low precision and was already near its limit;
-      attention  is not told: the statistics name no QK logits (the watch does not decide from names).
+      attention  the QK logits (a softmax's input shaped queries x keys, seen in PyNative mode) left their range
+                 before any weight, update or optimizer state did;
 When a non-finite value follows, the cause is joined to it in one sentence.
 """
 from __future__ import annotations
@@ -39,7 +40,9 @@ FIXES = {
     "precision": "compute the op that nears its limit in float32 (msoverflow patch), or let a dynamic loss scale "
                  "back off",
     "optimizer": "raise the optimizer's eps, lower beta2, or reset its state after the event",
-    "attention": "normalise or scale the QK logits (QK-norm), and compute softmax in float32",
+    "attention": "bound the QK logits: normalise q and k (QK-norm) or soft-cap the logits, check the 1/sqrt(d) "
+                 "scale, lower the learning rate of the q/k projections, and compute the logits and softmax in "
+                 "float32",
 }
 
 
@@ -65,7 +68,7 @@ class RootCause:
     event: Event
     onset: Optional[int]
     first: Optional[Departure]
-    cause: str                      # data | dynamics | precision | optimizer | unknown
+    cause: str                      # data | attention | optimizer | dynamics | precision | unknown
     evidence: List[str] = field(default_factory=list)
     fix: str = ""
     summary: str = ""
@@ -86,15 +89,20 @@ def departure(store: Store, key: str, step: int) -> Optional[Departure]:
     largest value before the climb (read over MIN_HISTORY steps or more); the climb's first step is the departure.
     A weight that grows as it learns, or a bias learning up from zero, never triples its own earlier largest."""
     values = [(s, v) for s, v in store.values(key, step) if v > 0][-MAX_STEPS:]
-    if len(values) <= MIN_HISTORY or values[-1][0] != step:
+    # read at `step` (or not captured there: a sampled step held only the loss): its last reading stands
+    if len(values) <= MIN_HISTORY or (values[-1][0] != step and step in store.points.get(key, {})):
         return None
     end = values[-1][1]
+    spacing = sorted(b[0] - a[0] for a, b in zip(values, values[1:], strict=False))[(len(values) - 1) // 2]
     highs = [values[0][1]]                 # highs[k]: the largest value of values[:k + 1]
     for _s, v in values[1:]:
         highs.append(max(highs[-1], v))
     for j in range(MIN_HISTORY, len(values)):
+        # back over the readings that each rose by RISE to a new high, read at the series' usual spacing (across
+        # a sampling gap the climb is not seen: it starts at the first reading after it): i is the climb's first
         i = j
-        while i > MIN_HISTORY and values[i - 1][1] * RISE <= values[i][1] and values[i - 1][1] > highs[i - 2]:
+        while i - 1 > MIN_HISTORY and values[i - 2][1] * RISE <= values[i - 1][1] \
+                and values[i - 1][1] > highs[i - 2] and values[i][0] - values[i - 1][0] <= spacing:
             i -= 1
         baseline = highs[i - 1]
         if values[j][1] > LEFT_FACTOR * baseline and end > LEFT_FACTOR * baseline:
@@ -193,6 +201,21 @@ def _classify(result: RootCause, store: Store, nonfinite: Optional[Event]) -> No
         d = data[0]
         result.cause = "data"
         evidence.append(f"{d.tensor} of the step jumped at step {d.since}: max |x| {d.before:.4g} -> {d.after:.4g}")
+        return
+    logits = [d for d in deps if d.kind == "attention logits"]
+    if logits and min(d.since for d in logits) <= min((d.since for d in state + weights), default=logits[0].since):
+        d = min(logits, key=lambda d: d.since)
+        result.cause = "attention"
+        evidence.append(f"{d.tensor} (the QK logits, the input of {d.cell}'s softmax) max |x| {d.before:.4g} -> "
+                        f"{d.after:.4g}, {growth_text(d.growth)} from step {d.since}, before any weight or update "
+                        "left its range")
+        moved = [w for w in weights if w.cell == d.cell]
+        if moved:
+            w = moved[0]
+            evidence.append(f"{w.tensor} grew after it: {w.before:.4g} -> {w.after:.4g} from step {w.since}")
+        low = _low_precision_near_limit(store, result, nonfinite)
+        if low:
+            evidence.append(low)
         return
     if state and (not weights or min(s.since for s in state) < min(w.since for w in weights)):
         d = state[0]

@@ -152,6 +152,9 @@ class Detector:
         past = values[:-1][-SPIKE_WINDOW:]
         if len(past) < SPIKE_MIN_HISTORY:
             return []
+        gaps = sorted(b[0] - a[0] for a, b in zip(past, past[1:], strict=False))
+        if step - past[-1][0] > gaps[len(gaps) // 2]:
+            return []        # read farther apart than its history (a sampled step): a change, not a one-step spike
         logs = [math.log(v) for _s, v in past]
         median = statistics.median(logs)
         mad = statistics.median(abs(x - median) for x in logs) * 1.4826

@@ -61,7 +61,12 @@ class WatchReport:
             "first": first, "first_dump": self.first_dump,
             "command": self.command, "command_exit": self.command_exit, "stopped_at": self.stopped_at,
             "capture": self.capture, "warnings": self.store.warnings[:50], "notes": self.notes,
+            "series": self.series(),
         }
+
+    def series(self) -> List[dict]:
+        """Every tracked tensor's statistics over the steps read: max |x|, min, max, mean |x|, NaN/inf count."""
+        return [self.store.series_of(key) for key in self.store.tensors]
 
     def headroom_series(self, plotted: int) -> List[tuple]:
         """(tracked, steps, headroom) of the tensors closest to their limit (or named by an event)."""

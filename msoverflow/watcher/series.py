@@ -25,7 +25,7 @@ RANK_DIR = re.compile(r"^rank_(\d+)$")
 META = "watch_tensors.json"
 # kinds in the order a tie on the onset step is broken: what feeds the step comes before what it makes
 KIND_ORDER = {"input": 0, "optimizer setting": 1, "optimizer state": 2, "parameter": 3, "update": 4,
-              "cell output": 5, "op output": 6, "loss": 7}
+              "attention logits": 5, "cell output": 6, "op output": 7, "loss": 8}
 
 
 @dataclass
@@ -55,6 +55,7 @@ class Point:
     high: Optional[float]
     nonfinite: int
     count: int
+    mean_abs: Optional[float] = None
 
 
 @dataclass
@@ -68,6 +69,7 @@ class Store:
     recent_values: Dict[str, List[Tuple[int, float]]] = field(default_factory=dict)   # (step, max |x|), in order
 
     recent_steps: Dict[str, List[int]] = field(default_factory=dict)
+    full_steps: Dict[int, List[int]] = field(default_factory=dict)   # rank -> steps read with more than the loss
 
     def recent(self, key: str, n: int, upto: int) -> List[Tuple[int, float]]:
         """The last n finite readings of a tensor up to a step: what the detectors read each step (O(n + log
@@ -83,15 +85,39 @@ class Store:
         return [(s, p.max_abs) for s, p in self.series(key)
                 if p.max_abs is not None and (upto is None or s <= upto)]
 
-    def add_step(self, rank: int, step: int, path: str, meta: Dict[str, dict], warn: Callable[[str], None]) -> None:
-        # the one statistic.csv parser; a step's file is a few dozen rows, which its row-by-row route (fixed={})
-        # reads in ~2 ms where pyarrow's per-file set-up costs ~7 ms: the watcher shares the training's cores
+    def add_step(self, rank: int, step: int, path: str, meta: Dict[str, dict], warn: Callable[[str], None]) -> List[int]:
+        """Read one step directory's statistic.csv; the steps it held (the watch's files hold several, each row
+        with its Step; a MindSpore statistics dump's file is the directory's one step)."""
+        # the one statistic.csv parser; a file of the watch is a few dozen to a few thousand rows, which its
+        # row-by-row route (fixed={}) reads in ~2 ms where pyarrow's per-file set-up costs ~7 ms
         table = read_table(path, warn, fixed={})
-        events = table.events(np.arange(table.size), rank, "0", step) if table is not None else []
-        if self.rows.get(rank, 0) > len(events):
-            warn(f"{path}: rank {rank} step {step} holds {len(events)} rows, earlier steps "
-                 f"{self.rows[rank]}: read as incomplete")
-        self.rows[rank] = max(self.rows.get(rank, 0), len(events))
+        if table is None:
+            self.steps.setdefault(rank, []).append(step)
+            return [step]
+        column = table.columns.get("step")
+        if column is None or not meta:
+            events = table.events(np.arange(table.size), rank, "0", step)
+            if self.rows.get(rank, 0) > len(events):
+                warn(f"{path}: rank {rank} step {step} holds {len(events)} rows, earlier steps "
+                     f"{self.rows[rank]}: read as incomplete")
+            self.rows[rank] = max(self.rows.get(rank, 0), len(events))
+            self.add_events(rank, step, events, meta)
+            self.steps.setdefault(rank, []).append(step)
+            return [step]
+        # the watch's own file: written whole and renamed into place, its row count varies by design (sampled)
+        values, nulls = column
+        values = np.where(nulls, step, values)          # a row without its Step: the directory's step
+        held = []
+        for one in sorted({int(v) for v in values.tolist()}):
+            rows = np.flatnonzero(values == one)
+            self.add_events(rank, one, table.events(rows, rank, "0", one), meta)
+            self.steps.setdefault(rank, []).append(one)
+            held.append(one)
+        return held
+
+    def add_events(self, rank: int, step: int, events, meta: Dict[str, dict]) -> None:
+        if any(meta.get(e.op_name, {}).get("kind") != "loss" for e in events):
+            self.full_steps.setdefault(rank, []).append(step)
         for event in events:
             info = meta.get(event.op_name)
             if info is None:      # a MindSpore statistics dump: the op and its scope name the tensor
@@ -108,11 +134,20 @@ class Store:
                 continue
             max_abs = stats.max_abs
             self.points.setdefault(key, {})[step] = Point(max_abs, stats.min, stats.max, stats.nonfinite,
-                                                          stats.count)
+                                                          stats.count, stats.mean_abs)
             if max_abs is not None:
                 self.recent_values.setdefault(key, []).append((step, max_abs))
                 self.recent_steps.setdefault(key, []).append(step)
-        self.steps.setdefault(rank, []).append(step)
+
+    def series_of(self, key: str) -> dict:
+        """One tracked tensor's statistics over the steps read, as the JSON report and the API give them."""
+        tracked = self.tensors[key]
+        points = self.series(key)
+        return {"tensor": tracked.name, "rank": tracked.rank, "kind": tracked.kind, "op": tracked.op,
+                "cell": tracked.cell, "dtype": tracked.dtype, "steps": [s for s, _p in points],
+                "max_abs": [p.max_abs for _s, p in points], "min": [p.low for _s, p in points],
+                "max": [p.high for _s, p in points], "mean_abs": [p.mean_abs for _s, p in points],
+                "nonfinite": [p.nonfinite for _s, p in points]}
 
 
 def _scope(op_name: str) -> str:
@@ -166,7 +201,8 @@ class Follower:
     def __init__(self, root: str, store: Optional[Store] = None):
         self.root = root
         self.store = store or Store()
-        self.read: Dict[int, int] = {}           # rank -> last step read
+        self.read: Dict[int, int] = {}           # rank -> last step directory read
+        self.held: Dict[Tuple[int, int], List[int]] = {}     # (rank, step directory) -> the steps it held
 
     def poll(self, finished: bool) -> List[int]:
         """Read every step now complete; the steps newly read on all ranks (ascending)."""
@@ -187,10 +223,12 @@ class Follower:
                 csv_path = os.path.join(step_dir, "statistic.csv")
                 if not os.path.isfile(csv_path):
                     self.store.warnings.append(f"{step_dir}: no statistic.csv: step {step} of rank {rank} not read")
+                    held = [step]
                 else:
-                    self.store.add_step(rank, step, csv_path, meta, self.store.warnings.append)
+                    held = self.store.add_step(rank, step, csv_path, meta, self.store.warnings.append)
+                self.held[(rank, step)] = held
                 self.read[rank] = step
-                new.add(step)
+                new.update(held)
         return sorted(new)
 
 

@@ -13,13 +13,13 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Set
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..logs import log
 from .cause import root_cause
 from .detect import NONFINITE, PROJECTED, Detector, Event, scan
 from .report import WatchReport
-from .series import Follower, Store, rank_dirs, steps_on_disk
+from .series import META, Follower, Store, rank_dirs, steps_on_disk
 
 INSTALLER = "msoverflow.watcher.capture"
 HOOK_DIR = ".msoverflow_watch_hook"
@@ -30,6 +30,7 @@ CONTROL = "control.json"
 RING = "ring.json"
 ON_EVENT = ("stop", "dump", "continue")
 POLL_SECONDS = 0.2
+DENSE_ON_EVENT = 30          # full steps asked of every rank after the first event (the event's region)
 
 
 @dataclass
@@ -54,11 +55,16 @@ def _disk_bytes(root: str) -> int:
 
 
 class Ring:
-    """Keeps the last `keep` steps of each rank on disk; the steps around an event (the `keep` before it and the
-    one after) are never deleted."""
+    """Keeps the last `keep` steps of each rank on disk, and its last `keep` full steps (the capture samples: the
+    history the detectors and the root cause read again from a finished watch); the steps around an event (the
+    `keep` before it and the one after) are never deleted. A step directory of the watch holds several steps (held: (rank, directory) ->
+    its steps, as the Follower read them); one not read yet, or of a MindSpore dump, holds its own step."""
 
-    def __init__(self, root: str, keep: int):
+    def __init__(self, root: str, keep: int, held: Optional[Dict[Tuple[int, int], List[int]]] = None,
+                 store: Optional[Store] = None):
         self.root, self.keep = root, keep
+        self.held = held if held is not None else {}
+        self.store = store
         self.protected: Set[int] = set()
         self.deleted = 0
         self.peak_bytes = 0
@@ -68,15 +74,23 @@ class Ring:
         self.protected.update(range(max(0, step - self.keep), step + 2))
 
     def trim(self, read_upto: int) -> None:
-        for _rank, path in rank_dirs(self.root).items():
-            steps = steps_on_disk(path)
-            self.peak_steps = max(self.peak_steps, len(steps))
-            for step in steps:
-                if step <= read_upto - self.keep and step not in self.protected:
-                    shutil.rmtree(os.path.join(path, str(step)), ignore_errors=True)
-                    self.deleted += 1
+        for rank, path in rank_dirs(self.root).items():
+            names = steps_on_disk(path)
+            held = {name: self.held.get((rank, name), [name]) for name in names}
+            self.peak_steps = max(self.peak_steps, sum(len(steps) for steps in held.values()))
+            # the last K steps, and the last K full steps (sampled: the steps that hold more than the loss)
+            full = self.store.full_steps.get(rank, []) if self.store is not None else []
+            oldest = min([read_upto - self.keep + 1] + full[-self.keep:])
+            for name, steps in held.items():
+                if max(steps) < oldest and not self.protected.intersection(steps):
+                    shutil.rmtree(os.path.join(path, str(name)), ignore_errors=True)
+                    self.deleted += len(steps)
         self.peak_bytes = max(self.peak_bytes, _disk_bytes(self.root))
-        allowance = self.keep + len(self.protected)
+        # the files a rank may hold before it waits (capture.Watch.hold_back): those the ring keeps now (the last
+        # K steps, the last K full steps, the steps around events) plus K; a fixed K + protected steps stalled a
+        # sampled run whose last K full steps spread over more than K files (seen: 30 s waits on the 1M MLP)
+        kept = max((len(steps_on_disk(path)) for path in rank_dirs(self.root).values()), default=0)
+        allowance = max(self.keep + len(self.protected), kept + self.keep)
         path = os.path.join(self.root, RING)
         with open(path + ".partial", "w", encoding="utf-8") as fh:
             json.dump({"allowance": allowance}, fh)
@@ -108,7 +122,8 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     store = Store()
     follower = Follower(stats, store)
     detector = Detector(warn_ahead)
-    ring = Ring(stats, keep)
+    ring = Ring(stats, keep, follower.held, store)
+    dense_asked = False
     events: List[Event] = []
     log_path = os.path.join(out, EVENTS_LOG)
     stop_at: Optional[int] = None
@@ -138,12 +153,13 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
                     event_log.flush()
                     ring.protect(event.step)
                     if stop_at is None and _escalates(event, on_event):
-                        stop_at = _stop_step(stats, event.step)
-                        with open(os.path.join(stats, CONTROL + ".partial"), "w", encoding="utf-8") as fh:
-                            json.dump({"stop_at": stop_at, "why": event.line()}, fh)
-                        os.replace(os.path.join(stats, CONTROL + ".partial"), os.path.join(stats, CONTROL))
+                        stop_at = _stop_step(stats, event.step, follower.held)
+                        _ask(stats, {"stop_at": stop_at, "dense_steps": DENSE_ON_EVENT, "why": event.line()})
                         say(f"msoverflow watch: asking every rank to stop before step {stop_at} "
                             f"(--on-event {on_event})")
+                    elif stop_at is None and not dense_asked:       # full steps from now: the event's region
+                        _ask(stats, {"dense_steps": DENSE_ON_EVENT, "why": event.line()})
+                        dense_asked = True
             if new_steps:
                 ring.trim(new_steps[-1])
             if done:
@@ -159,7 +175,7 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     report.capture = {"keep": keep, "warn_ahead": warn_ahead, "on_event": on_event, "seconds": round(seconds, 1),
                       "steps_deleted": ring.deleted, "peak_steps_on_disk": ring.peak_steps,
                       "peak_bytes_on_disk": ring.peak_bytes, "bytes_on_disk_at_end": _disk_bytes(stats),
-                      "events_log": log_path}
+                      "events_log": log_path, "sampling": _sampling(stats)}
     if not store.steps:
         report.notes.append("no step was captured: the command never called a Cell holding an optimizer "
                             "(nn.TrainOneStepCell or the like) from Python, or failed before its first step")
@@ -169,14 +185,35 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     return WatchOutcome(report, out)
 
 
-def _stop_step(stats: str, event_step: int) -> int:
-    """The step every rank stops before: one past the step after the newest any rank has written. The ranks of a
-    data-parallel job run in step (their all-reduce waits for all), so each reads control.json before that step
-    and none starts a step the others will not join (a rank that stopped one step early would leave the others
-    waiting in their all-reduce)."""
+def _sampling(stats: str) -> Dict[str, dict]:
+    """rank -> how the capture sampled (steps, full steps, the last k, the costs it measured)."""
+    found = {}
+    for rank in rank_dirs(stats):
+        try:
+            with open(os.path.join(stats, f"rank_{rank}", META), encoding="utf-8") as fh:
+                found[str(rank)] = json.load(fh).get("sampling", {})
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def _ask(stats: str, asked: dict) -> None:
+    """What every rank reads before its next step (capture.Watch.control), written whole."""
+    with open(os.path.join(stats, CONTROL + ".partial"), "w", encoding="utf-8") as fh:
+        json.dump(asked, fh)
+    os.replace(os.path.join(stats, CONTROL + ".partial"), os.path.join(stats, CONTROL))
+
+
+def _stop_step(stats: str, event_step: int, held: Dict[Tuple[int, int], List[int]]) -> int:
+    """The step every rank stops before: past the newest step any rank has written, plus twice the steps of the
+    largest file read (a rank writes its steps a file at a time, every capture.FLUSH_SECONDS, and looks at
+    control.json before each step), plus two. The ranks of a data-parallel job run in step (their all-reduce
+    waits for all), so each reads control.json before that step and none starts a step the others will not join
+    (a rank that stopped one step early would leave the others waiting in their all-reduce)."""
     newest = max((steps[-1] for steps in (steps_on_disk(p) for p in rank_dirs(stats).values()) if steps),
                  default=event_step)
-    return max(event_step, newest) + 2
+    largest = max((len(steps) for steps in held.values()), default=1)
+    return max(event_step, newest) + 2 * largest + 2
 
 
 def _escalates(event: Event, on_event: str) -> bool:

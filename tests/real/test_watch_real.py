@@ -1,7 +1,8 @@
 """`msoverflow watch` on real MindSpore CPU runs (tests/support/watch_cases/train_case.py, made once by
 tests/support/gen_watch_runs.py): the warning ahead of an fp16 overflow and the origin it joins, a finite loss spike
 from one corrupted batch (data), a learning-rate divergence in fp32 (dynamics), a healthy run with no warning, the
-ring buffer's bound, and the same answer from the kept statistics (the finished-dump path)."""
+ring buffer's bound, growing attention logits (attention), mean |x| in the series, and the same answer from the
+kept statistics (the finished-dump path)."""
 import json
 
 import pytest
@@ -76,17 +77,56 @@ def test_learning_rate_divergence_in_fp32_is_dynamics(watch_runs):
 def test_healthy_run_raises_no_warning_and_the_ring_keeps_k_steps(watch_runs):
     root, report, said = _case(watch_runs, "healthy")
     steps = _argv("healthy", "--steps")
-    assert steps >= 60 and report["steps_read"]["0"] == steps
+    assert steps >= 60 and report["steps_read"]["0"] == steps      # every step's loss is read, sampled or not
     assert report["events"] == [] and said == [] and report["root_cause"] is None
     keep = next(c.keep for c in CASES if c.name == "healthy")
     capture = report["capture"]
-    assert capture["steps_deleted"] == steps - keep
-    assert capture["peak_steps_on_disk"] <= 2 * keep + 2, capture
-    on_disk = sorted(int(p.name) for p in (root / "out" / "stats" / "rank_0" / "Net" / "0").iterdir())
-    assert on_disk == list(range(steps - keep, steps))
+    # what is left on disk: the files holding the last K steps and the last K full steps (a file holds the steps
+    # written at once; a full step holds more than the loss)
+    again = from_dump(str(root / "out" / "stats"))
+    left = again.store.steps[0]
+    assert left == list(range(steps - len(left), steps)) and len(left) >= keep, left
+    assert capture["steps_deleted"] == steps - len(left)
+    full = next(s["steps"] for s in report["series"] if s["tensor"] == "0.weight")
+    assert set(full[-keep:]) <= set(left) and len(full) < steps, (full, left)
+    files = sorted(int(p.name) for p in (root / "out" / "stats" / "rank_0" / "Net" / "0").iterdir())
+    assert files[-1] == steps - 1 and all(f >= min(full[-keep:]) for f in files), files
 
 
-@pytest.mark.parametrize("name", ["data_spike", "lr_divergence", "fp16_growth"])
+def test_every_tracked_tensor_has_its_mean_abs_in_the_report_series(watch_runs):
+    _root, report, _said = _case(watch_runs, "data_spike")
+    series = {s["tensor"]: s for s in report["series"]}
+    assert {"loss", "input 0", "0.weight", "0.weight update"} <= set(series)
+    for s in series.values():
+        assert len(s["steps"]) == len(s["mean_abs"]) == len(s["max_abs"]) > 0
+        for low, high, mean_abs, top in zip(s["min"], s["max"], s["mean_abs"], s["max_abs"], strict=True):
+            if mean_abs is not None:        # mean |x| lies within [0, max |x|] and is read, not derived
+                assert 0 <= mean_abs <= top * (1 + 1e-6) and top == max(abs(low), abs(high))
+    loss = series["loss"]
+    assert loss["steps"] == list(range(len(loss["steps"])))
+    assert all(abs(m - abs(h)) <= 1e-6 * abs(h) for m, h in zip(loss["mean_abs"], loss["max"], strict=True))
+
+
+def test_growing_attention_logits_are_class_attention_at_their_onset(watch_runs):
+    _root, report, said = _case(watch_runs, "attention")
+    onset = _argv("attention", "--onset")
+    cause = report["root_cause"]
+    assert cause["cause"] == "attention", cause
+    first = cause["first_tensor"]
+    assert first["kind"] == "attention logits" and first["op"] == "Softmax" and first["cell"] == "network.net"
+    # the onset named is the first step the logits were read at or after the step their scale began to grow
+    logits = next(s for s in report["series"] if s["tensor"] == first["tensor"])
+    assert cause["onset_step"] == min(s for s in logits["steps"] if s >= onset), (cause, logits["steps"])
+    assert first["dtype"] == "float16" and first["growth"] > 0.3
+    # warned ahead of the float16 overflow in the logits, and the weights stayed in their range before it
+    bad = min(e["step"] for e in report["events"] if e["kind"] == "nonfinite")
+    ahead = [e for e in report["events"] if e["kind"] == "projected_overflow" and e["tensor"] == first["tensor"]]
+    assert ahead and bad - ahead[0]["step"] >= 5, report["events"]
+    assert not [d for d in cause["departures"] if d["kind"] in ("parameter", "update") and d["since"] <= onset]
+    assert "QK" in cause["fix"] and any("QK logits" in e for e in cause["evidence"])
+
+
+@pytest.mark.parametrize("name", ["data_spike", "lr_divergence", "fp16_growth", "attention"])
 def test_the_kept_statistics_give_the_same_cause_as_the_live_watch(watch_runs, name):
     root, report, _said = _case(watch_runs, name)
     again = from_dump(str(root / "out" / "stats"))

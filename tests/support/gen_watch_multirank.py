@@ -21,12 +21,13 @@ from tests.support import gen_real_dumps as base
 
 CASE_SCRIPT = base.REPO / "tests" / "support" / "watch_cases" / "train_dp.py"
 DEFAULT_CACHE_ROOT = base.REPO / ".fixture-cache" / "watch-multirank"
-ARGV = ("--steps", "40", "--bad-step", "20")
+ARGV = ("--steps", "200", "--bad-step", "20")   # the stop comes up to two files (1 s) after the event
 
 
 def cache_key() -> str:
     digest = hashlib.sha256()
-    for path in [Path(__file__).resolve(), CASE_SCRIPT, *sorted((base.REPO / "msoverflow" / "watch").glob("*.py"))]:
+    for path in [Path(__file__).resolve(), CASE_SCRIPT, *sorted((base.REPO / "msoverflow" / "watcher").glob("*.py")),
+                 base.REPO / "msoverflow" / "readers" / "statistic_csv.py"]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     digest.update(f"mindspore={base.mindspore_version()}".encode())
     return digest.hexdigest()[:16]

@@ -37,13 +37,15 @@ CASES: List[WatchCase] = [
     WatchCase("data_spike", ("--case", "data_spike", "--steps", "40", "--bad-step", "30"), on_event="continue"),
     WatchCase("lr_divergence", ("--case", "lr_divergence", "--steps", "35", "--onset", "15"), on_event="continue"),
     WatchCase("healthy", ("--case", "healthy", "--steps", "80"), keep=5, on_event="continue"),
+    WatchCase("attention", ("--case", "attention", "--steps", "48", "--onset", "20"), on_event="continue"),
 ]
 
 
 def cache_key() -> str:
     digest = hashlib.sha256()
-    watch_dir = base.REPO / "msoverflow" / "watch"
-    for path in [Path(__file__).resolve(), CASE_SCRIPT, *sorted(watch_dir.glob("*.py"))]:
+    watch_dir = base.REPO / "msoverflow" / "watcher"       # (was msoverflow/watch: no file, so no key moved)
+    for path in [Path(__file__).resolve(), CASE_SCRIPT, *sorted(watch_dir.glob("*.py")),
+                 base.REPO / "msoverflow" / "readers" / "statistic_csv.py"]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     digest.update(f"mindspore={base.mindspore_version()}".encode())
     return digest.hexdigest()[:16]

@@ -100,3 +100,25 @@ def test_watch_usage_errors_are_one_line_and_exit_2(tmp_path):
                               cwd=tmp_path)
         assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []        # nothing made before the arguments were checked
+
+
+def test_a_file_of_several_steps_is_read_step_by_step_with_its_mean_abs(tmp_path):
+    """The capture writes the steps it buffered as one file (a Step column); mean |x| is its own column."""
+    from msoverflow.watcher.series import Follower
+    name = _csv_name("loss:loss")
+    graph = tmp_path / "rank_0" / "Net" / "0"
+    for last, steps in ((2, (0, 1, 2)), (5, (3, 4, 5))):
+        lines = [HEADER] + [f"Loss,{name},0,0,1,output,0,1,float32,\"()\",{-v},{-v},{-v},1,0,0,0,,{v},{s}\n"
+                            for s in steps for v in [1.5 + s]]
+        (graph / str(last)).mkdir(parents=True)
+        (graph / str(last) / "statistic.csv").write_text("".join(lines))
+    (tmp_path / "rank_0" / "watch_tensors.json").write_text(json.dumps({"rank": 0, "tensors": {name: {
+        "name": "loss", "kind": "loss", "op": "Loss", "cell": "", "cell_class": "Net", "dtype": "float32"}}}))
+    follower = Follower(str(tmp_path))
+    assert follower.poll(finished=True) == [0, 1, 2, 3, 4, 5]
+    series = follower.store.series_of("0:loss:loss")
+    assert series["steps"] == [0, 1, 2, 3, 4, 5] and series["mean_abs"] == [1.5 + s for s in range(6)]
+    assert series["max_abs"] == series["mean_abs"] and series["max"] == [-(1.5 + s) for s in range(6)]
+    ring = Ring(str(tmp_path), keep=2, held=follower.held)
+    ring.trim(5)        # the file of steps 0-2 is older than the last 2 steps; the one holding 3-5 stays
+    assert sorted(p.name for p in graph.iterdir()) == ["5"] and ring.deleted == 3

@@ -5,7 +5,10 @@
   data_spike     a float32 MLP regression; the batch of step --bad-step is corrupted (targets x 10): a finite loss spike;
   lr_divergence  the same MLP in float32; the learning rate grows each step from --onset until training diverges
                  (finite: float32 does not overflow within the run);
-  healthy        the same MLP, a constant small learning rate.
+  healthy        the same MLP, a constant small learning rate;
+  attention      one float16 self-attention layer (PyNative: the watch sees its softmax input, the QK logits); from
+                 --onset its q/k scale (a temperature schedule gone wrong) grows 1.5x a step, so the logits grow
+                 until float16 overflows in them while the weights stay in their range.
 The learning rate lives in the optimizer's `learning_rate` Parameter, set before each step (no recompilation).
 """
 import argparse
@@ -14,7 +17,8 @@ import sys
 
 def main(argv=None):
     parser = argparse.ArgumentParser()
-    parser.add_argument("--case", required=True, choices=["fp16_growth", "data_spike", "lr_divergence", "healthy"])
+    parser.add_argument("--case", required=True, choices=["fp16_growth", "data_spike", "lr_divergence", "healthy",
+                                                            "attention"])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--bad-step", type=int, default=30)
     parser.add_argument("--onset", type=int, default=15)
@@ -25,7 +29,7 @@ def main(argv=None):
     import mindspore as ms
     from mindspore import nn, ops, Parameter, Tensor
 
-    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_context(mode=ms.PYNATIVE_MODE if args.case == "attention" else ms.GRAPH_MODE)
     ms.set_device("CPU")
     ms.set_seed(0)
     rs = np.random.RandomState(0)
@@ -59,6 +63,43 @@ def main(argv=None):
 
         def batch(step):
             return x, Tensor(rs.normal(0, 0.1, (8, 8)).astype(np.float32))
+    elif args.case == "attention":
+        dim, tokens = 8, 6
+
+        def weight(name):
+            return Parameter(Tensor(rs.normal(0, 0.5, (dim, dim)).astype(np.float16)), name=name)
+
+        class SelfAttention(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.wq, self.wk, self.wv = weight("wq"), weight("wk"), weight("wv")
+                self.scale = 1.0 / np.sqrt(dim)
+
+            def construct(self, x):
+                q, k, v = ops.matmul(x, self.wq), ops.matmul(x, self.wk), ops.matmul(x, self.wv)
+                logits = ops.matmul(q, k.transpose(0, 2, 1)) * self.scale
+                return ops.matmul(ops.softmax(logits, -1), v)
+
+        class Loss(nn.Cell):
+            def __init__(self, net):
+                super().__init__()
+                self.net = net
+
+            def construct(self, x, t):
+                return ops.reduce_mean(ops.square(ops.cast(self.net(x), ms.float32) - t))
+
+        net = SelfAttention()
+        loss_net = Loss(net)
+        optimizer = nn.SGD(net.trainable_params(), learning_rate=0.01)
+        x = Tensor(rs.normal(0, 1, (2, tokens, dim)).astype(np.float16))
+        target = Tensor(rs.normal(0, 1, (2, tokens, dim)).astype(np.float32))
+
+        def lr_at(step):
+            net.scale = float(1.0 / np.sqrt(dim) * 1.5 ** max(0, step - args.onset + 1))
+            return 0.01
+
+        def batch(step):
+            return x, target
     else:
         dim = 16
         true_w = rs.normal(0, 1, (dim, 1)).astype(np.float32)
