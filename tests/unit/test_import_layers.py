@@ -1,7 +1,6 @@
 """House rules as tests (issue 33 item 5): the import layers. Read from the source (every import, at module level or
 inside a function; `if TYPE_CHECKING:` blocks left out, they never run):
-- no circle among the package's modules, nor among its rooms (a top-level module, or a subpackage as one room, as
-  `farm-studio look` draws the house);
+- no circle among the package's modules, nor among its rooms (a top-level module, or a subpackage as one room);
 - the model and the readers are at the bottom: they import nothing above them;
 - renderers are above: they read findings, never a dump, and only the commands and the package's own formatter
   registration import them (the notebook display of a Report is a formatter registered with the model, not an
