@@ -313,8 +313,7 @@ def _run(gathered: _Inputs, precisions: List[str], out_dtypes, node, mindspore: 
         for tensors in _shapings(gathered.tensors, node, gathered.kernel, out_shape):
             args = gathered.args
             # the shape this reading computes, not the dumped output's, is what memory holds
-            produced = safety.produced_elements(gathered.kernel, [t.shape for t in tensors], args,
-                                                pointwise=gathered.kernel in recompute.POINTWISE)
+            produced = safety.produced_elements(gathered.kernel, [t.shape for t in tensors], args, pointwise=True)
             reason = safety.over_budget(gathered.kernel, held, max(produced or 0, size), len(precisions),
                                         MAX_ELEMENTS)
             if reason:
