@@ -32,9 +32,11 @@ class TensorAccess:
         self.warn = warn
         self._scan: Dict[TensorKey, Tuple[Optional[bool], bool]] = {}
         self._stats: Dict[TensorKey, Optional[TensorStats]] = {}
-        # key -> (npy header or None, array) of the last tensors opened; (None, why, status) for unreadable ones
-        self._arrays: "OrderedDict[TensorKey, Tuple[Any, Any, Any]]" = OrderedDict()
+        # key -> (npy header or None, array) of the last tensors opened
+        self._arrays: "OrderedDict[TensorKey, Tuple[Any, Any]]" = OrderedDict()
         self._loaded_bytes = 0
+        # tensors that could not be read: key -> (why, status); named once, whichever stage asks again
+        self._failed: Dict[TensorKey, Tuple[str, Status]] = {}
         self.tensors_read = 0
         self.unreadable = 0
 
@@ -45,13 +47,14 @@ class TensorAccess:
         if event is None:
             return None
         key = tensor_key(event)
+        failed = self._failed.get(key)
+        if failed is not None:                 # unreadable: named when first met
+            event.status, event.note = failed[1], f"unreadable: {failed[0]}"
+            return None
         kept = self._arrays.get(key)
         if kept is not None:
             self._arrays.move_to_end(key)
-            header, array, status = kept
-            if status is not None:             # unreadable: said when first met
-                event.status, event.note = status, f"unreadable: {array}"
-                return None
+            header, array = kept
             if header is not None:
                 _take_header(event, header)
             return array
@@ -68,18 +71,18 @@ class TensorAccess:
             return array
         except READ_ERRORS as exc:
             status = Status.TRUNCATED if isinstance(exc, TruncatedFile) else Status.UNREADABLE
+            self._failed[key] = (str(exc), status)
             self._unreadable(event, str(exc), status)
-            self._keep(key, None, str(exc), 0, status)
         return None
 
-    def _keep(self, key: TensorKey, header, array, nbytes: int, status=None) -> None:
+    def _keep(self, key: TensorKey, header, array, nbytes: int) -> None:
         if nbytes > KEEP_LOADED_BYTES:
             return
-        self._arrays[key] = (header, array, status)
+        self._arrays[key] = (header, array)
         self._loaded_bytes += nbytes
         while len(self._arrays) > KEEP_ARRAYS or self._loaded_bytes > KEEP_LOADED_BYTES:
-            _old, (old_header, old, _status) = self._arrays.popitem(last=False)
-            if old_header is None and _status is None:
+            _old, (old_header, old) = self._arrays.popitem(last=False)
+            if old_header is None:
                 self._loaded_bytes -= int(getattr(old, "nbytes", 0) or 0)
 
     def seed(self, event: TensorEvent, header: "npy.NpyHeader", bad: bool, pinned: bool):
@@ -130,9 +133,11 @@ class TensorAccess:
         return self._stats[key]
 
     def adopt(self, other: "TensorAccess", events):
-        """Take over another access's counts and what it knows of `events`."""
+        """Take over another access's counts, the tensors it could not read (named: never again), and what it
+        knows of `events`."""
         self.tensors_read += other.tensors_read
         self.unreadable += other.unreadable
+        self._failed.update(other._failed)
         for event in events:
             key = tensor_key(event)
             if key in other._scan:
@@ -141,22 +146,25 @@ class TensorAccess:
                 self._stats[key] = other._stats[key]
 
     def known(self, events) -> Dict[TensorKey, tuple]:
-        """What this access found of `events` (key -> (scan or None, whether stats were computed, stats)), to hand
-        to another process's access (stats None: the tensor could not be read)."""
-        found = {}
+        """What this access found of `events` (key -> (scan or None, whether stats were computed, stats, (why,
+        status) when it could not be read)), and every tensor it could not read, to hand to another process's
+        access."""
+        found: Dict[TensorKey, tuple] = {key: (None, False, None, failed) for key, failed in self._failed.items()}
         for event in events:
             key = tensor_key(event)
             if key in self._scan or key in self._stats:
-                found[key] = (self._scan.get(key), key in self._stats, self._stats.get(key))
+                found[key] = (self._scan.get(key), key in self._stats, self._stats.get(key), self._failed.get(key))
         return found
 
     def learn(self, known: Dict[TensorKey, tuple]) -> None:
         """Take what another access found (known())."""
-        for key, (scan, has_stats, stats) in known.items():
+        for key, (scan, has_stats, stats, failed) in known.items():
             if scan is not None:
                 self._scan[key] = scan
             if has_stats:
                 self._stats[key] = stats
+            if failed is not None:
+                self._failed[key] = failed
 
     def forget(self, event: TensorEvent):
         """Drop cached results of a tensor nobody will ask about again (keeps memory flat on long scans)."""
@@ -164,7 +172,7 @@ class TensorAccess:
         self._scan.pop(key, None)
         self._stats.pop(key, None)
         kept = self._arrays.pop(key, None)
-        if kept is not None and kept[0] is None and kept[2] is None:
+        if kept is not None and kept[0] is None:
             self._loaded_bytes -= int(getattr(kept[1], "nbytes", 0) or 0)
 
 
