@@ -69,3 +69,19 @@ def test_an_argument_the_saved_graph_gives_as_inf_is_an_unknown_cause(tmp_path):
     cause = diagnose(ex, TensorAccess(lambda message: None), node=node, mindspore=False)
     assert cause.cause == "unknown"
     assert "Softmax could not be recomputed" in cause.reason and "OverflowError" in cause.reason
+
+
+def test_a_tensor_input_the_saved_graph_gives_as_no_number_is_an_unknown_cause(tmp_path):
+    """Fuzz find (corpus recompute-ValueError-literal-input-NCHW.bin): an op whose input 0 the saved graph gives
+    as the literal "NCHW" raised ValueError out of the recompute."""
+    import numpy as np
+
+    from msoverflow.cause.cause import diagnose
+    from msoverflow.evaluate import TensorAccess
+    from msoverflow.model import GraphNode
+    ex = _origin(tmp_path, "Add", [np.ones((3, 3), np.float32)], np.full((3, 3), np.inf, np.float32))
+    ex.inputs[0].slot = 1               # input 1 dumped, input 0 a literal of the saved graph
+    node = GraphNode("Default/Add-op1", "Add", literals={0: '"NCHW"'})
+    cause = diagnose(ex, TensorAccess(lambda message: None), node=node, mindspore=False)
+    assert cause.cause == "unknown"
+    assert "input 0 is given by the saved graph as '\"NCHW\"', not a number" in cause.reason
