@@ -18,6 +18,7 @@ from typing import Callable, Optional
 
 from . import completeness, findings
 from .assemble import assemble, not_understood, nothing_understood
+from .dataflow import StepReads
 from .errors import UserError
 from .evaluate import TensorAccess
 from .graphs import SavedGraphs
@@ -56,9 +57,11 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
         raise not_in_dump(path, plan.ranks, plan.steps, dump.dirs)
     kn = knowledge()
     # the dump holds what every stage reads through: one tensor access, the saved graphs (learnt as the walk goes)
+    # and one cache of the steps read again after the walk
     dump.access, dump.graphs = TensorAccess(notes), SavedGraphs({}, {}, notes)
+    dump.step_reads = StepReads(dump, dump.access, notes)
     access, graphs = dump.access, dump.graphs
-    sight = harmless.Sight(graphs, plan.units, access, kn)
+    sight = harmless.Sight(graphs, plan.units, dump.step_reads, kn)
     with timed("walk"), _Progress(sys.stderr.isatty() if progress is None else progress, plan.files) as bar:
         # Opdebug records mean the hardware watched every op: every unit is judged by them (only flagged ops, whose
         # inputs decide, and collectives, which tell which rank a bad value came from, are worth a tensor read).
@@ -69,6 +72,7 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
             raise not_in_dump(path, plan.ranks, plan.steps, dump.dirs)
         return conclude(nothing_understood(dump, walked, list(notes)))
     graphs.learn(walked.rank_roots, walked.graphs)
+    dump.step_reads.scanned = walked.scanned
     with timed("harmless"):     # contained values and overflows a loss scale handled are no finding (--strict: are)
         found = harmless.find(walked, sight, strict)
         walked = found.remove(walked)

@@ -3,6 +3,7 @@ from the saved graph (looking through the nodes that run no kernel: Load, Depend
 one (rank, step) of the dump holds."""
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 
 from .model import GraphNode, OpExecution
@@ -169,23 +170,32 @@ def parameter_name(op_name: str) -> str:
 
 class StepIndex:
     """The op runs of one (rank, step): every graph's files of that step, by (graph, op name) and by type. Its
-    tensors are read through its own TensorAccess, which lives and dies with it (the access caches by object id)."""
+    tensors are read through `access` (the dump's one access when a StepReads made it)."""
 
-    def __init__(self, runs: Iterable, warn: Callable[[str], None] = lambda message: None):
+    def __init__(self, runs: Iterable, warn: Callable[[str], None] = lambda message: None, access=None):
         from .evaluate import TensorAccess
-        self.access = TensorAccess(warn)
+        self.access = access if access is not None else TensorAccess(warn)
         self.runs = list(runs)
+        self._named: Optional[Dict[str, list]] = None
         self.by_name: Dict[Tuple[str, str], object] = {}
         for run in self.runs:
             self.by_name.setdefault((run.graph, run.op_name), run)
 
     @classmethod
     def of_unit(cls, unit, warn: Callable[[str], None] = lambda message: None,
-                ops: Optional[Callable[[str], bool]] = None) -> "StepIndex":
+                ops: Optional[Callable[[str], bool]] = None, access=None) -> "StepIndex":
         """ops(op name as in file names): only those ops' runs (walk.read_unit_runs)."""
         from .walk import read_unit_runs
         runs, _read = read_unit_runs(unit, warn, ops)
-        return cls(runs, warn)
+        return cls(runs, warn, access)
+
+    def named(self, op_name: str) -> list:
+        """Every run of one op name, any graph (a step may hold a graph run twice)."""
+        if self._named is None:
+            self._named = {}
+            for run in self.runs:
+                self._named.setdefault(run.op_name, []).append(run)
+        return self._named.get(op_name, [])
 
     def run(self, graph: str, op_name: str):
         return self.by_name.get((graph, op_name))
@@ -201,3 +211,51 @@ class StepIndex:
         """The Parameter run of a parameter (`fc1.weight` or its file form `fc1_weight`), any graph."""
         file_name = parameter_name(name)
         return next((run for run in self.runs if run.is_parameter and run.op_name == file_name), None)
+
+
+KEEP_STEPS = 8          # steps' op-run indexes kept in memory at once
+
+
+class StepReads:
+    """The dump's one cache of steps read again after the walk (layout.Dump.step_reads): (rank, step) -> its op
+    runs (StepIndex), each read once whoever asks (the harmless stage, the diagnosis, the replicas), the last
+    `keep` kept (the stages go through a rank's steps in order, so memory stays flat on long dumps). Every tensor
+    is read through the dump's one access. A step the walk read is read again quietly (the walk said what was
+    wrong with its files); any other step says it."""
+
+    def __init__(self, dump, access, warn: Callable[[str], None], keep: int = KEEP_STEPS):
+        self.dump, self.access, self.warn, self.keep = dump, access, warn, keep
+        self.scanned: Optional[Dict[int, List[int]]] = None     # rank -> steps the walk read, once it is done
+        self._units: Optional[Dict[Tuple[int, int], object]] = None
+        self._cache: "OrderedDict[Tuple[int, int], Optional[StepIndex]]" = OrderedDict()
+
+    def unit(self, rank: int, step: int):
+        if self._units is None:
+            self._units = {(u.rank, u.step): u for u in self.dump.plan().units}
+        return self._units.get((rank, step))
+
+    def _warn_of(self, rank: int, step: int) -> Callable[[str], None]:
+        if self.scanned is None or step in self.scanned.get(rank, ()):
+            return lambda message: None
+        return self.warn
+
+    def __call__(self, rank: int, step: int) -> Optional[StepIndex]:
+        key = (rank, step)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        unit = self.unit(rank, step)
+        index = StepIndex.of_unit(unit, self._warn_of(rank, step), access=self.access) if unit is not None else None
+        self._cache[key] = index
+        if len(self._cache) > self.keep:
+            self._cache.popitem(last=False)
+        return index
+
+    def ops_of(self, rank: int, step: int, ops: Callable[[str], bool]) -> Optional[StepIndex]:
+        """The runs of (rank, step) that ops(op name) takes: from the cache when the step is there, else read for
+        this question only (a whole step of a 50,000-row statistic.csv costs seconds; a few ops cost little)."""
+        cached = self._cache.get((rank, step))
+        if cached is not None:
+            return StepIndex([run for run in cached.runs if ops(run.op_name)], access=self.access)
+        unit = self.unit(rank, step)
+        return StepIndex.of_unit(unit, lambda message: None, ops, access=self.access) if unit is not None else None

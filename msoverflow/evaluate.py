@@ -1,8 +1,13 @@
 """Lazy tensor evaluation: stats when the dump already has them, otherwise a memory-mapped, chunked read,
-only of the tensors a rule asks about. Unreadable files are reported once and treated as unknown."""
+only of the tensors a rule asks about. Unreadable files are reported once and treated as unknown.
+
+What is known of a tensor is kept by its place in the dump (file, input or output, slot, op, time stamp), never
+by an object's id(): a step read again (the harmless stage, the diagnosis) makes new event objects of the same
+files, and one access shared by every stage reads each file once."""
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Tuple
+from collections import OrderedDict
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -12,38 +17,79 @@ from .errors import READ_ERRORS, TruncatedFile
 from .model import Status, TensorEvent, TensorStats
 from .readers import npy
 
+TensorKey = Tuple[str, str, int, str, int]
+KEEP_ARRAYS = 64                    # tensors opened and kept (memory maps cost address space, not memory)
+KEEP_LOADED_BYTES = 64 << 20        # decoded tensors (binary dumps) kept, in bytes
+
+
+def tensor_key(event: TensorEvent) -> TensorKey:
+    """A tensor's place in the dump: the same for every event object made of it."""
+    return (event.source, event.io, event.slot, event.op_name, event.timestamp)
+
 
 class TensorAccess:
     def __init__(self, warn: Callable[[str], None]):
         self.warn = warn
-        self._scan: Dict[int, Tuple[Optional[bool], bool]] = {}
-        self._stats: Dict[int, Optional[TensorStats]] = {}
+        self._scan: Dict[TensorKey, Tuple[Optional[bool], bool]] = {}
+        self._stats: Dict[TensorKey, Optional[TensorStats]] = {}
+        # key -> (npy header or None, array) of the last tensors opened
+        self._arrays: "OrderedDict[TensorKey, Tuple[Any, Any]]" = OrderedDict()
+        self._loaded_bytes = 0
+        # tensors that could not be read: key -> (why, status); named once, whichever stage asks again
+        self._failed: Dict[TensorKey, Tuple[str, Status]] = {}
         self.tensors_read = 0
         self.unreadable = 0
 
     # -- loading ---------------------------------------------------------------------------------------------
     def array(self, event: TensorEvent) -> Optional[np.ndarray]:
-        """The tensor as a memory map (nothing read until touched); None when it cannot be read."""
+        """The tensor as a memory map (nothing read until touched); None when it cannot be read. A tensor is
+        opened once: the last few are kept, and one that cannot be read is named once."""
         if event is None:
             return None
+        key = tensor_key(event)
+        failed = self._failed.get(key)
+        if failed is not None:                 # unreadable: named when first met
+            event.status, event.note = failed[1], f"unreadable: {failed[0]}"
+            return None
+        kept = self._arrays.get(key)
+        if kept is not None:
+            self._arrays.move_to_end(key)
+            header, array = kept
+            if header is not None:
+                _take_header(event, header)
+            return array
         try:
             if event.loader is not None:
-                return event.loader()
+                array = event.loader()
+                self._keep(key, None, array, int(getattr(array, "nbytes", 0) or 0))
+                return array
             if not event.source.endswith(".npy"):
                 return None
             header, array = npy.load(event.source)
             _take_header(event, header)
+            self._keep(key, header, array, 0)
             return array
         except READ_ERRORS as exc:
-            self._unreadable(event, str(exc), Status.TRUNCATED if isinstance(exc, TruncatedFile) else
-                             Status.UNREADABLE)
+            status = Status.TRUNCATED if isinstance(exc, TruncatedFile) else Status.UNREADABLE
+            self._failed[key] = (str(exc), status)
+            self._unreadable(event, str(exc), status)
         return None
+
+    def _keep(self, key: TensorKey, header, array, nbytes: int) -> None:
+        if nbytes > KEEP_LOADED_BYTES:
+            return
+        self._arrays[key] = (header, array)
+        self._loaded_bytes += nbytes
+        while len(self._arrays) > KEEP_ARRAYS or self._loaded_bytes > KEEP_LOADED_BYTES:
+            _old, (old_header, old) = self._arrays.popitem(last=False)
+            if old_header is None:
+                self._loaded_bytes -= int(getattr(old, "nbytes", 0) or 0)
 
     def seed(self, event: TensorEvent, header: "npy.NpyHeader", bad: bool, pinned: bool):
         """What a batch check already found for an npy tensor (msoverflow/walk.py), as array() and a scan would
         have recorded it. The caller counts the read."""
         _take_header(event, header)
-        self._scan[id(event)] = (bad, pinned)
+        self._scan[tensor_key(event)] = (bad, pinned)
 
     def _unreadable(self, event: TensorEvent, why: str, status: Status):
         self.unreadable += 1
@@ -52,7 +98,7 @@ class TensorAccess:
 
     # -- questions rules ask -----------------------------------------------------------------------------------
     def _scan_of(self, event: TensorEvent) -> Tuple[Optional[bool], bool]:
-        key = id(event)
+        key = tensor_key(event)
         if key not in self._scan:
             if event.stats is not None:       # statistic.csv: no tensor read
                 self._scan[key] = (event.stats.bad, event.stats.at_max > 0)
@@ -80,28 +126,54 @@ class TensorAccess:
             return None
         if event.stats is not None:
             return event.stats
-        key = id(event)
+        key = tensor_key(event)
         if key not in self._stats:
             array = self.array(event)
             self._stats[key] = None if array is None else tensor_stats.compute(array, event.dtype)
         return self._stats[key]
 
     def adopt(self, other: "TensorAccess", events):
-        """Take over another access's counts and what it knows of `events` (which stay alive with the caller:
-        the caches are keyed by object id, and an id is only safe while its object lives)."""
+        """Take over another access's counts, the tensors it could not read (named: never again), and what it
+        knows of `events`."""
         self.tensors_read += other.tensors_read
         self.unreadable += other.unreadable
+        self._failed.update(other._failed)
         for event in events:
-            key = id(event)
+            key = tensor_key(event)
             if key in other._scan:
                 self._scan[key] = other._scan[key]
             if key in other._stats:
                 self._stats[key] = other._stats[key]
 
+    def known(self, events) -> Dict[TensorKey, tuple]:
+        """What this access found of `events` (key -> (scan or None, whether stats were computed, stats, (why,
+        status) when it could not be read)), and every tensor it could not read, to hand to another process's
+        access."""
+        found: Dict[TensorKey, tuple] = {key: (None, False, None, failed) for key, failed in self._failed.items()}
+        for event in events:
+            key = tensor_key(event)
+            if key in self._scan or key in self._stats:
+                found[key] = (self._scan.get(key), key in self._stats, self._stats.get(key), self._failed.get(key))
+        return found
+
+    def learn(self, known: Dict[TensorKey, tuple]) -> None:
+        """Take what another access found (known())."""
+        for key, (scan, has_stats, stats, failed) in known.items():
+            if scan is not None:
+                self._scan[key] = scan
+            if has_stats:
+                self._stats[key] = stats
+            if failed is not None:
+                self._failed[key] = failed
+
     def forget(self, event: TensorEvent):
         """Drop cached results of a tensor nobody will ask about again (keeps memory flat on long scans)."""
-        self._scan.pop(id(event), None)
-        self._stats.pop(id(event), None)
+        key = tensor_key(event)
+        self._scan.pop(key, None)
+        self._stats.pop(key, None)
+        kept = self._arrays.pop(key, None)
+        if kept is not None and kept[0] is None:
+            self._loaded_bytes -= int(getattr(kept[1], "nbytes", 0) or 0)
 
 
 def _take_header(event: TensorEvent, header: "npy.NpyHeader") -> None:

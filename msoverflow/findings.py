@@ -28,6 +28,7 @@ from .model import (
     SUSPECT,
     Contained,
     Finding,
+    GraphNode,
     Handled,
     OpExecution,
     OverflowRecord,
@@ -178,6 +179,7 @@ def _not_second_origins(judged: Judged, graphs: SavedGraphs,
     stats_of(event): the statistics of a tensor the dump states none of (msprobe task "tensor": npy files only),
     read only for the shapes that a Cell entry's bad outputs have."""
     made: Dict[Tuple[int, int], List[str]] = {}
+    made_nodes: Dict[Tuple[int, int], List[GraphNode]] = {}
     demoted: Dict[RunKey, Verdict] = {}
     wrappers = [ex for ex, v in judged if v.role in (ORIGIN, SUSPECT) and v.kind != CROSS_RANK
                 and getattr(graphs.node(ex)[0], "wraps_scope", None) is not None]
@@ -202,8 +204,28 @@ def _not_second_origins(judged: Judged, graphs: SavedGraphs,
                     f"its output is the output of {same} (same shape and statistics): the same value, made inside "
                     "it"])
                 continue
+            within = _inside_by_source(node, made_nodes.get((ex.rank, ex.step), []), _direction(ex.op_name))
+            if within is not None:
+                demoted[ex.key] = dataclasses.replace(v, role=PROPAGATOR, evidence=v.evidence + [
+                    f"{within}, which made the bad value first, runs in the source of its Cell's class"])
+                continue
         made.setdefault((ex.rank, ex.step), []).append(name)
+        if node is not None:
+            made_nodes.setdefault((ex.rank, ex.step), []).append(node)
     return demoted
+
+
+def _inside_by_source(cell: GraphNode, made: List[GraphNode], backward: bool) -> Optional[str]:
+    """Without construct.json an API entry's scope names no Cell (`Gradients/Default/Primitive.sqrt.Sqrt.0.backward`):
+    the API entry of the same step and pass, made bad before the Cell entry, whose user source line lies in the
+    body of a class of the Cell entry's class (NormHead) ran inside it."""
+    cls = (cell.wraps_scope or "").rsplit("/", 1)[-1].rsplit("-", 1)[-1]
+    for node in made:
+        if (node.wraps_scope is None and node.full_name.rsplit("/", 1)[0] in ("Default", "Gradients/Default")
+                and _direction(node.full_name) == backward and node.source_file and node.source_line
+                and enclosing_class(node.source_file, node.source_line) == cls):
+            return node.full_name.rsplit("/", 1)[-1]
+    return None
 
 
 def _direction(op_name: str) -> bool:

@@ -119,7 +119,8 @@ class Dump:
     """A dump as listed once by `open`, and what the stages ask of it, each worked out once: its leaf directories,
     its rank_* directories and the files at its root (the one listing); each rank's .dump_metadata (`metadata`,
     parsed on first need, once); the saved graphs (`graphs`, learnt as the walk goes); the tensor access every
-    stage reads through (`access`); the parallel layout (`layout`, resolved once by ranks.rank_rows)."""
+    stage reads through (`access`); the steps read again after the walk (`step_reads`, one cache whoever asks:
+    dataflow.StepReads); the parallel layout (`layout`, resolved once by ranks.rank_rows)."""
     path: str
     dirs: List[DumpDir]
     rank_dirs: Dict[int, RankDir] = field(default_factory=dict)   # rank_N at most RANK_SEARCH_DEPTH below path
@@ -130,6 +131,7 @@ class Dump:
     # set by the analysis that opened it (analysis.py): layout.py stays below the modules that read tensors
     graphs: Any = field(default=None, repr=False, compare=False)   # graphs.SavedGraphs
     access: Any = field(default=None, repr=False, compare=False)   # evaluate.TensorAccess
+    step_reads: Any = field(default=None, repr=False, compare=False)   # dataflow.StepReads
     layout: Any = field(default=None, repr=False, compare=False)   # parallel_layout.ParallelLayout, once resolved
     layout_resolved: bool = field(default=False, repr=False, compare=False)
     _metadata: Dict[str, Dict[str, object]] = field(default_factory=dict, repr=False, compare=False)

@@ -242,6 +242,7 @@ def _reduce(summaries: List[UnitSummary], chains, access, warn, scanned_all: boo
                 warn(message)
             access.tensors_read += s.tensors_read
             access.unreadable += s.unreadable_count
+            access.learn(s.known)
         walked.files += s.files
         walked.side_reads += s.side_reads
         walked.unknown += s.unknown

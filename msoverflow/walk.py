@@ -101,6 +101,9 @@ class UnitSummary:
     has_statistics: bool = False
     tensors_read: int = 0
     side_reads: int = 0            # of those, reads that only told whether a collective delivered a bad value
+    # what a worker's scan found of the tensors of the runs it kept (evaluate.TensorAccess.known), handed to the
+    # analysis's access so later stages do not read them again
+    known: Dict[tuple, tuple] = field(default_factory=dict)
     unreadable_count: int = 0
     unknown: List[str] = field(default_factory=list)       # files whose names were not understood
     unreadable: List[str] = field(default_factory=list)    # files that could not be read
@@ -590,6 +593,7 @@ def scan_unit(unit: Unit, kn, earlier_bad: bool = False, access: Optional[Tensor
     else:
         summary.tensors_read = access.tensors_read + side.tensors_read
         summary.unreadable_count = access.unreadable + side.unreadable
+        summary.known = access.known([e for ex in kept for e in ex.inputs + ex.outputs])
     return summary
 
 

@@ -225,7 +225,7 @@ def _gather(ex: OpExecution, access, node: Optional[GraphNode], step) -> _Inputs
     for slot in range(count):
         event = by_slot.get(slot)
         if event is None and node is not None and slot in node.literals:
-            tensors.append(np.asarray(_literal(node, slot), dtype=np.float32))
+            tensors.append(_literal_tensor(node, slot))
             continue
         tensors.append(_array(access, event, f"input {slot}"))
     args: Dict[str, object] = {}
@@ -290,6 +290,16 @@ def _literal(node: GraphNode, slot: int):
         raise RecomputeError(f"argument {slot} of the saved graph is not understood ({exc})") from None
 
 
+def _literal_tensor(node: GraphNode, slot: int) -> np.ndarray:
+    """A tensor input the saved graph gives as a literal (a scalar, a tuple of numbers)."""
+    value = _literal(node, slot)
+    try:
+        return np.asarray(value, dtype=np.float32)
+    except (ValueError, TypeError, OverflowError) as exc:     # "NCHW", a ragged tuple where a number goes
+        raise RecomputeError(f"input {slot} is given by the saved graph as {node.literals[slot][:40]!r}, not a "
+                             f"number ({exc})") from None
+
+
 def _gather_framework_backward(ex, access, node, step, spec: dict) -> _Inputs:
     forward = None
     if any(ref.startswith("forward.") for ref in spec["inputs"]):
@@ -320,8 +330,7 @@ def _run(gathered: _Inputs, precisions: List[str], out_dtypes, node, mindspore: 
         for tensors in _shapings(gathered.tensors, node, gathered.kernel, out_shape):
             args = gathered.args
             # the shape this reading computes, not the dumped output's, is what memory holds
-            produced = safety.produced_elements(gathered.kernel, [t.shape for t in tensors], args,
-                                                pointwise=gathered.kernel in recompute.POINTWISE)
+            produced = safety.produced_elements(gathered.kernel, [t.shape for t in tensors], args, pointwise=True)
             reason = safety.over_budget(gathered.kernel, held, max(produced or 0, size), len(precisions),
                                         MAX_ELEMENTS)
             if reason:

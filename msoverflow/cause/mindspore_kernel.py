@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from . import safety
 from .recompute import Precision, RecomputeError
 
 TIMEOUT_S = 180          # importing MindSpore alone takes seconds; a CPU kernel on an origin's inputs takes less
+CPU_SECONDS = TIMEOUT_S  # the worker's CPU time (RLIMIT_CPU): a worker spinning is stopped even when the wall is not
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mindspore_worker.py")
 # Address space of the worker: MindSpore's import reserves about 2 GB of it (thread stacks, allocator arenas),
 # more with more cores; the recompute's own arrays come on top (8 bytes an element, a few copies).
@@ -102,17 +104,33 @@ def budget(op_type: str, by_slot: Dict[int, np.ndarray], node, spec: dict, out_s
     return inputs + results * copies
 
 
-def _limits(elements: int):
+def memory_limit(elements: int) -> int:
+    """Bytes of address space the worker may use: what importing MindSpore reserves, and its arrays on top."""
+    return max(_MEMORY_BASE, (2 << 30) + (os.cpu_count() or 1) * _MEMORY_PER_CORE) + elements * _BYTES_PER_ELEMENT
+
+
+def _limits(memory: int, seconds: int):
     """The worker's resource limits, set in the child before it runs Python."""
-    memory = max(_MEMORY_BASE, (2 << 30) + (os.cpu_count() or 1) * _MEMORY_PER_CORE) + elements * _BYTES_PER_ELEMENT
-
-    seconds = max(1, math.ceil(TIMEOUT_S))
-
     def apply():
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 5))
     return apply
+
+
+def _ended_by(returncode: int, stderr: str, memory: int, seconds: int) -> str:
+    """Why the worker failed, in words: a limit that stopped it is named with its size."""
+    lines = [line for line in (stderr or "").splitlines() if line.strip()]
+    why = next((line for line in reversed(lines) if "Error" in line), lines[-1] if lines else "no output")
+    if returncode == -signal.SIGXCPU or returncode == -signal.SIGKILL and not lines:
+        return f"its CPU-time limit of {seconds} s ended it"
+    if returncode < 0:
+        return f"{why.strip()[:160]} (signal {signal.Signals(-returncode).name} ended it)" if lines else \
+            f"signal {signal.Signals(-returncode).name} ended it"
+    if any(word in why.lower() for word in ("memoryerror", "bad_alloc", "cannot allocate memory", "out of memory",
+                                            "failed to map segment")):   # a library that cannot be mapped
+        return f"{why.strip()[:160]} (its memory limit of {memory >> 20} MiB ended it)"
+    return why.strip()[:200]
 
 
 def _environment() -> Dict[str, str]:
@@ -140,19 +158,17 @@ def run_in_subprocess(op_type: str, by_slot: Dict[int, np.ndarray], node, precis
             np.save(os.path.join(work, f"input_{slot}.npy"), np.asarray(array), allow_pickle=False)
         with open(os.path.join(work, "spec.json"), "w") as fh:
             json.dump(spec, fh)
+        memory, seconds = memory_limit(spec["budget"]), max(1, math.ceil(CPU_SECONDS))
         try:
             done = subprocess.run([sys.executable, "-I", WORKER, work], cwd=cwd, capture_output=True, text=True,
-                                  timeout=TIMEOUT_S, env=_environment(), preexec_fn=_limits(spec["budget"]))
+                                  timeout=TIMEOUT_S, env=_environment(), preexec_fn=_limits(memory, seconds))
         except subprocess.TimeoutExpired:
             raise RecomputeError(f"MindSpore did not recompute {op_type} within {TIMEOUT_S} s") from None
         except (OSError, subprocess.SubprocessError) as exc:     # the worker could not be started with its limits
             raise RecomputeError(f"MindSpore's worker could not start ({type(exc).__name__}: {exc})") from None
         if done.returncode != 0:
-            lines = [line for line in (done.stderr or "").splitlines() if line.strip()]
-            why = next((line for line in reversed(lines) if "Error" in line), lines[-1] if lines else "no output")
-            if done.returncode < 0 or "MemoryError" in why or "bad_alloc" in why:
-                why = f"{why} (the worker's memory limit or a signal ended it)"
-            raise RecomputeError(f"MindSpore could not recompute {op_type}: {why.strip()[:200]}")
+            why = _ended_by(done.returncode, done.stderr, memory, seconds)
+            raise RecomputeError(f"MindSpore could not recompute {op_type}: {why}")
         results: Dict[str, List[np.ndarray]] = {}
         for precision in precisions:
             computed = _computed_in(precision)

@@ -395,8 +395,10 @@ def run(op_type: str, inputs: Sequence[np.ndarray], args: Dict[str, object], pre
     with np.errstate(all="ignore"):
         try:
             return [np.asarray(out) for out in KERNELS[op_type](Call(tensors, dict(args), p, list(out_dtypes)))]
-        except (ValueError, IndexError, TypeError) as exc:      # shapes the dump got wrong, missing inputs
-            raise RecomputeError(f"{op_type} could not be recomputed from these inputs ({exc})") from None
+        except (ValueError, IndexError, TypeError, ArithmeticError) as exc:
+            # shapes the dump got wrong, missing inputs, arguments the saved graph gives as inf or NaN (an axis)
+            raise RecomputeError(f"{op_type} could not be recomputed from these inputs and arguments "
+                                 f"({type(exc).__name__}: {exc})") from None
 
 
 # ---- comparing with the dump ------------------------------------------------------------------------------------

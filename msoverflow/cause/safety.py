@@ -69,7 +69,9 @@ def produced_elements(op_type: str, shapes: Sequence[Optional[Tuple[int, ...]]],
                       pointwise: bool = False) -> Optional[int]:
     """Elements of the largest result the op computes from inputs of these shapes with these arguments (None:
     not known from them; the caller then counts what the dump and the saved graph claim, and the subprocess's
-    memory limit bounds the rest)."""
+    memory limit bounds the rest). pointwise: the op's arithmetic broadcasts its tensors against each other (every
+    numpy kernel but the matrix products does: a norm's gamma, a gradient's y and dy), so a result holds at least
+    their broadcast shape."""
     known = [tuple(s) for s in shapes if s is not None]
     if op_type in ("MatMul", "BatchMatMul") and len(known) >= 2 and min(len(s) for s in known[:2]) >= 2:
         a, b = known[0], known[1]
@@ -88,6 +90,13 @@ def produced_elements(op_type: str, shapes: Sequence[Optional[Tuple[int, ...]]],
         given = _ints(args.get("shape", args.get("size")))
         if given is not None:
             return _size(given)
+    if op_type == "BiasAdd" and len(known) >= 2 and known[0]:
+        # the bias laid along the channel axis, then added: a (3000, 1) x and a (3000, 16) bias make 3000 x 48000
+        x = known[0]
+        axis = len(x) - 1 if args.get("data_format") in (1, "NHWC") else min(1, len(x) - 1)
+        laid = tuple(_size(known[1]) if i == axis else 1 for i in range(len(x)))
+        common = _broadcast([x, laid])
+        return _size(common) if common is not None else _size(x)
     if pointwise and known:
         common = _broadcast(known)
         return _size(common) if common is not None else max(_size(s) for s in known)

@@ -9,8 +9,9 @@ this module. Reading a tensor that fails here is a warning and an `unknown` caus
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
+from ..dataflow import StepIndex, StepReads
 from ..evaluate import TensorAccess
 from ..model import (
     CAUSE_DEVICE,
@@ -62,7 +63,7 @@ def diagnose(decision: "Decision", dump: "Dump", plan: "Plan", walked: "Walked",
     if not wanted:
         return decision
     steps = _Steps(dump, plan, walked, graphs, warn)
-    access = TensorAccess(warn)
+    access = steps.reads.access
     groups = _Groups(parallel, dump, walked)
     # the op run each finding was built from: the walk's own (findings name their run's op, graph and time)
     runs = {(ex.rank, ex.step, ex.graph, ex.op_name, ex.time): ex for ex, _v in decision.judged}
@@ -118,52 +119,41 @@ def _stored_before(steps: "_Steps", rank: int, step: int) -> "StoredBefore":
 
 
 class _Step:
-    """One (rank, step) unit, read whole again only on first need."""
+    """One (rank, step), read again through the dump's step cache only on first need (dataflow.StepIndex), its
+    runs as executions."""
 
-    def __init__(self, unit, warn: Warn):
-        self.unit, self.warn = unit, warn
-        self._read = None
-        self._by_name: Optional[Dict[str, List[OpExecution]]] = None
+    def __init__(self, reads: StepReads, rank: int, step: int):
+        self.reads, self.rank, self.step = reads, rank, step
 
     @property
-    def read(self):
-        if self._read is None:
-            from .. import walk
-            self._read = walk.read_unit(self.unit, self.warn)
-        return self._read
+    def index(self) -> StepIndex:
+        return self.reads(self.rank, self.step) or StepIndex([])
 
     def executions(self) -> List[OpExecution]:
-        return self.read.executions
+        return [run.execution() for run in self.index.runs]
 
     def named(self, name: str) -> List[OpExecution]:
         """The step's runs of one op name (indexed once: a step may hold thousands of origins)."""
-        if self._by_name is None:
-            self._by_name = {}
-            for ex in self.read.executions:
-                self._by_name.setdefault(ex.op_name, []).append(ex)
-        return self._by_name.get(name, [])
+        return [run.execution() for run in self.index.named(name)]
 
 
 class _Steps:
-    """The (rank, step) units diagnosis reads, each read once: the scanned ones, and others of the opened dump on
-    demand (a data-parallel peer's step the walk did not need)."""
+    """The (rank, step)s diagnosis reads again, through the dump's one step cache (Dump.step_reads): the
+    scanned ones, and others of the opened dump on demand (a data-parallel peer's step the walk did not need)."""
 
     def __init__(self, dump: "Dump", plan: "Plan", walked: "Walked", graphs: "SavedGraphs", warn: Warn):
         self.dump, self.graphs, self.warn = dump, graphs, warn
-        self.scanned = {(u.rank, u.step): u for u in plan.units if u.step in walked.scanned.get(u.rank, ())}
-        self.steps: Dict[Tuple[int, int], Optional[_Step]] = {}
+        if dump.step_reads is None:        # a dump opened without the analysis (the stage called on its own)
+            dump.access = dump.access if dump.access is not None else TensorAccess(warn)
+            dump.step_reads = StepReads(dump, dump.access, warn)
+            dump.step_reads.scanned = walked.scanned
+        self.reads: StepReads = dump.step_reads
+        self.scanned = {(u.rank, u.step) for u in plan.units if u.step in walked.scanned.get(u.rank, ())}
 
     def get(self, rank: int, step: int, scanned_only: bool = False) -> Optional[_Step]:
-        key = (rank, step)
-        if scanned_only and key not in self.scanned:
+        if scanned_only and (rank, step) not in self.scanned:
             return None
-        if key not in self.steps:
-            unit = self.scanned.get(key)
-            if unit is None:
-                found = self.dump.plan([rank], [step]).units
-                unit = found[0] if found else None
-            self.steps[key] = _Step(unit, self.warn) if unit is not None else None
-        return self.steps[key]
+        return _Step(self.reads, rank, step) if self.reads.unit(rank, step) is not None else None
 
 
 class _Groups:

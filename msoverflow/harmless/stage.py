@@ -2,7 +2,7 @@
 (msoverflow/harmless/contained.py), then the overflows a loss scale handled (msoverflow/harmless/loss_scale.py),
 over the op runs the walk judged not clean. In the chain (msoverflow/analysis.py):
 
-    sight = Sight(graphs, units, access, kn)          what the diagnosis reads the dump through
+    sight = Sight(graphs, units, dump.step_reads, kn) what the diagnosis reads the dump through
     walk(..., stops=sight.stops(strict))              a rank's walk reads on past a step that may be harmless
     harmless = find(walked, sight, strict)            -> Harmless
     walked = harmless.remove(walked)                  what it accounts for is no finding (unless --strict)
@@ -14,12 +14,11 @@ Each step takes one value and hands on a new one; nothing changes what an earlie
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..cause.history import history
-from ..dataflow import Flows, StepIndex
+from ..dataflow import Flows, StepIndex, StepReads
 from ..model import ORIGIN, Contained, Finding, Handled
 from ..rules.knowledge import OpKnowledge
 from .contained import find_contained
@@ -32,28 +31,26 @@ if TYPE_CHECKING:
     from ..parallel import Walked
     from ..walk import UnitSummary
 
-KEEP_STEPS = 8          # steps' op-run indexes kept in memory at once
-
-
 class Sight:
     """What the diagnosis reads the dump through: the saved graphs' data flow (learnt as the walk goes) and each
-    (rank, step)'s op runs, read again when asked for (the last KEEP_STEPS kept)."""
+    planned (rank, step)'s op runs, read again when asked for through the dump's one step cache (StepReads)."""
 
-    def __init__(self, graphs: "SavedGraphs", units: Sequence["Unit"], access, kn: OpKnowledge):
-        self.graphs, self.access, self.kn = graphs, access, kn
+    def __init__(self, graphs: "SavedGraphs", units: Sequence["Unit"], reads: StepReads, kn: OpKnowledge):
+        self.graphs, self.reads, self.access, self.kn = graphs, reads, reads.access, kn
         self.flows = Flows(graphs.graph, graphs.ids, kn)
-        self.index_of = step_indexes(units, lambda message: None)   # files the walk read: it said what was wrong
         self.steps: Dict[int, List[int]] = {}
         for unit in units:
             self.steps.setdefault(unit.rank, []).append(unit.step)
-        self._units = {(unit.rank, unit.step): unit for unit in units}
+        self._planned = {(unit.rank, unit.step) for unit in units}
+
+    def index_of(self, rank: int, step: int) -> Optional[StepIndex]:
+        """The op runs of a planned (rank, step) (None for one outside the selection)."""
+        return self.reads(rank, step) if (rank, step) in self._planned else None
 
     def ops_of(self, rank: int, step: int, ops: Callable[[str], bool]) -> Optional[StepIndex]:
-        """The op runs of (rank, step) that ops(op name) takes, read for this question only (the history needs
-        one op and a few parameters of each step: a whole step read as objects costs seconds on a statistic.csv
-        of 50,000 rows)."""
-        unit = self._units.get((rank, step))
-        return StepIndex.of_unit(unit, lambda message: None, ops) if unit is not None else None
+        """The op runs of (rank, step) that ops(op name) takes (the history needs one op and a few parameters of
+        each step: a whole step read as objects costs seconds on a statistic.csv of 50,000 rows)."""
+        return self.reads.ops_of(rank, step, ops) if (rank, step) in self._planned else None
 
     def stops(self, strict: bool = False) -> "EarlyStop":
         """The walk's early stop (--strict reads the same steps: it changes what is reported, not what is read)."""
@@ -149,23 +146,3 @@ def harmful_step(pairs: Sequence[tuple], flows: Flows, index_of, access, kn: OpK
     _contained, ids = find_contained(pairs, flows, index_of, access, kn)
     rest = [pair for pair in pairs if pair[0].key not in ids]
     return bool(rest) and not may_be_handled(rest, flows, kn)
-
-
-def step_indexes(units: Sequence["Unit"], warn: Callable[[str], None],
-                 keep: int = KEEP_STEPS) -> Callable[[int, int], Optional[StepIndex]]:
-    """index_of(rank, step) over a dump's planned units (layout.Unit), read when asked for; the last `keep` read
-    are kept (the diagnosis goes through a rank's steps in order, so memory stays flat on long dumps)."""
-    by_key: Dict[Tuple[int, int], "Unit"] = {(unit.rank, unit.step): unit for unit in units}
-    cache: "OrderedDict[Tuple[int, int], Optional[StepIndex]]" = OrderedDict()
-
-    def index_of(rank: int, step: int) -> Optional[StepIndex]:
-        key = (rank, step)
-        if key in cache:
-            cache.move_to_end(key)
-            return cache[key]
-        unit = by_key.get(key)
-        cache[key] = StepIndex.of_unit(unit, warn) if unit is not None else None
-        if len(cache) > keep:
-            cache.popitem(last=False)
-        return cache[key]
-    return index_of

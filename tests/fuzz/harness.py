@@ -300,6 +300,8 @@ def case_bytes(kind: str, seed_map: Dict[str, bytes]):
     """The strategy for one target's input bytes."""
     if kind in targets_read.STRATEGIES:
         return targets_read.STRATEGIES[kind]()
+    if kind in targets_cause.STRATEGIES:
+        return targets_cause.STRATEGIES[kind]()
     seed_key = TARGETS[kind][0]
     base = mutated(seed_map[seed_key])
     extra = {"npy": npy_header_case(), "dumpdata": dumpdata_case(),
@@ -696,7 +698,11 @@ TARGETS: Dict[str, tuple] = {
 from tests.fuzz import targets_read  # noqa: E402  (it imports this module's helpers lazily)
 
 TARGETS.update(targets_read.TARGETS)
-ROUND4_TARGETS = list(targets_read.TARGETS)
+# issue 33's targets (tests/fuzz/targets_cause.py): the recompute and the harmless stage, plans drawn whole.
+from tests.fuzz import targets_cause  # noqa: E402
+
+TARGETS.update(targets_cause.TARGETS)
+ROUND4_TARGETS = list(targets_read.TARGETS) + list(targets_cause.TARGETS)
 READER_TARGETS = [k for k in TARGETS if not k.startswith(("cli_", "config_", "patch_")) and k not in ROUND4_TARGETS]
 CLI_TARGETS = [k for k in TARGETS if k not in READER_TARGETS]
 

@@ -244,3 +244,73 @@ def test_data_names_the_batch_rows_of_a_bad_graph_input(real_dumps):
     assert "graph input inputs0" in cause.reason and cause.by == ""
     assert cause.where == "all 12 in batch row 1, sequence positions 1-4 (of 60 values)"
     assert cause.pattern == ""
+
+
+def test_the_dump_reads_a_tensor_file_once_across_harmless_and_cause(real_dumps, monkeypatch):
+    """The Dump holds one step re-read cache and one tensor access: a file the harmless stage (the since-when
+    history) and the diagnosis both ask about (the origin SqrtGrad's inputs in step 2 of 3) is opened at most once
+    after the walk, and each (rank, step) is read again at most once. (Before: the harmless stage's steps had
+    an access of their own, the diagnosis another, each opened the file again.)"""
+    import msoverflow.analysis as analysis
+    import msoverflow.cause.stage as stage
+    import msoverflow.harmless.stage as harmless
+    import msoverflow.walk as walk
+    from msoverflow import dataflow, evaluate
+    from msoverflow.readers import npy
+    phase = ["walk"]
+    asked, opened, steps_read = collections.defaultdict(set), collections.Counter(), collections.Counter()
+
+    def during(name, fn):
+        def run(*args, **kwargs):
+            before, phase[0] = phase[0], name
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                phase[0] = before
+        return run
+    monkeypatch.setattr(harmless.EarlyStop, "__call__", during("harmless", harmless.EarlyStop.__call__))
+    monkeypatch.setattr(analysis.harmless, "find", during("harmless", harmless.find))
+    monkeypatch.setattr(harmless.Harmless, "explain", during("harmless", harmless.Harmless.explain))
+    monkeypatch.setattr(stage, "diagnose", during("cause", stage.diagnose))
+    real_load, real_runs = npy.load, walk.read_unit_runs
+
+    def question(name):         # what a stage asks of a tensor: its values, its badness, its statistics
+        real = getattr(evaluate.TensorAccess, name)
+
+        def ask(self, event):
+            if event is not None and phase[0] != "walk":
+                asked[event.source].add(phase[0])
+            return real(self, event)
+        return ask
+    for name in ("array", "bad", "stats"):
+        monkeypatch.setattr(evaluate.TensorAccess, name, question(name))
+
+    def load(path, *args, **kwargs):
+        if phase[0] != "walk":
+            opened[path] += 1
+        return real_load(path, *args, **kwargs)
+
+    def runs(unit, warn=lambda message: None, ops=None):
+        if ops is None and phase[0] != "walk":
+            steps_read[(unit.rank, unit.step)] += 1
+        return real_runs(unit, warn, ops)
+    monkeypatch.setattr(npy, "load", load)
+    monkeypatch.setattr(walk, "read_unit_runs", runs)
+    caches = set()                 # the StepReads objects that served the stages' step reads
+
+    def served(name):
+        real = getattr(dataflow.StepReads, name)
+
+        def serve(self, *args):
+            caches.add(id(self))
+            return real(self, *args)
+        return serve
+    for name in ("__call__", "ops_of"):
+        monkeypatch.setattr(dataflow.StepReads, name, served(name))
+    report = analyze(str(real_dumps["overflow_last_of_three_steps"]), progress=False, jobs=1)
+    assert report.first.op_type == "SqrtGrad" and report.first.cause.cause == "precision"
+    both = [path for path, stages in asked.items() if stages == {"harmless", "cause"}]
+    assert any("SqrtGrad" in path for path in both), dict(asked)     # the two stages ask for the same files
+    assert opened and max(opened.values()) == 1, opened.most_common(3)
+    assert all(n == 1 for n in steps_read.values()), steps_read
+    assert len(caches) == 1

@@ -94,6 +94,29 @@ def test_a_fifo_or_a_directory_in_a_files_place_is_an_unreadable_file_of_its_ste
     assert not any("dump without filters" in w for w in report.warnings)
 
 
+@pytest.mark.parametrize("how", ["permission", "truncated", "empty", "fifo"])
+@pytest.mark.parametrize("which", ["input.0", "output.0"])
+def test_every_unreadable_file_is_named_once(real_dumps, tmp_path, which, how):
+    """Edited copy: one of the origin SqrtGrad's files made unreadable. The walk names it; the diagnosis, which
+    asks for the same tensor again, does not name it a second time (before: an input unreadable by permission
+    was warned twice, by the walk and by the recompute)."""
+    dump = copy_dump(real_dumps["normhead_fp16_overflow"], tmp_path)
+    path = sorted((dump / "rank_0" / "Net" / "0" / "0").glob(f"SqrtGrad.*{which}.*"))[0]
+    if how == "permission":
+        os.chmod(path, 0)
+    elif how == "truncated":
+        path.write_bytes(path.read_bytes()[:100])
+    elif how == "empty":
+        path.write_bytes(b"")
+    else:
+        path.unlink()
+        os.mkfifo(path)
+    report = _json(_cli(dump, "--format", "json", user=how == "permission"))
+    assert report["verdict"] != "clean"
+    named = [w for w in report["warnings"] if path.name in w]
+    assert len(named) == 1, named
+
+
 def test_an_unreadable_rank_directory_is_named_not_no_dump_files_found(real_dumps, tmp_path):
     """Edited copy: rank_0/ chmod 000 (the only rank): exit 2 naming the directory."""
     dump = copy_dump(real_dumps["clean_fp32"], tmp_path)

@@ -130,3 +130,18 @@ def test_parameters_hit_from_msprobe_parameters_grad(msprobe_dumps, name, step):
     assert [(p.name, p.rank, p.step, p.shape) for p in report.parameters] == [("lm_head.weight", 0, step, (32, 16))]
     assert report.parameters[0].how.startswith("gradient computed on this rank (msprobe parameters_grad of "
                                                "Cell.lm_head.NormHead.backward.")
+
+
+def test_a_cell_entry_wrapping_the_origin_is_one_origin_without_construct_json(msprobe_dumps, tmp_path):
+    """Issue 33 (msprobe Module/Cell entries that wrap an API call are never origins, with or without
+    construct.json), on the real mix-level dump with its construct.json removed (an edited copy): the Sqrt
+    backward is the one origin; the NormHead backward entry around it, whose output is not Sqrt's, is told by the
+    Sqrt's source line lying in class NormHead. Before: a second origin."""
+    import shutil
+    dump = tmp_path / "dump"
+    shutil.copytree(msprobe_dumps["mix_tensor_step2"] / "dump", dump)
+    removed = [p.unlink() or p for p in dump.rglob("construct.json")]
+    assert removed
+    report = analyze(str(dump), progress=False)
+    assert report.first.op_name == "Primitive.sqrt.Sqrt.0.backward"
+    assert [f.op_name for f in report.anomalies if f.role == "origin"] == ["Primitive.sqrt.Sqrt.0.backward"]

@@ -86,3 +86,52 @@ def test_the_numpy_recompute_counts_the_product_not_the_dumped_output(upstream_d
     assert report.cause.cause == "unknown"
     assert "MatMul would compute" in report.cause.reason and "16,777,216" in report.cause.reason
     assert "144,384,000" in report.cause.reason       # 12000 x 12000 and both operands, not the dumped 8 x 8
+
+
+# ---- the worker's limits, in effect: a real subprocess under small limits; the report is still made ------------
+
+def _limited_report(dump):
+    report = analyze(str(dump), progress=False)
+    assert report.first.op_type == "Tile"          # the origin, found whatever the recompute did
+    assert report.cause.cause == "unknown" and report.cause.by == ""      # never a false cause
+    assert report.cause.reason.startswith("not recomputed: ")
+    return report.cause.reason
+
+
+def test_the_workers_memory_limit_stops_mindspore_and_the_report_says_so(upstream_dumps, monkeypatch):
+    """The real worker under a 300 MiB address-space limit: MindSpore cannot even map its libraries."""
+    from msoverflow.cause import mindspore_kernel
+    monkeypatch.setattr(mindspore_kernel, "memory_limit", lambda elements: 300 << 20)
+    reason = _limited_report(upstream_dumps["tile_output_inf"])
+    assert "MindSpore could not recompute Tile" in reason and "its memory limit of 300 MiB ended it" in reason
+
+
+@pytest.mark.parametrize("limit", ["memory", "cpu", "wall"])
+def test_a_worker_that_exceeds_its_limit_is_stopped_and_the_report_says_so(upstream_dumps, tmp_path, monkeypatch,
+                                                                          limit):
+    """A worker (a stand-in for mindspore_worker.py, started the same way: `python -I` under the same limits)
+    that allocates 2 GiB, spins, or sleeps: the limit stops it, the origin keeps its place, the cause is unknown
+    with the limit named."""
+    from msoverflow.cause import mindspore_kernel
+    body = {"memory": "held = bytearray(2 << 30)\n",
+            "cpu": "while True:\n    pass\n",
+            "wall": "import time\ntime.sleep(60)\n"}[limit]
+    worker = tmp_path / "worker.py"
+    worker.write_text(body)
+    monkeypatch.setattr(mindspore_kernel, "WORKER", str(worker))
+    monkeypatch.setattr(mindspore_kernel, "memory_limit", lambda elements: 512 << 20)
+    monkeypatch.setattr(mindspore_kernel, "CPU_SECONDS", 1)
+    monkeypatch.setattr(mindspore_kernel, "TIMEOUT_S", 3 if limit == "wall" else 60)
+    reason = _limited_report(upstream_dumps["tile_output_inf"])
+    assert {"memory": "MemoryError (its memory limit of 512 MiB ended it)",
+            "cpu": "its CPU-time limit of 1 s ended it",
+            "wall": "MindSpore did not recompute Tile within 3 s"}[limit] in reason, reason
+
+
+def test_a_recompute_over_the_budget_starts_no_process(upstream_dumps, monkeypatch):
+    """Counted from the shapes it will produce (Tile's multiples [4000, 4000]) before anything starts."""
+    import subprocess
+    started = []
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: started.append(args) or 1 / 0)
+    reason = _limited_report(upstream_dumps["tile_multiples_huge"])
+    assert "results 64,000,000 x 2 precisions" in reason and not started

@@ -211,3 +211,13 @@ def test_spec_built_pipeline_case_agrees(tmp_path, overflow_only):
 @pytest.mark.parametrize("form", WILD_FORMS)
 def test_spec_built_wild_forms_agree(tmp_path, form):
     check_agreement(analyze(build_wild_form(str(tmp_path / "dump"), form)["root"], progress=False))
+
+
+def test_markdown_of_a_real_dump_keeps_its_code_spans_and_writes_gt_as_is(real_dumps):
+    """Issue 33 ("Markdown shows escaped backticks and &gt;"), on the real fp16 NormHead overflow: the fix line's
+    command stays a code span, `x > 65504` and the spread's `->` are written as they are; names are still escaped."""
+    markdown = render(analyze(str(real_dumps["normhead_fp16_overflow"]), progress=False), "markdown")
+    assert "(`msoverflow patch --from report.json`)" in markdown
+    assert "\\`" not in markdown and "&gt;" not in markdown
+    assert "> 65504" in markdown and "` -> `" in markdown
+    assert "lm\\_head" in markdown          # a name's markup characters are still escaped outside code
