@@ -149,21 +149,32 @@ def read_table(path: str, warn: Callable[[str], None], fixed: Optional[Dict[str,
             raise safeio.TooLarge(0, f"{size} bytes, over the {safeio.MAX_READ_BYTES}-byte limit", path)
         with safeio.open_regular(path, "rb") as fh:
             width = fh.readline(safeio.MAX_LINE_CHARS).count(b",") + 1
+            fh.seek(max(size - 1, 0))
+            cut = size > 0 and fh.read(1) not in (b"\n", b"\r")
     except OSError as exc:
         warn(f"{path}: cannot read {what}: {exc.strerror or exc}")
         return None
     if width > MAX_COLUMNS:   # every writer has a few dozen; a huge header makes the parsers crawl
         warn(f"{path}: not a {what}: its header has {width} columns (at most {MAX_COLUMNS} expected)")
         return None
+    if cut:
+        # Every writer ends each row with a line end: a last row without one was cut inside (a copy or a disk that
+        # stopped, a writer still at work), and a number cut short still parses (335 -> 33). Never read it.
+        warn(f"{path}: cut short: its last row has no line end; that row is not read")
+        return _careful_table(path, warn, fixed or {}, what, drop_last=True)
     table = _arrow_table(path) if fixed is None else None
     return table if table is not None else _careful_table(path, warn, fixed or {}, what)
 
 
-def _careful_table(path: str, warn, fixed: Dict[str, str], what: str) -> Optional["StatTable"]:
-    """Row by row: every cell checked, a bad row named and skipped, the good ones kept as columns."""
+def _careful_table(path: str, warn, fixed: Dict[str, str], what: str,
+                   drop_last: bool = False) -> Optional["StatTable"]:
+    """Row by row: every cell checked, a bad row named and skipped, the good ones kept as columns. drop_last: the
+    file's last row was cut inside (read_table named it)."""
     try:
         with safeio.open_regular(path, "r", newline="", encoding="utf-8-sig", errors="replace") as fh:
             rows = [r for r in csv.reader(fh) if any(cell.strip() for cell in r)]
+        if drop_last:
+            rows = rows[:-1]
     except OSError as exc:
         warn(f"{path}: cannot read {what}: {exc.strerror or exc}")
         return None

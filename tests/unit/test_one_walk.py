@@ -210,3 +210,22 @@ def test_vectorised_row_check_agrees_with_scan():
     assert not scan_rows(clean, "float32")[0].any()
 
 
+
+
+def test_a_statistic_csv_cut_inside_its_last_row_is_never_clean(tmp_path):
+    """Fuzz find (docs/robustness.md): a statistic.csv cut inside its last row's last field kept its row count and a
+    number that still parses (335 -> 33), so the step read as clean. Every writer ends each row with a line end."""
+    folder = tmp_path / "rank_0" / "Net" / "0" / "0"
+    folder.mkdir(parents=True)
+    rows = [{"op_type": "Mul", "op_name": f"Default/net-Net/Mul-op{op}", "task_id": op, "stream_id": 2,
+             "timestamp": 1000 + 10 * op, "io": io, "slot": 0, "array": fin}
+            for op in range(4) for io in ("input", "output")]
+    write_statistic_csv(str(folder / "statistic.csv"), rows)
+    whole = analyze(str(tmp_path), progress=False)
+    assert whole.verdict == "clean"
+    text = (folder / "statistic.csv").read_bytes()
+    assert text.endswith(b"\n")
+    (folder / "statistic.csv").write_bytes(text[:-2])        # the line end and the last field's last character
+    cut = analyze(str(tmp_path), progress=False)
+    assert cut.verdict == "inconclusive"
+    assert sum("statistic.csv: cut short" in w for w in cut.warnings) == 1
