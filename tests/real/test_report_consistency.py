@@ -26,8 +26,8 @@ def test_every_single_rank_fixture_agrees_with_itself(real_dumps):
 
 
 @pytest.mark.mindspore          # the fixture is asked for by name below: the conftest hook does not see it
-@pytest.mark.parametrize("fixture", ["judge_cases", "upstream_dumps"])
-def test_every_judgement_and_upstream_fixture_agrees_with_itself(request, fixture):
+@pytest.mark.parametrize("fixture", ["judge_cases", "upstream_dumps", "dumpobj_dumps"])
+def test_every_judgement_upstream_and_dump_files_fixture_agrees_with_itself(request, fixture):
     dumps = request.getfixturevalue(fixture)
     problems = {}
     for name, path in _each(dumps):
