@@ -20,6 +20,8 @@ RUNNER = Path(__file__).resolve()   # how cases run (staged_sources): part of ev
 REPO = SUPPORT.parents[1]
 # Checkouts that share one cache hold different keys at the same time: only keys unused this long are removed.
 STALE_AFTER_S = 86400
+# msoverflow.completeness.RECENT_SECONDS and a margin: files younger than that may be a job still writing
+SETTLE_S = 10.5
 
 
 def version(dist: str) -> Optional[str]:
@@ -28,6 +30,21 @@ def version(dist: str) -> Optional[str]:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+def wait_until_settled(root: Path, names) -> None:
+    """Wait until the newest of these runs' case.json (each written after its dump) is SETTLE_S old. The tests read
+    finished dumps, as a user does who analyses after the job ended: a run made seconds ago would rightly be told
+    'may still be being written'. Only a set generated in this session waits (at most SETTLE_S, once)."""
+    newest = 0.0
+    for name in names:
+        try:
+            newest = max(newest, (Path(root) / name / "case.json").stat().st_mtime)
+        except OSError:
+            continue
+    left = newest + SETTLE_S - time.time()
+    if left > 0:
+        time.sleep(left)
 
 
 def free_port() -> int:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from tests.support import gen_real_dumps  # its runner, lock and case records
-from tests.support.fixture_runs import RUNNER, in_staged, prune_stale, staged_sources, version
+from tests.support.fixture_runs import RUNNER, in_staged, prune_stale, staged_sources, version, wait_until_settled
 
 REPO = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent
@@ -184,6 +184,7 @@ class ComparePairs:
         self.root = root
         self.records = records
         self.pairs = pairs or PAIRS_BY_NAME      # another generator's pairs (gen_compare_precision)
+        wait_until_settled(root, records)
 
     def __getitem__(self, name: str):
         pair = self.pairs[name]

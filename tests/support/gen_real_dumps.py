@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
-from tests.support.fixture_runs import RUNNER, in_staged, prune_stale, staged_sources
+from tests.support.fixture_runs import RUNNER, in_staged, prune_stale, staged_sources, wait_until_settled
 
 REPO = Path(__file__).resolve().parents[2]
 CASES_DIR = Path(__file__).resolve().parent / "cases" / "realdump"
@@ -836,6 +836,7 @@ class RealDumps(Mapping):
     def __init__(self, out_dir: Path, records: Dict[str, dict]):
         self.root = Path(out_dir)
         self.records = records
+        wait_until_settled(self.root, records)
 
     def __getitem__(self, name: str) -> Path:
         record = self.case(name)
