@@ -9,7 +9,10 @@ else happened), on its rank:
     inputs, optimizer state, weights, updates, outputs, loss);
   - class, from the evidence:
       data       an input of the step jumped at the onset step (one step, not a trend);
-      optimizer  the optimizer's state left its trend before the weights and updates;
+      optimizer  the optimizer's state left its trend before the weights and updates, or a weight's state fell
+                 out of its range (read up to the step before the blow-up: a state read at a step already holds
+                 that step's gradient) and then the weight or its update rose: the optimizer's own ratio grew the
+                 steps (Adam's m / sqrt(v) when v forgets faster than m), not the gradient;
       dynamics   weights or updates grew over steps (a run of several steps);
       precision  a float16/bfloat16 tensor used most of its range with no growth before it, or the tensor
                  that went non-finite is low precision and was already near its limit;
@@ -39,7 +42,9 @@ FIXES = {
                 "(ops.clip_by_global_norm before the optimizer)",
     "precision": "compute the op that nears its limit in float32 (msoverflow patch), or let a dynamic loss scale "
                  "back off",
-    "optimizer": "raise the optimizer's eps, lower beta2, or reset its state after the event",
+    "optimizer": "raise the optimizer's eps (it bounds the step where the second moment is small), keep beta1 "
+                 "below sqrt(beta2) (the second moment must not forget faster than the first), clip the updates, "
+                 "or reset its state after the event",
     "attention": "bound the QK logits: normalise q and k (QK-norm) or soft-cap the logits, check the 1/sqrt(d) "
                  "scale, lower the learning rate of the q/k projections, and compute the logits and softmax in "
                  "float32",
@@ -83,12 +88,14 @@ class RootCause:
                 "departures": [d.to_dict() for d in self.departures[:8]]}
 
 
-def departure(store: Store, key: str, step: int) -> Optional[Departure]:
+def departure(store: Store, key: str, step: int, falling: bool = False) -> Optional[Departure]:
     """When the tensor left its own range, up to `step`: the first step j ending a climb (steps that each rose by
     at least RISE to a new high of the series) whose value, and the value at `step`, are LEFT_FACTOR times the
     largest value before the climb (read over MIN_HISTORY steps or more); the climb's first step is the departure.
-    A weight that grows as it learns, or a bias learning up from zero, never triples its own earlier largest."""
-    values = [(s, v) for s, v in store.values(key, step) if v > 0][-MAX_STEPS:]
+    A weight that grows as it learns, or a bias learning up from zero, never triples its own earlier largest.
+    falling: the same for a fall (a climb of 1 / max |x|: each step 1/RISE of the one before, to a third of the
+    smallest value before it); its growth is negative."""
+    values = [(s, 1.0 / v if falling else v) for s, v in store.values(key, step) if v > 0][-MAX_STEPS:]
     # read at `step` (or not captured there: a sampled step held only the loss): its last reading stands
     if len(values) <= MIN_HISTORY or (values[-1][0] != step and step in store.points.get(key, {})):
         return None
@@ -111,6 +118,8 @@ def departure(store: Store, key: str, step: int) -> Optional[Departure]:
         return None
     tracked = store.tensors[key]
     n = max(1, values[-1][0] - values[i - 1][0])
+    if falling:
+        baseline, end = 1.0 / baseline, 1.0 / end
     growth = (end / baseline) ** (1.0 / n) - 1
     return Departure(tracked.name, tracked.kind, tracked.op, tracked.cell, tracked.dtype, values[i][0], baseline,
                      end, growth)
@@ -162,6 +171,9 @@ def root_cause(store: Store, events: List[Event]) -> Optional[RootCause]:
     if nonfinite is not None and not any(d.kind == "input" and d.since == event.step for d in at_event):
         step = max(nonfinite.step - 1, 0)
         departures = _departures(store, event.rank, step)
+    collapsed = _collapsed_state(store, event.rank, step)
+    departures = sorted(departures + [state for state, _rose in collapsed],
+                        key=lambda d: (d.since, KIND_ORDER.get(d.kind, 9)))
     result = RootCause(event.rank, event, None, None, "unknown", departures=departures, upto=step)
     jumped = [d for d in departures if d.kind == "input" and d.since == event.step]
     if jumped:        # an input of the step jumped at the blow-up: that is where it starts, whatever drifted before
@@ -171,7 +183,7 @@ def root_cause(store: Store, events: List[Event]) -> Optional[RootCause]:
         result.first = departures[0]
         result.onset = departures[0].since
     result.diverged = any(e.kind == DIVERGENCE and e.rank == event.rank and e.step <= step for e in events)
-    _classify(result, store, nonfinite)
+    _classify(result, store, nonfinite, collapsed)
     result.fix = FIXES.get(result.cause, "")
     result.summary = _summary(result, store, nonfinite)
     return result
@@ -189,7 +201,33 @@ def _departures(store: Store, rank: int, step: int) -> List[Departure]:
     return found
 
 
-def _classify(result: RootCause, store: Store, nonfinite: Optional[Event]) -> None:
+def _collapsed_state(store: Store, rank: int, step: int) -> List[Tuple[Departure, Departure]]:
+    """(the state, the weight or update that rose) for each optimizer state that fell out of its range up to the
+    step before `step` (a state read at a step already holds that step's gradient: at a spike, the spike's) and
+    whose weight, or the weight's update, then rose (from the state's fall on). The state belongs to the weight
+    it ends with: MindSpore's optimizers name it `<moment>.<weight>` (moment1.fc.weight, adam_v.fc.weight)."""
+    before = step - 1
+    rose = [d for d in _departures(store, rank, before) if d.kind in ("parameter", "update")]
+    weights = sorted((t.name for t in store.tensors.values() if t.rank == rank and t.kind == "parameter"),
+                     key=len, reverse=True)
+    found = []
+    for key, tracked in store.tensors.items():
+        if tracked.rank != rank or tracked.kind != "optimizer state":
+            continue
+        weight = next((w for w in weights if tracked.name.endswith("." + w)), None)
+        if weight is None:
+            continue
+        fell = departure(store, key, before, falling=True)
+        after = [d for d in rose if d.tensor in (weight, f"{weight} update") and fell is not None
+                 and d.since >= fell.since]
+        if fell is not None and after:
+            found.append((fell, min(after, key=lambda d: (d.since, KIND_ORDER.get(d.kind, 9)))))
+    found.sort(key=lambda pair: pair[0].since)
+    return found
+
+
+def _classify(result: RootCause, store: Store, nonfinite: Optional[Event],
+              collapsed: List[Tuple[Departure, Departure]]) -> None:
     onset, first, evidence = result.onset, result.first, result.evidence
     deps = result.departures
     at_onset = [d for d in deps if d.since == onset]
@@ -216,6 +254,21 @@ def _classify(result: RootCause, store: Store, nonfinite: Optional[Event]) -> No
         low = _low_precision_near_limit(store, result, nonfinite)
         if low:
             evidence.append(low)
+        return
+    lr_start, lr_end = (_lr_at(store, result.rank, collapsed[0][0].since),
+                        _lr_at(store, result.rank, result.upto - 1)) if collapsed else (None, None)
+    lr_rose = lr_start is not None and lr_end is not None and lr_end > lr_start * RISE   # the steps grew with it
+    if collapsed and not lr_rose and \
+            collapsed[0][0].since <= min((w.since for w in weights), default=collapsed[0][0].since):
+        d, w = collapsed[0]
+        result.cause = "optimizer"
+        evidence.append(f"optimizer state {d.tensor} fell out of its range from step {d.since}: max |x| "
+                        f"{d.before:.4g} -> {d.after:.4g}, {growth_text(d.growth)}, by step {result.upto - 1}")
+        evidence.append(f"{w.tensor} rose after it: max |x| {w.before:.4g} -> {w.after:.4g}, "
+                        f"{growth_text(w.growth)} from step {w.since}: its steps grew as its optimizer state fell "
+                        "(the optimizer's ratio, such as m / sqrt(v), not the gradient)")
+        if lr_start is not None and lr_end is not None:
+            evidence.append(f"learning rate {lr_start:.3g} at step {d.since}, {lr_end:.3g} at step {result.upto - 1}")
         return
     if state and (not weights or min(s.since for s in state) < min(w.since for w in weights)):
         d = state[0]

@@ -1,7 +1,8 @@
 """`msoverflow watch` on real MindSpore CPU runs (tests/support/watch_cases/train_case.py, made once by
 tests/support/gen_watch_runs.py): the warning ahead of an fp16 overflow and the origin it joins, a finite loss spike
 from one corrupted batch (data), a learning-rate divergence in fp32 (dynamics), a healthy run with no warning, the
-ring buffer's bound, growing attention logits (attention), mean |x| in the series, and the same answer from the
+ring buffer's bound, growing attention logits (attention), Adam's second moment forgetting a weight with
+no gradient until its steps grow (optimizer), mean |x| in the series, and the same answer from the
 kept statistics (the finished-dump path)."""
 import json
 
@@ -126,7 +127,33 @@ def test_growing_attention_logits_are_class_attention_at_their_onset(watch_runs)
     assert "QK" in cause["fix"] and any("QK logits" in e for e in cause["evidence"])
 
 
-@pytest.mark.parametrize("name", ["data_spike", "lr_divergence", "fp16_growth", "attention"])
+def test_a_second_moment_that_forgets_its_weight_is_class_optimizer_at_its_onset(watch_runs):
+    _root, report, _said = _case(watch_runs, "optimizer")
+    onset, gap = _argv("optimizer", "--onset"), _argv("optimizer", "--gap")
+    back = onset + gap                      # the side features come back in this step's batch
+    assert not [e for e in report["events"] if e["kind"] == "nonfinite"], "the spike should stay finite"
+    first_event = min(report["events"], key=lambda e: e["step"])
+    assert (first_event["step"], first_event["kind"], first_event["tensor"]) == (back, "spike", "loss")
+    # the captured series: over the steps without the side features, the side weight's moments fell (no
+    # gradient: m decays, v forgets faster) while its updates grew; the lr held
+    series = {s["tensor"]: dict(zip(s["steps"], s["max_abs"], strict=True)) for s in report["series"]}
+    v, m, update = series["moment2.side.weight"], series["moment1.side.weight"], series["side.weight update"]
+    assert v[back - 1] < 1e-6 * v[onset - 1] and m[back - 1] < m[onset - 1], (v, m)
+    assert update[back - 1] > 100 * update[onset - 1], update
+    cause = report["root_cause"]
+    assert cause["cause"] == "optimizer", cause
+    first = cause["first_tensor"]
+    assert (first["tensor"], first["kind"], first["op"], first["cell"]) == \
+        ("moment2.side.weight", "optimizer state", "Parameter", "moment2.side"), first
+    assert first["growth"] < 0 and first["after"] < first["before"] / 3
+    assert cause["onset_step"] == min(s for s in v if s >= onset), cause
+    assert not [d for d in cause["departures"] if d["kind"] in ("input", "parameter", "update")
+                and d["since"] < cause["onset_step"]], cause["departures"]
+    assert any("side.weight" in e and "rose after it" in e for e in cause["evidence"]), cause["evidence"]
+    assert "eps" in cause["fix"] and "beta2" in cause["fix"]
+
+
+@pytest.mark.parametrize("name", ["data_spike", "lr_divergence", "fp16_growth", "attention", "optimizer"])
 def test_the_kept_statistics_give_the_same_cause_as_the_live_watch(watch_runs, name):
     root, report, _said = _case(watch_runs, name)
     again = from_dump(str(root / "out" / "stats"))

@@ -1,4 +1,4 @@
-"""Real MindSpore CPU runs under `msoverflow watch` (tests/real/test_watch_real.py, docs/watch.md): the four cases of
+"""Real MindSpore CPU runs under `msoverflow watch` (tests/real/test_watch_real.py, docs/watch.md): the cases of
 tests/support/watch_cases/train_case.py, each watched live through msoverflow.watcher.session.watch. Cached apart
 under `.fixture-cache/watch/<key>/<case>/`, the key hashing the case script, this file, msoverflow/watcher/*.py (the
 live report is made by the detectors and the root cause as the run goes) and the MindSpore version.
@@ -38,6 +38,8 @@ CASES: List[WatchCase] = [
     WatchCase("lr_divergence", ("--case", "lr_divergence", "--steps", "35", "--onset", "15"), on_event="continue"),
     WatchCase("healthy", ("--case", "healthy", "--steps", "80"), keep=5, on_event="continue"),
     WatchCase("attention", ("--case", "attention", "--steps", "48", "--onset", "20"), on_event="continue"),
+    WatchCase("optimizer", ("--case", "optimizer", "--steps", "60", "--onset", "15", "--gap", "40"),
+              on_event="continue"),
 ]
 
 

@@ -8,7 +8,12 @@
   healthy        the same MLP, a constant small learning rate;
   attention      one float16 self-attention layer (PyNative: the watch sees its softmax input, the QK logits); from
                  --onset its q/k scale (a temperature schedule gone wrong) grows 1.5x a step, so the logits grow
-                 until float16 overflows in them while the weights stay in their range.
+                 until float16 overflows in them while the weights stay in their range;
+  optimizer      a float32 regression with a side input of 4 features (its own weight, `side`), trained by Adam
+                 with beta2 = 0.5 < beta1^2: the side features are off (0) in the batches from --onset for --gap
+                 steps (the data sorted by source), so the side weight's gradient is 0; its second moment v
+                 halves each step while its first moment m keeps 0.9 of itself, so the step m / sqrt(v) grows 1.27x
+                 a step with no gradient and the weight drifts away; when the features come back, the loss spikes.
 The learning rate lives in the optimizer's `learning_rate` Parameter, set before each step (no recompilation).
 """
 import argparse
@@ -18,10 +23,11 @@ import sys
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--case", required=True, choices=["fp16_growth", "data_spike", "lr_divergence", "healthy",
-                                                            "attention"])
+                                                            "attention", "optimizer"])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--bad-step", type=int, default=30)
     parser.add_argument("--onset", type=int, default=15)
+    parser.add_argument("--gap", type=int, default=40)
     parser.add_argument("--hidden", type=int, default=32)
     args = parser.parse_args(argv)
 
@@ -100,6 +106,33 @@ def main(argv=None):
 
         def batch(step):
             return x, target
+    elif args.case == "optimizer":
+        dim, side = 16, 4
+        true_w = rs.normal(0, 1, (dim, 1)).astype(np.float32)
+
+        class WithSideInput(nn.Cell):
+            def __init__(self):
+                super().__init__()
+                self.main = nn.SequentialCell(nn.Dense(dim - side, args.hidden), nn.ReLU(), nn.Dense(args.hidden, 1))
+                self.side = nn.Dense(side, 1, has_bias=False)
+
+            def construct(self, x):
+                return self.main(x[:, :dim - side]) + self.side(x[:, dim - side:])
+
+        net = WithSideInput()
+        loss_net = nn.WithLossCell(net, nn.MSELoss())
+        # v forgets faster than m (beta2 < beta1^2): with no gradient, m / sqrt(v) grows by 0.9 / sqrt(0.5) a step
+        optimizer = nn.Adam(net.trainable_params(), learning_rate=0.01, beta1=0.9, beta2=0.5)
+
+        def lr_at(step):
+            return 0.01
+
+        def batch(step):
+            xb = rs.normal(0, 1, (32, dim)).astype(np.float32)
+            if args.onset <= step < args.onset + args.gap:
+                xb[:, dim - side:] = 0.0          # the side features are off in these batches
+            yb = xb @ true_w + rs.normal(0, 0.1, (32, 1)).astype(np.float32)
+            return Tensor(xb), Tensor(yb)
     else:
         dim = 16
         true_w = rs.normal(0, 1, (dim, 1)).astype(np.float32)
