@@ -105,11 +105,13 @@ def departure(store: Store, key: str, step: int, falling: bool = False) -> Optio
     for _s, v in values[1:]:
         highs.append(max(highs[-1], v))
     for j in range(MIN_HISTORY, len(values)):
-        # back over the readings that each rose by RISE to a new high, read at the series' usual spacing (across
-        # a sampling gap the climb is not seen: it starts at the first reading after it): i is the climb's first
+        # back over the readings that each rose by RISE to a new high, read at the series' usual spacing, or
+        # across a short gap (up to MIN_HISTORY steps) over which it rose RISE a step (read every 2-3 steps under
+        # load: the attention run); across a longer gap the climb is not seen: it starts at the first reading
+        # after it. i is the climb's first
         i = j
         while i - 1 > MIN_HISTORY and values[i - 2][1] * RISE <= values[i - 1][1] \
-                and values[i - 1][1] > highs[i - 2] and values[i][0] - values[i - 1][0] <= spacing:
+                and values[i - 1][1] > highs[i - 2] and _climbs_across(values[i - 1], values[i], spacing):
             i -= 1
         baseline = highs[i - 1]
         if values[j][1] > LEFT_FACTOR * baseline and end > LEFT_FACTOR * baseline:
@@ -123,6 +125,11 @@ def departure(store: Store, key: str, step: int, falling: bool = False) -> Optio
     growth = (end / baseline) ** (1.0 / n) - 1
     return Departure(tracked.name, tracked.kind, tracked.op, tracked.cell, tracked.dtype, values[i][0], baseline,
                      end, growth)
+
+
+def _climbs_across(before: Tuple[int, float], after: Tuple[int, float], spacing: int) -> bool:
+    gap = after[0] - before[0]
+    return gap <= spacing or (gap <= MIN_HISTORY and after[1] >= before[1] * RISE ** gap)
 
 
 def _line(ys: List[float]) -> Tuple[float, float]:
