@@ -178,7 +178,7 @@ def root_cause(store: Store, events: List[Event]) -> Optional[RootCause]:
     if nonfinite is not None and not any(d.kind == "input" and d.since == event.step for d in at_event):
         step = max(nonfinite.step - 1, 0)
         departures = _departures(store, event.rank, step)
-    collapsed = _collapsed_state(store, event.rank, step)
+    collapsed = _collapsed_state(store, event.rank, step, departures)
     departures = sorted(departures + [state for state, _rose in collapsed],
                         key=lambda d: (d.since, KIND_ORDER.get(d.kind, 9)))
     result = RootCause(event.rank, event, None, None, "unknown", departures=departures, upto=step)
@@ -208,13 +208,15 @@ def _departures(store: Store, rank: int, step: int) -> List[Departure]:
     return found
 
 
-def _collapsed_state(store: Store, rank: int, step: int) -> List[Tuple[Departure, Departure]]:
+def _collapsed_state(store: Store, rank: int, step: int, at_step: List[Departure]) -> List[Tuple[Departure,
+                                                                                               Departure]]:
     """(the state, the weight or update that rose) for each optimizer state that fell out of its range up to the
     step before `step` (a state read at a step already holds that step's gradient: at a spike, the spike's) and
-    whose weight, or the weight's update, then rose (from the state's fall on). The state belongs to the weight
-    it ends with: MindSpore's optimizers name it `<moment>.<weight>` (moment1.fc.weight, adam_v.fc.weight)."""
+    whose weight, or the weight's update, then rose (from the state's fall on; read at `step`, at_step, or at the
+    step before). The state belongs to the weight it ends with: MindSpore's optimizers name it `<moment>.<weight>`
+    (moment1.fc.weight, adam_v.fc.weight)."""
     before = step - 1
-    rose = [d for d in _departures(store, rank, before) if d.kind in ("parameter", "update")]
+    rose = [d for d in at_step + _departures(store, rank, before) if d.kind in ("parameter", "update")]
     weights = sorted((t.name for t in store.tensors.values() if t.rank == rank and t.kind == "parameter"),
                      key=len, reverse=True)
     found = []
@@ -227,6 +229,9 @@ def _collapsed_state(store: Store, rank: int, step: int) -> List[Tuple[Departure
         fell = departure(store, key, before, falling=True)
         after = [d for d in rose if d.tensor in (weight, f"{weight} update") and fell is not None
                  and d.since >= fell.since]
+        lr_start, lr_end = (_lr_at(store, rank, fell.since), _lr_at(store, rank, before)) if fell else (None, None)
+        if lr_start is not None and lr_end is not None and lr_end > lr_start * RISE:
+            continue            # the steps grew with the learning rate
         if fell is not None and after:
             found.append((fell, min(after, key=lambda d: (d.since, KIND_ORDER.get(d.kind, 9)))))
     found.sort(key=lambda pair: pair[0].since)
@@ -262,11 +267,7 @@ def _classify(result: RootCause, store: Store, nonfinite: Optional[Event],
         if low:
             evidence.append(low)
         return
-    lr_start, lr_end = (_lr_at(store, result.rank, collapsed[0][0].since),
-                        _lr_at(store, result.rank, result.upto - 1)) if collapsed else (None, None)
-    lr_rose = lr_start is not None and lr_end is not None and lr_end > lr_start * RISE   # the steps grew with it
-    if collapsed and not lr_rose and \
-            collapsed[0][0].since <= min((w.since for w in weights), default=collapsed[0][0].since):
+    if collapsed and collapsed[0][0].since <= min((w.since for w in weights), default=collapsed[0][0].since):
         d, w = collapsed[0]
         result.cause = "optimizer"
         evidence.append(f"optimizer state {d.tensor} fell out of its range from step {d.since}: max |x| "
@@ -274,6 +275,7 @@ def _classify(result: RootCause, store: Store, nonfinite: Optional[Event],
         evidence.append(f"{w.tensor} rose after it: max |x| {w.before:.4g} -> {w.after:.4g}, "
                         f"{growth_text(w.growth)} from step {w.since}: its steps grew as its optimizer state fell "
                         "(the optimizer's ratio, such as m / sqrt(v), not the gradient)")
+        lr_start, lr_end = _lr_at(store, result.rank, d.since), _lr_at(store, result.rank, result.upto - 1)
         if lr_start is not None and lr_end is not None:
             evidence.append(f"learning rate {lr_start:.3g} at step {d.since}, {lr_end:.3g} at step {result.upto - 1}")
         return

@@ -66,6 +66,36 @@ def test_one_jump_of_an_input_is_data_at_its_step(tmp_path):
     assert report.root_cause.cause == "data" and report.root_cause.onset == 22
 
 
+def _collapse_then_spike(lr):
+    """SYNTHETIC: a weight's second moment halves a step from step 15 while the weight's updates and then the weight
+    grow; its input comes back at step 40 (the loss spikes and the moment jumps with the spike's gradient). The
+    growing update is itself the first blow-up here (a spike at step 19: the series are less noisy than a run's)."""
+    steps = 45
+    v = _noisy(2.0, 15, 7) + [2.0 * 0.5 ** k for k in range(1, 25)] + [3e5] * 6
+    update = _noisy(0.01, 15, 8) + [0.01 * 1.27 ** k for k in range(1, 25)] + [0.001] * 6
+    weight = _noisy(0.5, 15, 9) + [0.5 + sum(update[15:16 + k]) for k in range(24)] + [0.5 + sum(update[15:39])] * 6
+    loss = _noisy(1.0, steps, 10)
+    loss[40:] = [4e5] * 5
+    return steps, {"input 0": ("input", "float32", _noisy(3.0, steps, 11)), "loss": ("loss", "float32", loss),
+                   "learning_rate": ("optimizer setting", "float32", lr),
+                   "moment2.side.weight": ("optimizer state", "float32", v),
+                   "side.weight": ("parameter", "float32", weight),
+                   "side.weight update": ("update", "float32", update)}
+
+
+def test_a_state_that_falls_before_its_weight_rises_is_optimizer_and_not_when_the_lr_rose(tmp_path):
+    steps, series = _collapse_then_spike([0.01] * 45)
+    _write(tmp_path / "held", 0, steps, series)
+    cause = from_dump(str(tmp_path / "held")).root_cause
+    assert cause.cause == "optimizer", cause
+    assert cause.first.tensor == "moment2.side.weight" and cause.onset == 15 and cause.first.growth < 0
+    # the same series with the learning rate rising 1.27x a step over the fall: the steps grew with the lr
+    steps, series = _collapse_then_spike([0.01] * 15 + [0.01 * 1.27 ** k for k in range(1, 31)])
+    _write(tmp_path / "rising", 0, steps, series)
+    cause = from_dump(str(tmp_path / "rising")).root_cause
+    assert cause.cause == "dynamics" and cause.first.tensor == "side.weight update", cause
+
+
 def test_a_healthy_run_raises_nothing(tmp_path):
     steps = 70
     _write(tmp_path, 0, steps, {"input 0": ("input", "float32", _noisy(3.0, steps, 5)),
