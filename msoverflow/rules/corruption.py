@@ -1,0 +1,100 @@
+"""Was a weight corrupted in memory, or set by the program? The one numeric rule over a weight as a step read it
+against the same weight as the step before left it (cause/entered.py asks it; the judgement table decides).
+
+A memory stomp overwrites a small block of a tensor's bytes: a few values change, and random bytes give magnitudes
+absurd for that weight (orders of magnitude beyond its other values) with mixed exponents. A training script that
+sets a weight between steps (Parameter.set_data, a rescale, a reload) changes the tensor as a whole, typically by
+one factor. Only the first is called corrupted; the second is named as set, never as a device fault.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+ABSURD = 1e6           # changed values at least this many times larger than the weight's unchanged values
+FEW = 0.25             # at most this share of the weight changed (a block, not the tensor)
+UNIFORM = 1e-3         # relative spread of read/stored ratios below which a change is one scale factor
+ALIGN_BYTES = 64       # a stomp's granularity named in the words (a cache line)
+
+CORRUPTED = "corrupted"    # a few values absurd for the weight: changed in memory
+SET = "set"                # changed as a whole (or by one factor): the program set it
+OTHER = "other"            # changed, but neither shape is shown
+
+
+@dataclass(frozen=True)
+class Change:
+    verdict: str           # CORRUPTED | SET | OTHER
+    changed: int           # values that differ
+    total: int
+    text: str              # what changed, in words
+    block: str = ""        # where the changed values sit (CORRUPTED)
+
+
+def judge_change(read: np.ndarray, stored: np.ndarray) -> Optional[Change]:
+    """The change from `stored` (as the step before left the weight) to `read` (as this step read it); None when
+    nothing changed or they cannot be compared."""
+    read, stored = np.asarray(read), np.asarray(stored)
+    if read.shape != stored.shape or read.dtype.kind != "f" or stored.dtype.kind != "f" or read.size == 0:
+        return None
+    r, s = read.astype(np.float64).reshape(-1), stored.astype(np.float64).reshape(-1)
+    with np.errstate(invalid="ignore"):
+        changed = ~((r == s) | (np.isnan(r) & np.isnan(s)))
+    n, total = int(changed.sum()), int(r.size)
+    if n == 0:
+        return None
+    scale = _scale(read, stored)
+    if scale is not None:
+        return Change(SET, n, total, f"{n} of {total} values changed, every value by one factor ({scale:.4g}x): "
+                      "the weight was set as a whole (host code, e.g. Parameter.set_data), not changed in memory")
+    new = np.abs(r[changed])
+    rest = np.abs(r[~changed])
+    rest = rest[np.isfinite(rest)]
+    big = float(np.nanmax(np.where(np.isfinite(new), new, np.nan))) if np.isfinite(new).any() else float("inf")
+    ceiling = float(rest.max()) if rest.size else 0.0
+    if n > FEW * total or ceiling == 0.0 or big < ABSURD * ceiling:
+        words = "as a whole" if n > FEW * total else "within the weight's own range"
+        return Change(OTHER, n, total, f"{n} of {total} values changed {words} (up to {big:.4g}; the others stay "
+                      f"within {ceiling:.4g})")
+    block = _block(changed, read.dtype.itemsize)
+    return Change(CORRUPTED, n, total, f"{block} changed to {_magnitudes(new)}, while the other {total - n} values "
+                  f"stay within {ceiling:.4g}: values absurd for this weight, as bytes overwritten in memory give",
+                  block)
+
+
+def _scale(read: np.ndarray, stored: np.ndarray) -> Optional[float]:
+    """The one factor every value of the weight was multiplied by (None: no such factor)."""
+    r, s = read.astype(np.float64).reshape(-1), stored.astype(np.float64).reshape(-1)
+    both = np.isfinite(r) & np.isfinite(s) & (s != 0)
+    if both.sum() < 2 or not np.array_equal(np.isfinite(r), np.isfinite(s)) or np.any(r[s == 0] != 0):
+        return None
+    ratios = r[both] / s[both]
+    median = float(np.median(ratios))
+    if median == 0 or float(np.max(np.abs(ratios - median))) > UNIFORM * abs(median):
+        return None
+    return median
+
+
+def _block(changed: np.ndarray, itemsize: int) -> str:
+    """'16 consecutive values at element 64 (byte offset 256, 64-byte aligned)', or how many and where."""
+    flat = np.flatnonzero(changed)
+    first, last = int(flat[0]), int(flat[-1])
+    offset = first * itemsize
+    aligned = f", {ALIGN_BYTES}-byte aligned" if offset % ALIGN_BYTES == 0 else ""
+    if last - first + 1 == flat.size:
+        return f"{flat.size} consecutive value{'s' if flat.size > 1 else ''} at element {first} (byte offset " \
+               f"{offset}{aligned})"
+    return f"{flat.size} values within elements {first}-{last} (byte offset {offset}{aligned})"
+
+
+def _magnitudes(values: np.ndarray) -> str:
+    """'|x| from 3.1e-21 to 2e+36 (57 decades)': random bytes give exponents all over the range."""
+    finite = values[np.isfinite(values) & (values > 0)]
+    nonfinite = int((~np.isfinite(values)).sum())
+    extra = f" and {nonfinite} non-finite" if nonfinite else ""
+    if finite.size == 0:
+        return f"{values.size} non-finite values"
+    low, high = float(finite.min()), float(finite.max())
+    decades = int(round(np.log10(high) - np.log10(low))) if low > 0 else 0
+    return f"|x| from {low:.2g} to {high:.2g} ({decades} decades){extra}"
