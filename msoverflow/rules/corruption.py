@@ -53,10 +53,12 @@ def judge_change(read: np.ndarray, stored: np.ndarray) -> Optional[Change]:
     rest = rest[np.isfinite(rest)]
     big = float(np.nanmax(np.where(np.isfinite(new), new, np.nan))) if np.isfinite(new).any() else float("inf")
     ceiling = float(rest.max()) if rest.size else 0.0
-    if n > FEW * total or ceiling == 0.0 or big < ABSURD * ceiling:
-        words = "as a whole" if n > FEW * total else "within the weight's own range"
-        return Change(OTHER, n, total, f"{n} of {total} values changed {words} (up to {big:.4g}; the others stay "
-                      f"within {ceiling:.4g})")
+    if n > FEW * total or ceiling == 0.0:
+        return Change(OTHER, n, total, f"{n} of {total} values changed (up to {big:.4g}): the weight changed as a "
+                      "whole, not in a block")
+    if big < ABSURD * ceiling:
+        return Change(OTHER, n, total, f"{n} of {total} values changed, up to {big:.4g}, within reach of the "
+                      f"others (up to {ceiling:.4g}): not values absurd for the weight")
     block = _block(changed, read.dtype.itemsize)
     return Change(CORRUPTED, n, total, f"{block} changed to {_magnitudes(new)}, while the other {total - n} values "
                   f"stay within {ceiling:.4g}: values absurd for this weight, as bytes overwritten in memory give",

@@ -1,0 +1,53 @@
+"""rules/corruption.py: a weight as a step read it against the same weight as the step before left it. A block of
+a few values turned absurd (a stomp's random bytes) is `corrupted`; a weight scaled as a whole (set_data) is `set`,
+never corrupted; a change within the weight's range, or of the whole tensor, is neither."""
+import numpy as np
+
+from msoverflow.rules.corruption import CORRUPTED, OTHER, SET, judge_change
+
+
+def _weight(seed=0):
+    return np.random.RandomState(seed).normal(0, 0.5, (16, 16)).astype(np.float32)
+
+
+def _stomped(stored, start, seed=1):
+    read = stored.copy()
+    read.reshape(-1).view(np.uint8)[start * 4:start * 4 + 64] = np.random.RandomState(seed).randint(0, 256, 64)
+    return read
+
+
+def test_an_aligned_block_of_random_bytes_is_corrupted():
+    stored = _weight()
+    judged = 0
+    for seed in range(1, 40):
+        read = _stomped(stored, 64, seed)
+        if not np.isfinite(read).all() or np.abs(read).max() < 1e6 * np.abs(stored).max():
+            continue        # no absurd value in the block: the stomp is not told by magnitude
+        change = judge_change(read, stored)
+        assert change is not None and change.verdict == CORRUPTED, change
+        assert change.changed == 16 and "at element 64 (byte offset 256, 64-byte aligned)" in change.block
+        assert "decades" in change.text
+        judged += 1
+    assert judged >= 10
+
+
+def test_a_weight_scaled_as_a_whole_is_set_not_corrupted():
+    stored = _weight()
+    for factor in (150.0, 1e30):
+        change = judge_change((stored * np.float32(factor)).astype(np.float32), stored)
+        assert change is not None and change.verdict == SET, change
+        assert "set_data" in change.text
+
+
+def test_a_weight_replaced_as_a_whole_or_nudged_is_not_corrupted():
+    stored = _weight()
+    assert judge_change(_weight(seed=5) * np.float32(1e36), stored).verdict == OTHER    # reloaded, every value
+    nudged = stored.copy()
+    nudged[4, :] += np.float32(0.25)                                                    # one row, in range
+    assert judge_change(nudged, stored).verdict == OTHER
+
+
+def test_an_unchanged_weight_has_no_change():
+    stored = _weight()
+    assert judge_change(stored.copy(), stored) is None
+    assert judge_change(stored[:8], stored) is None          # not comparable
