@@ -17,7 +17,7 @@ import numpy as np
 
 from ..dataflow import PARAM, Flow
 from ..model import OpExecution, TensorEvent
-from ..rules.corruption import Change, judge_change
+from ..rules.corruption import CHUNK, Change, judge_change
 from ..rules.knowledge import OpKnowledge
 from . import between
 
@@ -97,8 +97,12 @@ def _holds(access, event: TensorEvent, value: float) -> bool:
     array = access.array(event)
     if array is None:
         return False
-    magnitudes = np.abs(np.asarray(array, dtype=np.float64))
-    return bool(np.any(np.abs(magnitudes - value) <= 1e-6 * value))
+    flat = np.asarray(array).reshape(-1)
+    for start in range(0, flat.size, CHUNK):       # in chunks: a large table stays a memory map
+        magnitudes = np.abs(np.asarray(flat[start:start + CHUNK], dtype=np.float64))
+        if np.any(np.abs(magnitudes - value) <= 1e-6 * value):
+            return True
+    return False
 
 
 def _run_of(full_name: str, consumer: OpExecution, graph, runs: Sequence[OpExecution]) -> Optional[OpExecution]:

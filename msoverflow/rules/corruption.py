@@ -14,7 +14,9 @@ from typing import Optional
 import numpy as np
 
 ABSURD = 1e6           # changed values at least this many times larger than the weight's unchanged values
-FEW = 0.25             # at most this share of the weight changed (a block, not the tensor)
+FEW = 0.25             # at most this share of the weight changed (a block, not the tensor) ...
+FEW_MAX = 1 << 20      # ... and at most this many values
+CHUNK = 1 << 20        # values compared at once
 UNIFORM = 1e-3         # relative spread of read/stored ratios below which a change is one scale factor
 ALIGN_BYTES = 64       # a stomp's granularity named in the words (a cache line)
 
@@ -34,53 +36,57 @@ class Change:
 
 def judge_change(read: np.ndarray, stored: np.ndarray) -> Optional[Change]:
     """The change from `stored` (as the step before left the weight) to `read` (as this step read it); None when
-    nothing changed or they cannot be compared."""
+    nothing changed or they cannot be compared. Read in chunks: memory stays bounded for any weight."""
     read, stored = np.asarray(read), np.asarray(stored)
     if read.shape != stored.shape or read.dtype.kind != "f" or stored.dtype.kind != "f" or read.size == 0:
         return None
-    r, s = read.astype(np.float64).reshape(-1), stored.astype(np.float64).reshape(-1)
-    with np.errstate(invalid="ignore"):
-        changed = ~((r == s) | (np.isnan(r) & np.isnan(s)))
-    n, total = int(changed.sum()), int(r.size)
+    total = int(read.size)
+    few = min(int(FEW * total), FEW_MAX)
+    flat_r, flat_s = read.reshape(-1), stored.reshape(-1)
+    n, ceiling, kept = 0, 0.0, []
+    lo, hi, one_factor = np.inf, -np.inf, True
+    for start in range(0, total, CHUNK):
+        r = np.asarray(flat_r[start:start + CHUNK], dtype=np.float64)
+        s = np.asarray(flat_s[start:start + CHUNK], dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            changed = ~((r == s) | (np.isnan(r) & np.isnan(s)))
+        n += int(changed.sum())
+        rest = np.abs(r[~changed])
+        rest = rest[np.isfinite(rest)]
+        ceiling = max(ceiling, float(rest.max()) if rest.size else 0.0)
+        if n <= few:
+            kept.append((np.flatnonzero(changed) + start, np.abs(r[changed])))
+        finite = np.isfinite(r)
+        if not np.array_equal(finite, np.isfinite(s)) or np.any(r[finite & (s == 0)] != 0):
+            one_factor = False
+        both = finite & (s != 0)
+        if one_factor and both.any():
+            ratios = r[both] / s[both]
+            lo, hi = min(lo, float(ratios.min())), max(hi, float(ratios.max()))
     if n == 0:
         return None
-    scale = _scale(read, stored)
-    if scale is not None:
-        return Change(SET, n, total, f"{n} of {total} values changed, every value by one factor ({scale:.4g}x): "
+    factor = (lo + hi) / 2
+    if one_factor and np.isfinite(factor) and factor != 0 and hi - lo <= UNIFORM * abs(factor):
+        return Change(SET, n, total, f"{n} of {total} values changed, every value by one factor ({factor:.4g}x): "
                       "the weight was set as a whole (host code, e.g. Parameter.set_data), not changed in memory")
-    new = np.abs(r[changed])
-    rest = np.abs(r[~changed])
-    rest = rest[np.isfinite(rest)]
-    big = float(np.nanmax(np.where(np.isfinite(new), new, np.nan))) if np.isfinite(new).any() else float("inf")
-    ceiling = float(rest.max()) if rest.size else 0.0
-    if n > FEW * total or ceiling == 0.0:
-        return Change(OTHER, n, total, f"{n} of {total} values changed (up to {big:.4g}): the weight changed as a "
-                      "whole, not in a block")
+    if n > few or ceiling == 0.0:
+        return Change(OTHER, n, total, f"{n} of {total} values changed: the weight changed as a whole, not in a "
+                      "block")
+    where = np.concatenate([k for k, _v in kept])
+    new = np.concatenate([v for _k, v in kept])
+    big = float(new[np.isfinite(new)].max()) if np.isfinite(new).any() else float("inf")
     if big < ABSURD * ceiling:
         return Change(OTHER, n, total, f"{n} of {total} values changed, up to {big:.4g}, within reach of the "
                       f"others (up to {ceiling:.4g}): not values absurd for the weight")
-    block = _block(changed, read.dtype.itemsize)
+    block = _block(where, read.dtype.itemsize)
     return Change(CORRUPTED, n, total, f"{block} changed to {_magnitudes(new)}, while the other {total - n} values "
                   f"stay within {ceiling:.4g}: values absurd for this weight, as bytes overwritten in memory give",
                   block)
 
 
-def _scale(read: np.ndarray, stored: np.ndarray) -> Optional[float]:
-    """The one factor every value of the weight was multiplied by (None: no such factor)."""
-    r, s = read.astype(np.float64).reshape(-1), stored.astype(np.float64).reshape(-1)
-    both = np.isfinite(r) & np.isfinite(s) & (s != 0)
-    if both.sum() < 2 or not np.array_equal(np.isfinite(r), np.isfinite(s)) or np.any(r[s == 0] != 0):
-        return None
-    ratios = r[both] / s[both]
-    median = float(np.median(ratios))
-    if median == 0 or float(np.max(np.abs(ratios - median))) > UNIFORM * abs(median):
-        return None
-    return median
-
-
-def _block(changed: np.ndarray, itemsize: int) -> str:
-    """'16 consecutive values at element 64 (byte offset 256, 64-byte aligned)', or how many and where."""
-    flat = np.flatnonzero(changed)
+def _block(flat: np.ndarray, itemsize: int) -> str:
+    """'16 consecutive values at element 64 (byte offset 256, 64-byte aligned)', or how many and where (flat: the
+    changed positions, ascending)."""
     first, last = int(flat[0]), int(flat[-1])
     offset = first * itemsize
     aligned = f", {ALIGN_BYTES}-byte aligned" if offset % ALIGN_BYTES == 0 else ""

@@ -3,7 +3,7 @@ a few values turned absurd (a stomp's random bytes) is `corrupted`; a weight sca
 never corrupted; a change within the weight's range, or of the whole tensor, is neither."""
 import numpy as np
 
-from msoverflow.rules.corruption import CORRUPTED, OTHER, SET, judge_change
+from msoverflow.rules.corruption import CHUNK, CORRUPTED, OTHER, SET, judge_change
 
 
 def _weight(seed=0):
@@ -51,3 +51,14 @@ def test_an_unchanged_weight_has_no_change():
     stored = _weight()
     assert judge_change(stored.copy(), stored) is None
     assert judge_change(stored[:8], stored) is None          # not comparable
+
+
+def test_a_weight_larger_than_one_chunk_is_judged_whole():
+    """Compared in chunks (memory bounded): a block past the first chunk, and a factor over every chunk."""
+    stored = np.random.RandomState(3).normal(0, 0.02, 3 * CHUNK + 100).astype(np.float32)
+    read = stored.copy()
+    read[2 * CHUNK + 32:2 * CHUNK + 48] = np.float32(3e35) * np.arange(1, 17, dtype=np.float32)
+    change = judge_change(read, stored)
+    assert change is not None and change.verdict == CORRUPTED
+    assert f"at element {2 * CHUNK + 32} (byte offset {(2 * CHUNK + 32) * 4}, 64-byte aligned)" in change.block
+    assert judge_change(stored * np.float32(4), stored).verdict == SET
