@@ -115,9 +115,11 @@ def _entered(decision: "Decision", first: Finding, run: Optional[OpExecution], s
     except READ_FAULTS as exc:
         steps.warn(f"{first.op_name}: where its input came from could not be read ({type(exc).__name__}: {exc})")
         return decision
-    if found is None or found.reader.op_name == ex.op_name:
+    if found is None:
         return decision
-    carried = (f"its input carries |x| {found.value:.4g} unchanged from the weight {found.parameter}, read by "
+    itself = found.reader.key == ex.key
+    carried = (f"its input {found.slot} is the weight {found.parameter}, holding |x| {found.value:.4g}" if itself else
+               f"its input carries |x| {found.value:.4g} unchanged from the weight {found.parameter}, read by "
                f"{found.reader.op_type} ({found.reader.op_name}) in step {first.step}")
     if found.written or not found.stored or found.change is None or found.change.verdict != CORRUPTED:
         if found.written:
@@ -133,12 +135,13 @@ def _entered(decision: "Decision", first: Finding, run: Optional[OpExecution], s
         moved = dataclasses.replace(first, cause=cause)
         return dataclasses.replace(decision, first=moved,
                                    anomalies=[moved if f is first else f for f in decision.anomalies])
-    return _moved(decision, first, found, steps, access)
+    return _moved(decision, first, found, itself, steps, access)
 
 
-def _moved(decision: "Decision", first: Finding, found, steps: "_Steps", access: TensorAccess) -> "Decision":
-    """The reader of the corrupted weight as the first origin; the op that overflowed on it becomes the first op
-    its value reached."""
+def _moved(decision: "Decision", first: Finding, found, itself: bool, steps: "_Steps",
+           access: TensorAccess) -> "Decision":
+    """The reader of the corrupted weight as the first origin, device; the op that overflowed on it becomes the
+    first op its value reached (itself: the reader is the op that overflowed, it stays the origin)."""
     from ..findings import describe
     from ..rules.judge import Verdict
     from .where import MEMORY_STOMP
@@ -150,7 +153,7 @@ def _moved(decision: "Decision", first: Finding, found, steps: "_Steps", access:
     verdict = Verdict(ORIGIN, first.kind, detail, advice=first.advice,
                       evidence=[f"the value reached {' -> '.join(found.path)} unchanged before {first.op_type} "
                                 "made its bad value"])
-    origin = describe(reader, verdict, access, steps.graphs, knowledge(), full=True)
+    origin = first if itself else describe(reader, verdict, access, steps.graphs, knowledge(), full=True)
     cause = Cause(CAUSE_DEVICE, advice=ADVICE[CAUSE_DEVICE], basis="entered", reason=(
         f"input {found.slot}, the weight {name} as {reader.op_type} read it in step {first.step}: {change.text}; "
         f"its dump after step {first.step - 1} holds what the optimizer left, and no op of step {first.step} wrote "
@@ -159,10 +162,13 @@ def _moved(decision: "Decision", first: Finding, found, steps: "_Steps", access:
                       f"{first.step - 1}",
                       f"recomputed alone, {first.op_type} is right from its inputs: {first.cause.reason}"]
     cause.pattern = MEMORY_STOMP
-    cause.pattern_text = (f"{change.changed} of {change.total} values turned absurd for the weight, in one block: the "
-                          "pattern of a memory stomp")
+    cause.pattern_text = (f"{change.changed} of {change.total} values turned absurd for the weight: the pattern of a "
+                          "memory stomp")
     cause.where = change.block
     origin = dataclasses.replace(origin, cause=cause, recommendation=_recommendation(origin, cause))
+    if itself:
+        return dataclasses.replace(decision, first=origin,
+                                   anomalies=[origin if f is first else f for f in decision.anomalies])
     reached = dataclasses.replace(first, role=PROPAGATOR)
     return dataclasses.replace(decision, first=origin,
                                anomalies=[origin, *[f for f in decision.anomalies if f is not first]],

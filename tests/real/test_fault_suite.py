@@ -139,3 +139,33 @@ def test_without_the_step_before_a_stomp_is_not_called_a_device_fault(fault_scor
     assert report.cause.cause != "device" and report.first.op_type == "LayerNorm"
     assert any("does not hold it after step 0" in line for line in report.first.cause.evidence)
     assert check(report) == []
+
+
+def test_a_stomped_weight_its_reader_overflows_on_is_a_device_fault_of_that_reader(fault_scores, tmp_path):
+    """An edited copy of a clean run: in step 1 the head MatMul reads head.weight with one 64-byte block overwritten
+    (values up to 3.3e38 and down to 1e-35) and its output is what float32 makes of that (inf, NaN). The reader is
+    the op that overflowed: it stays the origin, and its cause is device, the weight's dump after step 0 holding
+    the optimizer's values there."""
+    dump = tmp_path / "dump"
+    shutil.copytree(suite.default_out_dir() / "clean_transformer_s0" / "dump", dump)
+    prefix = str(dump / "rank_0" / "*" / "0" / "1" / "MatMul.Default_*_head-Dense_MatMul-op0.*.")
+
+    def one(tail):
+        found = glob.glob(prefix + tail)
+        assert len(found) == 1, (tail, found)
+        return found[0]
+    x, weight = np.load(one("input.0.*")), np.load(one("input.1.*"))
+    transpose_a, transpose_b = bool(np.load(one("input.2.*"))), bool(np.load(one("input.3.*")))
+    out_file = one("output.0.*")
+    weight.reshape(-1)[32:48] = np.array([3e38, -2.9e38, 1.7e-30, 5e12, -2.2e38, 3.1e38, -4e-20, 8e37, 2.5e38,
+                                          -3e38, 6e-5, 1.1e25, -2.7e38, 2.9e38, -9e-35, 3.3e38], np.float32)
+    np.save(one("input.1.*"), weight)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.matmul(x.swapaxes(-1, -2) if transpose_a else x, weight.T if transpose_b else weight)
+    np.save(out_file, out.astype(np.float32).reshape(np.load(out_file).shape))
+    report = msoverflow.analyze(str(dump), progress=False, finished=True)
+    assert (report.first.op_type, report.first.cell, report.cause.cause) == ("MatMul", "network._backbone.head",
+                                                                             "device")
+    assert report.conclusion.rule == "corrupted_weight"
+    assert "16 consecutive values at element 32 (byte offset 128, 64-byte aligned)" in report.cause.reason
+    assert check(report) == []
