@@ -7,6 +7,7 @@ The classes that main's analysis does not yet get right are strict xfails that n
 test turns red the moment a fix lands and the mark must go (the lead re-scores after merging the analysis fixes).
 """
 import glob
+import json
 import os
 import shutil
 import sys
@@ -103,6 +104,9 @@ def test_a_stomped_weight_block_is_a_device_fault_named_at_its_reader(fault_scor
     assert "16 consecutive values at element 64 (byte offset 256, 64-byte aligned)" in diagnosis["reason"]
     assert "changed in memory between the steps" in diagnosis["reason"]
     assert {row["rank"]: row["op_type"] for row in report["ranks"]} == {0: "Gather"}
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate({k: v for k, v in report.items() if k != "_exit"},
+                        json.loads((suite.REPO / "msoverflow" / "schema" / "report.schema.json").read_text()))
     assert check(msoverflow.analyze(str(suite.default_out_dir() / "stomp_transformer_s0" / "dump"),
                                     progress=False)) == []
 
