@@ -1,8 +1,9 @@
 """Where a corrupted but finite value entered: the op that read it from a weight, upstream of the op it overflowed.
 
 A stomp can write finite garbage (|x| up to 1e38) into a weight. Where it is read (a Gather of an embedding table)
-it is no bad value; an op downstream overflows on it and is the walk's origin, `domain` by its own recompute. From
-that op the value is followed back through ops whose outputs carry it unchanged (Reshape, Gather, Transpose ...)
+it is no bad value; an op downstream overflows on it and is the walk's origin, `domain` by its own recompute. When
+the origin's largest input stands out from its others by orders of magnitude (rules/corruption.stands_out; only
+then is the step read again), the value is followed back through ops whose outputs carry it unchanged (Reshape, Gather, Transpose ...)
 to the op that read it from a Parameter. That weight as this step read it is compared with its dump after the step
 before (what the optimizer left; cause/between.py): rules/corruption.py says whether a few values turned absurd
 for the weight (changed in memory) or the weight was set as a whole (host code). This module finds and compares;
@@ -17,7 +18,7 @@ import numpy as np
 
 from ..dataflow import PARAM, Flow
 from ..model import OpExecution, TensorEvent
-from ..rules.corruption import CHUNK, Change, judge_change
+from ..rules.corruption import CHUNK, Change, judge_change, stands_out
 from ..rules.knowledge import OpKnowledge
 from . import between
 
@@ -39,7 +40,8 @@ class Entered:
 def find(ex: OpExecution, graph, runs: Callable[[], Sequence[OpExecution]], access, kn: OpKnowledge,
          stored_before: Optional[between.StoredBefore]) -> Optional[Entered]:
     """The weight reader upstream of origin `ex` whose read carries the origin's largest input value unchanged;
-    None when the value does not come unchanged from a weight."""
+    None when that value does not stand out from the input's others (rules/corruption.stands_out) or does not come
+    unchanged from a weight."""
     if graph is None or kn.updates_weights(ex.op_type):
         return None
     flow = Flow(graph, kn)
@@ -47,6 +49,9 @@ def find(ex: OpExecution, graph, runs: Callable[[], Sequence[OpExecution]], acce
     if start is None:
         return None
     event, value = start
+    array = access.array(event)
+    if array is None or not stands_out(np.asarray(array)):
+        return None           # nothing absurd beside the rest: no step is read again to follow it
     current, path = ex, [ex.op_type]
     for _hop in range(HOPS):
         node = graph.find(current.op_name)

@@ -17,6 +17,7 @@ ABSURD = 1e6           # changed values at least this many times larger than the
 FEW = 0.25             # at most this share of the weight changed (a block, not the tensor) ...
 FEW_MAX = 1 << 20      # ... and at most this many values
 CHUNK = 1 << 20        # values compared at once
+MAX_TYPICAL = 1 << 24  # values an op's input may hold for its typical magnitude to be taken (a sort of them)
 UNIFORM = 1e-3         # relative spread of read/stored ratios below which a change is one scale factor
 ALIGN_BYTES = 64       # a stomp's granularity named in the words (a cache line)
 
@@ -32,6 +33,20 @@ class Change:
     total: int
     text: str              # what changed, in words
     block: str = ""        # where the changed values sit (CORRUPTED)
+
+
+def stands_out(values: np.ndarray) -> bool:
+    """The largest |x| is at least ABSURD times the typical one (the 75th percentile of the non-zero finite |x|): a
+    few values absurd beside the rest, as a stomp's garbage carried into an op is. Values that grew or were scaled
+    together (a set_data, training dynamics) do not stand out so."""
+    flat = np.asarray(values).reshape(-1)
+    if flat.dtype.kind != "f" or flat.size < 2 or flat.size > MAX_TYPICAL:
+        return False
+    magnitudes = np.abs(flat.astype(np.float64))
+    magnitudes = magnitudes[np.isfinite(magnitudes) & (magnitudes > 0)]
+    if magnitudes.size < 2:
+        return False
+    return float(magnitudes.max()) >= ABSURD * float(np.percentile(magnitudes, 100 * (1 - FEW)))
 
 
 def judge_change(read: np.ndarray, stored: np.ndarray) -> Optional[Change]:

@@ -3,7 +3,7 @@ a few values turned absurd (a stomp's random bytes) is `corrupted`; a weight sca
 never corrupted; a change within the weight's range, or of the whole tensor, is neither."""
 import numpy as np
 
-from msoverflow.rules.corruption import CHUNK, CORRUPTED, OTHER, SET, judge_change
+from msoverflow.rules.corruption import CHUNK, CORRUPTED, OTHER, SET, judge_change, stands_out
 
 
 def _weight(seed=0):
@@ -62,3 +62,17 @@ def test_a_weight_larger_than_one_chunk_is_judged_whole():
     assert change is not None and change.verdict == CORRUPTED
     assert f"at element {2 * CHUNK + 32} (byte offset {(2 * CHUNK + 32) * 4}, 64-byte aligned)" in change.block
     assert judge_change(stored * np.float32(4), stored).verdict == SET
+
+
+def test_a_few_absurd_values_stand_out_and_scaled_or_grown_ones_do_not():
+    """The gate before any step is read again: the origin's input holds a few values absurd beside its others."""
+    embeddings = _weight().reshape(-1)[:192].copy()
+    assert not stands_out(embeddings)
+    assert not stands_out(embeddings * np.float32(1e30))                  # scaled together
+    outlier = embeddings.copy()
+    outlier[7] = np.float32(3e4)                                          # a large activation, not absurd
+    assert not stands_out(outlier)
+    carried = embeddings.copy()
+    carried[64:80] = _stomped(_weight(), 64).reshape(-1)[64:80]
+    carried[64] = np.float32(2e36)
+    assert stands_out(carried)
