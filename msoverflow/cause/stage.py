@@ -156,8 +156,8 @@ def _moved(decision: "Decision", first: Finding, found, itself: bool, steps: "_S
     origin = first if itself else describe(reader, verdict, access, steps.graphs, knowledge(), full=True)
     cause = Cause(CAUSE_DEVICE, advice=ADVICE[CAUSE_DEVICE], basis="entered", reason=(
         f"input {found.slot}, the weight {name} as {reader.op_type} read it in step {first.step}: {change.text}; "
-        f"its dump after step {first.step - 1} holds what the optimizer left, and no op of step {first.step} wrote "
-        "it before this read: it changed in memory between the steps (a device fault, or a stray write)"))
+        f"its dump after step {first.step - 1} holds what that step left there, and no op of step {first.step} "
+        "wrote it before this read: it changed in memory between the steps (a device fault, or a stray write)"))
     cause.evidence = [f"{change.changed} of {change.total} values of {name} differ from its dump after step "
                       f"{first.step - 1}",
                       f"recomputed alone, {first.op_type} is right from its inputs: {first.cause.reason}"]
