@@ -90,8 +90,10 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
     if decision.first is not None or decision.likely is not None:   # a clean dump does not even import it
         with timed("diagnose"):
             # the cause of every origin, recomputed from its dumped inputs (msoverflow/cause)
-            from .cause.stage import diagnose
+            from .cause.stage import diagnose, follow_origin
+            before = decision.first
             decision = diagnose(decision, dump, plan, walked, graphs, notes, parallel=parallel)
+            follow_origin(ranks_seen.rows, before, decision.first)
     with timed("assemble"):
         report = assemble(dump, plan, walked, decision, ranks_seen, kn, notes)
     with timed("judge"):      # the one conclusion: kind, harm, cause, fix, next command (msoverflow/judgement)

@@ -14,16 +14,20 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 from ..dataflow import StepIndex, StepReads
 from ..evaluate import TensorAccess
 from ..model import (
+    CAUSE_DATA,
     CAUSE_DEVICE,
     CAUSE_UNKNOWN,
     CROSS_RANK,
     LIKELY_ORIGIN,
     ORIGIN,
+    OVERFLOW,
+    PROPAGATOR,
     Cause,
     Finding,
     OpExecution,
     TensorEvent,
 )
+from ..rules.corruption import CORRUPTED
 from ..rules.knowledge import knowledge
 from .cause import ADVICE
 from .cause import diagnose as diagnose_op
@@ -80,10 +84,104 @@ def diagnose(decision: "Decision", dump: "Dump", plan: "Plan", walked: "Walked",
 
     def new(f: Finding) -> Finding:
         return diagnosed.get(id(f), f)
-    return dataclasses.replace(decision, first=new(decision.first) if decision.first is not None else None,
-                               likely=new(decision.likely) if decision.likely is not None else None,
-                               anomalies=[new(f) for f in decision.anomalies],
-                               flagged=[new(f) for f in decision.flagged])
+    decision = dataclasses.replace(decision, first=new(decision.first) if decision.first is not None else None,
+                                   likely=new(decision.likely) if decision.likely is not None else None,
+                                   anomalies=[new(f) for f in decision.anomalies],
+                                   flagged=[new(f) for f in decision.flagged])
+    first = decision.first
+    if first is None or first.role != ORIGIN or first.cause is None or \
+            first.cause.cause in (CAUSE_DEVICE, CAUSE_DATA):
+        return decision
+    run = runs.get((first.rank, first.step, first.graph, first.op_name, first.timestamp))
+    return _entered(decision, first, run, steps, access)
+
+
+def _entered(decision: "Decision", first: Finding, run: Optional[OpExecution], steps: "_Steps",
+             access: TensorAccess) -> "Decision":
+    """The origin moved upstream to the op that read its value from a weight corrupted in memory (a few values
+    absurd for the weight, changed since the step before with no writer: msoverflow/cause/entered.py); when that
+    is not shown, the first origin stays and its cause says what the weight showed or what evidence is missing."""
+    from . import entered
+    step = steps.get(first.rank, first.step, scanned_only=True)
+    graph = steps.graphs.graph(first.rank, first.graph)
+    if step is None or graph is None or first.cause is None:
+        return decision
+    ex = run if run is not None else _execution(step, first)
+    if ex is None:
+        return decision
+    try:
+        found = entered.find(ex, graph, step.executions, access, knowledge(),
+                             _stored_before(steps, first.rank, first.step))
+    except READ_FAULTS as exc:
+        steps.warn(f"{first.op_name}: where its input came from could not be read ({type(exc).__name__}: {exc})")
+        return decision
+    if found is None:
+        return decision
+    itself = found.reader.key == ex.key
+    carried = (f"its input {found.slot} is the weight {found.parameter}, holding |x| {found.value:.4g}" if itself else
+               f"its input carries |x| {found.value:.4g} unchanged from the weight {found.parameter}, read by "
+               f"{found.reader.op_type} ({found.reader.op_name}) in step {first.step}")
+    if found.written or not found.stored or found.change is None or found.change.verdict != CORRUPTED:
+        if found.written:
+            why = "a kernel of this step wrote it before that read"
+        elif not found.stored:
+            why = (f"the dump does not hold it after step {first.step - 1}, so whether it changed in memory (a "
+                   "device fault) or the program set it cannot be shown")
+        elif found.change is None:
+            why = f"it is as step {first.step - 1} left it"
+        else:
+            why = found.change.text
+        cause = dataclasses.replace(first.cause, evidence=[*first.cause.evidence, f"{carried}: {why}"])
+        moved = dataclasses.replace(first, cause=cause)
+        return dataclasses.replace(decision, first=moved,
+                                   anomalies=[moved if f is first else f for f in decision.anomalies])
+    return _moved(decision, first, found, itself, steps, access)
+
+
+def _moved(decision: "Decision", first: Finding, found, itself: bool, steps: "_Steps",
+           access: TensorAccess) -> "Decision":
+    """The reader of the corrupted weight as the first origin, device; the op that overflowed on it becomes the
+    first op its value reached (itself: the reader is the op that overflowed, it stays the origin)."""
+    from ..findings import describe
+    from ..rules.judge import Verdict
+    from .where import MEMORY_STOMP
+    assert found.change is not None and first.cause is not None
+    reader, name, change = found.reader, found.parameter, found.change
+    made = "overflowed on it" if first.kind == OVERFLOW else f"made {first.kind} values of it"
+    detail = (f"input {found.slot}, the weight {name}, holds |x| up to {found.value:.4g} that no op of step "
+              f"{first.step} wrote; {first.op_type} downstream {made}")
+    verdict = Verdict(ORIGIN, first.kind, detail, advice=first.advice,
+                      evidence=[f"the value reached {' -> '.join(found.path)} unchanged before {first.op_type} "
+                                "made its bad value"])
+    origin = first if itself else describe(reader, verdict, access, steps.graphs, knowledge(), full=True)
+    cause = Cause(CAUSE_DEVICE, advice=ADVICE[CAUSE_DEVICE], basis="entered", reason=(
+        f"input {found.slot}, the weight {name} as {reader.op_type} read it in step {first.step}: {change.text}; "
+        f"its dump after step {first.step - 1} holds what that step left there, and no op of step {first.step} "
+        "wrote it before this read: it changed in memory between the steps (a device fault, or a stray write)"))
+    cause.evidence = [f"{change.changed} of {change.total} values of {name} differ from its dump after step "
+                      f"{first.step - 1}",
+                      f"recomputed alone, {first.op_type} is right from its inputs: {first.cause.reason}"]
+    cause.pattern = MEMORY_STOMP
+    cause.pattern_text = (f"{change.changed} of {change.total} values turned absurd for the weight: the pattern of a "
+                          "memory stomp")
+    cause.where = change.block
+    origin = dataclasses.replace(origin, cause=cause, recommendation=_recommendation(origin, cause))
+    if itself:
+        return dataclasses.replace(decision, first=origin,
+                                   anomalies=[origin if f is first else f for f in decision.anomalies])
+    reached = dataclasses.replace(first, role=PROPAGATOR)
+    return dataclasses.replace(decision, first=origin,
+                               anomalies=[origin, *[f for f in decision.anomalies if f is not first]],
+                               propagation=[reached, *decision.propagation])
+
+
+def follow_origin(rows, before: Optional[Finding], after: Optional[Finding]) -> None:
+    """The rank table's row names the first origin the diagnosis settled on (it may have moved upstream)."""
+    if before is None or after is None or (before.op_name, before.graph) == (after.op_name, after.graph):
+        return
+    for row in rows:
+        if (row.rank, row.step, row.op_name) == (before.rank, before.step, before.op_name):
+            row.op_name, row.op_type, row.time = after.op_name, after.op_type, after.timestamp
 
 
 def _cause(finding: Finding, run: Optional[OpExecution], steps: "_Steps", access: TensorAccess, warn: Warn,

@@ -167,6 +167,14 @@ def received(e: Evidence) -> Optional[Conclusion]:
                     [e.origin.recommendation], PATCH_NONE)
 
 
+@rule("origin", "cause")
+def corrupted_weight(e: Evidence) -> Optional[Conclusion]:
+    """A weight read with a few values absurd for it, changed since the step before with no writer: device, no patch."""
+    if e.origin is None or e.cause is None or e.cause.basis != "entered" or e.cause.cause != CAUSE_DEVICE:
+        return None
+    return _anomaly(e, CAUSE_DEVICE, e.cause.reason, [e.cause.advice or FIX[CAUSE_DEVICE]], PATCH_NONE)
+
+
 @rule("origin", "history", "cause")
 def dynamics(e: Evidence) -> Optional[Conclusion]:
     """The history shows an earlier onset (weights or inputs growing over the steps): cause dynamics, no precision patch."""
@@ -284,5 +292,5 @@ def no_origin(e: Evidence) -> Optional[Conclusion]:
                       e.verdict == VERDICT_ANOMALY)
 
 
-RULES[:] = [inconclusive, clean, update_applied, flagged_only, received, dynamics, data_jump, cause_device,
+RULES[:] = [inconclusive, clean, update_applied, flagged_only, received, corrupted_weight, dynamics, data_jump, cause_device,
             upstream_precision, masked_row, weight_zero_division, zero_division, cause_domain, cause_data, cause_precision, cause_unknown, no_origin]

@@ -6,21 +6,23 @@ A class fails under 95% origin right or 85% cause right, a clean control on any 
 The classes that main's analysis does not yet get right are strict xfails that name what the report says, so the
 test turns red the moment a fix lands and the mark must go (the lead re-scores after merging the analysis fixes).
 """
+import glob
+import json
+import os
+import shutil
 import sys
 
+import numpy as np
 import pytest
 
+import msoverflow
 from benchmarks.faults import suite
+from msoverflow.render.consistency import check
 
 pytestmark = pytest.mark.mindspore
 
 # What the analysis still says on these classes (a strict xfail: the test turns red the moment a fix lands).
-NOT_YET = {
-    "stomp": "garbage bytes that stay finite (up to ~1e36) are not bad values where they enter (Gather reads them "
-             "from the stomped weight): the report names the LayerNorm/Square downstream that overflows, cause domain "
-             "('beyond float32's range'). Telling a stomped weight from one the training script set between steps "
-             "(the overflow cases scale q/k by set_data) needs more than the changed values",
-}
+NOT_YET: dict = {}
 
 
 @pytest.fixture(scope="session")
@@ -89,3 +91,85 @@ def test_a_fully_masked_row_is_nan_made_by_the_softmax_not_the_fill(fault_scores
     assert "nothing to attend to" in first["diagnosis"]["reason"]
     assert any("finite fill" in fix for fix in conclusion["fix"])
     assert not any("dump without filters" in w for w in report["warnings"])
+
+
+def test_a_stomped_weight_block_is_a_device_fault_named_at_its_reader(fault_scores):
+    """stomp: a 64-byte block of the embedding table overwritten with random bytes between steps 0 and 1, finite
+    (up to ~2e36). Gather reads it unharmed and a LayerNorm downstream overflows; the value is followed back to
+    the Gather, whose read differs from the table's dump after step 0 in that block only: device, a stomp."""
+    report = _report("stomp_transformer_s0")
+    first, diagnosis = report["first"], report["first"]["diagnosis"]
+    assert (first["op_type"], first["cause"], diagnosis["pattern"]) == ("Gather", "device", "memory stomp")
+    assert report["conclusion"]["rule"] == "corrupted_weight"
+    assert "16 consecutive values at element 64 (byte offset 256, 64-byte aligned)" in diagnosis["reason"]
+    assert "changed in memory between the steps" in diagnosis["reason"]
+    assert {row["rank"]: row["op_type"] for row in report["ranks"]} == {0: "Gather"}
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate({k: v for k, v in report.items() if k != "_exit"},
+                        json.loads((suite.REPO / "msoverflow" / "schema" / "report.schema.json").read_text()))
+    assert check(msoverflow.analyze(str(suite.default_out_dir() / "stomp_transformer_s0" / "dump"),
+                                    progress=False)) == []
+
+
+def _stomp_copy(tmp_path, edit):
+    """A copy of the stomp run's dump whose table, as dumped after step 0, `edit` rewrites (from the read of step 1)
+    or removes (edit None)."""
+    dump = tmp_path / "dump"
+    shutil.copytree(suite.default_out_dir() / "stomp_transformer_s0" / "dump", dump)
+    stored = glob.glob(str(dump / "rank_0" / "*" / "0" / "0" / "Parameter.embed_tokens_embedding_table.*.npy"))
+    read = glob.glob(str(dump / "rank_0" / "*" / "0" / "1" / "Gather.*Embedding_Gather-op0.*.input.0.*.npy"))
+    assert len(stored) == 1 and len(read) == 1
+    if edit is None:
+        os.remove(stored[0])
+    else:
+        np.save(stored[0], edit(np.load(read[0])))
+    return msoverflow.analyze(str(dump), progress=False, finished=True)
+
+
+def test_a_weight_the_script_set_between_steps_is_not_a_device_fault(fault_scores, tmp_path):
+    """The same read, but the table after step 0 is that read divided by 200 throughout: the training script set
+    the weight as a whole (set_data of a scaled copy, as the overflow cases do to q/k), so no device fault is
+    claimed and the origin stays where the value overflowed; its evidence says the weight was set."""
+    report = _stomp_copy(tmp_path, lambda read: (read / np.float32(200)).astype(np.float32))
+    assert (report.first.op_type, report.cause.cause) == ("LayerNorm", "domain")
+    assert any("set as a whole" in line for line in report.first.cause.evidence), report.first.cause.evidence
+    assert check(report) == []
+
+
+def test_without_the_step_before_a_stomp_is_not_called_a_device_fault(fault_scores, tmp_path):
+    """The table's dump after step 0 missing: nothing shows the block changed between the steps, so no device fault
+    is claimed, and the evidence says what is missing."""
+    report = _stomp_copy(tmp_path, None)
+    assert report.cause.cause != "device" and report.first.op_type == "LayerNorm"
+    assert any("does not hold it after step 0" in line for line in report.first.cause.evidence)
+    assert check(report) == []
+
+
+def test_a_stomped_weight_its_reader_overflows_on_is_a_device_fault_of_that_reader(fault_scores, tmp_path):
+    """An edited copy of a clean run: in step 1 the head MatMul reads head.weight with one 64-byte block overwritten
+    (values up to 3.3e38 and down to 1e-35) and its output is what float32 makes of that (inf, NaN). The reader is
+    the op that overflowed: it stays the origin, and its cause is device, the weight's dump after step 0 holding
+    the optimizer's values there."""
+    dump = tmp_path / "dump"
+    shutil.copytree(suite.default_out_dir() / "clean_transformer_s0" / "dump", dump)
+    prefix = str(dump / "rank_0" / "*" / "0" / "1" / "MatMul.Default_*_head-Dense_MatMul-op0.*.")
+
+    def one(tail):
+        found = glob.glob(prefix + tail)
+        assert len(found) == 1, (tail, found)
+        return found[0]
+    x, weight = np.load(one("input.0.*")), np.load(one("input.1.*"))
+    transpose_a, transpose_b = bool(np.load(one("input.2.*"))), bool(np.load(one("input.3.*")))
+    out_file = one("output.0.*")
+    weight.reshape(-1)[32:48] = np.array([3e38, -2.9e38, 1.7e-30, 5e12, -2.2e38, 3.1e38, -4e-20, 8e37, 2.5e38,
+                                          -3e38, 6e-5, 1.1e25, -2.7e38, 2.9e38, -9e-35, 3.3e38], np.float32)
+    np.save(one("input.1.*"), weight)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.matmul(x.swapaxes(-1, -2) if transpose_a else x, weight.T if transpose_b else weight)
+    np.save(out_file, out.astype(np.float32).reshape(np.load(out_file).shape))
+    report = msoverflow.analyze(str(dump), progress=False, finished=True)
+    assert (report.first.op_type, report.first.cell, report.cause.cause) == ("MatMul", "network._backbone.head",
+                                                                             "device")
+    assert report.conclusion.rule == "corrupted_weight"
+    assert "16 consecutive values at element 32 (byte offset 128, 64-byte aligned)" in report.cause.reason
+    assert check(report) == []
