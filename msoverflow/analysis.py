@@ -94,6 +94,7 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
             before = decision.first
             decision = diagnose(decision, dump, plan, walked, graphs, notes, parallel=parallel)
             follow_origin(ranks_seen.rows, before, decision.first)
+        findings.unmade_note(decision, notes)
     with timed("assemble"):
         report = assemble(dump, plan, walked, decision, ranks_seen, kn, notes)
     with timed("judge"):      # the one conclusion: kind, harm, cause, fix, next command (msoverflow/judgement)

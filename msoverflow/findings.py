@@ -22,6 +22,7 @@ from .model import (
     FLAGGED,
     INVALID,
     LIKELY_ORIGIN,
+    MADE_BY_NO_OP,
     ORIGIN,
     OVERFLOW,
     PROPAGATOR,
@@ -69,6 +70,14 @@ class Decision:
     contained: List[Contained] = field(default_factory=list)
     handled: List[Handled] = field(default_factory=list)
     strict: bool = False                    # they stayed findings (--strict)
+    # the first bad value was first seen as an op's input and no dumped op made it (unmade_note: what to dump)
+    unmade: bool = False
+
+
+# what the user hears when no dumped op made the first bad value and nothing later showed where it was made
+NO_FILTERS_NOTE = "no dumped op created the first bad value: it is first seen as an input; dump without filters"
+NOT_DUMPED = ("its input was already bad, and no dumped op created that value: the origin is in an op, step or "
+              "rank that was not dumped")
 
 
 def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKnowledge, note) -> Decision:
@@ -87,6 +96,7 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
     # No origin anywhere but a rank received bad values: report the earliest cross-rank arrival.
     if not candidates and not unmatched:
         candidates = [(ex, v) for ex, v in judged if v.kind == CROSS_RANK][:1]
+    unmade = False
     if not candidates and not unmatched:
         # Bad values, but every bad op's input was already bad: the op that created it is not in the dump
         # (kernel filter, overflow-only mode, a step not dumped). Never clean: name the first bad op seen.
@@ -101,11 +111,11 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
                 f"the -inf came from the program: {given}"]))]
         else:
             candidates = [(ex, dataclasses.replace(v, evidence=v.evidence + [
-                f"its input was already bad: {given}, no op made it" if given else
-                "its input was already bad, and no dumped op created that value: the origin is in an op, step or "
-                "rank that was not dumped"])) for ex, v in seen[:1]]
-        if candidates and not given and not walked.unreadable:   # an unread file may hold it: no advice to dump more
-            note("no dumped op created the first bad value: it is first seen as an input; dump without filters")
+                f"its input was already bad: {given}, no op made it" if given else NOT_DUMPED]))
+                for ex, v in seen[:1]]
+        # an unread file may hold it: no advice to dump more. The advice waits for the diagnosis (unmade_note): a
+        # weight changed in memory between the steps was made by no op, dumped or not
+        unmade = bool(candidates) and not given and not walked.unreadable
     after_forward = _after_their_forward(candidates, graphs)
     candidates = _ordered(walked, candidates, after_arrival, kn, _fed_by_bad(candidates, judged, graphs),
                           after_forward)
@@ -134,7 +144,18 @@ def decide(walked: "Walked", graphs: SavedGraphs, access: TensorAccess, kn: OpKn
     return Decision(judged=judged, table=table, unmatched=unmatched, first=first,
                     anomalies=([first] if first is not None and first.role == SUSPECT else []) + origins,
                     propagation=propagation, flagged=[f for f in suspects if f is not first],
-                    tensors_read_to_decide=reads_to_decide)
+                    tensors_read_to_decide=reads_to_decide, unmade=unmade and first is from_candidates)
+
+
+def unmade_note(decision: Decision, note) -> None:
+    """Tell the user to dump without filters when no dumped op made the first bad value, unless the diagnosis
+    showed where it was made without an op (a weight changed in memory between the steps)."""
+    first = decision.first
+    if not decision.unmade or first is None:
+        return
+    if first.cause is not None and first.cause.basis in MADE_BY_NO_OP:
+        return
+    note(NO_FILTERS_NOTE)
 
 
 def _nan_from_fill(seen: Judged, access: TensorAccess):

@@ -360,6 +360,13 @@ class Cause:
     basis: str = ""
 
 
+# Cause.basis of a value that no op made: a weight changed in memory between two steps, read as it was found
+# (cause/between.py: a non-finite value; cause/entered.py: finite values absurd for the weight)
+BASIS_BETWEEN_STEPS = "between_steps"
+BASIS_ENTERED = "entered"
+MADE_BY_NO_OP = frozenset({BASIS_BETWEEN_STEPS, BASIS_ENTERED})
+
+
 @dataclass
 class Finding(IterationAlias):
     """One op execution that produced a bad value, with what the rules concluded about it."""

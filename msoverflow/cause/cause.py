@@ -24,6 +24,7 @@ import numpy as np
 from ..dtypes import dtype_max
 from ..judgement.table import FIX
 from ..model import (
+    BASIS_BETWEEN_STEPS,
     CAUSE_DATA,
     CAUSE_DEVICE,
     CAUSE_DOMAIN,
@@ -644,7 +645,7 @@ def _changed_between_steps(ex: OpExecution, bad_inputs: Sequence[TensorEvent], n
         if found is None:
             continue
         stored_at = _values_at(found.stored, found.bad)
-        cause = Cause(cause=CAUSE_DEVICE, advice=ADVICE[CAUSE_DEVICE], reason=(
+        cause = Cause(cause=CAUSE_DEVICE, advice=ADVICE[CAUSE_DEVICE], basis=BASIS_BETWEEN_STEPS, reason=(
             f"input {event.slot}, the weight {name} as {_op(ex)} read it in step {ex.step}, holds "
             f"{_bad_words(found.read, found.bad, event.dtype)} where the dump of that weight after step "
             f"{ex.step - 1} holds {stored_at}: no op of step {ex.step} wrote it before this read, so it changed in "

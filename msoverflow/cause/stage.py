@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 from ..dataflow import StepIndex, StepReads
 from ..evaluate import TensorAccess
 from ..model import (
+    BASIS_ENTERED,
     CAUSE_DATA,
     CAUSE_DEVICE,
     CAUSE_UNKNOWN,
     CROSS_RANK,
     LIKELY_ORIGIN,
+    MADE_BY_NO_OP,
     ORIGIN,
     OVERFLOW,
     PROPAGATOR,
@@ -79,7 +81,7 @@ def diagnose(decision: "Decision", dump: "Dump", plan: "Plan", walked: "Walked",
         cause = _cause(finding, run, steps, access, warn, mindspore=mindspore and finding is decision.first)
         if cause.cause in (CAUSE_DEVICE, CAUSE_UNKNOWN):
             _replica_evidence(finding, cause, reached if finding is decision.first else [], groups, steps, access)
-        diagnosed[id(finding)] = dataclasses.replace(finding, cause=cause,
+        diagnosed[id(finding)] = dataclasses.replace(finding, cause=cause, evidence=_made_by_no_op(finding, cause),
                                                      recommendation=_recommendation(finding, cause))
 
     def new(f: Finding) -> Finding:
@@ -94,6 +96,16 @@ def diagnose(decision: "Decision", dump: "Dump", plan: "Plan", walked: "Walked",
         return decision
     run = runs.get((first.rank, first.step, first.graph, first.op_name, first.timestamp))
     return _entered(decision, first, run, steps, access)
+
+
+def _made_by_no_op(finding: Finding, cause: Cause) -> List[str]:
+    """The finding's evidence, where "the origin is in an op ... not dumped" gives way to what the cause showed: a
+    weight changed in memory between the steps was made by no op at all."""
+    from ..findings import NOT_DUMPED
+    if cause.basis not in MADE_BY_NO_OP:
+        return finding.evidence
+    return [("its input was already bad, and no op made that value: the weight changed in memory between the "
+             "steps (see the cause)") if line == NOT_DUMPED else line for line in finding.evidence]
 
 
 def _entered(decision: "Decision", first: Finding, run: Optional[OpExecution], steps: "_Steps",
@@ -154,7 +166,7 @@ def _moved(decision: "Decision", first: Finding, found, itself: bool, steps: "_S
                       evidence=[f"the value reached {' -> '.join(found.path)} unchanged before {first.op_type} "
                                 "made its bad value"])
     origin = first if itself else describe(reader, verdict, access, steps.graphs, knowledge(), full=True)
-    cause = Cause(CAUSE_DEVICE, advice=ADVICE[CAUSE_DEVICE], basis="entered", reason=(
+    cause = Cause(CAUSE_DEVICE, advice=ADVICE[CAUSE_DEVICE], basis=BASIS_ENTERED, reason=(
         f"input {found.slot}, the weight {name} as {reader.op_type} read it in step {first.step}: {change.text}; "
         f"its dump after step {first.step - 1} holds what that step left there, and no op of step {first.step} "
         "wrote it before this read: it changed in memory between the steps (a device fault, or a stray write)"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable, List, Optional, Tuple
 
 from ..model import (
+    BASIS_ENTERED,
     CAUSE_DATA,
     CAUSE_DEVICE,
     CAUSE_DOMAIN,
@@ -170,7 +171,7 @@ def received(e: Evidence) -> Optional[Conclusion]:
 @rule("origin", "cause")
 def corrupted_weight(e: Evidence) -> Optional[Conclusion]:
     """A weight read with a few values absurd for it, changed since the step before with no writer: device, no patch."""
-    if e.origin is None or e.cause is None or e.cause.basis != "entered" or e.cause.cause != CAUSE_DEVICE:
+    if e.origin is None or e.cause is None or e.cause.basis != BASIS_ENTERED or e.cause.cause != CAUSE_DEVICE:
         return None
     return _anomaly(e, CAUSE_DEVICE, e.cause.reason, [e.cause.advice or FIX[CAUSE_DEVICE]], PATCH_NONE)
 

@@ -14,6 +14,7 @@ from ..model import (
     CAUSE_DEVICE,
     CAUSE_DOMAIN,
     CAUSE_DYNAMICS,
+    MADE_BY_NO_OP,
     PATCH_PRECISION,
     RANK_RECEIVED,
     VERDICT_CLEAN,
@@ -46,6 +47,11 @@ def check(report: Report) -> List[str]:
         problems.append(f"rank {first.rank} is called received for a value its own data made")
     if first is not None and any(NO_FILTERS in w for w in report.warnings) and (own_data or _from_program(first)):
         problems.append("'dump without filters' is said of a value that is a program constant or a graph input")
+    made_by_no_op = first is not None and first.cause is not None and first.cause.basis in MADE_BY_NO_OP
+    if made_by_no_op and any(NO_FILTERS in w for w in report.warnings):
+        problems.append("'dump without filters' is said of a weight that changed in memory between the steps")
+    if made_by_no_op and first is not None and any("was not dumped" in line for line in first.evidence):
+        problems.append("the origin is said to be in an op not dumped, while no op made the value")
     if first is not None and value_of(first) == "NaN" and c.kind != "NaN":
         problems.append(f"the value is NaN but the kind says {c.kind!r}")
     if first is not None:

@@ -138,3 +138,15 @@ def test_diagnose_is_a_stage_that_hands_on_a_new_decision(tmp_path, monkeypatch)
     clean = SynthDump(str(tmp_path / "clean"))
     clean.op(0, "Mul", "Default_Mul-op0", [np.array([2, 3], F16)] * 2, [np.array([4, 9], F16)])
     assert analyze(str(tmp_path / "clean"), progress=False).verdict == "clean" and len(seen) == 1
+
+
+def test_a_bad_value_no_dumped_op_made_asks_for_a_dump_without_filters(tmp_path):
+    """The first bad op read its NaN from an op the dump does not hold (a kernel filter): the one advice that helps
+    is to dump without filters, given once the diagnosis found no other maker (a weight changed in memory is one)."""
+    dump = SynthDump(str(tmp_path / "d"))
+    dump.op(0, "Exp", "Default_Exp-op0", [np.array([np.nan, 1.0], F32)], [np.array([np.nan, 2.718], F32)])
+    report = analyze(str(tmp_path / "d"), progress=False)
+    assert report.first is not None and report.first.op_type == "Exp"
+    assert any("was not dumped" in line for line in report.first.evidence)
+    assert [w for w in report.warnings if "dump without filters" in w] == [
+        "no dumped op created the first bad value: it is first seen as an input; dump without filters"]
