@@ -483,7 +483,7 @@ class Handled:
     ranks: List[int]
     steps: List[int]
     scale_from: Optional[float] = None     # the loss scale the first of these steps ran with
-    scale_to: Optional[float] = None       # the loss scale the recovering step ran with
+    scale_to: Optional[float] = None       # the loss scale the step after the run ran with (where it left it)
     scale_how: str = ""                    # "read" | "inferred" | "" (the dump does not hold it)
     scale_evidence: str = ""               # where it was read, or what it was inferred from
     skipped_how: str = ""                  # how the skipped updates are known

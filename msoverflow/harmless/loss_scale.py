@@ -364,7 +364,10 @@ def _judge_run(rank: int, run: List[StepState], later: List[StepState], scale_at
     scales = [s.scale for s in run]
     handled = Handled(ranks=[rank], steps=steps, recovered_at=recovered.step if recovered else None,
                       ops=list(dict.fromkeys(s.first.op_type for s in run if s.first is not None)))
-    _scales(handled, run, scale_at(recovered.step)[0] if recovered is not None else None)
+    # where the calibration left the scale: the step right after the run (a forward fault there is not the
+    # recovery, but it ran with the scale this run reached)
+    after = later[0] if later else None
+    _scales(handled, run, scale_at(after.step)[0] if after is not None and recovered is not None else None)
     what = ("the overflow is in the backward only" if len(steps) == 1 else
             f"the overflow of steps {_steps_text(steps)} is in the backward only")
     applied = [s for s in run if s.update]

@@ -203,6 +203,10 @@ def test_a_forward_fault_inside_the_calibration_is_the_origin(judge_cases, capsy
         assert "fc1-Dense" in r.first.full_name and r.conclusion.harmful
         assert 3 not in [s for h in r.handled for s in h.steps] and r.handled
         assert all(h.recovered_at == 8 for h in r.handled)
+        # each run's scale runs to where it left it (steps 0-2 halve 2^24 to 2^21, which step 3 ran with), never
+        # to the scale step 8 recovered at (it said 2^24 -> 2^16 for steps 0-2)
+        assert [(h.steps[0], h.scale_from, h.scale_to) for h in r.handled] == [(0, 2.0 ** 24, 2.0 ** 21),
+                                                                               (4, 2.0 ** 20, 2.0 ** 16)]
     assert (strict.first.op_type, strict.first.step) == ("Cast", 0)        # --strict: the calibration is a finding
     for r in (report, every, strict):
         assert not any("no later dumped step recovers" in e for f in r.anomalies for e in f.evidence)
