@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from . import names
+from .dataflow import Flow
 from .errors import reading
 from .evaluate import TensorAccess
 from .graphs import SavedGraphs
@@ -425,13 +427,26 @@ def describe(ex: OpExecution, v: Verdict, access: TensorAccess, graphs: SavedGra
                             f"{summary.range_used:.0%} of {summary.dtype} max")
     values = {"op_type": op_type, "op_name": op_name, "forward_op": place.forward_op or op_type,
               "cell": f"{place.cell} ({cell_type})" if place.cell else "its Cell", "dtype": "float16", **v.values}
+    inner = (full or v.role == ORIGIN) and node is not None and graph is not None and bool(node.forward_name) \
+        and node.full_name in _flow(graph, kn).feeds_forward()
     return Finding(rank=ex.rank, graph=ex.graph, step=ex.step, op_type=op_type, op_name=op_name,
                    role=v.role, kind=v.kind, detail=v.detail, timestamp=ex.time, full_name=place.full_name,
-                   forward_op=place.forward_op, cell=place.cell, cell_type=cell_type, source=place.source,
+                   forward_op=place.forward_op, inner_gradient=inner, cell=place.cell, cell_type=cell_type, source=place.source,
                    inputs=inputs, outputs=outputs, flags=list(ex.flags),
                    recommendation=kn.recommend(v.advice, **values) if v.role in (ORIGIN, SUSPECT) else "",
                    evidence=evidence, producers=list(node.inputs) if node else [], advice=v.advice,
                    ir_file=getattr(graph, "path", None) if node else None, ir_line=node.ir_line if node else None)
+
+
+_FLOWS: "weakref.WeakKeyDictionary[object, Flow]" = weakref.WeakKeyDictionary()
+
+
+def _flow(graph, kn: OpKnowledge) -> Flow:
+    """One Flow per saved graph, whoever describes its ops (20,000 origins on one rank share it)."""
+    flow = _FLOWS.get(graph)
+    if flow is None:
+        flow = _FLOWS[graph] = Flow(graph, kn)
+    return flow
 
 
 def likely_origin(steps: List[StepCompleteness], unreadable: Iterable[str], judged: Judged, graphs: SavedGraphs,

@@ -381,6 +381,9 @@ class Finding(IterationAlias):
     timestamp: int
     full_name: Optional[str] = None
     forward_op: Optional[str] = None
+    # a gradient op the graph feeds into a differentiated node (an inner GradOperation, as a physics-informed loss
+    # takes): it runs in the forward pass, whatever its scope's Gradients/ name says
+    inner_gradient: bool = False
     cell: Optional[str] = None
     cell_type: Optional[str] = None
     source: Optional[Source] = None

@@ -53,7 +53,7 @@ def finding_dict(f) -> dict:
     return {
         "rank": f.rank, "graph": graph_id(f.graph), "iteration": f.step, "op_type": f.op_type,
         "op_name": f.op_name, "full_name": f.full_name, "ir_file": f.ir_file, "ir_line": f.ir_line, "role": f.role, "kind": f.kind, "detail": f.detail, "timestamp": f.timestamp,
-        "forward_op": f.forward_op, "cell": f.cell, "cell_type": f.cell_type,
+        "forward_op": f.forward_op, "inner_gradient": f.inner_gradient, "cell": f.cell, "cell_type": f.cell_type,
         "source": _source(f.source),
         "inputs": [tensor_dict(t) for t in f.inputs], "outputs": [tensor_dict(t) for t in f.outputs],
         "overflow_flags": [{"unit": r.unit, "status": r.status, "status_words": r.status_words,

@@ -82,7 +82,9 @@ def op_label(f: Finding) -> str:
     label = f.op_type
     if f.kind == NONFINITE_INPUT and f.op_type == "Parameter":     # a graph input or weight: its name says which
         label += f" {f.op_name}"
-    if (f.forward_op and f.forward_op != f.op_type) or is_backward(f.full_name or f.op_name):
+    if f.inner_gradient:
+        label += f" (gradient of {f.forward_op or 'its forward op'}, taken in the forward)"
+    elif (f.forward_op and f.forward_op != f.op_type) or is_backward(f.full_name or f.op_name):
         label += f" (backward of {f.forward_op})" if f.forward_op else " (backward)"
     if f.cell:
         label += f" in {f.cell} ({f.cell_type})"

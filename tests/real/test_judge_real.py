@@ -115,13 +115,18 @@ def test_an_inner_gradient_in_the_loss_is_forward_not_calibration(judge_cases, c
     for r in (report, every, strict):
         assert (r.verdict, r.first.op_type, r.first.step) == ("anomaly", "MatMul", 1)
         assert r.first.full_name.startswith("Gradients/") and "PhysicsInformedLoss" in r.first.full_name
+        assert r.first.inner_gradient
     assert report.handled == [] and every.handled == []
     c = report.conclusion
     assert (c.harmful, c.kind, c.cause, c.rule) == (True, "overflow", "precision", "cause_precision")
     out = _said_everywhere(report, "MatMul", "precision")
     for fmt, text in out.items():
         assert "calibrating" not in text and "Handled by the loss scale" not in text, fmt
+        # named as the gradient it is, run in the forward: never "(backward of MatMul)"
+        assert "backward of MatMul" not in text, fmt
+    assert "MatMul (gradient of MatMul, taken in the forward)" in out["text"]
     assert json.loads(out["json"])["conclusion"]["cause"] == "precision"
+    assert json.loads(out["json"])["first"]["inner_gradient"] is True
     capsys.readouterr()
 
 
