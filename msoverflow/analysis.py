@@ -1,14 +1,15 @@
 """The analysis as a chain of stages, each taking a value and handing one on:
 
     open the dump once -> plan the units -> walk (map/reduce) -> take out what is no fault (harmless) -> decide
-    the findings -> settle completeness -> explain (what harmless found, since when) -> assemble the Report
+    the findings -> settle completeness -> explain (what harmless found) -> ranks -> diagnose (the cause; it may
+    move the origin upstream) -> since when (the origin's history) -> assemble the Report
 
 Per rank, executions are walked in time order (step, then timestamp). The first execution whose outputs are bad
 while its inputs are fine is that rank's origin. The rest of that step is scanned cheaply (a tensor read stops at
 its first bad chunk) to show how it spread; later steps are skipped unless `scan_all`, or while the bad values may
 be no fault (contained, or a loss scale's business: later steps decide). Ranks are compared by step, never by their
 clocks. Where each stage lives: layout.py (Dump, Plan), walk.py and parallel.py (the walk), harmless/stage.py
-(harmless, explain), findings.py (decide), completeness.py (check, settle), assemble.py. Each stage's time goes to the `msoverflow`
+(harmless, explain, since_when), findings.py (decide), cause/stage.py (diagnose), completeness.py (check, settle), assemble.py. Each stage's time goes to the `msoverflow`
 logger (-v, --log-file).
 """
 from __future__ import annotations
@@ -95,6 +96,8 @@ def analyze(path: str, *, ranks=None, steps=None, scan_all: bool = False, progre
             decision = diagnose(decision, dump, plan, walked, graphs, notes, parallel=parallel)
             follow_origin(ranks_seen.rows, before, decision.first)
         findings.unmade_note(decision, notes)
+        with timed("history"):      # the first origin's since-when, once the diagnosis settled which op it is
+            decision = harmless.since_when(decision, sight)
     with timed("assemble"):
         report = assemble(dump, plan, walked, decision, ranks_seen, kn, notes)
     with timed("judge"):      # the one conclusion: kind, harm, cause, fix, next command (msoverflow/judgement)

@@ -148,10 +148,19 @@ def _summary(series: List[Series], op_type: str, steps: List[int], step: int, ba
                 f"step {one.since}: the values feeding {op_type} grew over the steps before this one; look at "
                 "what feeds them and at the training dynamics before this op's precision"), True
     jumped = [one for one in series if one.trend == "jump"]
+    before = f"step {steps[0]}" if len(steps) == 2 else f"steps {steps[0]}-{steps[-2]}"
+    # a weight that jumped while no graph input did (the data's jump is named first: the judgement's data rule
+    # reads this sentence): what wrote the weight between the steps brought it
+    data = any(one.kind == "graph input" for one in jumped)
+    weight = None if data else next((one for one in jumped if one.kind == "parameter"), None)
+    known = [v for v in weight.max_abs[:-1] if v is not None] if weight is not None else []
+    if weight is not None and known:
+        return (f"{weight.name} max |w| at most {max(known):.3g} in {before} -> {weight.max_abs[-1]:.3g} at step "
+                f"{step}: the weight jumped between step {steps[-2]} and this one (written then: by the update, by "
+                "host code, or in memory), not a slow growth"), False
     if jumped:
         one = jumped[0]
         known = [v for v in one.max_abs[:-1] if v is not None]
-        before = f"step {steps[0]}" if len(steps) == 2 else f"steps {steps[0]}-{steps[-2]}"
         return (f"{one.name} max |x| at most {max(known):.3g} in {before} -> "
                 f"{one.max_abs[-1]:.3g} at step {step}: it jumped at this step (this step's data"
                 + (", the loss scale" if backward else "") + " or an op upstream), not a slow growth"), False

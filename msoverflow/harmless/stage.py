@@ -110,23 +110,33 @@ class Harmless:
 
     def explain(self, decision: "Decision", sight: Sight) -> "Decision":
         """A new Decision carrying the contained values and handled overflows, the notes on findings whose steps
-        look handled but could not be confirmed, and the first origin's since-when history."""
+        look handled but could not be confirmed (the first origin's since-when history: since_when)."""
         renewed: Dict[int, Finding] = {}
         for finding in [decision.first, *decision.anomalies, *decision.flagged]:
             if finding is None or id(finding) in renewed:
                 continue
             said = [text for rank, steps, text in self.notes if finding.rank == rank and finding.step in steps]
-            changes: dict = {"evidence": finding.evidence + said} if said else {}
-            if finding is decision.first and finding.role == ORIGIN:
-                changes["history"] = history(finding.rank, finding.graph, finding.op_name, finding.op_type,
-                                             finding.step, sight.steps.get(finding.rank, []), sight.flows,
-                                             sight.ops_of, sight.kn)
-            renewed[id(finding)] = dataclasses.replace(finding, **changes) if changes else finding
+            renewed[id(finding)] = dataclasses.replace(finding, evidence=finding.evidence + said) if said else finding
         return dataclasses.replace(
             decision, first=renewed.get(id(decision.first), decision.first),
             anomalies=[renewed.get(id(f), f) for f in decision.anomalies],
             flagged=[renewed.get(id(f), f) for f in decision.flagged],
             contained=self.contained, handled=self.handled, strict=self.strict)
+
+
+def since_when(decision: "Decision", sight: Sight) -> "Decision":
+    """The first origin's since-when history, once the diagnosis has settled which op that is (it may move the
+    origin upstream, to the reader of a corrupted weight)."""
+    first = decision.first
+    if first is None or first.role != ORIGIN:
+        return decision
+    found = history(first.rank, first.graph, first.op_name, first.op_type, first.step,
+                    sight.steps.get(first.rank, []), sight.flows, sight.ops_of, sight.kn)
+    if found is None:
+        return decision
+    dated = dataclasses.replace(first, history=found)
+    return dataclasses.replace(decision, first=dated, anomalies=[dated if f is first else f
+                                                                 for f in decision.anomalies])
 
 
 def find(walked: "Walked", sight: Sight, strict: bool = False) -> Harmless:

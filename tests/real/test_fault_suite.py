@@ -120,6 +120,11 @@ def test_a_stomped_weight_block_is_a_device_fault_named_at_its_reader(fault_scor
     assert "16 consecutive values at element 64 (byte offset 256, 64-byte aligned)" in diagnosis["reason"]
     assert "changed in memory between the steps" in diagnosis["reason"]
     assert {row["rank"]: row["op_type"] for row in report["ranks"]} == {0: "Gather"}
+    # the since-when history is the moved origin's (it was computed for the LayerNorm before the move, then lost)
+    history = first["history"]
+    assert any(one["name"] == "input 0 of Gather" for one in history["series"])
+    assert "embed_tokens.embedding_table max |w|" in history["summary"] and "jumped between step 0" in \
+        history["summary"]
     jsonschema = pytest.importorskip("jsonschema")
     jsonschema.validate({k: v for k, v in report.items() if k != "_exit"},
                         json.loads((suite.REPO / "msoverflow" / "schema" / "report.schema.json").read_text()))

@@ -112,5 +112,5 @@ def test_each_stage_is_timed_on_the_msoverflow_logger(tmp_path):
         logger.removeHandler(handler)
         logger.setLevel(level)
     stages = [m.split()[1] for m in messages if m.startswith("timing: ")]
-    assert stages == ["discover", "plan", "walk", "harmless", "decide", "settle", "explain", "ranks", "diagnose",
+    assert stages == ["discover", "plan", "walk", "harmless", "decide", "settle", "explain", "ranks", "diagnose", "history",
                       "assemble", "judge"]
