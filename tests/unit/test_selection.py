@@ -23,10 +23,10 @@ def test_grammar_forms():
 
 
 def test_huge_ranges_stay_ranges():
-    started = time.monotonic()
+    started = time.process_time()
     chosen = selection.parse("0-30000000", "--ranks")
     assert 29_999_999 in chosen and 30_000_001 not in chosen and len(chosen) == 30_000_001
-    assert time.monotonic() - started < 0.5
+    assert time.process_time() - started < 0.5
     with pytest.raises(selection.SelectionError, match="at most 4096"):
         parse_ranks("0-30000000")
     assert parse_steps("0|5-8") == "0|5-8" and parse_steps("all") == "all"
@@ -35,10 +35,10 @@ def test_huge_ranges_stay_ranges():
 def test_every_command_uses_it(tmp_path, capsys):
     d = SynthDump(str(tmp_path / "dump"), rank=0)
     d.op(0, "Exp", "Default_Exp-op1", [np.ones(2, np.float32)], [np.array([np.inf, 1], np.float32)])
-    started = time.monotonic()
+    started = time.process_time()
     code = main(["analyze", str(tmp_path / "dump"), "--ranks", "0-30000000", "--steps", "0-2000000000",
                  "--no-save"])
-    assert code == 1 and time.monotonic() - started < 30
+    assert code == 1 and time.process_time() - started < 30
     capsys.readouterr()
     for command in (["analyze", str(tmp_path / "dump")], ["compare", str(tmp_path / "dump"), str(tmp_path / "dump")]):
         with pytest.raises(SystemExit) as stop:
