@@ -2,6 +2,8 @@
 capture went. Its renderers (text, JSON, HTML with the headroom over steps) are msoverflow/render/watch.py's."""
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -9,6 +11,39 @@ from ..errors import EXIT_ANOMALY, EXIT_CLEAN, EXIT_INCONCLUSIVE
 from .cause import RootCause
 from .detect import NONFINITE, PROJECTED, Event
 from .series import Store, headroom
+
+SERIES_POINTS = 2000     # points a tensor in the JSON report (and the steps around events): a long run, a bounded report
+EVENT_MARGIN = 20        # steps each side of an event kept whole
+_COLUMNS = ("steps", "max_abs", "min", "max", "mean_abs", "nonfinite")
+
+
+def thin(one: dict, events: List[int], limit: int = SERIES_POINTS) -> dict:
+    """One tensor's series with at most about `limit` points: the steps within EVENT_MARGIN of an event, the first
+    and the last kept whole; the rest cut into equal runs of steps, each giving its largest max |x| and its first
+    non-finite reading (a peak or a NaN is never thinned away). Marked `thinned` with how many points it had."""
+    steps = one["steps"]
+    if len(steps) <= limit:
+        return one
+    keep = {0, len(steps) - 1}
+    for step in events:
+        lo = bisect.bisect_left(steps, step - EVENT_MARGIN)
+        hi = bisect.bisect_right(steps, step + EVENT_MARGIN)
+        keep.update(range(lo, hi))
+    rest = [i for i in range(len(steps)) if i not in keep]
+    runs = max(1, (limit - len(keep)) // 2)
+    size = -(-len(rest) // runs)
+    for start in range(0, len(rest), size):
+        run = rest[start:start + size]
+        keep.add(max(run, key=lambda i: -math.inf if one["max_abs"][i] is None else one["max_abs"][i]))
+        bad = next((i for i in run if one["nonfinite"][i]), None)
+        if bad is not None:
+            keep.add(bad)
+    kept = sorted(keep)
+    out = {k: ([v[i] for i in kept] if k in _COLUMNS else v) for k, v in one.items()}
+    out["thinned"] = {"points": len(steps), "kept": len(kept),
+                      "how": f"the largest max |x| and the first non-finite reading of each run of steps; "
+                             f"{EVENT_MARGIN} steps each side of an event whole"}
+    return out
 
 
 @dataclass
@@ -65,8 +100,10 @@ class WatchReport:
         }
 
     def series(self) -> List[dict]:
-        """Every tracked tensor's statistics over the steps read: max |x|, min, max, mean |x|, NaN/inf count."""
-        return [self.store.series_of(key) for key in self.store.tensors]
+        """Every tracked tensor's statistics over the steps read: max |x|, min, max, mean |x|, NaN/inf count; a long
+        run's thinned to SERIES_POINTS a tensor (thin), the steps around each event whole."""
+        events = sorted({e.step for e in self.events})
+        return [thin(self.store.series_of(key), events) for key in self.store.tensors]
 
     def headroom_series(self, plotted: int) -> List[tuple]:
         """(tracked, steps, headroom) of the tensors closest to their limit (or named by an event)."""
