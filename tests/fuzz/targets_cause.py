@@ -190,7 +190,12 @@ _NAMES = {"matmul": "Default/network-Net/fc-Dense/MatMul-op1", "softmax": "Defau
           "fill": "Default/network-Net/attn/Add-op3",
           "grad": "Gradients/Default/network-Net/fc-Dense/gradMatMul/MatMul-op4",
           "sgd": "Default/optimizer-SGD/SGD-op5"}
-PLANTS = ["none", "none", "fill_neginf", "grad_inf", "grad_nan", "forward_nan", "weight_nan", "sgd_inf"]
+PLANTS = ["none", "none", "fill_neginf", "grad_inf", "grad_nan", "forward_nan", "weight_nan", "sgd_inf",
+          "weight_stomp"]
+# a column of the weight overwritten in memory with garbage that stays finite in its dtype (the stomp class); the
+# forward MatMul sums it past the dtype's range, so the step is never CLEAN (the origin's finite input is followed
+# back to the weight: cause/entered.py, rules/corruption.py)
+STOMP_COLUMN = {"float32": [3e38, 3e38, 1e-20, -5e-9], "float16": [4e4, 3e4, -2e-5, 9e-3]}
 
 
 @st.composite
@@ -239,6 +244,9 @@ def harmless_case(path: str, work: str):
         w = weight.copy()
         if plant == "weight_nan":
             w[0, 0] = np.nan
+            weight_bad = True
+        if plant == "weight_stomp":
+            w[:, 1] = STOMP_COLUMN[plan["dtype"]]
             weight_bad = True
         dump.parameter(step, "fc.weight", w)
         with np.errstate(all="ignore"):
