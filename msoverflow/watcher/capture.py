@@ -109,6 +109,13 @@ def _fmt(value) -> str:
     return "" if value is None else repr(value)
 
 
+def _line(prefix, row, step: int, stamp: int) -> str:
+    """One statistic.csv row: the tensor's prefix (made once), its time stamp, statistics and step."""
+    (before, after), (high, low, mean, count, nan, neginf, posinf, l2, mean_abs) = prefix, row
+    return (f"{before}{stamp}{after}{_fmt(high)},{_fmt(low)},{_fmt(mean)},{count},{nan},{neginf},{posinf},"
+            f"{_fmt(l2)},{_fmt(mean_abs)},{step}\n")
+
+
 class Watch:
     def __init__(self, spec: dict):
         self.spec = spec
@@ -127,6 +134,7 @@ class Watch:
         self.step_cells: set = set()
         self.pynative = False
         self.prefixes: dict = {}         # (kind, name) -> the row's text before and after its time stamp
+        self.loss_prefix: Optional[tuple] = None
         # the sampling: what a full step and the training's own step cost (seconds), the last full step
         self.full_cost = 0.0
         self.step_cost = 0.0
@@ -282,11 +290,12 @@ class Watch:
         if not full and loss_value is not None:
             # most steps: the loss alone (finite: a non-finite loss is a hint, so its step is full), its row made
             # into text when the file is written
-            self.lines.append((self._prefix("loss", "loss", "Loss", "", self.root_class, loss, loss, None),
-                               _scalar_row(loss_value), step, int(time.time() * 1e6)))
+            self.lines.append((self.loss_prefix or self._prefix("loss", "loss", "Loss", "", self.root_class, loss, loss,
+                                                                 None), loss_value, step, int(time.time() * 1e6)))
             if step + 1 - self.last_full >= self.every and step + 1 > self.dense_until:
                 self.keep_weights()       # the next step is full: its updates need these weights
-            self.cell_outputs, self.attention = [], []
+            if self.pynative:
+                self.cell_outputs, self.attention = [], []
             self.step += 1
             self.buffered_step(step)
             self.capture_spent += time.perf_counter() - started
@@ -300,8 +309,8 @@ class Watch:
             return array
 
         if loss_value is not None:
-            rows.append((self._prefix("loss", "loss", "Loss", "", self.root_class, loss, loss, None),
-                         _scalar_row(loss_value), "loss"))
+            self.loss_prefix = self._prefix("loss", "loss", "Loss", "", self.root_class, loss, loss, None)
+            rows.append((self.loss_prefix, _scalar_row(loss_value), "loss"))
         elif hasattr(loss, "asnumpy"):
             add("loss", "loss", "Loss", "", self.root_class, loss.asnumpy(), dtype=_dtype_name(loss))
         if full:
@@ -426,10 +435,8 @@ class Watch:
         os.makedirs(hidden, exist_ok=True)
         with open(os.path.join(hidden, "statistic.csv"), "w", encoding="utf-8") as fh:
             fh.write(HEADER)
-            fh.writelines(f"{before}{stamp}{after}{_fmt(high)},{_fmt(low)},{_fmt(mean)},{count},{nan},{neginf},"
-                          f"{posinf},{_fmt(l2)},{_fmt(mean_abs)},{step}\n"
-                          for (before, after), (high, low, mean, count, nan, neginf, posinf, l2, mean_abs), step,
-                          stamp in self.lines)
+            fh.writelines(_line(prefix, row if type(row) is tuple else _scalar_row(row), step, stamp)
+                          for prefix, row, step, stamp in self.lines)
         os.replace(hidden, os.path.join(self.rank_dir, str(last)))
         self.lines, self.buffered, self.flush_now = [], 0, False
         self.last_flush = time.perf_counter()
