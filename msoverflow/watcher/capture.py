@@ -6,7 +6,8 @@ call, from outside any Cell, of a Cell that holds an optimizer (nn.TrainOneStepC
 
 What is read, and when (the cost, measured in docs/performance.md, is the host's reads and the files, not the
 arithmetic):
-  - every step: the loss (one scalar, already computed);
+  - every step: the loss (one scalar, already computed: `item()`, its row made into text when the file is
+    written);
   - a full step: the step's inputs (the batch), every Parameter of the step Cell (weights, loss scale, optimizer
     state and settings), each weight's update in the step (w after - w before), and in PyNative mode every Cell's
     output and the logits of every attention softmax. Full steps are the first WARMUP_STEPS, then one every k steps,
@@ -17,7 +18,8 @@ Rows (max, min, mean, mean |x|, count, NaN/inf counts) are buffered and written 
 `{dir}/rank_{r}/Net/0/{last step}/statistic.csv` (the MindSpore statistic dump's columns, plus `Mean Abs Value`
 and `Step`), into a hidden directory renamed into place when whole, so a reader never sees half a file. What each
 row is (tensor, kind, Cell, dtype) and how the sampling went go into `rank_{r}/watch_tensors.json`. The watcher asks
-the job to stop by writing `control.json` (`{"stop_at": step}`): every rank looks at it before each step.
+the job to stop by writing `control.json` (`{"stop_at": step}`): every rank looks at it before its first step and
+then at most CONTROL_SECONDS apart, before a step.
 This module imports MindSpore (it runs in the training process); the analysis never imports it.
 """
 from __future__ import annotations
