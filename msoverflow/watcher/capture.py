@@ -111,6 +111,15 @@ def _fmt(value) -> str:
     return "" if value is None else repr(value)
 
 
+def _loss_line(prefix, value: float, step: int, stamp: int) -> str:
+    """_line of a loss-only row (most rows: one repr, not four; half the time)."""
+    if not math.isfinite(value):
+        return _line(prefix, _scalar_row(value), step, stamp)
+    before, after = prefix
+    text = repr(value)
+    return f"{before}{stamp}{after}{text},{text},{text},1,0,0,0,,{text if value > 0 else repr(abs(value))},{step}\n"
+
+
 def _line(prefix, row, step: int, stamp: int) -> str:
     """One statistic.csv row: the tensor's prefix (made once), its time stamp, statistics and step."""
     (before, after), (high, low, mean, count, nan, neginf, posinf, l2, mean_abs) = prefix, row
@@ -437,7 +446,7 @@ class Watch:
         os.makedirs(hidden, exist_ok=True)
         with open(os.path.join(hidden, "statistic.csv"), "w", encoding="utf-8") as fh:
             fh.write(HEADER)
-            fh.writelines(_line(prefix, row if type(row) is tuple else _scalar_row(row), step, stamp)
+            fh.writelines(_line(prefix, row, step, stamp) if type(row) is tuple else _loss_line(prefix, row, step, stamp)
                           for prefix, row, step, stamp in self.lines)
         os.replace(hidden, os.path.join(self.rank_dir, str(last)))
         self.lines, self.buffered, self.flush_now = [], 0, False

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -31,7 +30,6 @@ CONTROL = "control.json"
 RING = "ring.json"
 ON_EVENT = ("stop", "dump", "continue")
 POLL_SECONDS = 0.2
-WATCHER_NICE = 10          # the reading thread's CPU priority below the training's
 DENSE_ON_EVENT = 30          # full steps asked of every rank after the first event (the event's region)
 
 
@@ -140,49 +138,32 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
         finally:
             finished.set()
 
-    def follow():
-        """Read each complete step as it lands and run the detectors, in a thread of its own at a lower CPU
-        priority than the training (and than this process's other threads: the job's, and the main one that may
-        re-run the job for a dump)."""
-        nonlocal stop_at, dense_asked
-        _yield_cores()
-        try:
-            with open(log_path, "w", encoding="utf-8") as event_log:
-                while True:
-                    done = finished.wait(POLL_SECONDS)
-                    new_steps = follower.poll(finished=done)
-                    for step in new_steps:
-                        for event in detector.step(store, step):
-                            events.append(event)
-                            say(f"msoverflow watch: {event.line()}")
-                            event_log.write(json.dumps(event.to_dict()) + "\n")
-                            event_log.flush()
-                            ring.protect(event.step)
-                            if stop_at is None and _escalates(event, on_event):
-                                stop_at = _stop_step(stats, event.step, follower.held)
-                                _ask(stats, {"stop_at": stop_at, "dense_steps": DENSE_ON_EVENT,
-                                             "why": event.line()})
-                                say(f"msoverflow watch: asking every rank to stop before step {stop_at} "
-                                    f"(--on-event {on_event})")
-                            elif stop_at is None and not dense_asked:       # full steps from now: the event's region
-                                _ask(stats, {"dense_steps": DENSE_ON_EVENT, "why": event.line()})
-                                dense_asked = True
-                    if new_steps:
-                        ring.trim(new_steps[-1])
-                    if done:
-                        break
-        except BaseException as exc:      # handed to the main thread
-            result["follow_error"] = exc
-
     thread = threading.Thread(target=run_job, daemon=True)
     started = time.monotonic()
     thread.start()
-    reader = threading.Thread(target=follow, daemon=True)
-    reader.start()
-    while reader.is_alive():
-        reader.join(POLL_SECONDS)
-    if "follow_error" in result:
-        raise result["follow_error"]
+    with open(log_path, "w", encoding="utf-8") as event_log:
+        while True:
+            done = finished.wait(POLL_SECONDS)
+            new_steps = follower.poll(finished=done)
+            for step in new_steps:
+                for event in detector.step(store, step):
+                    events.append(event)
+                    say(f"msoverflow watch: {event.line()}")
+                    event_log.write(json.dumps(event.to_dict()) + "\n")
+                    event_log.flush()
+                    ring.protect(event.step)
+                    if stop_at is None and _escalates(event, on_event):
+                        stop_at = _stop_step(stats, event.step, follower.held)
+                        _ask(stats, {"stop_at": stop_at, "dense_steps": DENSE_ON_EVENT, "why": event.line()})
+                        say(f"msoverflow watch: asking every rank to stop before step {stop_at} "
+                            f"(--on-event {on_event})")
+                    elif stop_at is None and not dense_asked:       # full steps from now: the event's region
+                        _ask(stats, {"dense_steps": DENSE_ON_EVENT, "why": event.line()})
+                        dense_asked = True
+            if new_steps:
+                ring.trim(new_steps[-1])
+            if done:
+                break
     shutil.rmtree(hook_dir, ignore_errors=True)
     if "error" in result:
         raise result["error"]
@@ -202,19 +183,6 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     if on_event == "dump" and nonfinite is not None:
         _dump_event_step(report, command, out, nonfinite, device, invoked_as)
     return WatchOutcome(report, out)
-
-
-def _yield_cores() -> None:
-    """Lower this thread's CPU priority by WATCHER_NICE (Linux keeps a nice value per thread): when the cores are
-    busy the watcher's reading yields them to the training's threads (the ring's hold-back still bounds how far
-    it may fall behind). A thread started from this one would inherit it: none is."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + WATCHER_NICE)
-    except (AttributeError, OSError):
-        pass
 
 
 def _sampling(stats: str) -> Dict[str, dict]:
