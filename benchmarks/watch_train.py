@@ -1,4 +1,5 @@
-"""The training loops `benchmarks/bench_watch.py` times, plain or under `msoverflow watch` (graph mode, CPU).
+"""The training loops whose watch cost docs/performance.md measures, plain or under `msoverflow watch` (graph mode,
+CPU; paired whole-process runs, the per-step figures from what this script prints).
 
   --model demo   the demo TinyBaichuan (msoverflow/demo/model.py) with its NormHead in float32 (no overflow), SGD;
   --model mlp    an MLP 512 -> 1024 -> 512 -> 1 (1.05M parameters), batch 64, SGD.

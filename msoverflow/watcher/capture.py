@@ -6,7 +6,8 @@ call, from outside any Cell, of a Cell that holds an optimizer (nn.TrainOneStepC
 
 What is read, and when (the cost, measured in docs/performance.md, is the host's reads and the files, not the
 arithmetic):
-  - every step: the loss (one scalar, already computed);
+  - every step: the loss (one scalar, already computed: `item()`, its row made into text when the file is
+    written);
   - a full step: the step's inputs (the batch), every Parameter of the step Cell (weights, loss scale, optimizer
     state and settings), each weight's update in the step (w after - w before), and in PyNative mode every Cell's
     output and the logits of every attention softmax. Full steps are the first WARMUP_STEPS, then one every k steps,
@@ -17,17 +18,20 @@ Rows (max, min, mean, mean |x|, count, NaN/inf counts) are buffered and written 
 `{dir}/rank_{r}/Net/0/{last step}/statistic.csv` (the MindSpore statistic dump's columns, plus `Mean Abs Value`
 and `Step`), into a hidden directory renamed into place when whole, so a reader never sees half a file. What each
 row is (tensor, kind, Cell, dtype) and how the sampling went go into `rank_{r}/watch_tensors.json`. The watcher asks
-the job to stop by writing `control.json` (`{"stop_at": step}`): every rank looks at it before each step.
+the job to stop by writing `control.json` (`{"stop_at": step}`): every rank looks at it before its first step and
+then at most CONTROL_SECONDS apart, before a step.
 This module imports MindSpore (it runs in the training process); the analysis never imports it.
 """
 from __future__ import annotations
 
 import atexit
+import bisect
 import json
 import math
 import os
 import sys
 import time
+from collections import deque
 from typing import Optional
 
 from ..startup_hook import read_spec, when_cell_module_loads
@@ -46,6 +50,9 @@ MAX_EVERY = 1000
 FLUSH_SECONDS = 0.5             # buffered steps are written this often (a file costs ~1 ms under load: once a
                                 # step it would be the demo's whole budget), or at once on a hint
 FLUSH_STEPS = 1000              # or when this many are buffered
+CONTROL_SECONDS = 0.05          # control.json is looked at before the first step and then at most this often (a
+                                # stat a step cost the demo's ~1 ms step 2-4%); the watcher's stop step lies two
+                                # files (2 x FLUSH_SECONDS) past the newest step written, far beyond this
 LOSS_WINDOW = 20
 GROWTH_HINT = 3.0               # a tensor tripled since the last full step (the root cause's own factor)
 GROWTH_KINDS = ("parameter", "optimizer state", "attention logits", "cell output")   # (an update or an input
@@ -104,6 +111,22 @@ def _fmt(value) -> str:
     return "" if value is None else repr(value)
 
 
+def _loss_line(prefix, value: float, step: int, stamp: int) -> str:
+    """_line of a loss-only row (most rows: one repr, not four; half the time)."""
+    if not math.isfinite(value):
+        return _line(prefix, _scalar_row(value), step, stamp)
+    before, after = prefix
+    text = repr(value)
+    return f"{before}{stamp}{after}{text},{text},{text},1,0,0,0,,{text if value > 0 else repr(abs(value))},{step}\n"
+
+
+def _line(prefix, row, step: int, stamp: int) -> str:
+    """One statistic.csv row: the tensor's prefix (made once), its time stamp, statistics and step."""
+    (before, after), (high, low, mean, count, nan, neginf, posinf, l2, mean_abs) = prefix, row
+    return (f"{before}{stamp}{after}{_fmt(high)},{_fmt(low)},{_fmt(mean)},{count},{nan},{neginf},{posinf},"
+            f"{_fmt(l2)},{_fmt(mean_abs)},{step}\n")
+
+
 class Watch:
     def __init__(self, spec: dict):
         self.spec = spec
@@ -122,18 +145,20 @@ class Watch:
         self.step_cells: set = set()
         self.pynative = False
         self.prefixes: dict = {}         # (kind, name) -> the row's text before and after its time stamp
+        self.loss_prefix: Optional[tuple] = None
         # the sampling: what a full step and the training's own step cost (seconds), the last full step
         self.full_cost = 0.0
         self.step_cost = 0.0
         self.full_costs: list = []
         self.own_total = 0.0             # the training's own time and the capture's, over the steps after the first
         self.spent_total = 0.0
-        self.step_costs: list = []
+        self.step_costs: deque = deque(maxlen=9)
         self.every = 1
         self.last_full = -1
         self.dense_until = WARMUP_STEPS - 1
         self.full_steps = 0
-        self.losses: list = []
+        self.losses: deque = deque(maxlen=LOSS_WINDOW)     # the last losses |x|, in order and sorted
+        self.ordered_losses: list = []
         self.last_max: dict = {}         # row prefix -> max |x| at the last full step
         self.rises = 0
         self.step_started = 0.0
@@ -141,9 +166,11 @@ class Watch:
         # the buffer of rows not yet written, and the files on disk
         self.lines: list = []
         self.buffered = 0
-        self.last_flush = time.monotonic()
+        self.last_flush = time.perf_counter()
+        self.last_buffered = -1
         self.flush_now = False
         self.control_mtime: Optional[int] = None
+        self.next_look = 0.0             # perf_counter time of the next look at control.json
         self.stop_at: Optional[int] = None
         self._meta_written = -1
         self.flushes = 0
@@ -198,9 +225,27 @@ class Watch:
 
     # -- one step --------------------------------------------------------------------------------------
     def control(self) -> None:
-        """Before each step: what the watcher asked (stop before a step; full steps from now). A stat a step;
-        the file is parsed only when it changed."""
+        """Before each step: what the watcher asked (stop before a step; full steps from now). A stat every
+        CONTROL_SECONDS (and before the first step); the file is parsed only when it changed."""
         entered = time.perf_counter()
+        if entered >= self.next_look:
+            self.next_look = entered + CONTROL_SECONDS
+            self.look_at_control()
+        if self.stop_at is not None and self.step >= self.stop_at:
+            sys.stderr.write(f"msoverflow watch: stopping before step {self.step} (asked by the watcher)\n")
+            sys.stderr.flush()
+            self.flush()
+            raise SystemExit(0)
+        if self.step_started:      # the training's own time of the previous step (its capture taken out)
+            own = max(entered - self.step_started - self.capture_spent, 1e-6)
+            self.step_costs.append(own)
+            if self.step > 1:          # (the first step compiles)
+                self.own_total += own
+                self.spent_total += self.capture_spent
+        self.step_started = entered
+        self.capture_spent = time.perf_counter() - entered      # this look at control.json; after_step adds its own
+
+    def look_at_control(self) -> None:
         try:
             mtime = os.stat(os.path.join(self.out, CONTROL)).st_mtime_ns
         except OSError:
@@ -216,19 +261,6 @@ class Watch:
                 self.stop_at = int(asked["stop_at"])
             if asked.get("dense_steps"):
                 self.dense_until = max(self.dense_until, self.step + int(asked["dense_steps"]) - 1)
-        if self.stop_at is not None and self.step >= self.stop_at:
-            sys.stderr.write(f"msoverflow watch: stopping before step {self.step} (asked by the watcher)\n")
-            sys.stderr.flush()
-            self.flush()
-            raise SystemExit(0)
-        if self.step_started:      # the training's own time of the previous step (its capture taken out)
-            own = max(entered - self.step_started - self.capture_spent, 1e-6)
-            self.step_costs = (self.step_costs + [own])[-9:]
-            if self.step > 1:          # (the first step compiles)
-                self.own_total += own
-                self.spent_total += self.capture_spent
-        self.step_started = entered
-        self.capture_spent = time.perf_counter() - entered      # this look at control.json; after_step adds its own
 
     def loss_hint(self, value: float) -> bool:
         """Whether the loss looks off enough to capture this step and the next ones in full: non-finite, 3x the
@@ -236,45 +268,62 @@ class Watch:
         to twice that median (a divergence under way: the watcher's own test waits for the fourth). A hint for the
         sampling only; the watcher's tests decide the events. (Looser hints, 2x the median, fired on the demo's
         small, noisy converged loss and made one step in 25 full.)"""
-        losses = self.losses
         if not math.isfinite(value):
             return True
+        losses, ordered = self.losses, self.ordered_losses
         value = abs(value)
         self.rises = self.rises + 1 if losses and value > losses[-1] else 0
         hint = False
         if len(losses) >= 8:
-            ordered = sorted(losses)
             median = ordered[len(ordered) // 2]
-            spread = sorted(abs(x - median) for x in losses)[len(losses) // 2] * 1.4826
-            hint = (value > 3.0 * median and value > median + 8 * spread) \
-                or (self.rises >= 3 and value >= 2.0 * median)
+            if value > 3.0 * median:        # (the spread only then: most steps need the median alone)
+                spread = sorted(abs(x - median) for x in losses)[len(losses) // 2] * 1.4826
+                hint = value > median + 8 * spread
+            hint = hint or (self.rises >= 3 and value >= 2.0 * median)
+        if len(losses) == LOSS_WINDOW:
+            del ordered[bisect.bisect_left(ordered, losses[0])]
         losses.append(value)
-        if len(losses) > LOSS_WINDOW:
-            del losses[0]
+        bisect.insort(ordered, value)
         return hint
 
     def after_step(self, args, result) -> None:
         started = time.perf_counter()
         step = self.step
         loss = result[0] if isinstance(result, (tuple, list)) and result else result
-        loss_array = loss.asnumpy() if hasattr(loss, "asnumpy") else None
-        loss_value = float(loss_array.reshape(-1)[0]) if loss_array is not None and loss_array.size == 1 else None
+        loss_value = None
+        if hasattr(loss, "item") and getattr(loss, "size", 0) == 1:
+            loss_value = float(loss.item())      # a third of asnumpy's cost, and the user's own read stays cheap
         hint = loss_value is not None and self.loss_hint(loss_value)
         if hint:
             self.dense_until = max(self.dense_until, step + DENSE_STEPS - 1)
             self.flush_now = True
         full = step <= self.dense_until or step - self.last_full >= self.every
+        if not full and loss_value is not None:
+            # most steps: the loss alone (finite: a non-finite loss is a hint, so its step is full), its row made
+            # into text when the file is written
+            self.lines.append((self.loss_prefix or self._prefix("loss", "loss", "Loss", "", self.root_class, loss, loss,
+                                                                 None), loss_value, step, int(time.time() * 1e6)))
+            if step + 1 - self.last_full >= self.every and step + 1 > self.dense_until:
+                self.keep_weights()       # the next step is full: its updates need these weights
+            if self.pynative:
+                self.cell_outputs, self.attention = [], []
+            self.step += 1
+            self.buffered_step(step)
+            self.capture_spent += time.perf_counter() - started
+            return
         rows = []
 
         def add(name, kind, op_type, cell, cell_class, tensor_or_array, dtype=None):
             array = tensor_or_array.asnumpy() if hasattr(tensor_or_array, "asnumpy") else tensor_or_array
             rows.append((self._prefix(name, kind, op_type, cell, cell_class, tensor_or_array, array, dtype),
-                         _scalar_row(loss_value) if kind == "loss" and loss_value is not None
-                         else _stats_row(array), kind))
+                         _stats_row(array), kind))
             return array
 
-        if loss_array is not None:
-            add("loss", "loss", "Loss", "", self.root_class, loss_array, dtype=_dtype_name(loss))
+        if loss_value is not None:
+            self.loss_prefix = self._prefix("loss", "loss", "Loss", "", self.root_class, loss, loss, None)
+            rows.append((self.loss_prefix, _scalar_row(loss_value), "loss"))
+        elif hasattr(loss, "asnumpy"):
+            add("loss", "loss", "Loss", "", self.root_class, loss.asnumpy(), dtype=_dtype_name(loss))
         if full:
             self.full_step(args, add)
         elif step + 1 - self.last_full >= self.every and step + 1 > self.dense_until:
@@ -283,8 +332,10 @@ class Watch:
         if full and self.grew(rows):
             self.dense_until = max(self.dense_until, step + DENSE_STEPS)
             self.flush_now = True
-        self.buffer(rows)
+        stamp = int(time.time() * 1e6)
+        self.lines.extend((prefix, row, step, stamp) for prefix, row, _kind in rows)
         self.step += 1
+        self.buffered_step(step)
         spent = time.perf_counter() - started
         if full:
             self.full_costs = (self.full_costs + [spent])[-5:]
@@ -292,7 +343,7 @@ class Watch:
             self.last_full = step
             if len(self.step_costs) > 1:        # medians: the first step's compilation, a slow step, move none
                 self.full_cost = sorted(self.full_costs)[len(self.full_costs) // 2]
-                self.step_cost = sorted(self.step_costs[1:])[(len(self.step_costs) - 1) // 2]
+                self.step_cost = sorted(list(self.step_costs)[1:])[(len(self.step_costs) - 1) // 2]
                 self.every = max(1, min(MAX_EVERY, math.ceil(self.full_cost / (BUDGET * self.step_cost))))
         self.capture_spent += spent
         if self.spec.get("stop_on_nonfinite") and any(r[1][4] or r[1][5] or r[1][6] for r in rows):
@@ -370,15 +421,11 @@ class Watch:
         return prefix
 
     # -- the files -------------------------------------------------------------------------------------
-    def buffer(self, rows) -> None:
-        stamp = int(time.time() * 1e6)
-        step = self.step
-        for (before, after), (high, low, mean, count, nan, neginf, posinf, l2, mean_abs), _kind in rows:
-            self.lines.append(f"{before}{stamp}{after}{_fmt(high)},{_fmt(low)},{_fmt(mean)},{count},{nan},{neginf},"
-                              f"{posinf},{_fmt(l2)},{_fmt(mean_abs)},{step}\n")
+    def buffered_step(self, step: int) -> None:
+        """A step's rows are in the buffer (as numbers: made into text when written, FLUSH_SECONDS on)."""
         self.buffered += 1
-        if self.flush_now or self.buffered >= FLUSH_STEPS \
-                or time.monotonic() - self.last_flush >= FLUSH_SECONDS:
+        self.last_buffered = step
+        if self.flush_now or self.buffered >= FLUSH_STEPS or time.perf_counter() - self.last_flush >= FLUSH_SECONDS:
             self.flush(final=False)
 
     def flush(self, final: bool = True) -> None:
@@ -391,7 +438,7 @@ class Watch:
             if final:
                 self.write_meta()
             return
-        last = int(self.lines[-1].rsplit(",", 1)[1])
+        last = self.last_buffered
         self.flushes += 1
         if len(self.meta) != self._meta_written or final or self.flushes % 10 == 0:
             self.write_meta()     # before the rows that name its tensors
@@ -399,10 +446,11 @@ class Watch:
         os.makedirs(hidden, exist_ok=True)
         with open(os.path.join(hidden, "statistic.csv"), "w", encoding="utf-8") as fh:
             fh.write(HEADER)
-            fh.writelines(self.lines)
+            fh.writelines(_line(prefix, row, step, stamp) if type(row) is tuple else _loss_line(prefix, row, step, stamp)
+                          for prefix, row, step, stamp in self.lines)
         os.replace(hidden, os.path.join(self.rank_dir, str(last)))
         self.lines, self.buffered, self.flush_now = [], 0, False
-        self.last_flush = time.monotonic()
+        self.last_flush = time.perf_counter()
         self.hold_back()
 
     def write_meta(self) -> None:
