@@ -28,6 +28,9 @@ def register(subparsers):
                         help="stop: end the job cleanly at the first event; dump (default): on a non-finite value, "
                              "stop, re-run with every op's tensors dumped for that step only and analyze it (the "
                              "origin: `first`); continue: only warn")
+    parser.add_argument("--full-every", type=int, metavar="N",
+                        help="read every tracked tensor (a full step) every N steps; default: as often as 1%% of "
+                             "the training's step time allows (the loss is read every step either way)")
     parser.add_argument("--device", choices=["ascend", "gpu", "cpu"], help="device of the dump re-run")
     parser.add_argument("--dump-dir", metavar="DIR",
                         help="fresh directory for the statistics, the event log and the dump of an event step; "
@@ -52,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     outcome = watch(training_command(args), args.dump_dir, keep=args.keep, warn_ahead=args.warn_ahead,
-                    on_event=args.on_event, device=args.device, say=say,
+                    on_event=args.on_event, full_every=args.full_every, device=args.device, say=say,
                     invoked_as=getattr(args, "command_line", None))
     fmt = args.format or format_of(args.output)
     text = render(outcome.report, fmt if fmt in FORMATS else "text")

@@ -10,13 +10,14 @@ from typing import Callable, Optional, Sequence, Union
 
 
 def watch(command: Sequence[str], dump_dir: Union[None, str, "os.PathLike[str]"] = None, *, keep: int = 20,
-          warn_ahead: int = 10, on_event: str = "dump", device: Optional[str] = None,
-          say: Optional[Callable[[str], None]] = None):
+          warn_ahead: int = 10, on_event: str = "dump", full_every: Optional[int] = None,
+          device: Optional[str] = None, say: Optional[Callable[[str], None]] = None):
     """Run a training command watched (`msoverflow watch`); its WatchReport (events, root_cause, first). say: each
-    warning as it happens (default: the msoverflow logger)."""
+    warning as it happens (default: the msoverflow logger). full_every: a full step every N steps (default: as
+    the cost budget allows)."""
     from .session import watch as run_watch
     return run_watch(list(command), None if dump_dir is None else os.fspath(dump_dir), keep=keep,
-                     warn_ahead=warn_ahead, on_event=on_event, device=device, say=say).report
+                     warn_ahead=warn_ahead, on_event=on_event, full_every=full_every, device=device, say=say).report
 
 
 def watch_history(path: Union[str, "os.PathLike[str]"], *, warn_ahead: int = 10):

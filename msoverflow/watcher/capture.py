@@ -34,6 +34,7 @@ from collections import deque
 from typing import Optional
 
 from ..startup_hook import read_spec, when_cell_module_loads
+from .rise import NOISE_WINDOW, RISE_STEPS, diverging
 
 HEADER = ("Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,Max Value,Min Value,"
           "Avg Value,Count,NaN Count,Negative Inf Count,Positive Inf Count,L2Norm Value,Mean Abs Value,Step\n")
@@ -54,7 +55,9 @@ CONTROL_SECONDS = 0.0           # control.json is looked at before every step (o
                                 # flushed a step or two at a time, so the watcher's margin (two files' steps) is
                                 # a few steps, shorter than 0.05 s of them
 LOSS_WINDOW = 20
-GROWTH_HINT = 3.0               # a tensor tripled since the last full step (the root cause's own factor)
+HINT_RISES = RISE_STEPS - 1     # the divergence hint comes a step before the watcher's event
+GROWTH_HINT = 3.0               # a tensor tripled over its highest reading (the root cause's own factor)
+GROWTH_RATE = 0.03              # ... at least this fast a step (the trend detector's GROWTH_MIN)
 GROWTH_KINDS = ("parameter", "optimizer state", "attention logits", "cell output")   # (an update or an input
                                 # swings 3x between two samples as a matter of course: seen on the demo and the MLP)
 
@@ -153,13 +156,15 @@ class Watch:
         self.own_total = 0.0             # the training's own time and the capture's, over the steps after the first
         self.spent_total = 0.0
         self.step_costs: deque = deque(maxlen=9)
-        self.every = 1
+        self.fixed_every = spec.get("full_every")     # --full-every: the user's spacing, not the budget's
+        self.every = self.fixed_every or 1
         self.last_full = -1
         self.dense_until = WARMUP_STEPS - 1
         self.full_steps = 0
         self.losses: deque = deque(maxlen=LOSS_WINDOW)     # the last losses |x|, in order and sorted
+        self.loss_history: deque = deque(maxlen=NOISE_WINDOW + HINT_RISES)      # for the divergence hint
         self.ordered_losses: list = []
-        self.last_max: dict = {}         # row prefix -> max |x| at the last full step
+        self.highest: dict = {}          # row prefix -> (its highest max |x| at a full step after the warm-up, step)
         self.rises = 0
         self.step_started = 0.0
         self.capture_spent = 0.0
@@ -264,22 +269,24 @@ class Watch:
 
     def loss_hint(self, value: float) -> bool:
         """Whether the loss looks off enough to capture this step and the next ones in full: non-finite, 3x the
-        median of the last LOSS_WINDOW steps and 8 robust deviations above it (a spike), or a third rise in a row
-        to twice that median (a divergence under way: the watcher's own test waits for the fourth). A hint for the
-        sampling only; the watcher's tests decide the events. (Looser hints, 2x the median, fired on the demo's
-        small, noisy converged loss and made one step in 25 full.)"""
+        median of the last LOSS_WINDOW steps and 8 robust deviations above it (a spike), or a divergence under way
+        by the watcher's own test (rise.diverging) a rise early: 3 rises, not 4. A hint for the sampling only;
+        the watcher's tests decide the events. (Looser hints fired on the demo's small, noisy converged loss and
+        on a loss with nothing to learn, and made most steps full.)"""
         if not math.isfinite(value):
             return True
         losses, ordered = self.losses, self.ordered_losses
         value = abs(value)
         self.rises = self.rises + 1 if losses and value > losses[-1] else 0
+        self.loss_history.append(value)
         hint = False
         if len(losses) >= 8:
             median = ordered[len(ordered) // 2]
             if value > 3.0 * median:        # (the spread only then: most steps need the median alone)
                 spread = sorted(abs(x - median) for x in losses)[len(losses) // 2] * 1.4826
                 hint = value > median + 8 * spread
-            hint = hint or (self.rises >= 3 and value >= 2.0 * median)
+            if not hint and self.rises >= HINT_RISES:
+                hint = diverging(list(self.loss_history), rises=HINT_RISES) is not None
         if len(losses) == LOSS_WINDOW:
             del ordered[bisect.bisect_left(ordered, losses[0])]
         losses.append(value)
@@ -329,7 +336,7 @@ class Watch:
         elif step + 1 - self.last_full >= self.every and step + 1 > self.dense_until:
             self.keep_weights()       # the next step is full: its updates need these weights
         self.cell_outputs, self.attention = [], []
-        if full and self.grew(rows):
+        if full and self.grew(rows, step):
             self.dense_until = max(self.dense_until, step + DENSE_STEPS)
             self.flush_now = True
         stamp = int(time.time() * 1e6)
@@ -341,7 +348,7 @@ class Watch:
             self.full_costs = (self.full_costs + [spent])[-5:]
             self.full_steps += 1
             self.last_full = step
-            if len(self.step_costs) > 1:        # medians: the first step's compilation, a slow step, move none
+            if len(self.step_costs) > 1 and not self.fixed_every:        # medians: the first step's compilation, a slow step, move none
                 self.full_cost = sorted(self.full_costs)[len(self.full_costs) // 2]
                 self.step_cost = sorted(list(self.step_costs)[1:])[(len(self.step_costs) - 1) // 2]
                 self.every = max(1, min(MAX_EVERY, math.ceil(self.full_cost / (BUDGET * self.step_cost))))
@@ -354,20 +361,29 @@ class Watch:
             self.flush()
             raise SystemExit(0)
 
-    def grew(self, rows) -> bool:
-        """Whether a tensor's max |x| reached GROWTH_HINT times its previous full reading (a hint to capture the
-        next steps in full: a trend between two samples). Each full step's readings are kept for the next."""
+    def grew(self, rows, step: int) -> bool:
+        """Whether a tensor's max |x| reached GROWTH_HINT times the highest of its earlier full readings since the
+        warm-up, at GROWTH_RATE a step or faster (a hint to capture the next steps in full: a trend between two
+        samples). Not: a tensor growing out of its start (a zero bias, a fresh optimizer state: the warm-up's
+        readings are no base), a scalar wandering near zero (3x its last reading, not its highest), a random
+        walk's slow growth read 100 steps apart (3x at 1% a step). Seen on a loss with nothing to learn: the
+        output bias made most steps full."""
         grew = False
-        last = self.last_max
+        highest = self.highest
         for prefix, row, kind in rows:
             high, low = row[0], row[1]
             if high is None or kind not in GROWTH_KINDS:
                 continue
             now = max(abs(high), abs(low))
-            before = last.get(prefix[0])
-            if before and now >= GROWTH_HINT * before:
-                grew = True
-            last[prefix[0]] = now
+            before = highest.get(prefix[0])
+            if before is not None:
+                base, since = before
+                if base and now >= GROWTH_HINT * base and now >= base * (1 + GROWTH_RATE) ** (step - since):
+                    grew = True
+                if now <= base:
+                    continue
+            if step >= WARMUP_STEPS:
+                highest[prefix[0]] = (now, step)
         return grew
 
     def full_step(self, args, add) -> None:
@@ -458,7 +474,7 @@ class Watch:
         with open(meta_path + ".partial", "w", encoding="utf-8") as fh:
             json.dump({"rank": self.rank, "tensors": self.meta,
                        "sampling": {"steps": self.step, "full_steps": self.full_steps, "every": self.every,
-                                    "budget": BUDGET, "full_step_ms": round(self.full_cost * 1e3, 3),
+                                    "budget": None if self.fixed_every else BUDGET, "full_step_ms": round(self.full_cost * 1e3, 3),
                                     "step_ms": round(self.step_cost * 1e3, 3),
                                     "capture_share": round(self.spent_total / self.own_total, 5)
                                     if self.own_total else None}}, fh)

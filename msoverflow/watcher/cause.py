@@ -18,7 +18,9 @@ else happened), on its rank:
                  that went non-finite is low precision and was already near its limit;
       attention  the QK logits (a softmax's input shaped queries x keys, seen in PyNative mode) left their range
                  before any weight, update or optimizer state did;
-When a non-finite value follows, the cause is joined to it in one sentence.
+When a non-finite value follows, the cause is joined to it in one sentence. When the onset comes right after steps
+read for the loss alone (the sampling's gap, longer than MIN_HISTORY steps), the report says so: the tensor may
+have left its range anywhere in the gap, and `--full-every` reads it.
 """
 from __future__ import annotations
 
@@ -80,12 +82,14 @@ class RootCause:
     departures: List[Departure] = field(default_factory=list)
     upto: int = 0                   # the trends were read up to this step
     diverged: bool = False          # the loss rose step after step before it
+    unread: Optional[Tuple[int, int]] = None     # (last full step, onset): nothing but the loss read in between
 
     def to_dict(self) -> dict:
         return {"rank": self.rank, "event": self.event.to_dict(), "onset_step": self.onset,
                 "first_tensor": self.first.to_dict() if self.first else None, "cause": self.cause,
                 "evidence": self.evidence, "fix": self.fix, "summary": self.summary,
-                "departures": [d.to_dict() for d in self.departures[:8]]}
+                "departures": [d.to_dict() for d in self.departures[:8]],
+                "unread_between": list(self.unread) if self.unread else None}
 
 
 def departure(store: Store, key: str, step: int, falling: bool = False) -> Optional[Departure]:
@@ -191,9 +195,25 @@ def root_cause(store: Store, events: List[Event]) -> Optional[RootCause]:
         result.onset = departures[0].since
     result.diverged = any(e.kind == DIVERGENCE and e.rank == event.rank and e.step <= step for e in events)
     _classify(result, store, nonfinite, collapsed)
+    if result.onset is not None:
+        result.unread = _unread_before(store, event.rank, result.onset)
+    if result.unread:
+        last, onset = result.unread
+        result.evidence.append(f"only the loss was read between steps {last} and {onset} (the sampling's full steps "
+                               f"are {onset - last} steps apart there): the onset may lie anywhere in that gap; "
+                               f"watch again with --full-every N, N well under {onset - last}, to read it")
     result.fix = FIXES.get(result.cause, "")
     result.summary = _summary(result, store, nonfinite)
     return result
+
+
+def _unread_before(store: Store, rank: int, onset: int) -> Optional[Tuple[int, int]]:
+    """(the last full step before the onset, the onset) when more than MIN_HISTORY steps lie between them."""
+    full = store.full_steps.get(rank, [])
+    earlier = [s for s in full if s < onset]
+    if earlier and onset - max(earlier) > MIN_HISTORY:
+        return max(earlier), onset
+    return None
 
 
 def _departures(store: Store, rank: int, step: int) -> List[Departure]:
@@ -341,6 +361,8 @@ def _summary(result: RootCause, store: Store, nonfinite: Optional[Event]) -> str
     lr = _lr_at(store, result.rank, result.onset) if result.onset is not None else None
     if lr is not None and result.cause == "dynamics":
         text += f", at lr {lr:.3g}"
+    if result.unread:
+        text += f" (not read in full between steps {result.unread[0]} and {result.unread[1]})"
     return f"{text}: {result.cause}"
 
 

@@ -7,8 +7,8 @@
   - spike: a step's value (loss, an input, a weight's update, a Cell's output) is far above its recent past:
     log value over the median of the previous SPIKE_WINDOW steps by more than SPIKE_MADS robust deviations
     (1.4826 MAD) and by at least SPIKE_FACTOR times; the median/MAD test, no fixed threshold on the value;
-  - divergence: the loss rose in each of the last RISE_STEPS steps to at least DIVERGE_FACTOR times its lowest
-    value of the window (a finite blow-up under way);
+  - divergence: the loss climbs out of its own noise (rise.diverging: RISE_STEPS rises in a row to at least twice
+    its lowest value, by more than NOISE_SIGMAS robust deviations of its steps): a finite blow-up under way;
   - nonfinite: a tracked tensor holds a NaN or an inf.
 Each tensor warns once per kind.
 """
@@ -19,6 +19,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Set, Tuple
 
+from .rise import NOISE_WINDOW, RISE_STEPS, diverging
 from .series import Store, Tracked
 
 TREND_STEPS = 6
@@ -27,8 +28,6 @@ SPIKE_WINDOW = 20
 SPIKE_MIN_HISTORY = 8
 SPIKE_MADS = 8.0
 SPIKE_FACTOR = 3.0
-RISE_STEPS = 4
-DIVERGE_FACTOR = 2.0
 SPIKE_KINDS = ("loss", "input", "update", "cell output", "op output")
 
 NONFINITE, PROJECTED, SPIKE, DIVERGENCE = "nonfinite", "projected_overflow", "spike", "divergence"
@@ -170,20 +169,20 @@ class Detector:
     def _divergence(self, store: Store, tracked: Tracked, step: int) -> List[Event]:
         if (tracked.key, DIVERGENCE) in self.warned:
             return []
-        values = store.recent(tracked.key, RISE_STEPS + SPIKE_WINDOW, step)
-        if len(values) < RISE_STEPS + 2 or values[-1][0] != step:
+        readings = store.recent(tracked.key, NOISE_WINDOW + RISE_STEPS, step)
+        if not readings or readings[-1][0] != step:
             return []
-        last = values[-(RISE_STEPS + 1):]
-        if not all(b[1] > a[1] for a, b in zip(last, last[1:], strict=False)):
-            return []
-        low = min(v for _s, v in values)
-        if low <= 0 or values[-1][1] < DIVERGE_FACTOR * low:
+        found = diverging([v for _s, v in readings])
+        if found is None:
             return []
         self.warned.add((tracked.key, DIVERGENCE))
+        last = readings[-(RISE_STEPS + 1):]
         growth = math.exp(slope(last)) - 1
+        now, low, noise = readings[-1][1], found["low"], found["noise"]
+        noise_text = f", {found['rise'] / noise:.0f} robust deviations of its steps" if noise else ""
         return [self._event(store, tracked, step, DIVERGENCE, growth, None, f"{last[0][0]}-{last[-1][0]}",
-                            f"rose {RISE_STEPS} steps in a row to {values[-1][1]:.4g}, "
-                            f"{values[-1][1] / low:.1f}x its lowest {low:.4g}")]
+                            f"rose {RISE_STEPS} steps in a row to {now:.4g}, {now / low:.1f}x its lowest "
+                            f"{low:.4g}{noise_text}")]
 
 
 _KIND_RANK = {NONFINITE: 0, SPIKE: 1, DIVERGENCE: 2, PROJECTED: 3}

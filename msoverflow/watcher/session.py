@@ -98,7 +98,7 @@ class Ring:
 
 
 def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: int = 10, on_event: str = "dump",
-          device: Optional[str] = None, echo: Optional[Callable[[str], None]] = None,
+          full_every: Optional[int] = None, device: Optional[str] = None, echo: Optional[Callable[[str], None]] = None,
           say: Optional[Callable[[str], None]] = None, invoked_as=None) -> WatchOutcome:
     """Run `command` watched; the WatchReport. say(line): each warning, printed live (default: the log)."""
     from ..config.runner import fresh_dump_dir
@@ -109,6 +109,8 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
         raise UserError(f"--on-event {on_event}: one of {', '.join(ON_EVENT)}")
     if keep < 1 or warn_ahead < 1:
         raise UserError("--keep and --warn-ahead take a whole number of steps, at least 1")
+    if full_every is not None and full_every < 1:
+        raise UserError("--full-every takes a whole number of steps, at least 1")
     command = check_command(command, "msoverflow watch")
     out = str(fresh_dump_dir(out_dir or _default_dir(), "--dump-dir"))
     stats = os.path.join(out, STATS_DIR)
@@ -116,7 +118,7 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     say = say or (lambda line: log.warning("%s", line))
     env = dict(os.environ)
     hook_dir = os.path.join(out, HOOK_DIR)
-    env.update(write_hook(hook_dir, {"kind": "watch", "out_dir": stats, "keep": keep,
+    env.update(write_hook(hook_dir, {"kind": "watch", "out_dir": stats, "keep": keep, "full_every": full_every,
                                      "stop_on_nonfinite": on_event != "continue"},
                           os.path.join(hook_dir, "spec.json"), INSTALLER))
     store = Store()
@@ -172,7 +174,8 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     cause = root_cause(store, events)
     report = WatchReport(stats, events, cause, store, command=list(command), command_exit=job.returncode,
                          stopped_at=stop_at)
-    report.capture = {"keep": keep, "warn_ahead": warn_ahead, "on_event": on_event, "seconds": round(seconds, 1),
+    report.capture = {"keep": keep, "warn_ahead": warn_ahead, "on_event": on_event, "full_every": full_every,
+                      "seconds": round(seconds, 1),
                       "steps_deleted": ring.deleted, "peak_steps_on_disk": ring.peak_steps,
                       "peak_bytes_on_disk": ring.peak_bytes, "bytes_on_disk_at_end": _disk_bytes(stats),
                       "events_log": log_path, "sampling": _sampling(stats)}

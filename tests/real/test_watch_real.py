@@ -9,6 +9,7 @@ import json
 import pytest
 
 from msoverflow.render.watch import render_html
+from msoverflow.watcher.capture import DENSE_STEPS, WARMUP_STEPS
 from msoverflow.watcher.session import from_dump
 from tests.support.gen_watch_runs import CASES
 
@@ -94,6 +95,20 @@ def test_healthy_run_raises_no_warning_and_the_ring_keeps_k_steps(watch_runs):
     assert files[-1] == steps - 1 and all(f >= min(full[-keep:]) for f in files), files
 
 
+def test_a_loss_that_only_wanders_is_healthy_and_keeps_the_sampling_sparse(watch_runs):
+    # targets of pure noise, 8 a batch: the loss swings by half of itself from step to step and, by chance, climbs
+    # 4 steps in a row to 2-3x its lowest every few hundred steps (the divergence test without its noise term
+    # called one at step 172 of this run); the output bias wanders around 0 and triples often
+    _root, report, said = _case(watch_runs, "noisy")
+    steps = _argv("noisy", "--steps")
+    losses = next(s["max_abs"] for s in report["series"] if s["tensor"] == "loss")
+    assert len(losses) == steps and max(losses) > 4 * min(losses)       # it does wander
+    assert report["events"] == [] and said == [] and report["root_cause"] is None and report["verdict"] == "HEALTHY"
+    sampling = report["capture"]["sampling"]["0"]
+    # no run of full steps was started by a hint: the warm-up and the budget's samples only
+    assert sampling["full_steps"] < WARMUP_STEPS + DENSE_STEPS, sampling
+
+
 def test_every_tracked_tensor_has_its_mean_abs_in_the_report_series(watch_runs):
     _root, report, _said = _case(watch_runs, "data_spike")
     series = {s["tensor"]: s for s in report["series"]}
@@ -151,6 +166,27 @@ def test_a_second_moment_that_forgets_its_weight_is_class_optimizer_at_its_onset
                 and d["since"] < cause["onset_step"]], cause["departures"]
     assert any("side.weight" in e and "rose after it" in e for e in cause["evidence"]), cause["evidence"]
     assert "eps" in cause["fix"] and "beta2" in cause["fix"]
+    assert report["capture"]["full_every"] == 1 and cause["unread_between"] is None
+
+
+def test_under_the_default_sampling_the_unread_steps_before_the_onset_are_named_not_guessed(watch_runs):
+    # the same run, sampled as the cost budget allows: the 40 steps in which the side weight's state fell showed
+    # nothing in the loss, so nothing but the loss was read there; the report must not claim a trend it did not
+    # read, and must say how to read it
+    _root, report, _said = _case(watch_runs, "optimizer_sampled")
+    onset, gap = _argv("optimizer", "--onset"), _argv("optimizer", "--gap")
+    back = onset + gap
+    sampling = report["capture"]["sampling"]["0"]
+    assert report["capture"]["full_every"] is None and sampling["every"] > gap, sampling
+    cause = report["root_cause"]
+    assert cause["event"]["step"] == back and cause["event"]["kind"] == "spike"
+    full = next(s["steps"] for s in report["series"] if s["tensor"] == "moment2.side.weight")
+    last_read = max(s for s in full if s < back)
+    assert last_read < onset
+    assert cause["unread_between"] == [last_read, cause["onset_step"]], cause
+    assert any("--full-every" in e and f"between steps {last_read} and {cause['onset_step']}" in e
+               for e in cause["evidence"]), cause["evidence"]
+    assert "not read in full" in cause["summary"]
 
 
 @pytest.mark.parametrize("name", ["data_spike", "lr_divergence", "fp16_growth", "attention", "optimizer"])

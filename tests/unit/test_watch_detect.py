@@ -152,3 +152,67 @@ def test_a_file_of_several_steps_is_read_step_by_step_with_its_mean_abs(tmp_path
     ring = Ring(str(tmp_path), keep=2, held=follower.held)
     ring.trim(5)        # the file of steps 0-2 is older than the last 2 steps; the one holding 3-5 stays
     assert sorted(p.name for p in graph.iterdir()) == ["5"] and ring.deleted == 3
+
+
+def _loss_store(losses):
+    """A Store holding one loss series, one reading a step (SYNTHETIC)."""
+    from msoverflow.watcher.series import Point, Store, Tracked
+    store, key = Store(), "0:loss:loss"
+    store.tensors[key] = Tracked(key, 0, "loss", "loss", "Loss", "", "", "float32")
+    store.steps[0] = list(range(len(losses)))
+    for step, value in enumerate(losses):
+        store.points.setdefault(key, {})[step] = Point(value, value, value, 0, 1, value)
+        store.recent_values.setdefault(key, []).append((step, value))
+        store.recent_steps.setdefault(key, []).append(step)
+    return store
+
+
+def _wandering(steps, seed, dof=8):
+    """A loss with nothing to learn: the mean of `dof` squared standard normals a step."""
+    import random
+    rs = random.Random(seed)
+    return [sum(rs.gauss(0, 1) ** 2 for _ in range(dof)) / dof for _ in range(steps)]
+
+
+def test_a_loss_that_only_wanders_is_no_divergence_and_a_climb_out_of_it_is():
+    from msoverflow.watcher.detect import DIVERGENCE, scan
+    from msoverflow.watcher.rise import DIVERGE_FACTOR, RISE_STEPS
+    wandering = 0
+    for seed in range(6):
+        for dof in (8, 64):           # swings of about half, and a fifth, of itself a step
+            losses = _wandering(1500, seed, dof)
+            # by chance it climbs RISE_STEPS steps in a row to twice its lowest of the window, often
+            lows = [min(losses[max(0, s - 23):s + 1]) for s in range(len(losses))]
+            wandering += sum(all(losses[s - k] > losses[s - k - 1] for k in range(RISE_STEPS))
+                             and losses[s] >= DIVERGE_FACTOR * lows[s] for s in range(RISE_STEPS + 1, len(losses)))
+            assert not [e for e in scan(_loss_store(losses)) if e.kind == DIVERGENCE], (seed, dof)
+        # the smaller noise, then the loss grows 25% a step from step 800: called within a few steps of it (under
+        # the larger noise a steady rise of 4 steps is rare: the spike test takes it)
+        climbing = losses[:800] + [v * 1.25 ** (k + 1) for k, v in enumerate(losses[800:830])]
+        called = [e.step for e in scan(_loss_store(climbing)) if e.kind == DIVERGENCE]
+        assert called and 800 < called[0] <= 815, (seed, called)
+    assert wandering >= 12          # the rises and the factor alone would have called these
+
+
+def test_the_sampling_hint_calls_no_growth_on_a_wandering_scalar_and_one_on_a_steady_climb(tmp_path):
+    from msoverflow.watcher.capture import WARMUP_STEPS, Watch
+
+    def rows_of(value):
+        return [(("Parameter,bias,", ""), (value, -value, 0.0, 1, 0, 0, 0, None, value), "parameter")]
+
+    import random
+    rs = random.Random(3)
+    watch = Watch({"out_dir": str(tmp_path)})
+    bias = 0.0
+    hints = []
+    for step in range(400):            # a bias learning up from 0, then wandering around it, read every step
+        bias = bias + 0.002 if step < WARMUP_STEPS else bias + rs.gauss(0, 0.004)
+        hints.append(watch.grew(rows_of(abs(bias)), step))
+    assert not any(hints)
+    watch = Watch({"out_dir": str(tmp_path)})
+    # sparse: a random walk read 150 steps apart grows ~sqrt(t), 3x its first reading after the warm-up; no hint
+    assert not any(watch.grew(rows_of(0.01 * (step / WARMUP_STEPS) ** 0.5), step) for step in range(10, 2000, 150))
+    watch = Watch({"out_dir": str(tmp_path)})
+    # a weight that grows 27% a step (the optimizer run's), read every 5 steps: a hint within two readings
+    grew = [step for step in range(10, 60, 5) if watch.grew(rows_of(0.5 * 1.27 ** max(0, step - 15)), step)]
+    assert grew and grew[0] <= 25, grew

@@ -6,6 +6,8 @@
   lr_divergence  the same MLP in float32; the learning rate grows each step from --onset until training diverges
                  (finite: float32 does not overflow within the run);
   healthy        the same MLP, a constant small learning rate;
+  noisy          the same MLP on targets that are pure noise, 8 a batch: nothing to learn, so the loss (a mean of 8
+                 squares) only wanders, by about half of itself from batch to batch; a healthy run all the same;
   attention      one float16 self-attention layer (PyNative: the watch sees its softmax input, the QK logits); from
                  --onset its q/k scale (a temperature schedule gone wrong) grows 1.5x a step, so the logits grow
                  until float16 overflows in them while the weights stay in their range;
@@ -23,7 +25,7 @@ import sys
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--case", required=True, choices=["fp16_growth", "data_spike", "lr_divergence", "healthy",
-                                                            "attention", "optimizer"])
+                                                            "noisy", "attention", "optimizer"])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--bad-step", type=int, default=30)
     parser.add_argument("--onset", type=int, default=15)
@@ -146,6 +148,9 @@ def main(argv=None):
             return 0.01
 
         def batch(step):
+            if args.case == "noisy":
+                return Tensor(rs.normal(0, 1, (8, dim)).astype(np.float32)), \
+                    Tensor(rs.normal(0, 1, (8, 1)).astype(np.float32))
             xb = rs.normal(0, 1, (32, dim)).astype(np.float32)
             yb = xb @ true_w + rs.normal(0, 0.1, (32, 1)).astype(np.float32)
             if args.case == "data_spike" and step == args.bad_step:
