@@ -18,7 +18,9 @@ Rows (max, min, mean, mean |x|, count, NaN/inf counts) are buffered and written 
 `{dir}/rank_{r}/Net/0/{last step}/statistic.csv` (the MindSpore statistic dump's columns, plus `Mean Abs Value`
 and `Step`), into a hidden directory renamed into place when whole, so a reader never sees half a file. What each
 row is (tensor, kind, Cell, dtype) and how the sampling went go into `rank_{r}/watch_tensors.json`. The watcher asks
-the job to stop by writing `control.json` (`{"stop_at": step}`): every rank looks at it before each step.
+the job to stop by writing `control.json` (`{"stop_at": step}`) and then counting up `control.seq`, 8 bytes every
+rank maps into memory and compares before each step (no system call on the step's path; without the file, a
+`stat` of control.json before each step).
 This module imports MindSpore (it runs in the training process); the analysis never imports it.
 """
 from __future__ import annotations
@@ -39,6 +41,7 @@ from .rise import NOISE_WINDOW, RISE_STEPS, diverging
 HEADER = ("Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,Max Value,Min Value,"
           "Avg Value,Count,NaN Count,Negative Inf Count,Positive Inf Count,L2Norm Value,Mean Abs Value,Step\n")
 CONTROL = "control.json"
+CONTROL_SEQ = "control.seq"     # 8 bytes, counted up after each control.json: mapped, read before every step
 RING = "ring.json"              # {"allowance": steps a rank may hold on disk}, written by the watcher
 RING_WAIT_SECONDS = 30.0        # a writer ahead of the watcher by more than the allowance waits at most this long
 META = "watch_tensors.json"
@@ -50,10 +53,12 @@ MAX_EVERY = 1000
 FLUSH_SECONDS = 0.5             # buffered steps are written this often (a file costs ~1 ms under load: once a
                                 # step it would be the demo's whole budget), or at once on a hint
 FLUSH_STEPS = 1000              # or when this many are buffered
-CONTROL_SECONDS = 0.0           # control.json is looked at before every step (one stat, 5-25 us). At 0.05 s two
-                                # ranks ran 7 steps past the stop step under CI load: after a hint files are
-                                # flushed a step or two at a time, so the watcher's margin (two files' steps) is
-                                # a few steps, shorter than 0.05 s of them
+CONTROL_SECONDS = 1.0           # with control.seq mapped, control.json is also stat'ed this often (a file
+                                # system whose mapping does not follow another process's writes). Without it,
+                                # before every step: at 0.05 s two ranks ran 7 steps past the stop step under CI
+                                # load (after a hint a file holds a step or two, so the watcher's margin, two
+                                # files' steps, is shorter than 0.05 s of them). The stat cost 12-60 us a step
+                                # after a step of the 1M-parameter MLP; the mapped read about 1 us
 LOSS_WINDOW = 20
 HINT_RISES = RISE_STEPS - 1     # the divergence hint comes a step before the watcher's event
 GROWTH_HINT = 3.0               # a tensor tripled over its highest reading (the root cause's own factor)
@@ -140,7 +145,8 @@ class Watch:
         self.step = 0
         self.depth = 0
         self.meta: dict = {}
-        self.previous: dict = {}         # weight name -> its values after the previous step
+        self.previous: dict = {}         # weight name -> its values after the step previous_step
+        self.previous_step = -2
         self.cell_outputs: list = []     # (cell path, cell class, output) of this step (PyNative)
         self.attention: list = []        # (cell path, cell class, softmax input) of this step (PyNative)
         self.cell_stack: list = []       # the Cells being called (PyNative): where a softmax is
@@ -175,7 +181,9 @@ class Watch:
         self.last_buffered = -1
         self.flush_now = False
         self.control_mtime: Optional[int] = None
-        self.next_look = 0.0             # perf_counter time of the next look at control.json
+        self.control_seq = None          # control.seq mapped (None: not yet tried; False: not there)
+        self.seen_seq = b""
+        self.next_look = 0.0             # perf_counter time of the next stat of control.json
         self.stop_at: Optional[int] = None
         self._meta_written = -1
         self.flushes = 0
@@ -230,11 +238,19 @@ class Watch:
 
     # -- one step --------------------------------------------------------------------------------------
     def control(self) -> None:
-        """Before each step: what the watcher asked (stop before a step; full steps from now). A stat every
-        CONTROL_SECONDS (and before the first step); the file is parsed only when it changed."""
+        """Before each step: what the watcher asked (stop before a step; full steps from now): control.seq's
+        count compared (mapped), and control.json stat'ed every CONTROL_SECONDS (before every step when control.seq
+        cannot be mapped); the file is parsed only when either changed."""
         entered = time.perf_counter()
-        if entered >= self.next_look:
-            self.next_look = entered + CONTROL_SECONDS
+        seq = self.control_seq
+        if seq and seq[:8] != self.seen_seq:
+            self.seen_seq = seq[:8]
+            self.control_mtime = None
+            self.look_at_control()
+        elif entered >= self.next_look:
+            if seq is None:
+                self.control_seq = seq = map_control_seq(self.out)
+            self.next_look = entered + (CONTROL_SECONDS if seq else 0.0)
             self.look_at_control()
         if self.stop_at is not None and self.step >= self.stop_at:
             sys.stderr.write(f"msoverflow watch: stopping before step {self.step} (asked by the watcher)\n")
@@ -387,7 +403,13 @@ class Watch:
         return grew
 
     def full_step(self, args, add) -> None:
+        """A full step's rows. A weight's update is its change in this step alone: written only when its values
+        were kept after the step before (a sampled step keeps them the step before; the first step of a run of
+        full steps set off by a hint has none: a difference since an older full step would be several steps'
+        updates under one step's name)."""
         import numpy as np
+        step = self.step
+        one_step = self.previous_step == step - 1
         for slot, arg in enumerate(args):
             if hasattr(arg, "asnumpy"):
                 add(f"input {slot}", "input", "Input", "", self.root_class, arg)
@@ -400,13 +422,14 @@ class Watch:
         for name, kind, p, cell, cell_class in self.params:
             values = add(name, kind, "Parameter", cell, cell_class, p)
             if kind == "parameter" and p.requires_grad:
-                before = self.previous.get(name)
+                before = self.previous.get(name) if one_step else None
                 if before is not None and before.shape == values.shape:
                     with np.errstate(invalid="ignore", over="ignore"):     # inf - inf: the NaN is counted
                         update = np.subtract(values, before, dtype=np.float32)
                     add(f"{name} update", "update", self.optimizer_class, cell, cell_class, update,
                         dtype=_dtype_name(p))
                 self.previous[name] = values.copy()      # asnumpy may share the Parameter's memory
+        self.previous_step = step
 
     def softmax_input(self, logits) -> None:
         """The input of a softmax called inside a Cell, kept when it has the shape of attention logits: at least
@@ -422,6 +445,7 @@ class Watch:
         for name, kind, p, _cell, _cell_class in self.params:
             if kind == "parameter" and p.requires_grad:
                 self.previous[name] = p.asnumpy().copy()
+        self.previous_step = self.step
 
     def _prefix(self, name, kind, op_type, cell, cell_class, tensor_or_array, array, dtype):
         key = (kind, name)
@@ -506,6 +530,40 @@ class Watch:
             if now > deadline:
                 return
             time.sleep(0.005)
+
+
+def map_control_seq(out: str):
+    """control.seq mapped read-only (an mmap), or False when it cannot be (no watcher made it)."""
+    import mmap
+    try:
+        fd = os.open(os.path.join(out, CONTROL_SEQ), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return mmap.mmap(fd, 8, prot=mmap.PROT_READ) if os.fstat(fd).st_size >= 8 else False
+    except (OSError, ValueError):
+        return False
+    finally:
+        os.close(fd)
+
+
+def make_control_seq(out: str) -> None:
+    """The watcher's side, before the job starts: control.seq at 0."""
+    with open(os.path.join(out, CONTROL_SEQ), "wb") as fh:
+        fh.write(bytes(8))
+
+
+def count_control_seq(out: str) -> None:
+    """The watcher's side, after control.json is written whole: control.seq counted up in place (the ranks'
+    mappings see it at their next step)."""
+    path = os.path.join(out, CONTROL_SEQ)
+    try:
+        with open(path, "r+b") as fh:
+            count = int.from_bytes(fh.read(8).ljust(8, b"\0"), "little") + 1
+            fh.seek(0)
+            fh.write(count.to_bytes(8, "little"))
+    except OSError:
+        pass          # no control.seq: the ranks stat control.json before each step
 
 
 def _csv_name(key: str) -> str:

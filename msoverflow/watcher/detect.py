@@ -87,9 +87,10 @@ def trend(store: Store, key: str, upto: int) -> Optional[Tuple[float, List[Tuple
     if len(points) < TREND_STEPS or points[-1][0] != upto:
         return None
     rises = sum(1 for (_a, x), (_b, y) in zip(points, points[1:], strict=False) if y > x)
-    k = slope(points)
-    growth = math.exp(k) - 1
-    if growth < GROWTH_MIN or rises < len(points) - 2:
+    if rises < len(points) - 2:          # (first: most steps of most tensors stop here, before the logs)
+        return None
+    growth = math.exp(slope(points)) - 1
+    if growth < GROWTH_MIN:
         return None
     return growth, points
 
@@ -151,13 +152,17 @@ class Detector:
         past = values[:-1][-SPIKE_WINDOW:]
         if len(past) < SPIKE_MIN_HISTORY:
             return []
+        # the cheap test first: most steps of most tensors stop there (the lower middle value: never above the
+        # median of the logs below, so no step that test would pass stops here)
+        now = math.log(values[-1][1])
+        if now - math.log(statistics.median_low(v for _s, v in past)) < math.log(SPIKE_FACTOR):
+            return []
         gaps = sorted(b[0] - a[0] for a, b in zip(past, past[1:], strict=False))
         if step - past[-1][0] > gaps[len(gaps) // 2]:
             return []        # read farther apart than its history (a sampled step): a change, not a one-step spike
         logs = [math.log(v) for _s, v in past]
         median = statistics.median(logs)
         mad = statistics.median(abs(x - median) for x in logs) * 1.4826
-        now = math.log(values[-1][1])
         if now - median < math.log(SPIKE_FACTOR) or now - median < SPIKE_MADS * mad:
             return []
         self.warned.add((tracked.key, SPIKE))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..logs import log
+from .capture import CONTROL, RING, count_control_seq, make_control_seq
 from .cause import root_cause
 from .detect import NONFINITE, PROJECTED, Detector, Event, scan
 from .report import WatchReport
@@ -26,8 +27,6 @@ HOOK_DIR = ".msoverflow_watch_hook"
 STATS_DIR = "stats"
 EVENTS_LOG = "watch_events.jsonl"       # one warning or event a line, appended live
 EVENT_DUMP = "dump_step{step}"          # the tensor dump of an event step, which analyze reads
-CONTROL = "control.json"
-RING = "ring.json"
 ON_EVENT = ("stop", "dump", "continue")
 POLL_SECONDS = 0.2
 DENSE_ON_EVENT = 30          # full steps asked of every rank after the first event (the event's region)
@@ -115,6 +114,7 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     out = str(fresh_dump_dir(out_dir or _default_dir(), "--dump-dir"))
     stats = os.path.join(out, STATS_DIR)
     os.makedirs(stats)
+    make_control_seq(stats)
     say = say or (lambda line: log.warning("%s", line))
     env = dict(os.environ)
     hook_dir = os.path.join(out, HOOK_DIR)
@@ -205,6 +205,7 @@ def _ask(stats: str, asked: dict) -> None:
     with open(os.path.join(stats, CONTROL + ".partial"), "w", encoding="utf-8") as fh:
         json.dump(asked, fh)
     os.replace(os.path.join(stats, CONTROL + ".partial"), os.path.join(stats, CONTROL))
+    count_control_seq(stats)
 
 
 def _stop_step(stats: str, event_step: int, held: Dict[Tuple[int, int], List[int]]) -> int:

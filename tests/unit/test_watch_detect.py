@@ -216,3 +216,72 @@ def test_the_sampling_hint_calls_no_growth_on_a_wandering_scalar_and_one_on_a_st
     # a weight that grows 27% a step (the optimizer run's), read every 5 steps: a hint within two readings
     grew = [step for step in range(10, 60, 5) if watch.grew(rows_of(0.5 * 1.27 ** max(0, step - 15)), step)]
     assert grew and grew[0] <= 25, grew
+
+
+def test_a_full_step_set_off_by_a_hint_writes_no_update_it_cannot_know(tmp_path):
+    """The capture on stand-in tensors (no MindSpore): a weight that moves by exactly 1 a step. Updates are one
+    step's change; the first full step of a run set off by the loss's hint had no weights kept the step before,
+    so it writes none (it wrote the change since the last sampled step, under one step's name)."""
+    import numpy as np
+
+    from msoverflow.watcher.capture import Watch
+
+    class Weight:
+        requires_grad = True
+
+        def __init__(self):
+            self.value = np.zeros(4, dtype=np.float32)
+
+        def asnumpy(self):
+            return self.value
+
+    class Loss:
+        size = 1
+
+        def __init__(self, value):
+            self.value = value
+
+        def item(self):
+            return self.value
+
+    watch = Watch({"out_dir": str(tmp_path), "full_every": 5})
+    weight = Weight()
+    watch.params = [("w", "parameter", weight, "", "")]
+    watch.root_class = "Step"
+    watch.optimizer_class = "SGD"
+    spike = 22
+    for step in range(30):
+        watch.control()
+        weight.value = weight.value + 1.0                # the step's own update
+        watch.after_step((), Loss(100.0 if step == spike else 1.0 + 0.01 * (step % 3)))
+    updates = {step: row[0] for prefix, row, step, _stamp in watch.lines
+               if type(row) is tuple and "update" in prefix[0]}
+    full = sorted({step for prefix, row, step, _stamp in watch.lines if type(row) is tuple and "Parameter" in
+                   prefix[0] and "update" not in prefix[0]})
+    assert spike in full and spike - 1 not in full and spike + 1 in full, full      # the hint made it full
+    assert spike not in updates, updates
+    assert updates and all(value == 1.0 for value in updates.values()), updates      # one step's change, each
+    sampled = [s for s in full if 9 < s < spike]
+    assert sampled and all(s in updates for s in sampled), (sampled, updates)       # kept the step before
+
+
+def test_the_watchers_request_reaches_the_next_step_through_the_mapped_count_or_a_stat(tmp_path):
+    from msoverflow.watcher.capture import CONTROL_SECONDS, Watch, make_control_seq
+    from msoverflow.watcher.session import _ask
+    assert CONTROL_SECONDS >= 0.5          # (so only the mapped count can have told the first watch)
+    for mapped in (True, False):
+        out = tmp_path / ("mapped" if mapped else "stat")
+        out.mkdir()
+        if mapped:
+            make_control_seq(str(out))
+        watch = Watch({"out_dir": str(out)})
+        watch.control()                       # step 0: nothing asked yet
+        assert watch.stop_at is None and bool(watch.control_seq) is mapped
+        watch.step = 1
+        _ask(str(out), {"stop_at": 5, "dense_steps": 30})
+        watch.control()                       # the very next step sees it
+        assert watch.stop_at == 5 and watch.dense_until >= 30, (mapped, watch.stop_at)
+        _ask(str(out), {"stop_at": 4})        # asked again, sooner: seen again
+        watch.step = 2
+        watch.control()
+        assert watch.stop_at == 4, mapped
