@@ -147,6 +147,7 @@ class Watch:
         self.meta: dict = {}
         self.previous: dict = {}         # weight name -> its values after the step previous_step
         self.previous_step = -2
+        self.scalar_loss_type: Optional[type] = None
         self.cell_outputs: list = []     # (cell path, cell class, output) of this step (PyNative)
         self.attention: list = []        # (cell path, cell class, softmax input) of this step (PyNative)
         self.cell_stack: list = []       # the Cells being called (PyNative): where a softmax is
@@ -314,8 +315,11 @@ class Watch:
         step = self.step
         loss = result[0] if isinstance(result, (tuple, list)) and result else result
         loss_value = None
-        if hasattr(loss, "item") and getattr(loss, "size", 0) == 1:
-            loss_value = float(loss.item())      # a third of asnumpy's cost, and the user's own read stays cheap
+        # a third of asnumpy's cost, and the user's own read stays cheap; the type told once (a Tensor's size is a
+        # call into MindSpore)
+        if type(loss) is self.scalar_loss_type or (hasattr(loss, "item") and getattr(loss, "size", 0) == 1):
+            loss_value = float(loss.item())
+            self.scalar_loss_type = type(loss)
         hint = loss_value is not None and self.loss_hint(loss_value)
         if hint:
             self.dense_until = max(self.dense_until, step + DENSE_STEPS - 1)
@@ -331,8 +335,13 @@ class Watch:
             if self.pynative:
                 self.cell_outputs, self.attention = [], []
             self.step += 1
-            self.buffered_step(step)
-            self.capture_spent += time.perf_counter() - started
+            self.buffered += 1          # (buffered_step, written out: this path runs every step)
+            self.last_buffered = step
+            now = time.perf_counter()
+            if self.flush_now or self.buffered >= FLUSH_STEPS or now - self.last_flush >= FLUSH_SECONDS:
+                self.flush(final=False)
+                now = time.perf_counter()
+            self.capture_spent += now - started
             return
         rows = []
 
@@ -364,10 +373,11 @@ class Watch:
             self.full_costs = (self.full_costs + [spent])[-5:]
             self.full_steps += 1
             self.last_full = step
-            if len(self.step_costs) > 1 and not self.fixed_every:        # medians: the first step's compilation, a slow step, move none
+            if len(self.step_costs) > 1:        # medians: the first step's compilation, a slow step, move none
                 self.full_cost = sorted(self.full_costs)[len(self.full_costs) // 2]
                 self.step_cost = sorted(list(self.step_costs)[1:])[(len(self.step_costs) - 1) // 2]
-                self.every = max(1, min(MAX_EVERY, math.ceil(self.full_cost / (BUDGET * self.step_cost))))
+                if not self.fixed_every:         # (--full-every: measured and reported, not followed)
+                    self.every = max(1, min(MAX_EVERY, math.ceil(self.full_cost / (BUDGET * self.step_cost))))
         self.capture_spent += spent
         if self.spec.get("stop_on_nonfinite") and any(r[1][4] or r[1][5] or r[1][6] for r in rows):
             # the watcher would ask a step late: a rank that holds a NaN/inf ends here itself (in a data-parallel

@@ -166,7 +166,9 @@ def test_a_second_moment_that_forgets_its_weight_is_class_optimizer_at_its_onset
                 and d["since"] < cause["onset_step"]], cause["departures"]
     assert any("side.weight" in e and "rose after it" in e for e in cause["evidence"]), cause["evidence"]
     assert "eps" in cause["fix"] and "beta2" in cause["fix"]
-    assert report["capture"]["full_every"] == 1 and cause["unread_between"] is None
+    sampling = report["capture"]["sampling"]["0"]
+    assert report["capture"]["full_every"] == 1 and sampling["every"] == 1 and sampling["full_steps"] == sampling["steps"]
+    assert sampling["full_step_ms"] > 0 and sampling["step_ms"] > 0 and cause["unread_between"] is None
 
 
 def test_under_the_default_sampling_the_unread_steps_before_the_onset_are_named_not_guessed(watch_runs):
