@@ -139,7 +139,7 @@ def cache_key() -> str:
     digest = hashlib.sha256(repr(RUNS).encode())
     for path in [Path(__file__).resolve(), RUNNER, *sorted(CASES_DIR.glob("*.py")), *sorted((REPO / "msoverflow" / "demo").glob("*.py"))]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    digest.update(f"mindspore={version('mindspore')}|msprobe={version('mindstudio-probe')}".encode())
+    digest.update(f"{gen_real_dumps.mindspore_identity()}|msprobe={version('mindstudio-probe')}".encode())
     return digest.hexdigest()[:16]
 
 

@@ -107,7 +107,7 @@ def cache_key() -> str:
              *sorted((REPO / "msoverflow" / "patch").glob("*.py"))]
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    digest.update(f"mindspore={version('mindspore')}|msprobe={version('mindstudio-probe')}".encode())
+    digest.update(f"{gen_real_dumps.mindspore_identity()}|msprobe={version('mindstudio-probe')}".encode())
     return digest.hexdigest()[:16]
 
 

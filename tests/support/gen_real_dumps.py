@@ -463,12 +463,22 @@ def mindspore_version() -> Optional[str]:
         return None
 
 
+def mindspore_identity() -> str:
+    """What a cached run depends on besides its sources: MindSpore's version and where it is installed (a dump
+    records the absolute paths of MindSpore's own source files it ran, e.g. an optimizer's; a cache made by another
+    environment, such as a removed worktree's, names files that are gone)."""
+    import importlib.util
+    spec = importlib.util.find_spec("mindspore")
+    where = os.path.realpath(spec.origin) if spec is not None and spec.origin else None
+    return f"mindspore={mindspore_version()} at {where}"
+
+
 def cache_key() -> str:
     digest = hashlib.sha256()
     sources = [Path(__file__).resolve(), RUNNER, *sorted(CASES_DIR.glob("*.py")), *sorted((REPO / "msoverflow" / "demo").glob("*.py"))]
     for path in sources:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    digest.update(f"mindspore={mindspore_version()}".encode())
+    digest.update(mindspore_identity().encode())
     return digest.hexdigest()[:16]
 
 
@@ -878,7 +888,7 @@ class CaseSet:
         digest = hashlib.sha256()
         for path in self.sources():
             digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-        digest.update(f"mindspore={mindspore_version()}".encode())
+        digest.update(mindspore_identity().encode())
         return digest.hexdigest()[:16]
 
     def ensure(self, out_dir: Optional[Path] = None, progress=None) -> RealDumps:

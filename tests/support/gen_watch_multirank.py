@@ -31,7 +31,7 @@ def cache_key() -> str:
     for path in [Path(__file__).resolve(), CASE_SCRIPT, *sorted((base.REPO / "msoverflow" / "watcher").glob("*.py")),
                  base.REPO / "msoverflow" / "readers" / "statistic_csv.py"]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    digest.update(f"mindspore={base.mindspore_version()}".encode())
+    digest.update(base.mindspore_identity().encode())
     return digest.hexdigest()[:16]
 
 
