@@ -469,7 +469,8 @@ def mindspore_identity() -> str:
     environment, such as a removed worktree's, names files that are gone)."""
     import importlib.util
     spec = importlib.util.find_spec("mindspore")
-    where = os.path.realpath(spec.origin) if spec is not None and spec.origin else None
+    # as imported, not resolved: a worktree's .venv linked to another's records its own path in the dumps
+    where = os.path.abspath(spec.origin) if spec is not None and spec.origin else None
     return f"mindspore={mindspore_version()} at {where}"
 
 
