@@ -285,3 +285,27 @@ def test_the_watchers_request_reaches_the_next_step_through_the_mapped_count_or_
         watch.step = 2
         watch.control()
         assert watch.stop_at == 4, mapped
+
+
+
+def test_a_climb_read_across_a_long_gap_is_followed_back_and_a_jump_is_not():
+    """The departure on one tensor's readings (SYNTHETIC): a climb of 1.5x a step read at 20, then from 27 on is
+    followed back to 20; a 100x jump at 30 read after a gap, level or climbing 1.3x a step after it, starts at 30."""
+    from msoverflow.watcher.cause import departure
+    from msoverflow.watcher.series import Point, Store, Tracked
+
+    def store_of(readings):
+        store, key = Store(), "0:parameter:w"
+        store.tensors[key] = Tracked(key, 0, "w", "parameter", "Parameter", "", "", "float32")
+        for step, value in readings:
+            store.points.setdefault(key, {})[step] = Point(value, -value, value, 0, 1, value)
+        return store, key
+
+    flat = [(s, 1.0 + 0.01 * (s % 3)) for s in range(10)] + [(13, 1.01), (17, 1.02)]
+    climb = flat + [(20, 1.5)] + [(s, 1.5 ** (s - 19)) for s in range(27, 36)]
+    store, key = store_of(climb)
+    assert departure(store, key, 35).since == 20
+    for after in (lambda s: 100.0, lambda s: 100.0 * 1.3 ** (s - 30)):
+        jump = flat + [(20, 1.25)] + [(s, after(s)) for s in range(30, 38)]
+        store, key = store_of(jump)
+        assert departure(store, key, 37).since == 30
