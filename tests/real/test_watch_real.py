@@ -222,23 +222,43 @@ def test_a_second_moment_that_forgets_its_weight_is_class_optimizer_at_its_onset
 
 
 def test_under_the_default_sampling_the_unread_steps_before_the_onset_are_named_not_guessed(watch_runs):
-    # the same run, sampled as the cost budget allows: the 40 steps in which the side weight's state fell showed
-    # nothing in the loss, so nothing but the loss was read there; the report must not claim a trend it did not
-    # read, and must say how to read it
+    # the same run, sampled as the cost budget allows (k follows this machine's timings: 20-160 steps): over the
+    # 40 steps in which the side weight's state fell the loss showed nothing, so what was read in full there is
+    # what the sampling happened to read. Read there, the class is optimizer as in the run read every step; not
+    # read, the report must not claim a trend it did not see: unknown, naming the unread steps and --full-every
     _root, report, _said = _case(watch_runs, "optimizer_sampled")
     onset, gap = _argv("optimizer", "--onset"), _argv("optimizer", "--gap")
     back = onset + gap
-    sampling = report["capture"]["sampling"]["0"]
-    assert report["capture"]["full_every"] is None and sampling["every"] > gap, sampling
+    assert report["capture"]["full_every"] is None
     cause = report["root_cause"]
-    assert cause["event"]["step"] == back and cause["event"]["kind"] == "spike"
     full = next(s["steps"] for s in report["series"] if s["tensor"] == "moment2.side.weight")
-    last_read = max(s for s in full if s < back)
-    assert last_read < onset
-    assert cause["unread_between"] == [last_read, cause["onset_step"]], cause
-    assert any("--full-every" in e and f"between steps {last_read} and {cause['onset_step']}" in e
-               for e in cause["evidence"]), cause["evidence"]
-    assert "not read in full" in cause["summary"]
+    inside = [s for s in full if onset <= s < back]
+    if inside and cause["cause"] == "optimizer":        # read in the fall, and enough to tell it
+        assert cause["onset_step"] in inside and cause["first_tensor"]["tensor"] == "moment2.side.weight", cause
+    else:       # not read there, or too little to tell: no class claimed, the unread steps named
+        assert cause["event"]["step"] == back and cause["cause"] == "unknown", (inside, cause)
+        if not inside:      # (the steps named: the test below, for every case)
+            last, first = cause["unread_between"]
+            assert last < onset and first >= back, cause
+            assert any("--full-every" in e and f"between steps {last} and {first}" in e
+                       for e in cause["evidence"]), cause["evidence"]
+
+
+@pytest.mark.parametrize("name", [c.name for c in CASES])
+def test_a_root_cause_names_the_unread_steps_before_its_onset_and_only_those(watch_runs, name):
+    _root, report, _said = _case(watch_runs, name)
+    cause = report["root_cause"]
+    if cause is None or cause["onset_step"] is None:
+        return
+    rank = cause["rank"]
+    read = {s for series in report["series"] if series["rank"] == rank and series["kind"] != "loss"
+            for s in series["steps"]}
+    before = [s for s in read if s < cause["onset_step"]]
+    if before and cause["onset_step"] - max(before) > 5:
+        assert cause["unread_between"] == [max(before), cause["onset_step"]], cause
+        assert "not read in full" in cause["summary"]
+    else:
+        assert cause["unread_between"] is None and "not read in full" not in cause["summary"], cause
 
 
 @pytest.mark.parametrize("name", ["data_spike", "lr_divergence", "fp16_growth", "attention", "optimizer"])
