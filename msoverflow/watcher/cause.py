@@ -119,7 +119,7 @@ def departure(store: Store, key: str, step: int, falling: bool = False) -> Optio
         i = j
         while i - 1 > MIN_HISTORY and values[i - 2][1] * RISE <= values[i - 1][1] \
                 and values[i - 1][1] > highs[i - 2] \
-                and _climbs_across(values[i - 1], values[i], spacing, _rate_onward(values, i)):
+                and _climbs_across(values, i, spacing):
             i -= 1
         baseline = highs[i - 1]
         if values[j][1] > LEFT_FACTOR * baseline and end > LEFT_FACTOR * baseline:
@@ -135,17 +135,18 @@ def departure(store: Store, key: str, step: int, falling: bool = False) -> Optio
                      end, growth)
 
 
-def _climbs_across(before: Tuple[int, float], after: Tuple[int, float], spacing: int,
-                   onward: Optional[float]) -> bool:
-    """Whether a climb runs from `before` to `after`, the next reading: read at the usual spacing; or across a short
+def _climbs_across(values: List[Tuple[int, float]], k: int, spacing: int) -> bool:
+    """Whether a climb runs from reading k - 1 to reading k: read at the usual spacing; or across a short
     gap (up to MIN_HISTORY steps) rising RISE a step; or across a longer one at the rate (within 1.5x) of the climb's
     readings after it (onward: their log growth a step), at least RISE a step. A one-step jump read across a gap is
     many times faster than what follows it (the data_spike runs' updates); a climb read sparsely is not (the
     attention run under load, read at 18, 21, 27, was named at 27 for 21)."""
+    before, after = values[k - 1], values[k]
     gap = after[0] - before[0]
     if gap <= spacing or (gap <= MIN_HISTORY and after[1] >= before[1] * RISE ** gap):
         return True
-    if onward is None or before[1] <= 0:
+    onward = _rate_onward(values, k) if before[1] > 0 else None      # (only for a long gap: the rare case)
+    if onward is None:
         return False
     across = math.log(after[1] / before[1]) / gap
     return across >= math.log(RISE) and onward / ONWARD_TOLERANCE <= across <= onward * ONWARD_TOLERANCE
