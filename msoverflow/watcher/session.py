@@ -19,6 +19,7 @@ from ..logs import log
 from .capture import CONTROL, RING, count_control_seq, make_control_seq
 from .cause import root_cause
 from .detect import NONFINITE, PROJECTED, Detector, Event, scan
+from .priority import SpareCpu
 from .report import WatchReport
 from .series import META, Follower, Store, rank_dirs, steps_on_disk
 
@@ -143,7 +144,9 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     thread = threading.Thread(target=run_job, daemon=True)
     started = time.monotonic()
     thread.start()
-    with open(log_path, "w", encoding="utf-8") as event_log:
+    # the rounds at idle priority (priority.py), entered after the job's thread started: the training inherits
+    # the priority of the thread that starts it, which stays normal
+    with SpareCpu() as spare, open(log_path, "w", encoding="utf-8") as event_log:
         while True:
             done = finished.wait(POLL_SECONDS)
             new_steps = follower.poll(finished=done)
@@ -164,6 +167,7 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
                         dense_asked = True
             if new_steps:
                 ring.trim(new_steps[-1])
+            spare.round_done()
             if done:
                 break
     shutil.rmtree(hook_dir, ignore_errors=True)
@@ -178,7 +182,7 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
                       "seconds": round(seconds, 1),
                       "steps_deleted": ring.deleted, "peak_steps_on_disk": ring.peak_steps,
                       "peak_bytes_on_disk": ring.peak_bytes, "bytes_on_disk_at_end": _disk_bytes(stats),
-                      "events_log": log_path, "sampling": _sampling(stats)}
+                      "events_log": log_path, "sampling": _sampling(stats), "watcher_priority": spare.state}
     if not store.steps:
         report.notes.append("no step was captured: the command never called a Cell holding an optimizer "
                             "(nn.TrainOneStepCell or the like) from Python, or failed before its first step")
