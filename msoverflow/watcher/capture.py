@@ -26,7 +26,6 @@ This module imports MindSpore (it runs in the training process); the analysis ne
 from __future__ import annotations
 
 import atexit
-import bisect
 import json
 import math
 import os
@@ -60,6 +59,7 @@ CONTROL_SECONDS = 1.0           # with control.seq mapped, control.json is also 
                                 # files' steps, is shorter than 0.05 s of them). The stat cost 12-60 us a step
                                 # after a step of the 1M-parameter MLP; the mapped read about 1 us
 LOSS_WINDOW = 20
+SPIKE_FLOOR_STEPS = 4           # the spike test's floor (see loss_hint) is made again this often
 HINT_RISES = RISE_STEPS - 1     # the divergence hint comes a step before the watcher's event
 GROWTH_HINT = 3.0               # a tensor tripled over its highest reading (the root cause's own factor)
 GROWTH_RATE = 0.03              # ... at least this fast a step (the trend detector's GROWTH_MIN)
@@ -120,7 +120,7 @@ def _fmt(value) -> str:
 
 
 def _loss_line(prefix, value: float, step: int, stamp: int) -> str:
-    """_line of a loss-only row (most rows: one repr, not four; half the time)."""
+    """_line of a loss-only row (most rows: one repr, not four; half the time). stamp: in microseconds."""
     if not math.isfinite(value):
         return _line(prefix, _scalar_row(value), step, stamp)
     before, after = prefix
@@ -160,6 +160,7 @@ class Watch:
         self.full_cost = 0.0
         self.step_cost = 0.0
         self.full_costs: list = []
+        self.kept_spent = 0.0            # the last keep_weights's time: the next full step's cost includes it
         self.own_total = 0.0             # the training's own time and the capture's, over the steps after the first
         self.spent_total = 0.0
         self.step_costs: deque = deque(maxlen=9)
@@ -168,9 +169,9 @@ class Watch:
         self.last_full = -1
         self.dense_until = WARMUP_STEPS - 1
         self.full_steps = 0
-        self.losses: deque = deque(maxlen=LOSS_WINDOW)     # the last losses |x|, in order and sorted
-        self.loss_history: deque = deque(maxlen=NOISE_WINDOW + HINT_RISES)      # for the divergence hint
-        self.ordered_losses: list = []
+        self.loss_history: deque = deque(maxlen=NOISE_WINDOW + HINT_RISES)     # |loss| (finite), in order
+        self.spike_floor = math.inf      # a loss at or under it is no spike for the next steps (loss_hint)
+        self.floor_in = 1                # steps until the floor is made again
         self.highest: dict = {}          # row prefix -> (its highest max |x| at a full step after the warm-up, step)
         self.rises = 0
         self.step_started = 0.0
@@ -182,8 +183,9 @@ class Watch:
         self.last_buffered = -1
         self.flush_now = False
         self.control_mtime: Optional[int] = None
-        self.control_seq = None          # control.seq mapped (None: not yet tried; False: not there)
-        self.seen_seq = b""
+        self.control_seq = None          # control.seq mapped, its count as one 8-byte word (None: not yet tried;
+                                         # False: not there)
+        self.seen_seq = 0
         self.next_look = 0.0             # perf_counter time of the next stat of control.json
         self.stop_at: Optional[int] = None
         self._meta_written = -1
@@ -244,8 +246,8 @@ class Watch:
         cannot be mapped); the file is parsed only when either changed."""
         entered = time.perf_counter()
         seq = self.control_seq
-        if seq and seq[:8] != self.seen_seq:
-            self.seen_seq = seq[:8]
+        if seq and seq[0] != self.seen_seq:
+            self.seen_seq = seq[0]
             self.control_mtime = None
             self.look_at_control()
         elif entered >= self.next_look:
@@ -286,28 +288,38 @@ class Watch:
 
     def loss_hint(self, value: float) -> bool:
         """Whether the loss looks off enough to capture this step and the next ones in full: non-finite, 3x the
-        median of the last LOSS_WINDOW steps and 8 robust deviations above it (a spike), or a divergence under way
+        median of the last LOSS_WINDOW losses and 8 robust deviations above it (a spike), or a divergence under way
         by the watcher's own test (rise.diverging) a rise early: 3 rises, not 4. A hint for the sampling only;
         the watcher's tests decide the events. (Looser hints fired on the demo's small, noisy converged loss and
-        on a loss with nothing to learn, and made most steps full.)"""
-        if not math.isfinite(value):
+        on a loss with nothing to learn, and made most steps full.)
+        Most steps compare the loss with one number: 3x a low order statistic of the window as it was a few steps
+        ago, which the median of each window until the floor is made again cannot fall under (with k of its values
+        replaced, a window's median is at least the old window's value k places under its median); only a loss
+        over it is tested in full."""
+        if value != value or value == math.inf or value == -math.inf:
             return True
-        losses, ordered = self.losses, self.ordered_losses
-        value = abs(value)
-        self.rises = self.rises + 1 if losses and value > losses[-1] else 0
-        self.loss_history.append(value)
+        if value < 0:
+            value = -value
+        history = self.loss_history
+        self.rises = rises = self.rises + 1 if history and value > history[-1] else 0
         hint = False
-        if len(losses) >= 8:
-            median = ordered[len(ordered) // 2]
-            if value > 3.0 * median:        # (the spread only then: most steps need the median alone)
-                spread = sorted(abs(x - median) for x in losses)[len(losses) // 2] * 1.4826
+        if value > self.spike_floor:
+            window = sorted(list(history)[-LOSS_WINDOW:])
+            median = window[len(window) // 2]
+            if value > 3.0 * median:
+                spread = sorted(abs(x - median) for x in window)[len(window) // 2] * 1.4826
                 hint = value > median + 8 * spread
-            if not hint and self.rises >= HINT_RISES:
-                hint = diverging(list(self.loss_history), rises=HINT_RISES) is not None
-        if len(losses) == LOSS_WINDOW:
-            del ordered[bisect.bisect_left(ordered, losses[0])]
-        losses.append(value)
-        bisect.insort(ordered, value)
+        history.append(value)
+        if not hint and rises >= HINT_RISES and len(history) > 8:
+            hint = diverging(list(history), rises=HINT_RISES) is not None
+        self.floor_in -= 1
+        if self.floor_in <= 0:
+            window = sorted(list(history)[-LOSS_WINDOW:])
+            if len(window) >= 8:     # (the tests start with 8 losses before the step's)
+                self.spike_floor = 3.0 * window[max(0, len(window) // 2 - (SPIKE_FLOOR_STEPS - 1))]
+                self.floor_in = SPIKE_FLOOR_STEPS
+            else:
+                self.floor_in = 1
         return hint
 
     def after_step(self, args, result) -> None:
@@ -315,11 +327,17 @@ class Watch:
         step = self.step
         loss = result[0] if isinstance(result, (tuple, list)) and result else result
         loss_value = None
-        # a third of asnumpy's cost, and the user's own read stays cheap; the type told once (a Tensor's size is a
-        # call into MindSpore)
-        if type(loss) is self.scalar_loss_type or (hasattr(loss, "item") and getattr(loss, "size", 0) == 1):
+        # item(): a third of asnumpy's cost, and the user's own read stays cheap (_item: the same without item's
+        # Python frame); a scalar's type told once (a Tensor's size is a call into MindSpore)
+        if type(loss) is self.scalar_loss_type:
+            try:
+                loss_value = loss._item()
+            except (ValueError, TypeError, RuntimeError):     # (a later loss of that type with several values)
+                loss_value = None
+        elif hasattr(loss, "item") and getattr(loss, "size", 0) == 1:
             loss_value = float(loss.item())
-            self.scalar_loss_type = type(loss)
+            if type(getattr(loss, "_item", None) and loss._item()) is float:
+                self.scalar_loss_type = type(loss)
         hint = loss_value is not None and self.loss_hint(loss_value)
         if hint:
             self.dense_until = max(self.dense_until, step + DENSE_STEPS - 1)
@@ -329,7 +347,7 @@ class Watch:
             # most steps: the loss alone (finite: a non-finite loss is a hint, so its step is full), its row made
             # into text when the file is written
             self.lines.append((self.loss_prefix or self._prefix("loss", "loss", "Loss", "", self.root_class, loss, loss,
-                                                                 None), loss_value, step, int(time.time() * 1e6)))
+                                                                 None), loss_value, step, started))
             if step + 1 - self.last_full >= self.every and step + 1 > self.dense_until:
                 self.keep_weights()       # the next step is full: its updates need these weights
             if self.pynative:
@@ -370,7 +388,8 @@ class Watch:
         self.buffered_step(step)
         spent = time.perf_counter() - started
         if full:
-            self.full_costs = (self.full_costs + [spent])[-5:]
+            self.full_costs = (self.full_costs + [spent + self.kept_spent])[-5:]
+            self.kept_spent = 0.0
             self.full_steps += 1
             self.last_full = step
             if len(self.step_costs) > 1:        # medians: the first step's compilation, a slow step, move none
@@ -452,10 +471,14 @@ class Watch:
             self.attention.append((path, cell_class, logits))
 
     def keep_weights(self) -> None:
+        """The weights before a sampled full step (its updates are its change). Part of that step's cost for the
+        budget: on the 1M-parameter MLP a copy of every weight costs about a fifth of a full step."""
+        started = time.perf_counter()
         for name, kind, p, _cell, _cell_class in self.params:
             if kind == "parameter" and p.requires_grad:
                 self.previous[name] = p.asnumpy().copy()
         self.previous_step = self.step
+        self.kept_spent = time.perf_counter() - started
 
     def _prefix(self, name, kind, op_type, cell, cell_class, tensor_or_array, array, dtype):
         key = (kind, name)
@@ -496,7 +519,11 @@ class Watch:
         os.makedirs(hidden, exist_ok=True)
         with open(os.path.join(hidden, "statistic.csv"), "w", encoding="utf-8") as fh:
             fh.write(HEADER)
-            fh.writelines(_line(prefix, row, step, stamp) if type(row) is tuple else _loss_line(prefix, row, step, stamp)
+            # a loss-only row holds the perf_counter time of its step (one clock read a step, not two): made
+            # into the wall clock's microseconds here
+            offset = time.time() - time.perf_counter()
+            fh.writelines(_line(prefix, row, step, stamp) if type(row) is tuple
+                          else _loss_line(prefix, row, step, int((stamp + offset) * 1e6))
                           for prefix, row, step, stamp in self.lines)
         os.replace(hidden, os.path.join(self.rank_dir, str(last)))
         self.lines, self.buffered, self.flush_now = [], 0, False
@@ -543,14 +570,17 @@ class Watch:
 
 
 def map_control_seq(out: str):
-    """control.seq mapped read-only (an mmap), or False when it cannot be (no watcher made it)."""
+    """control.seq mapped read-only, seen as one unsigned 8-byte word (a memoryview: [0] reads it, no bytes
+    object made), or False when it cannot be (no watcher made it)."""
     import mmap
     try:
         fd = os.open(os.path.join(out, CONTROL_SEQ), os.O_RDONLY)
     except OSError:
         return False
     try:
-        return mmap.mmap(fd, 8, prot=mmap.PROT_READ) if os.fstat(fd).st_size >= 8 else False
+        if os.fstat(fd).st_size < 8:
+            return False
+        return memoryview(mmap.mmap(fd, 8, prot=mmap.PROT_READ)).cast("Q")
     except (OSError, ValueError):
         return False
     finally:

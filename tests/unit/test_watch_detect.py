@@ -309,3 +309,55 @@ def test_a_climb_read_across_a_long_gap_is_followed_back_and_a_jump_is_not():
         jump = flat + [(20, 1.25)] + [(s, after(s)) for s in range(30, 38)]
         store, key = store_of(jump)
         assert departure(store, key, 37).since == 30
+
+
+def test_the_loss_hint_is_its_plain_definition_on_every_step(tmp_path):
+    """The capture's loss hint tests most steps against one floor made every few steps (SYNTHETIC losses): on
+    random series with spikes, climbs, falls, negative and non-finite values it says what the plain definition
+    says at every step (3x the median of the last 20 finite |loss| and 8 robust deviations above it, or the
+    watcher's divergence test a rise early, once 8 losses are seen; a non-finite loss always)."""
+    import math
+    import random
+
+    from msoverflow.watcher.capture import HINT_RISES, LOSS_WINDOW, Watch
+    from msoverflow.watcher.rise import NOISE_WINDOW, diverging
+
+    def plain(losses):
+        seen, hints, rises = [], [], 0
+        for value in losses:
+            if not math.isfinite(value):
+                hints.append(True)
+                continue
+            value = abs(value)
+            rises = rises + 1 if seen and value > seen[-1] else 0
+            window = seen[-LOSS_WINDOW:]
+            hint = False
+            if len(window) >= 8:
+                median = sorted(window)[len(window) // 2]
+                spread = sorted(abs(x - median) for x in window)[len(window) // 2] * 1.4826
+                hint = value > 3 * median and value > median + 8 * spread
+            seen.append(value)
+            if not hint and len(window) >= 8 and rises >= HINT_RISES:
+                hint = diverging(seen[-(NOISE_WINDOW + HINT_RISES):], rises=HINT_RISES) is not None
+            hints.append(hint)
+        return hints
+
+    rs = random.Random(7)
+    told = 0
+    for case in range(300):
+        level, losses = rs.choice([0.01, 1.0, 50.0]), []
+        for _step in range(rs.choice([12, 60, 400])):
+            roll = rs.random()
+            if roll < 0.03:
+                level *= rs.choice([0.2, 0.5, 2.0, 5.0])          # a fall or a climb of the level
+            value = level * rs.lognormvariate(0, rs.choice([0.02, 0.3]))
+            value = value * rs.choice([3.5, 10.0, 100.0]) if roll > 0.97 else value       # a spike
+            value = rs.choice([math.nan, math.inf, -math.inf]) if roll > 0.995 else value
+            losses.append(-value if case % 7 == 0 else value)
+        if case % 5 == 0:
+            losses += [losses[-1] * 1.3 ** k for k in range(1, 8)]          # a steady climb at the end
+        watch = Watch({"out_dir": str(tmp_path)})
+        got = [watch.loss_hint(v) for v in losses]
+        assert got == plain(losses), case
+        told += sum(got)
+    assert told > 100, told          # (the series do set hints off: the comparison is not of all-False lists)
