@@ -32,7 +32,7 @@ import os
 import sys
 import time
 from collections import deque
-from typing import Optional
+from typing import Any, Optional
 
 from ..startup_hook import read_spec, when_cell_module_loads
 from .rise import NOISE_WINDOW, RISE_STEPS, diverging
@@ -147,7 +147,7 @@ class Watch:
         self.meta: dict = {}
         self.previous: dict = {}         # weight name -> its values after the step previous_step
         self.previous_step = -2
-        self.scalar_loss_type: Optional[type] = None
+        self.scalar_loss_type: Any = None
         self.cell_outputs: list = []     # (cell path, cell class, output) of this step (PyNative)
         self.attention: list = []        # (cell path, cell class, softmax input) of this step (PyNative)
         self.cell_stack: list = []       # the Cells being called (PyNative): where a softmax is
@@ -325,7 +325,7 @@ class Watch:
     def after_step(self, args, result) -> None:
         started = time.perf_counter()
         step = self.step
-        loss = result[0] if isinstance(result, (tuple, list)) and result else result
+        loss: Any = result[0] if isinstance(result, (tuple, list)) and result else result
         loss_value = None
         # item(): a third of asnumpy's cost, and the user's own read stays cheap (_item: the same without item's
         # Python frame); a scalar's type told once (a Tensor's size is a call into MindSpore)
