@@ -11,6 +11,11 @@ unprivileged thread cannot leave SCHED_IDLE by itself. So the idle priority is t
 put back (root, CAP_SYS_NICE, or an RLIMIT_NICE that allows it: probed on a throwaway thread first), and a guard
 thread at normal priority puts it back when a round has not completed for STARVED_SECONDS; it then stays normal.
 Where none of this is possible (not Linux, not permitted), the rounds run as before, at normal priority.
+
+The watcher's other threads (the job's output pumps, the guard) share the interpreter lock with the idle one: while
+the cores are full, an idle thread caught mid-round keeps the lock until it is next given a slice (under CFS, a
+fraction of a second), so they wait that long; the job's output waits in its pipe meanwhile, and the guard then
+puts the rounds back to normal.
 """
 from __future__ import annotations
 
