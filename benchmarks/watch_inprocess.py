@@ -7,7 +7,8 @@
   --block N: N steps of A, then N of B, in turn; the median over the block pairs of the ratio of their mean steps:
       the cost of the mean step, full steps at their real rate included (the capture times its own steps inside a
       block; the one step after a B block is an outlier its median ignores).
-Also prints the sampling's figures (watch_tensors.json).
+Also prints the sampling's figures (watch_tensors.json). Their capture_share reads about half the real one here:
+the capture counts the time between two of its steps, the B steps between them included, as the training's own.
 
     python benchmarks/watch_inprocess.py --model demo --pairs 2000
     python benchmarks/watch_inprocess.py --model demo --pairs 60 --block 50
