@@ -167,26 +167,25 @@ def _store_of_series(report, drop=lambda tensor, step: False):
 
 
 def test_attention_logits_read_across_a_long_gap_keep_their_onset(watch_runs):
-    # the real attention run's readings (EDITED: the logits' readings of the 6 steps after the first reading of
-    # their climb removed, as a loaded machine's sampling left them: read at 18, 21, 27 in a clean-clone run): the
-    # climb is followed back across the gap at its own rate, so the onset stays the first reading after the scale
-    # began to grow
+    # the real attention run read in full every step (EDITED: the logits' readings of the 6 steps after the first
+    # reading of their climb removed, as a loaded machine's sampling left them: read at 18, 21, 27 in a clean-clone
+    # run): the climb is followed back across the gap at its own rate, so the onset stays its first reading. (The
+    # default-sampled run read its logits first at 3x in some runs: no climb to follow; this one always has one.)
     from msoverflow.watcher.cause import LEFT_FACTOR, root_cause
     from msoverflow.watcher.detect import scan
-    _root, report, _said = _case(watch_runs, "attention")
+    _root, report, _said = _case(watch_runs, "attention_every_step")
+    assert report["capture"]["full_every"] == 1
     onset = _argv("attention", "--onset")
     logits = next(s for s in report["series"] if s["tensor"].endswith("attention logits"))
-    first = min(s for s in logits["steps"] if s >= onset)
-    reading = dict(zip(logits["steps"], logits["max_abs"], strict=True))
-    if reading[first] >= LEFT_FACTOR * max(v for s, v in reading.items() if s < onset):
-        # (the capture's sampling follows the machine's timings: read first at onset + 2, the logits are 3.4x
-        # already, and the climb's start is that reading whatever the gap after it)
-        pytest.skip(f"this run read the logits first at step {first}, already {LEFT_FACTOR}x: no climb to follow")
-    dropped = {s for s in logits["steps"] if first < s <= first + 6}      # a gap of 7 steps or more after it
-    assert dropped and min(s for s in logits["steps"] if s > first + 6) >= first + 7, logits["steps"]
+    assert set(range(onset - 5, onset + 10)) <= set(logits["steps"]), logits["steps"]       # read every step
     whole = _store_of_series(report)
     cause = root_cause(whole, scan(whole))
-    assert cause.cause == "attention" and cause.onset == first == report["root_cause"]["onset_step"]
+    first = cause.onset
+    assert cause.cause == "attention" and first == report["root_cause"]["onset_step"], cause.summary
+    assert onset <= first <= onset + 3, first
+    reading = dict(zip(logits["steps"], logits["max_abs"], strict=True))
+    assert reading[first] < LEFT_FACTOR * max(v for s, v in reading.items() if s < onset)   # a climb to follow
+    dropped = {s for s in logits["steps"] if first < s <= first + 6}      # a gap of 7 steps after it
     edited = _store_of_series(report, lambda tensor, step: tensor == logits["tensor"] and step in dropped)
     cause = root_cause(edited, scan(edited))
     assert cause.cause == "attention" and cause.onset == first, (cause.onset, cause.summary)

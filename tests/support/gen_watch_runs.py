@@ -40,6 +40,10 @@ CASES: List[WatchCase] = [
     WatchCase("healthy", ("--case", "healthy", "--steps", "80"), keep=5, on_event="continue"),
     WatchCase("noisy", ("--case", "noisy", "--steps", "400"), keep=5, on_event="continue"),
     WatchCase("attention", ("--case", "attention", "--steps", "48", "--onset", "20"), on_event="continue"),
+    # the same run read in full every step: the climb of the logits from its first step, whatever this machine's
+    # timings make of the default sampling (the long-gap test removes readings from it)
+    WatchCase("attention_every_step", ("--case", "attention", "--steps", "48", "--onset", "20"), on_event="continue",
+              full_every=1),
     # read in full every step (--full-every 1): the side weight's state falls over 40 steps in which the loss
     # shows nothing; under the default sampling (a full step every ~150 steps) those steps are not read, and the
     # report says so (optimizer_sampled)
