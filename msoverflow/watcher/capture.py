@@ -115,6 +115,11 @@ def _scalar_row(value: float):
     return None, None, None, 1, nan, neginf, posinf, None, None
 
 
+def _sorted_tail(history) -> list:
+    """The last LOSS_WINDOW losses of the hint's history, sorted."""
+    return sorted(list(history)[-LOSS_WINDOW:])
+
+
 def _fmt(value) -> str:
     return "" if value is None else repr(value)
 
@@ -304,7 +309,7 @@ class Watch:
         self.rises = rises = self.rises + 1 if history and value > history[-1] else 0
         hint = False
         if value > self.spike_floor:
-            window = sorted(list(history)[-LOSS_WINDOW:])
+            window = _sorted_tail(history)
             median = window[len(window) // 2]
             if value > 3.0 * median:
                 spread = sorted(abs(x - median) for x in window)[len(window) // 2] * 1.4826
@@ -314,7 +319,7 @@ class Watch:
             hint = diverging(list(history), rises=HINT_RISES) is not None
         self.floor_in -= 1
         if self.floor_in <= 0:
-            window = sorted(list(history)[-LOSS_WINDOW:])
+            window = _sorted_tail(history)
             if len(window) >= 8:     # (the tests start with 8 losses before the step's)
                 self.spike_floor = 3.0 * window[max(0, len(window) // 2 - (SPIKE_FLOOR_STEPS - 1))]
                 self.floor_in = SPIKE_FLOOR_STEPS
@@ -335,9 +340,10 @@ class Watch:
             except (ValueError, TypeError, RuntimeError):     # (a later loss of that type with several values)
                 loss_value = None
         elif hasattr(loss, "item") and getattr(loss, "size", 0) == 1:
-            loss_value = float(loss.item())
-            if type(getattr(loss, "_item", None) and loss._item()) is float:
+            loss_value = loss.item()
+            if type(loss_value) is float and hasattr(loss, "_item"):      # (item() is _item() with a frame)
                 self.scalar_loss_type = type(loss)
+            loss_value = float(loss_value)
         hint = loss_value is not None and self.loss_hint(loss_value)
         if hint:
             self.dense_until = max(self.dense_until, step + DENSE_STEPS - 1)
