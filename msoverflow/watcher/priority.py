@@ -101,11 +101,14 @@ class SpareCpu:
         while not self._stop.wait(GUARD_SECONDS):
             late = time.monotonic() - self.last_round
             if late > self.starved_seconds:
-                self._back_to_normal(f"idle, then normal: a round took over {late:.1f} s (the machine's cores "
+                self.back_to_normal(f"idle, then normal: a round took over {late:.1f} s (the machine's cores "
                                      "were busy)")
                 return
 
-    def _back_to_normal(self, state: str) -> None:
+    def back_to_normal(self, state: str) -> None:
+        """The thread at SCHED_OTHER again (once, for the rest of the block), `state` then saying why. Also called
+        before a request whose timing matters (the stop step is reckoned from the steps on disk and must reach the
+        ranks before they get there: at idle priority the thread could lose the core between the two)."""
         with self._lock:
             if not self.idle:
                 return
@@ -120,4 +123,4 @@ class SpareCpu:
         self._stop.set()
         if self._guard is not None:
             self._guard.join()
-        self._back_to_normal(self.state)
+        self.back_to_normal(self.state)      # (the job ended: its state, "idle", stays as it was)

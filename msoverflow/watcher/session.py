@@ -8,6 +8,7 @@ event, and report. The watcher process never imports MindSpore.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import threading
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..logs import log
-from .capture import CONTROL, RING, count_control_seq, make_control_seq
+from .capture import CONTROL, FLUSH_SECONDS, RING, count_control_seq, make_control_seq
 from .cause import root_cause
 from .detect import NONFINITE, PROJECTED, Detector, Event, scan
 from .priority import SpareCpu
@@ -158,6 +159,7 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
                     event_log.flush()
                     ring.protect(event.step)
                     if stop_at is None and _escalates(event, on_event):
+                        spare.back_to_normal(f"idle, then normal from the stop request (step {event.step})")
                         stop_at = _stop_step(stats, event.step, follower.held)
                         _ask(stats, {"stop_at": stop_at, "dense_steps": DENSE_ON_EVENT, "why": event.line()})
                         say(f"msoverflow watch: asking every rank to stop before step {stop_at} "
@@ -213,15 +215,33 @@ def _ask(stats: str, asked: dict) -> None:
 
 
 def _stop_step(stats: str, event_step: int, held: Dict[Tuple[int, int], List[int]]) -> int:
-    """The step every rank stops before: past the newest step any rank has written, plus twice the steps of the
-    largest file read (a rank writes its steps a file at a time, every capture.FLUSH_SECONDS, and looks at
-    control.json before each step), plus two. The ranks of a data-parallel job run in step (their all-reduce
-    waits for all), so each reads control.json before that step and none starts a step the others will not join
-    (a rank that stopped one step early would leave the others waiting in their all-reduce)."""
-    newest = max((steps[-1] for steps in (steps_on_disk(p) for p in rank_dirs(stats).values()) if steps),
-                 default=event_step)
+    """The step every rank stops before: past the newest step any rank has written, plus how far a rank may have
+    gone since (the steps it makes in the time since that file plus capture.FLUSH_SECONDS: a rank writes its
+    steps a file at a time, that often), plus twice the steps of the largest file read, plus two. The ranks look
+    at control.seq before each step. The ranks of a data-parallel job run in step (their all-reduce waits for
+    all), so each reads the request before that step and none starts a step the others will not join (a rank
+    that stopped one step early would leave the others waiting in their all-reduce).
+    Reckoned from the file sizes alone, the margin fell short when the watcher read behind the job: the files it
+    had read were written a step or two at a time after a hint, while the ranks were writing 0.5 s of steps a
+    file (seen: a stop at 92 reckoned, the ranks at 124 when they read it)."""
+    newest, ahead = event_step, 0.0
+    now = time.time()
+    for path in rank_dirs(stats).values():
+        dated = []
+        for step in steps_on_disk(path)[-6:]:
+            try:
+                dated.append((step, os.stat(os.path.join(path, str(step))).st_mtime))
+            except OSError:
+                pass
+        if not dated:
+            continue
+        newest = max(newest, dated[-1][0])
+        (first, first_at), (last, last_at) = dated[0], dated[-1]
+        if last > first and last_at > first_at:      # the rank's steps a second, from its latest files
+            rate = (last - first) / (last_at - first_at)
+            ahead = max(ahead, rate * (max(now - last_at, 0.0) + FLUSH_SECONDS))
     largest = max((len(steps) for steps in held.values()), default=1)
-    return max(event_step, newest) + 2 * largest + 2
+    return newest + math.ceil(ahead) + 2 * largest + 2
 
 
 def _escalates(event: Event, on_event: str) -> bool:
