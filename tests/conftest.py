@@ -144,11 +144,12 @@ def watch_runs():
 
 @pytest.fixture(scope="session")
 def watch_multirank():
-    """A real 2-rank `msoverflow watch --on-event stop` run under msrun (tests/support/gen_watch_multirank.py)."""
+    """Real 2-rank `msoverflow watch --on-event stop` runs under msrun (tests/support/gen_watch_multirank.py): case
+    name -> its directory."""
     from tests.support import gen_watch_multirank
     if not mindspore_available():
         pytest.skip("mindspore is not installed")
-    return gen_watch_multirank.ensure_run()
+    return gen_watch_multirank.ensure_runs()
 
 
 @pytest.fixture(scope="session")

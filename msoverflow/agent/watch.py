@@ -2,8 +2,8 @@
 
 Reads the directory as msoverflow/watcher/session.py writes it (its names are imported from there, docs/watch.md):
 `watch_events.jsonl` (one warning or event a line, appended live), `stats/rank_{r}/{net}/{graph}/{step}/` (the
-complete steps still on disk), `stats/control.json` (`{"stop_at": step}` once the watcher asked the job to stop)
-and `dump_step{N}/` (the tensor dump of an event step, which analyze reads). A directory holding none of these is
+complete steps still on disk), `stats/control.json` (`{"stop": why}` once the watcher asked the job to stop),
+`stats/rank_{r}/watch_tensors.json` (the step each rank stopped before, once it did) and `dump_step{N}/` (the tensor dump of an event step, which analyze reads). A directory holding none of these is
 answered `found: false`, never guessed at.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ import re
 from collections import Counter, deque
 from typing import Deque, Dict, List
 
+from ..watcher.series import META
 from ..watcher.session import CONTROL, EVENT_DUMP, EVENTS_LOG, STATS_DIR
 from .answer import call, fit
 
@@ -37,7 +38,7 @@ def watch_status(directory: str) -> dict:
                 "next": [call("analyze", "read it as a dump instead", path=directory)]}
     events, total, kinds, unreadable = _events(events_file)
     steps = _steps(stats)
-    stop_at = _stop_at(os.path.join(stats, CONTROL))
+    stop_asked = _stop_asked(os.path.join(stats, CONTROL))
     dumps = sorted((int(m.group(1)), name) for name in _names(directory) if (m := _EVENT_DUMP.match(name))
                    and os.path.isdir(os.path.join(directory, name)))
     answer: Dict[str, object] = {
@@ -46,7 +47,9 @@ def watch_status(directory: str) -> dict:
                           for rank, s in sorted(steps.items())},
         "events_total": total, "events_by_kind": dict(kinds), "events_last": events,
         "unreadable_event_lines": unreadable,
-        "stop_requested_at": stop_at,
+        "stop_asked": stop_asked,
+        "stopped_before_step": {str(rank): _stopped_before(os.path.join(stats, f"rank_{rank}", META))
+                                for rank in sorted(steps)},
         "event_dumps": [{"step": step, "path": os.path.join(directory, name)} for step, name in dumps],
     }
     nxt = [call("analyze", f"the origin of the event at step {step}", path=os.path.join(directory, name))
@@ -110,10 +113,22 @@ def _steps(stats: str) -> Dict[int, List[int]]:
     return found
 
 
-def _stop_at(path: str):
+def _stop_asked(path: str):
+    """Why the watcher asked the job to stop (None: not asked)."""
     from ..safeio import load_json
     try:
-        value = load_json(path).get("stop_at")
+        value = load_json(path).get("stop")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _stopped_before(path: str):
+    """The step a rank stopped before, as it wrote it (None: still running, or it ended on its own)."""
+    from ..safeio import load_json
+    try:
+        stopped = load_json(path).get("sampling", {}).get("stopped")
+        value = stopped.get("before_step") if isinstance(stopped, dict) else None
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -18,9 +18,11 @@ Rows (max, min, mean, mean |x|, count, NaN/inf counts) are buffered and written 
 `{dir}/rank_{r}/Net/0/{last step}/statistic.csv` (the MindSpore statistic dump's columns, plus `Mean Abs Value`
 and `Step`), into a hidden directory renamed into place when whole, so a reader never sees half a file. What each
 row is (tensor, kind, Cell, dtype) and how the sampling went go into `rank_{r}/watch_tensors.json`. The watcher asks
-the job to stop by writing `control.json` (`{"stop_at": step}`) and then counting up `control.seq`, 8 bytes every
+the job to stop by writing `control.json` (`{"stop": why}`) and then counting up `control.seq`, 8 bytes every
 rank maps into memory and compares before each step (no system call on the step's path; without the file, a
-`stat` of control.json before each step).
+`stat` of control.json before each step). One process stops before its next step; the ranks of a job whose steps
+wait for each other stop together at their next agreed step (agreement.py), never alone. (`{"stop_at": step}`,
+written before the run starts, stops every rank before that step: the event dump's re-run.)
 This module imports MindSpore (it runs in the training process); the analysis never imports it.
 """
 from __future__ import annotations
@@ -35,6 +37,7 @@ from collections import deque
 from typing import Any, Optional
 
 from ..startup_hook import read_spec, when_cell_module_loads
+from .agreement import Agreement, of_job
 from .rise import NOISE_WINDOW, RISE_STEPS, diverging
 
 HEADER = ("Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,Max Value,Min Value,"
@@ -192,7 +195,11 @@ class Watch:
                                          # False: not there)
         self.seen_seq = 0
         self.next_look = 0.0             # perf_counter time of the next stat of control.json
-        self.stop_at: Optional[int] = None
+        self.stop_at: Optional[int] = None      # stop before this step (known before the run)
+        self.stop_wanted: Optional[str] = None  # why this process wants to stop (the watcher asked; a NaN/inf)
+        self.agreement: Optional[Agreement] = None
+        self.agreement_note = ""
+        self.stopped: Optional[dict] = None
         self._meta_written = -1
         self.flushes = 0
         atexit.register(self.flush)
@@ -221,6 +228,10 @@ class Watch:
             self.rank = int(get_rank())
         except Exception:
             pass
+        try:
+            self.agreement = of_job(root)
+        except Exception as exc:       # (no AllReduce here: the ranks stop on their own, said in the report)
+            self.agreement_note = f"no agreement between the ranks ({type(exc).__name__}: {exc})"
         self.rank_dir = os.path.join(self.out, f"rank_{self.rank}", GRAPH_DIR)
         os.makedirs(self.rank_dir, exist_ok=True)
         self.cell_paths = {id(c): (name, type(c).__name__) for name, c in root.cells_and_names()}
@@ -261,18 +272,41 @@ class Watch:
             self.next_look = entered + (CONTROL_SECONDS if seq else 0.0)
             self.look_at_control()
         if self.stop_at is not None and self.step >= self.stop_at:
-            sys.stderr.write(f"msoverflow watch: stopping before step {self.step} (asked by the watcher)\n")
-            sys.stderr.flush()
-            self.flush()
-            raise SystemExit(0)
+            self.stop(f"asked before the run to stop before step {self.stop_at}")
+        if self.stop_wanted is not None and self.agreement is None:
+            self.stop(self.stop_wanted)
         if self.step_started:      # the training's own time of the previous step (its capture taken out)
             own = max(entered - self.step_started - self.capture_spent, 1e-6)
             self.step_costs.append(own)
             if self.step > 1:          # (the first step compiles)
                 self.own_total += own
                 self.spent_total += self.capture_spent
+        if self.agreement is not None and self.agreement.due(self.step):
+            self.agree()
         self.step_started = entered
         self.capture_spent = time.perf_counter() - entered      # this look at control.json; after_step adds its own
+
+    def agree(self) -> None:
+        """Before an agreed step: every rank stops here when any wants to (agreement.py)."""
+        costs = sorted(self.step_costs)
+        agreement = self.agreement
+        assert agreement is not None
+        try:
+            stop = agreement.agree(self.step, self.stop_wanted is not None, costs[len(costs) // 2] if costs else None)
+        except Exception as exc:       # (failed on every rank alike: the same op, the same group)
+            self.agreement, self.agreement_note = None, f"the agreement failed ({type(exc).__name__}: {exc})"
+            return
+        if stop:
+            self.stop(self.stop_wanted or "another rank wanted to stop", agreed=True)
+
+    def stop(self, why: str, agreed: bool = False) -> None:
+        """End the job before this step: the rows written, then SystemExit(0) out of the step's call."""
+        together = f", with the {self.agreement.size} ranks" if agreed and self.agreement else ""
+        self.stopped = {"before_step": self.step, "why": why, "agreed": agreed}
+        sys.stderr.write(f"msoverflow watch: stopping before step {self.step}{together} ({why})\n")
+        sys.stderr.flush()
+        self.flush()
+        raise SystemExit(0)
 
     def look_at_control(self) -> None:
         try:
@@ -288,6 +322,8 @@ class Watch:
                 asked = {}
             if asked.get("stop_at") is not None:
                 self.stop_at = int(asked["stop_at"])
+            if asked.get("stop") and self.stop_wanted is None:
+                self.stop_wanted = f"asked by the watcher: {asked['stop']}"
             if asked.get("dense_steps"):
                 self.dense_until = max(self.dense_until, self.step + int(asked["dense_steps"]) - 1)
 
@@ -404,13 +440,14 @@ class Watch:
                 if not self.fixed_every:         # (--full-every: measured and reported, not followed)
                     self.every = max(1, min(MAX_EVERY, math.ceil(self.full_cost / (BUDGET * self.step_cost))))
         self.capture_spent += spent
-        if self.spec.get("stop_on_nonfinite") and any(r[1][4] or r[1][5] or r[1][6] for r in rows):
-            # the watcher would ask a step late: a rank that holds a NaN/inf ends here itself (in a data-parallel
-            # job the all-reduced gradients carry it to every rank in the same step)
-            sys.stderr.write(f"msoverflow watch: a non-finite value at step {step}: stopping\n")
-            sys.stderr.flush()
-            self.flush()
-            raise SystemExit(0)
+        if (self.spec.get("stop_on_nonfinite") and self.stop_wanted is None
+                and any(r[1][4] or r[1][5] or r[1][6] for r in rows)):
+            # the watcher would ask a step late: one process ends here itself; a rank of a job whose steps wait
+            # for each other at the next agreed step, with the others (its loss may be the only one non-finite)
+            self.stop_wanted = f"a non-finite value at step {step}"
+            if self.agreement is None:
+                self.stop(self.stop_wanted)
+            self.flush_now = True
 
     def grew(self, rows, step: int) -> bool:
         """Whether a tensor's max |x| reached GROWTH_HINT times the highest of its earlier full readings since the
@@ -544,7 +581,10 @@ class Watch:
                                     "budget": None if self.fixed_every else BUDGET, "full_step_ms": round(self.full_cost * 1e3, 3),
                                     "step_ms": round(self.step_cost * 1e3, 3),
                                     "capture_share": round(self.spent_total / self.own_total, 5)
-                                    if self.own_total else None}}, fh)
+                                    if self.own_total else None,
+                                    "agreement": self.agreement.describe() if self.agreement else None,
+                                    "agreement_note": self.agreement_note or None,
+                                    "stopped": self.stopped}}, fh)
         os.replace(meta_path + ".partial", meta_path)
         self._meta_written = len(self.meta)
 

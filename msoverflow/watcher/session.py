@@ -8,7 +8,6 @@ event, and report. The watcher process never imports MindSpore.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import threading
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..logs import log
-from .capture import CONTROL, FLUSH_SECONDS, RING, count_control_seq, make_control_seq
+from .capture import CONTROL, RING, count_control_seq, make_control_seq
 from .cause import root_cause
 from .detect import NONFINITE, PROJECTED, Detector, Event, scan
 from .priority import SpareCpu
@@ -130,7 +129,7 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     dense_asked = False
     events: List[Event] = []
     log_path = os.path.join(out, EVENTS_LOG)
-    stop_at: Optional[int] = None
+    stop_asked: Optional[str] = None
     finished = threading.Event()
     result = {}
 
@@ -158,13 +157,13 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
                     event_log.write(json.dumps(event.to_dict()) + "\n")
                     event_log.flush()
                     ring.protect(event.step)
-                    if stop_at is None and _escalates(event, on_event):
+                    if stop_asked is None and _escalates(event, on_event):
                         spare.back_to_normal(f"idle, then normal from the stop request (step {event.step})")
-                        stop_at = _stop_step(stats, event.step, follower.held)
-                        _ask(stats, {"stop_at": stop_at, "dense_steps": DENSE_ON_EVENT, "why": event.line()})
-                        say(f"msoverflow watch: asking every rank to stop before step {stop_at} "
-                            f"(--on-event {on_event})")
-                    elif stop_at is None and not dense_asked:       # full steps from now: the event's region
+                        stop_asked = event.line()
+                        _ask(stats, {"stop": stop_asked, "dense_steps": DENSE_ON_EVENT})
+                        say(f"msoverflow watch: asking the job to stop (--on-event {on_event}): one process before "
+                            "its next step, the ranks of a distributed job together at their next agreed step")
+                    elif stop_asked is None and not dense_asked:       # full steps from now: the event's region
                         _ask(stats, {"dense_steps": DENSE_ON_EVENT, "why": event.line()})
                         dense_asked = True
             if new_steps:
@@ -178,13 +177,16 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     job = result["job"]
     seconds = time.monotonic() - started
     cause = root_cause(store, events)
+    sampling = _sampling(stats)
+    stop_notes: List[str] = []
     report = WatchReport(stats, events, cause, store, command=list(command), command_exit=job.returncode,
-                         stopped_at=stop_at)
+                         stopped_at=_stopped_at(sampling, stop_asked, stop_notes), notes=stop_notes)
     report.capture = {"keep": keep, "warn_ahead": warn_ahead, "on_event": on_event, "full_every": full_every,
                       "seconds": round(seconds, 1),
                       "steps_deleted": ring.deleted, "peak_steps_on_disk": ring.peak_steps,
                       "peak_bytes_on_disk": ring.peak_bytes, "bytes_on_disk_at_end": _disk_bytes(stats),
-                      "events_log": log_path, "sampling": _sampling(stats), "watcher_priority": spare.state}
+                      "events_log": log_path, "sampling": sampling, "watcher_priority": spare.state,
+                      "stop_asked": stop_asked}
     if not store.steps:
         report.notes.append("no step was captured: the command never called a Cell holding an optimizer "
                             "(nn.TrainOneStepCell or the like) from Python, or failed before its first step")
@@ -214,34 +216,22 @@ def _ask(stats: str, asked: dict) -> None:
     count_control_seq(stats)
 
 
-def _stop_step(stats: str, event_step: int, held: Dict[Tuple[int, int], List[int]]) -> int:
-    """The step every rank stops before: past the newest step any rank has written, plus how far a rank may have
-    gone since (the steps it makes in the time since that file plus capture.FLUSH_SECONDS: a rank writes its
-    steps a file at a time, that often), plus twice the steps of the largest file read, plus two. The ranks look
-    at control.seq before each step. The ranks of a data-parallel job run in step (their all-reduce waits for
-    all), so each reads the request before that step and none starts a step the others will not join (a rank
-    that stopped one step early would leave the others waiting in their all-reduce).
-    Reckoned from the file sizes alone, the margin fell short when the watcher read behind the job: the files it
-    had read were written a step or two at a time after a hint, while the ranks were writing 0.5 s of steps a
-    file (seen: a stop at 92 reckoned, the ranks at 124 when they read it)."""
-    newest, ahead = event_step, 0.0
-    now = time.time()
-    for path in rank_dirs(stats).values():
-        dated = []
-        for step in steps_on_disk(path)[-6:]:
-            try:
-                dated.append((step, os.stat(os.path.join(path, str(step))).st_mtime))
-            except OSError:
-                pass
-        if not dated:
-            continue
-        newest = max(newest, dated[-1][0])
-        (first, first_at), (last, last_at) = dated[0], dated[-1]
-        if last > first and last_at > first_at:      # the rank's steps a second, from its latest files
-            rate = (last - first) / (last_at - first_at)
-            ahead = max(ahead, rate * (max(now - last_at, 0.0) + FLUSH_SECONDS))
-    largest = max((len(steps) for steps in held.values()), default=1)
-    return newest + math.ceil(ahead) + 2 * largest + 2
+def _stopped_at(sampling: Dict[str, dict], stop_asked: Optional[str], notes: List[str]) -> Optional[int]:
+    """The step the job stopped before, as its ranks wrote it (capture.Watch.stop); a note when they differ (a rank
+    stopped alone) or when the job ended before a stop asked of it."""
+    stopped = {rank: s["stopped"]["before_step"] for rank, s in sampling.items()
+               if isinstance(s.get("stopped"), dict) and isinstance(s["stopped"].get("before_step"), int)}
+    for rank, s in sorted(sampling.items()):
+        if s.get("agreement_note"):
+            notes.append(f"rank {rank}: {s['agreement_note']}: a rank that stops leaves the others waiting")
+    if not stopped:
+        if stop_asked:
+            notes.append("the job ended before it stopped as asked")
+        return None
+    if len(set(stopped.values())) > 1 or len(stopped) < len(sampling):
+        notes.append("the ranks did not stop before the same step: " + ", ".join(
+            f"rank {r}: {stopped.get(r, 'ran on')}" for r in sorted(sampling)))
+    return max(stopped.values())
 
 
 def _escalates(event: Event, on_event: str) -> bool:

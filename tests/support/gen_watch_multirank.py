@@ -1,8 +1,9 @@
-"""A real 2-rank `msoverflow watch --on-event stop` run (msrun --worker_num=2 --local_worker_num=2, MindSpore CPU,
-data parallel: tests/support/watch_cases/train_dp.py, rank 1's batch corrupted at one step), for
-tests/real/test_watch_real.py. Cached apart under `.fixture-cache/watch-multirank/<key>/`, the key hashing this
-file, the case script, msoverflow/watcher/*.py and the MindSpore version. The directory holds `report.json`,
-`warnings.txt`, `out/` (the watch's directory) and `ok` when whole.
+"""Real 2-rank `msoverflow watch --on-event stop` runs (msrun --worker_num=2 --local_worker_num=2, MindSpore CPU,
+data parallel: tests/support/watch_cases/train_dp.py, rank 1's batch corrupted at one step: its targets x10 in
+`spike`, a NaN in `nan`), for tests/real/test_watch_real.py. Cached apart under
+`.fixture-cache/watch-multirank/<key>/<case>/`, the key hashing this file, the case script, msoverflow/watcher/*.py
+and the MindSpore version. Each case's directory holds `report.json`, `warnings.txt`, `out/` (the watch's
+directory) and `ok` when whole.
 
     python -m tests.support.gen_watch_multirank
 """
@@ -15,7 +16,7 @@ import socket
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from tests.support import gen_real_dumps as base
 
@@ -24,6 +25,7 @@ DEFAULT_CACHE_ROOT = base.REPO / ".fixture-cache" / "watch-multirank"
 ARGV = ("--steps", "1000", "--bad-step", "20")   # the stop comes about two files (1 s) after the event when
 # the machine is idle; under a loaded 2-core CI run the watcher was seen 8 s late (stop asked at 207 of 200 steps):
 # the run is long enough that the stop, not the end of the job, ends it
+CASES = {"spike": ARGV, "nan": ARGV + ("--bad-value", "nan")}    # nan: rank 1's loss alone is NaN at the bad step
 
 
 def cache_key() -> str:
@@ -41,15 +43,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def ensure_run(out_dir: Optional[Path] = None) -> Path:
-    out_dir = Path(out_dir) if out_dir else DEFAULT_CACHE_ROOT / cache_key()
-    with base._locked(out_dir):
-        if not (out_dir / "ok").exists():
-            _run(out_dir)
-    return out_dir
+def ensure_runs(out_dir: Optional[Path] = None) -> Dict[str, Path]:
+    """case -> its directory, each run once (cached)."""
+    root = Path(out_dir) if out_dir else DEFAULT_CACHE_ROOT / cache_key()
+    found = {}
+    for case, argv in CASES.items():
+        case_dir = root / case
+        with base._locked(case_dir):
+            if not (case_dir / "ok").exists():
+                _run(case_dir, argv)
+        found[case] = case_dir
+    return found
 
 
-def _run(case_dir: Path) -> None:
+def _run(case_dir: Path, argv) -> None:
     from msoverflow.render.watch import render_json
     from msoverflow.watcher.session import watch
     shutil.rmtree(case_dir / "out", ignore_errors=True)      # a run cut short before `ok`
@@ -61,7 +68,7 @@ def _run(case_dir: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="msoverflow_watch_mr_") as tmp:
             command = [os.path.join(bin_dir, "msrun"), "--worker_num=2", "--local_worker_num=2",
                        f"--master_port={_free_port()}", "--join=True", f"--log_dir={tmp}/logs",
-                       "python", str(CASE_SCRIPT), *ARGV]
+                       "python", str(CASE_SCRIPT), *argv]
             outcome = watch(command, Path(tmp) / "out", keep=10, on_event="stop", say=said.append, device="cpu")
             shutil.copytree(Path(tmp) / "out", case_dir / "out", symlinks=True)
     finally:
@@ -72,4 +79,4 @@ def _run(case_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    print(ensure_run())
+    print(ensure_runs())
