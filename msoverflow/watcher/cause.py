@@ -8,7 +8,8 @@ else happened), on its rank:
   - onset: the earliest departure; the first tensor: the one departing then (ties: what feeds the step first:
     inputs, optimizer state, weights, updates, outputs, loss);
   - class, from the evidence:
-      data       an input of the step jumped at the onset step (one step, not a trend);
+      data       an input of the step jumped at the onset step (one step, not a trend), or held a NaN/inf at the
+                 step the first non-finite value came (the batch itself: nothing had blown up before it);
       optimizer  the optimizer's state left its trend before the weights and updates, or a weight's state fell
                  out of its range (read up to the step before the blow-up: a state read at a step already holds
                  that step's gradient) and then the weight or its update rose: the optimizer's own ratio grew the
@@ -67,6 +68,7 @@ class Departure:
     before: float
     after: float
     growth: float                   # per step over the run
+    nonfinite: int = 0              # NaN/inf values the tensor held at `since` (a batch that came in so)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -203,6 +205,9 @@ def root_cause(store: Store, events: List[Event]) -> Optional[RootCause]:
         return None
     event = min(blowups, key=lambda e: (e.step, e.rank))
     nonfinite = next((e for e in events if e.kind == NONFINITE and e.rank == event.rank), None)
+    batch = _nonfinite_batch(store, events, event)
+    if batch is not None:
+        return _came_in_with_the_batch(store, events, event, nonfinite, batch)
     # the trends are read up to the first blow-up; when a non-finite value follows, up to the last finite step
     # before it, unless an input of the step jumped at the first blow-up (data: what came later is its aftermath)
     at_event = _departures(store, event.rank, event.step)
@@ -231,6 +236,40 @@ def root_cause(store: Store, events: List[Event]) -> Optional[RootCause]:
                                f"are {onset - last} steps apart there): the onset may lie anywhere in that gap; "
                                f"watch again with --full-every N, N well under {onset - last}, to read it")
     result.fix = FIXES.get(result.cause, "")
+    result.summary = _summary(result, store, nonfinite)
+    return result
+
+
+def _nonfinite_batch(store: Store, events: List[Event], event: Event) -> Optional[Departure]:
+    """An input of the step that held NaN/inf at the first blow-up's own step, when that blow-up is a non-finite
+    value: the batch brought it (every later non-finite value is its aftermath)."""
+    if event.kind != NONFINITE:
+        return None
+    came = next((e for e in events if e.kind == NONFINITE and e.rank == event.rank and e.step == event.step
+                 and e.tensor_kind == "input"), None)
+    if came is None:
+        return None
+    key = next((k for k, t in store.tensors.items() if t.rank == event.rank and t.name == came.tensor), None)
+    point = store.points.get(key, {}).get(came.step) if key is not None else None
+    before = [v for s, v in store.values(key, came.step - 1)] if key is not None else []
+    usual = before[-1] if before else 0.0
+    finite_part = point.max_abs if point is not None and point.max_abs is not None else usual
+    return Departure(came.tensor, "input", came.op, came.cell, came.dtype, came.step, usual, finite_part, 0.0,
+                     nonfinite=point.nonfinite if point is not None else 1)
+
+
+def _came_in_with_the_batch(store: Store, events: List[Event], event: Event, nonfinite: Optional[Event],
+                            batch: Departure) -> RootCause:
+    result = RootCause(event.rank, event, batch.since, batch, "data", departures=[batch], upto=batch.since)
+    later = [e.tensor for e in events if e.kind == NONFINITE and e.rank == event.rank and e.step == batch.since
+             and e.tensor != batch.tensor]
+    if len(later) > 4:
+        later = later[:3] + [f"{len(later) - 3} more"]
+    result.evidence.append(f"{batch.tensor} of the step held {batch.nonfinite} NaN/inf value(s) at step "
+                           f"{batch.since}: the batch came in so; nothing had blown up before it")
+    if later:
+        result.evidence.append(f"{', '.join(later)} became non-finite in the same step: its aftermath")
+    result.fix = FIXES["data"]
     result.summary = _summary(result, store, nonfinite)
     return result
 
@@ -383,9 +422,10 @@ def _summary(result: RootCause, store: Store, nonfinite: Optional[Event]) -> str
     if result.first is None:
         return f"{head}; no tracked tensor left its trend before it: {result.cause}"
     d = result.first
-    text = (f"{head}; onset step {result.onset}: {d.tensor} ({d.op}"
-            + (f" in {d.cell}" if d.cell else "") + f") left its trend first, {d.before:.4g} -> {d.after:.4g}"
-            + (f", {growth_text(d.growth)}" if result.cause != "data" else ""))
+    moved = (f"held {d.nonfinite} NaN/inf value(s)" if d.nonfinite else
+             f"left its trend first, {d.before:.4g} -> {d.after:.4g}")
+    text = (f"{head}; onset step {result.onset}: {d.tensor} ({d.op}" + (f" in {d.cell}" if d.cell else "") + ") "
+            + moved + (f", {growth_text(d.growth)}" if result.cause != "data" else ""))
     lr = _lr_at(store, result.rank, result.onset) if result.onset is not None else None
     if lr is not None and result.cause == "dynamics":
         text += f", at lr {lr:.3g}"

@@ -66,6 +66,29 @@ def test_one_jump_of_an_input_is_data_at_its_step(tmp_path):
     assert report.root_cause.cause == "data" and report.root_cause.onset == 22
 
 
+def test_a_batch_that_brings_a_nan_is_data_at_its_step_and_a_nan_after_a_climb_is_not(tmp_path):
+    """SYNTHETIC statistics: the input holds a NaN at step 22 and the loss and weight go non-finite in that step:
+    data, onset 22, the input first (it was "no tracked tensor left its trend: unknown"). The same NaN in the
+    weight after it grew 1.5x a step, with a finite input: not data."""
+    steps = 30
+    inputs = _noisy(3.0, steps, 3)
+    inputs[22] = None
+    loss = _noisy(2.0, steps, 4)
+    loss[22:] = [None] * (steps - 22)
+    weight = [0.1 * 1.01 ** k for k in range(22)] + [None] * (steps - 22)
+    _write(tmp_path / "batch", 0, steps, {"input 0": ("input", "float32", inputs), "loss": ("loss", "float32", loss),
+                                          "fc.weight": ("parameter", "float32", weight)})
+    cause = from_dump(str(tmp_path / "batch")).root_cause
+    assert (cause.cause, cause.onset, cause.first.tensor, cause.first.nonfinite) == ("data", 22, "input 0", 1), cause
+    assert "held 1 NaN/inf value(s)" in cause.summary and "fc.weight" in " ".join(cause.evidence), cause
+    grown = _noisy(0.5, 12) + [0.5 * 1.5 ** k for k in range(1, 11)] + [None] * 8
+    _write(tmp_path / "grown", 0, steps, {"input 0": ("input", "float32", _noisy(3.0, steps, 3)),
+                                          "loss": ("loss", "float32", loss),
+                                          "fc.weight": ("parameter", "float32", grown)})
+    cause = from_dump(str(tmp_path / "grown")).root_cause
+    assert cause.cause == "dynamics" and cause.first.tensor == "fc.weight", cause
+
+
 def _collapse_then_spike(lr):
     """SYNTHETIC: a weight's second moment halves a step from step 15 while the weight's updates and then the weight
     grow; its input comes back at step 40 (the loss spikes and the moment jumps with the spike's gradient). The
