@@ -5,6 +5,7 @@ address space may grow --memory-mb past what the imported library holds (RLIMIT_
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import sys
 from typing import Any, Dict
@@ -21,6 +22,23 @@ def _limit_memory(megabytes: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (ImportError, ValueError, OSError, StopIteration):   # not on this platform: the time limit still holds
         pass
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether a failure is the memory limit: MemoryError; SystemError "error return without exception set" (a C
+    extension whose allocation failed); an OSError ENOMEM (the system refused a mapping or a directory read under
+    the limit: seen while an import listed a package, "Cannot allocate memory")."""
+    return isinstance(exc, (MemoryError, SystemError)) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM)
+
+
+def _failure(exc: BaseException, memory_mb) -> str:
+    if out_of_memory(exc):
+        return (f"ran out of the server's memory limit ({memory_mb} MB, --memory-mb); narrow the call with "
+                f"ranks/steps ({type(exc).__name__})")
+    from ..errors import file_of
+    where = file_of(exc)
+    return (f"internal error{f' while reading {where!r}' if where else ''}: {type(exc).__name__}: "
+            f"{_one_line(exc)}")
 
 
 def _one_line(text: object) -> str:
@@ -45,15 +63,8 @@ def main() -> int:
             answer = {"ok": heavy(request["tool"], request["args"], request.get("report"), roots)}
     except (UserError, ToolError, TypeError, ValueError) as exc:
         answer = {"error": _one_line(exc)}
-    except (MemoryError, SystemError) as exc:
-        # SystemError "error return without exception set": a C extension whose allocation failed under the limit
-        answer = {"error": f"ran out of the server's memory limit ({request.get('memory_mb')} MB, --memory-mb); "
-                           f"narrow the call with ranks/steps ({type(exc).__name__})"}
     except Exception as exc:  # noqa: BLE001 - the contract: one line, never a traceback
-        from ..errors import file_of
-        where = file_of(exc)
-        answer = {"error": f"internal error{f' while reading {where!r}' if where else ''}: "
-                           f"{type(exc).__name__}: {_one_line(exc)}"}
+        answer = {"error": _failure(exc, request.get("memory_mb"))}
     sys.stdout.write(dumps(answer))
     sys.stdout.flush()
     return 0
