@@ -136,12 +136,13 @@ def read_statistic_csv(path: str, *, rank: int, graph: str, iteration: int,
 
 
 def read_table(path: str, warn: Callable[[str], None], fixed: Optional[Dict[str, str]] = None,
-               what: str = "statistic.csv") -> Optional["StatTable"]:
+               what: str = "statistic.csv", threads: bool = True) -> Optional["StatTable"]:
     """The one statistics CSV parser: a file as numpy columns (StatTable). Well-formed files go through pyarrow's
     CSV reader (only the needed columns, typed); anything it refuses (ragged rows, a bad value, odd headers) is
     read row by row with the csv module, each bad row named in a warning and skipped. None (with a warning
     naming why) when the file is refused as a whole. `fixed`: values every row shares (a per-op statistics file
-    names its op in its file name)."""
+    names its op in its file name). threads=False: pyarrow parses in the calling thread (a caller that runs at
+    a low priority keeps its work there; a small file parses as fast)."""
     path = os.fspath(path)
     try:   # a regular file of bounded size, checked before either parser opens it
         size = safeio.regular_size(path)
@@ -162,7 +163,7 @@ def read_table(path: str, warn: Callable[[str], None], fixed: Optional[Dict[str,
         # stopped, a writer still at work), and a number cut short still parses (335 -> 33). Never read it.
         warn(f"{path}: cut short: its last row has no line end; that row is not read")
         return _careful_table(path, warn, fixed or {}, what, drop_last=True)
-    table = _arrow_table(path) if fixed is None else None
+    table = _arrow_table(path, threads) if fixed is None else None
     return table if table is not None else _careful_table(path, warn, fixed or {}, what)
 
 
@@ -562,7 +563,22 @@ def _table_of_values(path: str, values: Dict[str, list], note: str) -> StatTable
     return StatTable(path, columns, size, note)
 
 
-def _arrow_table(path: str) -> Optional[StatTable]:
+def warm_up() -> None:
+    """Pay the pyarrow route's first-use cost now (its imports and set-up, ~0.3 s of CPU): a caller that reads
+    while something else runs (the watcher beside a training) does it before that starts."""
+    if pyarrow_problem():
+        return
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="msoverflow_warm_") as scratch:   # (the system's, never a dump's)
+        path = os.path.join(scratch, "statistic.csv")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write("Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,Max Value,"
+                     "Min Value,Avg Value,Count,NaN Count,Negative Inf Count,Positive Inf Count\n"
+                     'Add,a,0,0,1,output,0,4,float32,"(1,)",1.0,1.0,1.0,1,0,0,0\n')
+        _arrow_table(path, threads=False)
+
+
+def _arrow_table(path: str, threads: bool = True) -> Optional[StatTable]:
     """A well-formed statistic.csv as columns through pyarrow; None for anything unusual (the careful reader
     then explains it row by row) or when pyarrow cannot be imported (said once, see pyarrow_problem)."""
     if pyarrow_problem():
@@ -591,7 +607,8 @@ def _arrow_table(path: str) -> Optional[StatTable]:
                     else pa.string())
              for k, name in wanted.items()}
     try:
-        table = pa_csv.read_csv(path, convert_options=pa_csv.ConvertOptions(
+        table = pa_csv.read_csv(path, read_options=pa_csv.ReadOptions(use_threads=threads),
+                                convert_options=pa_csv.ConvertOptions(
             include_columns=list(wanted.values()), column_types=types, null_values=_NULL_SPELLINGS,
             strings_can_be_null=False, quoted_strings_can_be_null=False))
     except (pa.ArrowException, OSError, ValueError):

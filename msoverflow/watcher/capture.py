@@ -50,9 +50,9 @@ META = "watch_tensors.json"
 GRAPH_DIR = os.path.join("Net", "0")
 WARMUP_STEPS = 10               # full steps at the start: the detectors' first history
 DENSE_STEPS = 30                # full steps in a row after a hint or the watcher's request
-BUDGET = 0.01                   # the full steps' share of the training's own step time
+BUDGET = 0.005                  # the full steps' share of the training's own step time
 MAX_EVERY = 1000
-FLUSH_SECONDS = 0.5             # buffered steps are written this often (a file costs ~1 ms under load: once a
+FLUSH_SECONDS = 1.0             # buffered steps are written this often (a file costs ~1 ms under load: once a
                                 # step it would be the demo's whole budget), or at once on a hint
 FLUSH_STEPS = 1000              # or when this many are buffered
 CONTROL_SECONDS = 1.0           # with control.seq mapped, control.json is also stat'ed this often (a file

@@ -102,10 +102,8 @@ class Detector:
 
     def step(self, store: Store, step: int) -> List[Event]:
         events: List[Event] = []
-        for key, tracked in store.tensors.items():
-            point = store.points.get(key, {}).get(step)
-            if point is None:
-                continue
+        for key in store.read_in_order(step):
+            tracked, point = store.tensors[key], store.points[key][step]
             if point.nonfinite and (key, NONFINITE) not in self.warned:
                 events.append(self._event(store, tracked, step, NONFINITE, None, None, str(step),
                                           f"{point.nonfinite} NaN/inf value(s)"))

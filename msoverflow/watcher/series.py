@@ -69,7 +69,27 @@ class Store:
     recent_values: Dict[str, List[Tuple[int, float]]] = field(default_factory=dict)   # (step, max |x|), in order
 
     recent_steps: Dict[str, List[int]] = field(default_factory=dict)
+    read_at: Dict[int, Dict[str, None]] = field(default_factory=dict)   # step -> the tensors read there (most
+                                     # steps: the loss alone; the detectors look at those, not at every tensor)
     full_steps: Dict[int, List[int]] = field(default_factory=dict)   # rank -> steps read with more than the loss
+    order: Dict[str, int] = field(default_factory=dict)             # tensor -> the order it was first read in
+
+    def track(self, tracked: Tracked) -> None:
+        if tracked.key not in self.tensors:
+            self.order[tracked.key] = len(self.order)
+            self.tensors[tracked.key] = tracked
+
+    def add_point(self, key: str, step: int, point: Point) -> None:
+        """A tracked tensor's reading at a step (read in step order)."""
+        self.points.setdefault(key, {})[step] = point
+        self.read_at.setdefault(step, {})[key] = None
+        if point.max_abs is not None:
+            self.recent_values.setdefault(key, []).append((step, point.max_abs))
+            self.recent_steps.setdefault(key, []).append(step)
+
+    def read_in_order(self, step: int) -> List[str]:
+        """The tensors read at a step, in the order of self.tensors."""
+        return sorted(self.read_at.get(step, ()), key=self.order.__getitem__)
 
     def recent(self, key: str, n: int, upto: int) -> List[Tuple[int, float]]:
         """The last n finite readings of a tensor up to a step: what the detectors read each step (O(n + log
@@ -88,10 +108,10 @@ class Store:
     def add_step(self, rank: int, step: int, path: str, meta: Dict[str, dict], warn: Callable[[str], None]) -> List[int]:
         """Read one step directory's statistic.csv; the steps it held (the watch's files hold several, each row
         with its Step; a MindSpore statistics dump's file is the directory's one step)."""
-        # the one statistic.csv parser, its row-by-row route (fixed={}): a file of the watch is a few dozen to a
-        # thousand rows (~40 us a row); pyarrow reads 755 rows in ~10 ms against ~25, but its first read costs
-        # ~0.4 s of CPU (imports and set-up), more than the whole of a 2,000-step demo or 1,000-step 1M MLP watch
-        table = read_table(path, warn, fixed={})
+        # the one statistic.csv parser, in this thread (threads=False: the watcher's rounds run at idle priority,
+        # and so does their parsing). pyarrow reads a file of 978 rows in 1.2 ms, the row-by-row route in 13 ms;
+        # the watcher pays pyarrow's first use (~0.3 s of CPU) before the training's steps (warm_up)
+        table = read_table(path, warn, threads=False)
         if table is None:
             self.steps.setdefault(rank, []).append(step)
             return [step]
@@ -133,17 +153,12 @@ class Store:
                         "cell_class": "", "dtype": event.dtype}
             key = f"{rank}:{info['kind']}:{info['name']}"
             if key not in self.tensors:
-                self.tensors[key] = Tracked(key, rank, info["name"], info["kind"], info["op"], info["cell"],
-                                            info.get("cell_class", ""), info.get("dtype") or event.dtype)
+                self.track(Tracked(key, rank, info["name"], info["kind"], info["op"], info["cell"],
+                                   info.get("cell_class", ""), info.get("dtype") or event.dtype))
             stats = event.stats
-            if stats is None:
-                continue
-            max_abs = stats.max_abs
-            self.points.setdefault(key, {})[step] = Point(max_abs, stats.min, stats.max, stats.nonfinite,
-                                                          stats.count, stats.mean_abs)
-            if max_abs is not None:
-                self.recent_values.setdefault(key, []).append((step, max_abs))
-                self.recent_steps.setdefault(key, []).append(step)
+            if stats is not None:
+                self.add_point(key, step, Point(stats.max_abs, stats.min, stats.max, stats.nonfinite, stats.count,
+                                                stats.mean_abs))
 
     def series_of(self, key: str) -> dict:
         """One tracked tensor's statistics over the steps read, as the JSON report and the API give them."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..logs import log
+from ..readers.statistic_csv import warm_up
 from .capture import CONTROL, RING, count_control_seq, make_control_seq
 from .cause import root_cause
 from .detect import NONFINITE, PROJECTED, Detector, Event, scan
@@ -147,6 +148,7 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     # the rounds at idle priority (priority.py), entered after the job's thread started: the training inherits
     # the priority of the thread that starts it, which stays normal
     with SpareCpu() as spare, open(log_path, "w", encoding="utf-8") as event_log:
+        warm_up()         # the reader's first use, while the training starts up (imports, compiles)
         while True:
             done = finished.wait(POLL_SECONDS)
             new_steps = follower.poll(finished=done)

@@ -149,18 +149,14 @@ def _store_of_series(report, drop=lambda tensor, step: False):
     store = Store()
     for series in report["series"]:
         key = f"{series['rank']}:{series['kind']}:{series['tensor']}"
-        store.tensors[key] = Tracked(key, series["rank"], series["tensor"], series["kind"], series["op"],
-                                     series["cell"], "", series["dtype"])
+        store.track(Tracked(key, series["rank"], series["tensor"], series["kind"], series["op"], series["cell"], "",
+                            series["dtype"]))
         for k, step in enumerate(series["steps"]):
             if drop(series["tensor"], step):
                 continue
             high, low, nonfinite = series["max_abs"][k], series["min"][k], series["nonfinite"][k]
-            store.points.setdefault(key, {})[step] = Point(high, low, series["max"][k], nonfinite, 1,
-                                                           series["mean_abs"][k])
+            store.add_point(key, step, Point(high, low, series["max"][k], nonfinite, 1, series["mean_abs"][k]))
             store.steps.setdefault(series["rank"], [])
-            if high is not None:
-                store.recent_values.setdefault(key, []).append((step, high))
-                store.recent_steps.setdefault(key, []).append(step)
     for rank, steps in store.steps.items():
         steps.extend(sorted({s for key, points in store.points.items() if key.startswith(f"{rank}:") for s in points}))
     return store

@@ -181,12 +181,10 @@ def _loss_store(losses):
     """A Store holding one loss series, one reading a step (SYNTHETIC)."""
     from msoverflow.watcher.series import Point, Store, Tracked
     store, key = Store(), "0:loss:loss"
-    store.tensors[key] = Tracked(key, 0, "loss", "loss", "Loss", "", "", "float32")
+    store.track(Tracked(key, 0, "loss", "loss", "Loss", "", "", "float32"))
     store.steps[0] = list(range(len(losses)))
     for step, value in enumerate(losses):
-        store.points.setdefault(key, {})[step] = Point(value, value, value, 0, 1, value)
-        store.recent_values.setdefault(key, []).append((step, value))
-        store.recent_steps.setdefault(key, []).append(step)
+        store.add_point(key, step, Point(value, value, value, 0, 1, value))
     return store
 
 
@@ -319,9 +317,9 @@ def test_a_climb_read_across_a_long_gap_is_followed_back_and_a_jump_is_not():
 
     def store_of(readings):
         store, key = Store(), "0:parameter:w"
-        store.tensors[key] = Tracked(key, 0, "w", "parameter", "Parameter", "", "", "float32")
+        store.track(Tracked(key, 0, "w", "parameter", "Parameter", "", "", "float32"))
         for step, value in readings:
-            store.points.setdefault(key, {})[step] = Point(value, -value, value, 0, 1, value)
+            store.add_point(key, step, Point(value, -value, value, 0, 1, value))
         return store, key
 
     flat = [(s, 1.0 + 0.01 * (s % 3)) for s in range(10)] + [(13, 1.01), (17, 1.02)]
