@@ -14,7 +14,7 @@ from collections import Counter, deque
 from typing import Deque, Dict, List
 
 from ..watcher.series import META
-from ..watcher.session import CONTROL, EVENT_DUMP, EVENTS_LOG, STATS_DIR
+from ..watcher.session import CONTROL, EVENT_DUMP, EVENTS_LOG, STATS_DIR, stopped_before
 from .answer import call, fit
 
 EVENTS, STATS = EVENTS_LOG, STATS_DIR
@@ -127,8 +127,7 @@ def _stopped_before(path: str):
     """The step a rank stopped before, as it wrote it (None: still running, or it ended on its own)."""
     from ..safeio import load_json
     try:
-        stopped = load_json(path).get("sampling", {}).get("stopped")
-        value = stopped.get("before_step") if isinstance(stopped, dict) else None
-    except (OSError, ValueError, AttributeError):
+        meta = load_json(path)
+    except (OSError, ValueError):
         return None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return stopped_before(meta.get("sampling") if isinstance(meta, dict) else None)

@@ -251,8 +251,8 @@ def _nonfinite_batch(store: Store, events: List[Event], event: Event) -> Optiona
         return None
     key = next((k for k, t in store.tensors.items() if t.rank == event.rank and t.name == came.tensor), None)
     point = store.points.get(key, {}).get(came.step) if key is not None else None
-    before = [v for s, v in store.values(key, came.step - 1)] if key is not None else []
-    usual = before[-1] if before else 0.0
+    before = store.recent(key, 1, came.step - 1) if key is not None else []
+    usual = before[-1][1] if before else 0.0
     finite_part = point.max_abs if point is not None and point.max_abs is not None else usual
     return Departure(came.tensor, "input", came.op, came.cell, came.dtype, came.step, usual, finite_part, 0.0,
                      nonfinite=point.nonfinite if point is not None else 1)

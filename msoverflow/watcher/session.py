@@ -218,11 +218,18 @@ def _ask(stats: str, asked: dict) -> None:
     count_control_seq(stats)
 
 
+def stopped_before(sampling: object) -> Optional[int]:
+    """The step a rank stopped before, from its watch_tensors.json `sampling` (capture.Watch.stop); None: it ran
+    on, or ended on its own."""
+    stopped = sampling.get("stopped") if isinstance(sampling, dict) else None
+    value = stopped.get("before_step") if isinstance(stopped, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _stopped_at(sampling: Dict[str, dict], stop_asked: Optional[str], notes: List[str]) -> Optional[int]:
-    """The step the job stopped before, as its ranks wrote it (capture.Watch.stop); a note when they differ (a rank
-    stopped alone) or when the job ended before a stop asked of it."""
-    stopped = {rank: s["stopped"]["before_step"] for rank, s in sampling.items()
-               if isinstance(s.get("stopped"), dict) and isinstance(s["stopped"].get("before_step"), int)}
+    """The step the job stopped before, as its ranks wrote it; a note when they differ (a rank stopped alone) or
+    when the job ended before a stop asked of it."""
+    stopped = {rank: step for rank, s in sampling.items() if (step := stopped_before(s)) is not None}
     for rank, s in sorted(sampling.items()):
         if s.get("agreement_note"):
             notes.append(f"rank {rank}: {s['agreement_note']}: a rank that stops leaves the others waiting")
