@@ -483,17 +483,29 @@ class StatTable:
         op_names: Dict[int, str] = {}
         dtypes = [normalize_dtype(v) for v in c["dtype"].values] if "dtype" in c else None
         shapes = [parse_shape(v) for v in c["shape"].values] if "shape" in c else None
+        rows = rows.tolist() if hasattr(rows, "tolist") else list(rows)
+        # most of a file's rows asked (the watcher reads whole files): its columns as Python lists once, each
+        # element of a NumPy array read one by one costing several times a list's
+        whole = len(rows) * 4 >= self.size
+
+        def column_of(array):
+            return array.tolist() if whole else array
+
+        numbers = {key: (column_of(c[key][0]), column_of(c[key][1])) for key in
+                   ("count", "nan", "posinf", "neginf", "max", "min", "zero", "mean_abs", "task_id", "stream_id",
+                    "timestamp", "slot") if key in c}
+        codes = {key: column_of(c[key].codes) for key in ("shape", "dtype", "op_type", "io", "format") if key in c}
 
         def number(key, row, kind):
-            column = c.get(key)
+            column = numbers.get(key)
             if column is None or column[1][row]:
                 return None
             return kind(column[0][row])
 
         events = []
-        for row in (rows.tolist() if hasattr(rows, "tolist") else rows):
-            shape = shapes[c["shape"].codes[row]] if shapes is not None else None
-            dtype = dtypes[c["dtype"].codes[row]] if dtypes is not None else None
+        for row in rows:
+            shape = shapes[codes["shape"][row]] if shapes is not None else None
+            dtype = dtypes[codes["dtype"][row]] if dtypes is not None else None
             stats = stats_from_numbers(number("count", row, int), number("nan", row, int),
                                        number("posinf", row, int), number("neginf", row, int),
                                        number("max", row, float), number("min", row, float),
@@ -501,12 +513,12 @@ class StatTable:
             stats.mean_abs = number("mean_abs", row, float)
             events.append(TensorEvent(
                 source=self.path, rank=rank, graph=graph, step=iteration,
-                op_type=c["op_type"].values[c["op_type"].codes[row]],
+                op_type=c["op_type"].values[codes["op_type"][row]],
                 op_name=_cached(op_names, c["op_name"], row, str if file_names else scope_to_file_name),
-                task_id=int(c["task_id"][0][row]), stream_id=int(c["stream_id"][0][row]),
-                timestamp=int(c["timestamp"][0][row]), io=c["io"].values[c["io"].codes[row]],
-                slot=int(c["slot"][0][row]),
-                fmt=c["format"].values[c["format"].codes[row]] if "format" in c else "",
+                task_id=int(numbers["task_id"][0][row]), stream_id=int(numbers["stream_id"][0][row]),
+                timestamp=int(numbers["timestamp"][0][row]), io=c["io"].values[codes["io"][row]],
+                slot=int(numbers["slot"][0][row]),
+                fmt=c["format"].values[codes["format"][row]] if "format" in c else "",
                 dtype=dtype, shape=shape, stats=stats, note=self.note))
         return events
 

@@ -73,6 +73,7 @@ class Store:
                                      # steps: the loss alone; the detectors look at those, not at every tensor)
     full_steps: Dict[int, List[int]] = field(default_factory=dict)   # rank -> steps read with more than the loss
     order: Dict[str, int] = field(default_factory=dict)             # tensor -> the order it was first read in
+    nonfinite_at: Dict[int, List[str]] = field(default_factory=dict)  # step -> the tensors holding NaN/inf there
 
     def track(self, tracked: Tracked) -> None:
         if tracked.key not in self.tensors:
@@ -83,6 +84,8 @@ class Store:
         """A tracked tensor's reading at a step (read in step order)."""
         self.points.setdefault(key, {})[step] = point
         self.read_at.setdefault(step, {})[key] = None
+        if point.nonfinite:
+            self.nonfinite_at.setdefault(step, []).append(key)
         if point.max_abs is not None:
             self.recent_values.setdefault(key, []).append((step, point.max_abs))
             self.recent_steps.setdefault(key, []).append(step)

@@ -152,22 +152,21 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
         while True:
             done = finished.wait(POLL_SECONDS)
             new_steps = follower.poll(finished=done)
-            for step in new_steps:
-                for event in detector.step(store, step):
-                    events.append(event)
-                    say(f"msoverflow watch: {event.line()}")
-                    event_log.write(json.dumps(event.to_dict()) + "\n")
-                    event_log.flush()
-                    ring.protect(event.step)
-                    if stop_asked is None and _escalates(event, on_event):
-                        spare.back_to_normal(f"idle, then normal from the stop request (step {event.step})")
-                        stop_asked = event.line()
-                        _ask(stats, {"stop": stop_asked, "dense_steps": DENSE_ON_EVENT})
-                        say(f"msoverflow watch: asking the job to stop (--on-event {on_event}): one process before "
-                            "its next step, the ranks of a distributed job together at their next agreed step")
-                    elif stop_asked is None and not dense_asked:       # full steps from now: the event's region
-                        _ask(stats, {"dense_steps": DENSE_ON_EVENT, "why": event.line()})
-                        dense_asked = True
+            for event in detector.steps(store, new_steps):
+                events.append(event)
+                say(f"msoverflow watch: {event.line()}")
+                event_log.write(json.dumps(event.to_dict()) + "\n")
+                event_log.flush()
+                ring.protect(event.step)
+                if stop_asked is None and _escalates(event, on_event):
+                    spare.back_to_normal(f"idle, then normal from the stop request (step {event.step})")
+                    stop_asked = event.line()
+                    _ask(stats, {"stop": stop_asked, "dense_steps": DENSE_ON_EVENT})
+                    say(f"msoverflow watch: asking the job to stop (--on-event {on_event}): one process before "
+                        "its next step, the ranks of a distributed job together at their next agreed step")
+                elif stop_asked is None and not dense_asked:       # full steps from now: the event's region
+                    _ask(stats, {"dense_steps": DENSE_ON_EVENT, "why": event.line()})
+                    dense_asked = True
             if new_steps:
                 ring.trim(new_steps[-1])
             spare.round_done()

@@ -382,3 +382,69 @@ def test_the_loss_hint_is_its_plain_definition_on_every_step(tmp_path):
         assert got == plain(losses), case
         told += sum(got)
     assert told > 100, told          # (the series do set hints off: the comparison is not of all-False lists)
+
+
+def _random_store(rs, steps):
+    """A Store of several tensors of each kind, read at every step or sampled, with climbs, spikes, jumps,
+    zeros, negative values and NaN/inf readings (SYNTHETIC)."""
+    from msoverflow.watcher.series import Point, Store, Tracked
+    store = Store()
+    kinds = [("loss", "float32"), ("input", "float32"), ("update", "float16"), ("cell output", "float16"),
+             ("parameter", "float16"), ("optimizer state", "float32"), ("optimizer setting", "float32"),
+             ("op output", "bfloat16")]
+    series = {}
+    for n in range(rs.randint(2, 6)):
+        kind, dtype = rs.choice(kinds)
+        key = f"{n % 2}:{kind}:t{n}"
+        store.track(Tracked(key, n % 2, f"t{n}", kind, "Op", "net", "Net", dtype))
+        every = rs.choice([1, 1, 1, 2, 7])
+        level, values = rs.uniform(0.01, 100.0), []
+        climb_from, climb_rate = rs.randint(0, steps), rs.uniform(1.1, 1.8)      # a steady climb out of the noise
+        climb_to = climb_from + rs.randint(3, 12)
+        for step in range(steps):
+            shape = rs.random()
+            level *= rs.choice([1.0, 1.0, 1.3, 0.8]) if shape < 0.05 else (1 + rs.uniform(-0.05, 0.05))
+            if climb_from <= step < climb_to:
+                level *= climb_rate
+            value = level * (rs.choice([5.0, 50.0, 0.1]) if rs.random() < 0.03 else 1.0)
+            if rs.random() < 0.02:
+                value = rs.choice([0.0, -value, None])
+            values.append(value if step % every == 0 else "skip")
+        series[key] = values
+    for step in range(steps):
+        for key, values in series.items():
+            value = values[step]
+            if value == "skip":
+                continue
+            bad = 1 if value is None or rs.random() < 0.01 else 0
+            store.add_point(key, step, Point(None if value is None else abs(value), value, value, bad, 4, value))
+        store.steps.setdefault(0, []).append(step)
+    return store
+
+
+def test_the_batch_detector_raises_what_the_step_by_step_definition_raises():
+    """Detector.steps sifts each tensor's batch of readings before the per-step tests: over random series read
+    in random batches it must raise exactly the events step() raises on every step."""
+    import random
+
+    from msoverflow.watcher.detect import Detector
+    seen = 0
+    for seed in range(300):
+        rs = random.Random(seed)
+        steps = rs.randint(20, 400)
+        store = _random_store(rs, steps)
+        plain = Detector(rs.choice([3, 10, 50]))
+        batched = Detector(plain.warn_ahead)
+        # some tests already warned of (each tensor warns once per kind): the others' sifting then stands alone
+        plain.warned = {(key, kind) for key in store.tensors for kind in (NONFINITE, PROJECTED, SPIKE)
+                        if rs.random() < 0.3}
+        batched.warned = set(plain.warned)
+        expected = [e for step in range(steps) for e in plain.step(store, step)]
+        got, start = [], 0
+        while start < steps:
+            size = rs.choice([1, 5, 17, 40, 300])
+            got += batched.steps(store, list(range(start, min(steps, start + size))))
+            start += size
+        assert [e.to_dict() for e in got] == [e.to_dict() for e in expected], seed
+        seen += len(expected)
+    assert seen > 300         # the series do raise events of every kind; the comparison is not empty
