@@ -237,12 +237,14 @@ class Follower:
         newest_common = min((steps[-1] if steps else -1) for steps in on_disk.values())
         new: set = set()
         for rank, path in sorted(dirs.items()):
-            meta = read_meta(self.root, rank)
+            meta = None                              # read when the rank has a step to read (most polls: none)
             for step in on_disk[rank]:
                 if step <= self.read.get(rank, -1):
                     continue
                 if not finished and step > newest_common:
                     break                            # another rank has not written this step yet
+                if meta is None:
+                    meta = read_meta(self.root, rank)
                 step_dir = os.path.join(path, str(step))
                 csv_path = os.path.join(step_dir, "statistic.csv")
                 if not os.path.isfile(csv_path):
