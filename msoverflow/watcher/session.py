@@ -131,6 +131,7 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
     events: List[Event] = []
     log_path = os.path.join(out, EVENTS_LOG)
     stop_asked: Optional[str] = None
+    rounds_cpu = 0.0          # the watcher's own CPU beside the job (its rounds), for the report
     finished = threading.Event()
     result = {}
 
@@ -151,6 +152,7 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
         warm_up()         # the reader's first use, while the training starts up (imports, compiles)
         while True:
             done = finished.wait(POLL_SECONDS)
+            round_started = time.thread_time()
             new_steps = follower.poll(finished=done)
             for event in detector.steps(store, new_steps):
                 events.append(event)
@@ -169,6 +171,8 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
                     dense_asked = True
             if new_steps:
                 ring.trim(new_steps[-1])
+            if not done:                  # (the last round reads after the job: not beside it)
+                rounds_cpu += time.thread_time() - round_started
             spare.round_done()
             if done:
                 break
@@ -187,6 +191,7 @@ def watch(command: Sequence[str], out_dir=None, *, keep: int = 20, warn_ahead: i
                       "steps_deleted": ring.deleted, "peak_steps_on_disk": ring.peak_steps,
                       "peak_bytes_on_disk": ring.peak_bytes, "bytes_on_disk_at_end": _disk_bytes(stats),
                       "events_log": log_path, "sampling": sampling, "watcher_priority": spare.state,
+                      "watcher_cpu_seconds": round(rounds_cpu, 3),
                       "stop_asked": stop_asked}
     if not store.steps:
         report.notes.append("no step was captured: the command never called a Cell holding an optimizer "
