@@ -183,6 +183,7 @@ class Detector:
             least = np.lib.stride_tricks.sliding_window_view(padded, SPIKE_WINDOW)[at]   # readings at-20..at-1
             fire |= positive[at] & (values[at] >= least.min(axis=1) * SPIKE_FACTOR * (1 - 1e-9))
         return [steps_read[low + j] for j in at[fire].tolist()]
+
     def _event(self, store: Store, tracked: Tracked, step: int, kind: str, growth, projected, used_range,
                detail) -> Event:
         point = store.points[tracked.key][step]
@@ -259,7 +260,7 @@ _KIND_RANK = {NONFINITE: 0, SPIKE: 1, DIVERGENCE: 2, PROJECTED: 3}
 
 
 def scan(store: Store, warn_ahead: int = 10) -> List[Event]:
-    """Every event over all steps read (a finished dump): the live detector, fed step by step."""
+    """Every event over all steps read (a finished dump): the live detector, fed every step at once."""
     return Detector(warn_ahead).steps(store, sorted({s for steps in store.steps.values() for s in steps}))
 
 
