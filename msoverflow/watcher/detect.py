@@ -8,7 +8,7 @@
     log value over the median of the previous SPIKE_WINDOW steps by more than SPIKE_MADS robust deviations
     (1.4826 MAD) and by at least SPIKE_FACTOR times; the median/MAD test, no fixed threshold on the value;
   - divergence: the loss climbs out of its own noise (rise.diverging: RISE_STEPS rises in a row to at least twice
-    its lowest value, by more than NOISE_SIGMAS robust deviations of its steps): a finite blow-up under way;
+    the lower quartile of its recent values, by more than NOISE_SIGMAS robust deviations of its steps): a finite blow-up under way;
   - nonfinite: a tracked tensor holds a NaN or an inf.
 Each tensor warns once per kind.
 """
@@ -252,7 +252,7 @@ class Detector:
         now, low, noise = readings[-1][1], found["low"], found["noise"]
         noise_text = f", {found['rise'] / noise:.0f} robust deviations of its steps" if noise else ""
         return [self._event(store, tracked, step, DIVERGENCE, growth, None, f"{last[0][0]}-{last[-1][0]}",
-                            f"rose {RISE_STEPS} steps in a row to {now:.4g}, {now / low:.1f}x its lowest "
+                            f"rose {RISE_STEPS} steps in a row to {now:.4g}, {now / low:.1f}x its lower quartile "
                             f"{low:.4g}{noise_text}")]
 
 
