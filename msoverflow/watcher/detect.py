@@ -8,7 +8,8 @@
     log value over the median of the previous SPIKE_WINDOW steps by more than SPIKE_MADS robust deviations
     (1.4826 MAD) and by at least SPIKE_FACTOR times; the median/MAD test, no fixed threshold on the value;
   - divergence: the loss climbs out of its own noise (rise.diverging: RISE_STEPS rises in a row to at least twice
-    the lower quartile of its recent values, by more than NOISE_SIGMAS robust deviations of its steps): a finite blow-up under way;
+    the lower quartile of its recent values, by more than NOISE_SIGMAS robust deviations of its steps): a finite
+    blow-up under way;
   - nonfinite: a tracked tensor holds a NaN or an inf.
 Each tensor warns once per kind.
 """

@@ -20,7 +20,8 @@ from typing import Optional, Sequence
 RISE_STEPS = 4
 WINDOW = 24                  # the readings the lower quartile is taken over (the rise included)
 DIVERGE_FACTOR = 2.0
-NOISE_SIGMAS = 6.0           # the rise over the window's lower quartile, in robust deviations of the log loss's steps
+NOISE_SIGMAS = 6.0           # the rise over the window's lower quartile, in robust deviations of the log loss's
+                             # steps
 NOISE_WINDOW = 60            # the readings before the rise its noise is measured on (20: a noisier estimate, and
                              # 4.5 deviations fired 0.75 times in 10,000 steps of a chi2(64) loss)
 
